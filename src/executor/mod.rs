@@ -1,0 +1,249 @@
+//! How a trial worker runs. Each engine is one file implementing [`Executor`]; the controller
+//! hands it a [`TrialJob`] and gets back events while it runs and a [`WorkerOutcome`] at the end.
+
+mod local;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, watch};
+
+pub use local::LocalExecutor;
+
+use crate::report::Measurement;
+use crate::space::{Assignment, Space};
+use crate::spec::{TemplatePart, TrialTemplate, template_parts};
+
+/// Everything an executor needs to run one trial.
+#[derive(Debug, Clone)]
+pub struct TrialJob {
+    /// The study's name.
+    pub study: String,
+    /// The trial's number in its study.
+    pub number: u64,
+    /// The trial's row id, echoed in events.
+    pub trial_id: i64,
+    /// Program and arguments, parameters included.
+    pub argv: Vec<String>,
+    /// Environment of the worker protocol and of the study file.
+    pub env: Vec<(String, String)>,
+    /// Where the worker's stdout and stderr go.
+    pub log_path: PathBuf,
+    /// Where the worker may write cloudml-hypertune's metrics file.
+    pub metrics_path: PathBuf,
+    /// Wall-clock limit.
+    pub timeout: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL.
+    pub grace_period: Duration,
+    /// The objective metric, to recognise measurement lines.
+    pub metric: String,
+}
+
+/// What happens while a worker runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerEvent {
+    /// The worker started; `handle` finds it again (a pid, a job name).
+    Started {
+        /// The trial.
+        trial_id: i64,
+        /// The worker's handle.
+        handle: String,
+    },
+    /// The worker reported a measurement (each one once, whichever way it came).
+    Measured {
+        /// The trial.
+        trial_id: i64,
+        /// What it reported.
+        measurement: Measurement,
+    },
+}
+
+/// How a worker ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerEnd {
+    /// It exited by itself with this code.
+    Exited(i32),
+    /// It was killed by a signal nobody here sent.
+    Killed(String),
+    /// It ran past the timeout and was terminated.
+    TimedOut(Duration),
+    /// The controller asked it to stop, and it did.
+    Stopped,
+    /// It could not be started.
+    LaunchFailed(String),
+}
+
+/// The end of one worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerOutcome {
+    /// The trial.
+    pub trial_id: i64,
+    /// How it ended.
+    pub end: WorkerEnd,
+    /// The last line the worker printed, for error messages.
+    pub last_output: Option<String>,
+}
+
+/// Runs trial workers somewhere.
+#[async_trait]
+pub trait Executor: Send + Sync {
+    /// Runs `job` to its end. Sends a [`WorkerEvent`] as things happen; stops the worker
+    /// (gracefully, then forcibly) when `stop` turns true.
+    async fn run(
+        &self,
+        job: TrialJob,
+        events: mpsc::UnboundedSender<WorkerEvent>,
+        stop: watch::Receiver<bool>,
+    ) -> WorkerOutcome;
+}
+
+/// The worker's command line: the template's command, then its `args` with placeholders
+/// filled in (an argument naming an inactive parameter is left out), or else each active
+/// parameter as `--<id>=<value>` in the order of the study file.
+pub fn command_line(
+    template: &TrialTemplate,
+    space: &Space,
+    study: &str,
+    number: u64,
+    params: &Assignment,
+) -> Vec<String> {
+    let mut argv = template.command.clone();
+    match &template.args {
+        None => argv.extend(space.parameters().iter().filter_map(|p| {
+            params
+                .get(&p.id)
+                .map(|value| format!("--{}={value}", p.id))
+        })),
+        Some(args) => argv.extend(
+            args.iter()
+                .filter_map(|arg| fill_template(arg, study, number, params)),
+        ),
+    }
+    argv
+}
+
+fn fill_template(template: &str, study: &str, number: u64, params: &Assignment) -> Option<String> {
+    // spec.rs has checked every template, so it splits.
+    let parts = template_parts(template).ok()?;
+    let mut out = String::new();
+    for part in parts {
+        match part {
+            TemplatePart::Text(text) => out.push_str(&text),
+            TemplatePart::Placeholder("trial_id") => out.push_str(&number.to_string()),
+            TemplatePart::Placeholder("study") => out.push_str(study),
+            TemplatePart::Placeholder(id) => out.push_str(&params.get(id)?.to_string()),
+        }
+    }
+    Some(out)
+}
+
+/// The environment of the worker protocol, then the study file's own variables.
+pub fn worker_env(
+    template: &TrialTemplate,
+    study: &str,
+    number: u64,
+    metrics_path: &Path,
+) -> Vec<(String, String)> {
+    let metrics = metrics_path.display().to_string();
+    let mut env = vec![
+        ("HPTUNE_STUDY".to_string(), study.to_string()),
+        ("HPTUNE_TRIAL_ID".to_string(), number.to_string()),
+        ("HPTUNE_METRICS_FILE".to_string(), metrics.clone()),
+        ("CLOUD_ML_HP_METRIC_FILE".to_string(), metrics),
+        ("CLOUD_ML_TRIAL_ID".to_string(), number.to_string()),
+    ];
+    env.extend(template.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+/// Checks that the worker program can be started: an existing executable file when it is a
+/// path, a program on `PATH` otherwise.
+pub fn check_program(program: &str) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &Path| {
+        path.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = Path::new(program);
+        if executable(path) {
+            return Ok(());
+        }
+        return Err(if path.exists() {
+            format!("'{program}' is not an executable file")
+        } else {
+            format!(
+                "'{program}' does not exist (relative paths start from the directory hptune runs in)"
+            )
+        });
+    }
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| executable(&dir.join(program))));
+    if found {
+        Ok(())
+    } else {
+        Err(format!("'{program}' is not a program on PATH"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::space::ParamValue;
+    use crate::spec::parse;
+
+    const STUDY: &str = r#"
+name: s
+objective: {metric: loss, goal: minimize}
+parameters:
+  - {id: opt, type: categorical, values: [adam, sgd]}
+  - {id: momentum, type: double, min: 0.0, max: 1.0, when: {opt: [sgd]}}
+  - {id: layers, type: integer, min: 1, max: 4}
+algorithm: random
+max_trial_count: 1
+trial:
+  command: [python3, train.py, --fixed]
+"#;
+
+    fn params(momentum: Option<f64>) -> Assignment {
+        let mut p = Assignment::new();
+        p.insert("opt".into(), ParamValue::Str("sgd".into()));
+        p.insert("layers".into(), ParamValue::Int(2));
+        if let Some(m) = momentum {
+            p.insert("momentum".into(), ParamValue::Float(m));
+        }
+        p
+    }
+
+    #[test]
+    fn appends_active_parameters_as_flags_in_file_order() {
+        let study = parse(Path::new("s.yaml"), STUDY).unwrap();
+        let argv = command_line(&study.trial, &study.space, "s", 3, &params(Some(0.5)));
+        assert_eq!(
+            argv,
+            ["python3", "train.py", "--fixed", "--opt=sgd", "--momentum=0.5", "--layers=2"]
+        );
+    }
+
+    #[test]
+    fn fills_the_args_template_and_drops_inactive_arguments() {
+        let text = STUDY.replace(
+            "--fixed]",
+            "--fixed]\n  args: [--optimizer, '{opt}', '--m={momentum}', 'out/{study}/{trial_id}']",
+        );
+        let study = parse(Path::new("s.yaml"), &text).unwrap();
+        let argv = command_line(&study.trial, &study.space, "s", 3, &params(None));
+        assert_eq!(
+            argv,
+            ["python3", "train.py", "--fixed", "--optimizer", "sgd", "out/s/3"]
+        );
+    }
+
+    #[test]
+    fn checks_the_program_before_any_trial() {
+        assert!(check_program("sh").is_ok());
+        assert!(check_program("no-such-program-hptune").is_err());
+        assert!(check_program("./no/such/file").unwrap_err().contains("does not exist"));
+    }
+}

@@ -1,0 +1,71 @@
+//! Samplers propose the parameters of the next trial. Each algorithm is one file that
+//! implements [`Sampler`]; the controller knows only the trait.
+
+mod grid;
+mod random;
+
+pub use grid::GridSampler;
+pub use random::RandomSampler;
+
+use crate::space::{Assignment, Space};
+use crate::spec::{Algorithm, Goal, Study};
+
+/// A finished trial, as samplers see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// The trial's number in its study.
+    pub number: u64,
+    /// Its parameters.
+    pub params: Assignment,
+    /// Its final value; `None` when it failed or was stopped before reporting one.
+    pub value: Option<f64>,
+}
+
+/// What a sampler may look at to propose trial `number`.
+#[derive(Debug, Clone, Copy)]
+pub struct ProposalContext<'a> {
+    /// The search space.
+    pub space: &'a Space,
+    /// Whether larger or smaller values are better.
+    pub goal: Goal,
+    /// The number the proposed trial will get.
+    pub number: u64,
+    /// Every finished trial of the study, in number order.
+    pub history: &'a [Observation],
+    /// The parameters of the trials still running.
+    pub running: &'a [Assignment],
+}
+
+/// Why a sampler could not propose.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("the {algorithm} sampler failed: {message}")]
+pub struct SamplerError {
+    /// Which sampler.
+    pub algorithm: &'static str,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Proposes trials. Given the same study (seed included) and the same history, a sampler
+/// proposes the same parameters.
+pub trait Sampler: Send {
+    /// The parameters of the next trial, or `None` when the search space is exhausted.
+    fn propose(&mut self, context: &ProposalContext<'_>) -> Result<Option<Assignment>, SamplerError>;
+}
+
+/// The sampler a study asks for.
+pub fn for_study(study: &Study) -> Result<Box<dyn Sampler>, SamplerError> {
+    match study.algorithm {
+        Algorithm::Random => Ok(Box::new(RandomSampler::new(study.seed))),
+        Algorithm::Grid => Ok(Box::new(GridSampler::new(&study.space).map_err(|e| {
+            SamplerError {
+                algorithm: "grid",
+                message: e.to_string(),
+            }
+        })?)),
+        Algorithm::Bayesian => Err(SamplerError {
+            algorithm: "bayesian",
+            message: "Bayesian optimisation is not available in this version: set `algorithm: random` or `algorithm: grid`".into(),
+        }),
+    }
+}

@@ -1,0 +1,867 @@
+//! The study file: YAML in, a validated [`Study`] out, or errors that say where and why.
+//!
+//! All YAML parsing of the project lives here. serde reads the file into the raw structs of
+//! [`raw`] (catching wrong types, missing and unknown fields with their line and column);
+//! then every rule of meaning is checked and each broken one is reported with its field path
+//! and, through [`locate`], its position.
+
+mod locate;
+mod raw;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::space::{Condition, Domain, Parameter, Scale, Space};
+use locate::{Locations, Position};
+use raw::{RawParameter, RawStudy, RawTrial, Scalar};
+
+/// Failures allowed before a study stops, when the file does not say.
+pub const DEFAULT_MAX_FAILED_TRIAL_COUNT: u64 = 3;
+/// Time between SIGTERM and SIGKILL when a worker is stopped, when the file does not say.
+pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10);
+
+/// Whether the metric should go up or down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Goal {
+    /// Larger is better (accuracy).
+    Maximize,
+    /// Smaller is better (loss).
+    Minimize,
+}
+
+impl Goal {
+    /// Whether `a` is strictly better than `b`.
+    pub fn better(self, a: f64, b: f64) -> bool {
+        match self {
+            Goal::Maximize => a > b,
+            Goal::Minimize => a < b,
+        }
+    }
+
+    /// The goal as written in the study file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Goal::Maximize => "maximize",
+            Goal::Minimize => "minimize",
+        }
+    }
+
+    /// Reads `maximize` or `minimize`.
+    pub fn parse(text: &str) -> Option<Goal> {
+        match text {
+            "maximize" => Some(Goal::Maximize),
+            "minimize" => Some(Goal::Minimize),
+            _ => None,
+        }
+    }
+}
+
+/// What the study optimises.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Objective {
+    /// The tag workers report (`accuracy`).
+    pub metric: String,
+    /// Up or down.
+    pub goal: Goal,
+}
+
+/// How trials are proposed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// Gaussian-process Bayesian optimisation (the default).
+    Bayesian,
+    /// Independent uniform draws in the unit cube, seeded.
+    Random,
+    /// Every point of the grid once.
+    Grid,
+}
+
+impl Algorithm {
+    /// The name as written in the study file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::Bayesian => "bayesian",
+            Algorithm::Random => "random",
+            Algorithm::Grid => "grid",
+        }
+    }
+}
+
+/// Where trial workers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutorKind {
+    /// Child processes of the controller.
+    Local,
+}
+
+/// How one trial worker is started.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialTemplate {
+    /// The program and its fixed arguments.
+    pub command: Vec<String>,
+    /// Argument template with `{id}` placeholders; when absent each active parameter is
+    /// appended as `--<id>=<value>`.
+    pub args: Option<Vec<String>>,
+    /// Extra environment variables for the worker.
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock limit of one trial.
+    pub timeout: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when a worker is stopped.
+    pub grace_period: Duration,
+    /// Where the worker runs.
+    pub executor: ExecutorKind,
+}
+
+/// A validated study.
+#[derive(Debug, Clone)]
+pub struct Study {
+    /// Unique key of the study in the database.
+    pub name: String,
+    /// What is optimised.
+    pub objective: Objective,
+    /// The parameters.
+    pub space: Space,
+    /// How trials are proposed.
+    pub algorithm: Algorithm,
+    /// Trials in all (finished or not, across reruns); for grid search at most the grid size.
+    pub max_trial_count: Option<u64>,
+    /// Trials running at once.
+    pub parallel_trial_count: usize,
+    /// Failed trials after which the study stops.
+    pub max_failed_trial_count: u64,
+    /// Seed of the sampler.
+    pub seed: u64,
+    /// How a worker is started.
+    pub trial: TrialTemplate,
+    /// The file as written, kept in the database.
+    pub source: String,
+}
+
+/// One broken rule of the study file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecIssue {
+    /// Where, when known.
+    pub position: Option<(usize, usize)>,
+    /// The field path (`parameters[1].min`), empty for the whole file.
+    pub field: String,
+    /// What is wrong and what is allowed.
+    pub message: String,
+}
+
+/// Why a study file was refused: every broken rule found, each with its place.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct SpecError {
+    /// The file.
+    pub file: PathBuf,
+    /// What is wrong, in file order.
+    pub issues: Vec<SpecIssue>,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = self.file.display();
+        for (i, issue) in self.issues.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            match issue.position {
+                Some((line, column)) => write!(f, "{file}:{line}:{column}: ")?,
+                None => write!(f, "{file}: ")?,
+            }
+            if !issue.field.is_empty() {
+                write!(f, "{}: ", issue.field)?;
+            }
+            f.write_str(&issue.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads and validates a study file.
+pub fn load(path: &Path) -> Result<Study, SpecError> {
+    let text = std::fs::read_to_string(path).map_err(|e| SpecError {
+        file: path.to_path_buf(),
+        issues: vec![SpecIssue {
+            position: None,
+            field: String::new(),
+            message: format!("cannot read the study file: {e}"),
+        }],
+    })?;
+    parse(path, &text)
+}
+
+/// Validates the text of a study file; `path` is only used in messages.
+pub fn parse(path: &Path, text: &str) -> Result<Study, SpecError> {
+    let fail = |issues| SpecError {
+        file: path.to_path_buf(),
+        issues,
+    };
+    let raw: RawStudy = serde_yaml::from_str(text).map_err(|e| fail(vec![serde_issue(&e)]))?;
+    let mut checker = Checker {
+        locations: Locations::index(text),
+        issues: Vec::new(),
+    };
+    let study = checker.study(raw, text);
+    if checker.issues.is_empty() {
+        if let Some(study) = study {
+            return Ok(study);
+        }
+    }
+    checker.issues.sort_by_key(|i| i.position);
+    Err(fail(checker.issues))
+}
+
+fn serde_issue(error: &serde_yaml::Error) -> SpecIssue {
+    let text = error.to_string();
+    // serde_yaml appends " at line L column C"; the position is shown in front instead.
+    let message = match text.rfind(" at line ") {
+        Some(cut) if error.location().is_some() => text[..cut].to_string(),
+        _ => text,
+    };
+    let (field, message) = match message.split_once(": ") {
+        Some((field, rest)) if !field.contains(' ') => (field.to_string(), rest.to_string()),
+        _ => (String::new(), message),
+    };
+    let message = if message == "EOF while parsing a value" || message.is_empty() {
+        "the file is empty: a study needs name, objective, parameters and trial".to_string()
+    } else {
+        message
+    };
+    SpecIssue {
+        position: error.location().map(|l| (l.line(), l.column())),
+        field,
+        message,
+    }
+}
+
+/// Collects every broken rule while turning the raw file into a [`Study`].
+struct Checker {
+    locations: Locations,
+    issues: Vec<SpecIssue>,
+}
+
+impl Checker {
+    fn report(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        let field = field.into();
+        let position = self
+            .locations
+            .find(&field)
+            .map(|Position { line, column }| (line, column));
+        self.issues.push(SpecIssue {
+            position,
+            field,
+            message: message.into(),
+        });
+    }
+
+    fn study(&mut self, raw: RawStudy, text: &str) -> Option<Study> {
+        if raw.name.trim().is_empty() {
+            self.report("name", "must not be empty");
+        }
+        if raw.objective.metric.trim().is_empty() {
+            self.report("objective.metric", "must not be empty");
+        }
+        let goal = Goal::parse(&raw.objective.goal);
+        if goal.is_none() {
+            self.report(
+                "objective.goal",
+                format!(
+                    "'{}' is not a goal: use maximize or minimize",
+                    raw.objective.goal
+                ),
+            );
+        }
+        let algorithm = match raw.algorithm.as_deref() {
+            None | Some("bayesian") => Some(Algorithm::Bayesian),
+            Some("random") => Some(Algorithm::Random),
+            Some("grid") => Some(Algorithm::Grid),
+            Some(other) => {
+                self.report(
+                    "algorithm",
+                    format!("'{other}' is not an algorithm: use bayesian, random or grid"),
+                );
+                None
+            }
+        };
+        let space = self.space(&raw.parameters);
+        let max_trial_count = self.max_trial_count(raw.max_trial_count, algorithm);
+        let parallel_trial_count = self.at_least(
+            "parallel_trial_count",
+            raw.parallel_trial_count.unwrap_or(1),
+            1,
+        );
+        let max_failed_trial_count = self.at_least(
+            "max_failed_trial_count",
+            raw.max_failed_trial_count
+                .unwrap_or(DEFAULT_MAX_FAILED_TRIAL_COUNT as i64),
+            1,
+        );
+        let trial = self.trial(raw.trial, space.as_ref());
+        if let (Some(Algorithm::Grid), Some(space)) = (algorithm, &space) {
+            if let Err(e) = space.grid() {
+                self.report("parameters", e.to_string());
+            }
+        }
+        Some(Study {
+            name: raw.name,
+            objective: Objective {
+                metric: raw.objective.metric,
+                goal: goal?,
+            },
+            space: space?,
+            algorithm: algorithm?,
+            max_trial_count,
+            parallel_trial_count: parallel_trial_count? as usize,
+            max_failed_trial_count: max_failed_trial_count? as u64,
+            seed: raw.seed.unwrap_or(0),
+            trial: trial?,
+            source: text.to_string(),
+        })
+    }
+
+    fn at_least(&mut self, field: &str, value: i64, min: i64) -> Option<i64> {
+        if value < min {
+            self.report(field, format!("must be >= {min}, got {value}"));
+            return None;
+        }
+        Some(value)
+    }
+
+    fn max_trial_count(&mut self, value: Option<i64>, algorithm: Option<Algorithm>) -> Option<u64> {
+        match value {
+            Some(n) => self.at_least("max_trial_count", n, 1).map(|n| n as u64),
+            None => {
+                if algorithm.is_some_and(|a| a != Algorithm::Grid) {
+                    self.report(
+                        "max_trial_count",
+                        "is required (only grid search may leave it out: it stops when the grid is exhausted)",
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    fn space(&mut self, raw: &[RawParameter]) -> Option<Space> {
+        if raw.is_empty() {
+            self.report("parameters", "must list at least one parameter");
+            return None;
+        }
+        let mut parameters: Vec<Parameter> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut ok = true;
+        for (i, p) in raw.iter().enumerate() {
+            let field = format!("parameters[{i}]");
+            if !is_identifier(&p.id) {
+                self.report(
+                    format!("{field}.id"),
+                    format!(
+                        "'{}' is not a valid id: use letters, digits, '_', '-' and '.', starting with a letter",
+                        p.id
+                    ),
+                );
+                ok = false;
+            } else if !seen.insert(p.id.clone()) {
+                self.report(
+                    format!("{field}.id"),
+                    format!("duplicate id '{}': each parameter needs its own id", p.id),
+                );
+                ok = false;
+            }
+            let domain = self.domain(&field, p);
+            let condition = self.condition(&field, p, &parameters);
+            match (domain, condition) {
+                (Some(domain), Some(condition)) => parameters.push(Parameter {
+                    id: p.id.clone(),
+                    domain,
+                    condition,
+                }),
+                _ => ok = false,
+            }
+        }
+        ok.then(|| Space::new(parameters))
+    }
+
+    fn domain(&mut self, field: &str, p: &RawParameter) -> Option<Domain> {
+        let scale = match p.scale.as_deref() {
+            None | Some("linear") => Some(Scale::Linear),
+            Some("log") => Some(Scale::Log),
+            Some("reverse_log") => Some(Scale::ReverseLog),
+            Some(other) => {
+                self.report(
+                    format!("{field}.scale"),
+                    format!("'{other}' is not a scale: use linear, log or reverse_log"),
+                );
+                None
+            }
+        };
+        let numeric = matches!(p.kind.as_str(), "double" | "integer");
+        let listed = matches!(p.kind.as_str(), "discrete" | "categorical");
+        let mut misplaced = |name: &str, present: bool, allowed: bool| {
+            if present && !allowed {
+                self.report(
+                    format!("{field}.{name}"),
+                    format!("does not apply to a {} parameter", p.kind),
+                );
+            }
+        };
+        misplaced("min", p.min.is_some(), numeric);
+        misplaced("max", p.max.is_some(), numeric);
+        misplaced("values", p.values.is_some(), listed);
+        misplaced("grid_points", p.grid_points.is_some(), numeric);
+        misplaced("scale", p.scale.is_some(), p.kind != "categorical");
+        match p.kind.as_str() {
+            "double" | "integer" => self.numeric_domain(field, p, scale?),
+            "discrete" => self.discrete_domain(field, p, scale?),
+            "categorical" => self.categorical_domain(field, p),
+            other => {
+                self.report(
+                    format!("{field}.type"),
+                    format!(
+                        "'{other}' is not a parameter type: use double, integer, discrete or categorical"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn numeric_domain(&mut self, field: &str, p: &RawParameter, scale: Scale) -> Option<Domain> {
+        let integer = p.kind == "integer";
+        let (Some(min), Some(max)) = (p.min, p.max) else {
+            for (name, value) in [("min", p.min), ("max", p.max)] {
+                if value.is_none() {
+                    self.report(
+                        field.to_string(),
+                        format!("a {} parameter needs `{name}`", p.kind),
+                    );
+                }
+            }
+            return None;
+        };
+        let mut ok = true;
+        for (name, value) in [("min", min), ("max", max)] {
+            if !value.is_finite() || (integer && value.fract() != 0.0) {
+                let what = if integer { "an integer" } else { "a finite number" };
+                self.report(format!("{field}.{name}"), format!("must be {what}, got {value}"));
+                ok = false;
+            }
+        }
+        if ok && min >= max {
+            self.report(
+                format!("{field}.max"),
+                format!("max must be > min, got min {min} and max {max}"),
+            );
+            ok = false;
+        }
+        if ok && scale != Scale::Linear {
+            let lowest = if integer { 1.0 } else { f64::MIN_POSITIVE };
+            if min < lowest {
+                let need = if integer { "min >= 1" } else { "min > 0" };
+                self.report(
+                    format!("{field}.min"),
+                    format!(
+                        "{} scale needs {need}, got min {min}",
+                        scale_name(scale)
+                    ),
+                );
+                ok = false;
+            }
+        }
+        let grid_points = match p.grid_points {
+            Some(n) if n < 1 => {
+                self.report(
+                    format!("{field}.grid_points"),
+                    format!("must be >= 1, got {n}"),
+                );
+                ok = false;
+                None
+            }
+            n => n.map(|n| n as usize),
+        };
+        if !ok {
+            return None;
+        }
+        Some(if integer {
+            Domain::Integer {
+                min: min as i64,
+                max: max as i64,
+                scale,
+                grid_points,
+            }
+        } else {
+            Domain::Double {
+                min,
+                max,
+                scale,
+                grid_points,
+            }
+        })
+    }
+
+    fn values<'a>(&mut self, field: &str, p: &'a RawParameter) -> Option<&'a [Scalar]> {
+        match p.values.as_deref() {
+            None => {
+                self.report(
+                    field.to_string(),
+                    format!("a {} parameter needs `values`", p.kind),
+                );
+                None
+            }
+            Some([]) => {
+                self.report(format!("{field}.values"), "must list at least one value");
+                None
+            }
+            Some(values) => Some(values),
+        }
+    }
+
+    fn discrete_domain(&mut self, field: &str, p: &RawParameter, scale: Scale) -> Option<Domain> {
+        let raw = self.values(field, p)?;
+        let mut values = Vec::with_capacity(raw.len());
+        for (i, value) in raw.iter().enumerate() {
+            match value.as_f64() {
+                Some(x) if x.is_finite() => values.push(x),
+                _ => self.report(
+                    format!("{field}.values[{i}]"),
+                    format!(
+                        "'{}' is not a number: discrete values are numbers (use type categorical for strings)",
+                        value.as_text()
+                    ),
+                ),
+            }
+        }
+        if values.len() != raw.len() {
+            return None;
+        }
+        if let Some(i) = values.windows(2).position(|w| w[1] <= w[0]) {
+            self.report(
+                format!("{field}.values[{}]", i + 1),
+                format!(
+                    "discrete values must increase: {} comes after {}",
+                    values[i + 1],
+                    values[i]
+                ),
+            );
+            return None;
+        }
+        if scale != Scale::Linear && values[0] <= 0.0 {
+            self.report(
+                format!("{field}.values[0]"),
+                format!(
+                    "{} scale needs values > 0, got {}",
+                    scale_name(scale),
+                    values[0]
+                ),
+            );
+            return None;
+        }
+        Some(Domain::Discrete { values, scale })
+    }
+
+    fn categorical_domain(&mut self, field: &str, p: &RawParameter) -> Option<Domain> {
+        let raw = self.values(field, p)?;
+        let mut values: Vec<String> = Vec::with_capacity(raw.len());
+        for (i, value) in raw.iter().enumerate() {
+            let text = value.as_text();
+            if values.contains(&text) {
+                self.report(
+                    format!("{field}.values[{i}]"),
+                    format!("duplicate value '{text}'"),
+                );
+                return None;
+            }
+            values.push(text);
+        }
+        Some(Domain::Categorical { values })
+    }
+
+    fn condition(
+        &mut self,
+        field: &str,
+        p: &RawParameter,
+        earlier: &[Parameter],
+    ) -> Option<Option<Condition>> {
+        let Some(when) = &p.when else {
+            return Some(None);
+        };
+        if when.is_empty() {
+            self.report(
+                format!("{field}.when"),
+                "must name at least one parent parameter",
+            );
+            return None;
+        }
+        let mut requires = BTreeMap::new();
+        let mut ok = true;
+        for (parent_id, allowed) in when {
+            let place = format!("{field}.when.{parent_id}");
+            let Some(parent) = earlier.iter().find(|q| &q.id == parent_id) else {
+                let known: Vec<&str> = earlier.iter().map(|q| q.id.as_str()).collect();
+                self.report(
+                    place,
+                    format!(
+                        "'{parent_id}' is not a parameter defined before '{}' (defined before it: {})",
+                        p.id,
+                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                    ),
+                );
+                ok = false;
+                continue;
+            };
+            if matches!(parent.domain, Domain::Double { .. }) {
+                self.report(
+                    place,
+                    format!(
+                        "'{parent_id}' is a double: a condition needs a categorical, discrete or integer parent"
+                    ),
+                );
+                ok = false;
+                continue;
+            }
+            if allowed.is_empty() {
+                self.report(place, "must list at least one value of the parent");
+                ok = false;
+                continue;
+            }
+            let mut values = Vec::new();
+            for (i, scalar) in allowed.iter().enumerate() {
+                match parent.domain.parse(&scalar.as_text()) {
+                    Ok(value) => values.push(value),
+                    Err(message) => {
+                        self.report(format!("{place}[{i}]"), format!("{message} of '{parent_id}'"));
+                        ok = false;
+                    }
+                }
+            }
+            requires.insert(parent_id.clone(), values);
+        }
+        ok.then_some(Some(Condition { requires }))
+    }
+
+    fn trial(&mut self, raw: RawTrial, space: Option<&Space>) -> Option<TrialTemplate> {
+        let mut ok = true;
+        if raw.command.first().is_none_or(|c| c.trim().is_empty()) {
+            self.report(
+                "trial.command",
+                "must name the worker program, e.g. [python, train.py]",
+            );
+            ok = false;
+        }
+        if let (Some(args), Some(space)) = (&raw.args, space) {
+            for (i, arg) in args.iter().enumerate() {
+                if let Err(message) = check_template(arg, space) {
+                    self.report(format!("trial.args[{i}]"), message);
+                    ok = false;
+                }
+            }
+        }
+        let timeout = self.duration("trial.timeout", raw.timeout.as_deref());
+        let grace = self.duration("trial.grace_period", raw.grace_period.as_deref());
+        let executor = match raw.executor.as_ref().map(|e| e.kind.as_str()) {
+            None | Some("local") => Some(ExecutorKind::Local),
+            Some(kind @ ("vertex" | "kubernetes" | "sagemaker")) => {
+                self.report(
+                    "trial.executor.kind",
+                    format!("the {kind} executor is not available in this version: use local"),
+                );
+                None
+            }
+            Some(other) => {
+                self.report(
+                    "trial.executor.kind",
+                    format!("'{other}' is not an executor: use local"),
+                );
+                None
+            }
+        };
+        if !ok {
+            return None;
+        }
+        Some(TrialTemplate {
+            command: raw.command,
+            args: raw.args,
+            env: raw.env,
+            timeout: timeout?,
+            grace_period: grace?.unwrap_or(DEFAULT_GRACE_PERIOD),
+            executor: executor?,
+        })
+    }
+
+    fn duration(&mut self, field: &str, text: Option<&str>) -> Option<Option<Duration>> {
+        let Some(text) = text else {
+            return Some(None);
+        };
+        match humantime::parse_duration(text) {
+            Ok(d) if !d.is_zero() => Some(Some(d)),
+            Ok(_) => {
+                self.report(field, "must be longer than zero");
+                None
+            }
+            Err(e) => {
+                self.report(
+                    field,
+                    format!("'{text}' is not a duration ({e}): write e.g. 90s, 30m or 2h"),
+                );
+                None
+            }
+        }
+    }
+}
+
+fn scale_name(scale: Scale) -> &'static str {
+    match scale {
+        Scale::Linear => "linear",
+        Scale::Log => "log",
+        Scale::ReverseLog => "reverse_log",
+    }
+}
+
+fn is_identifier(id: &str) -> bool {
+    let mut chars = id.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// The placeholders of an argument template: `{id}` names a parameter, `{trial_id}` and
+/// `{study}` the trial and the study; `{{` and `}}` stand for braces.
+pub const TEMPLATE_BUILTINS: [&str; 2] = ["trial_id", "study"];
+
+/// Splits a template into literal text and placeholder names.
+pub fn template_parts(template: &str) -> Result<Vec<TemplatePart<'_>>, String> {
+    let mut parts = Vec::new();
+    let mut rest = template;
+    let mut literal = String::new();
+    while let Some(i) = rest.find(['{', '}']) {
+        literal.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        if tail.starts_with("{{") || tail.starts_with("}}") {
+            literal.push_str(&tail[..1]);
+            rest = &tail[2..];
+        } else if tail.starts_with('}') {
+            return Err(format!(
+                "unmatched '}}' in '{template}': write '}}}}' for a literal brace"
+            ));
+        } else {
+            let end = tail
+                .find('}')
+                .ok_or_else(|| format!("unclosed '{{' in '{template}'"))?;
+            if !literal.is_empty() {
+                parts.push(TemplatePart::Text(std::mem::take(&mut literal)));
+            }
+            parts.push(TemplatePart::Placeholder(&tail[1..end]));
+            rest = &tail[end + 1..];
+        }
+    }
+    literal.push_str(rest);
+    if !literal.is_empty() {
+        parts.push(TemplatePart::Text(literal));
+    }
+    Ok(parts)
+}
+
+/// A piece of an argument template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplatePart<'a> {
+    /// Text copied as is.
+    Text(String),
+    /// A `{name}` to fill in.
+    Placeholder(&'a str),
+}
+
+fn check_template(template: &str, space: &Space) -> Result<(), String> {
+    for part in template_parts(template)? {
+        if let TemplatePart::Placeholder(name) = part {
+            if space.get(name).is_none() && !TEMPLATE_BUILTINS.contains(&name) {
+                let ids: Vec<&str> = space.parameters().iter().map(|p| p.id.as_str()).collect();
+                return Err(format!(
+                    "'{{{name}}}' names no parameter (parameters: {}; also {{trial_id}}, {{study}})",
+                    ids.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name: demo
+objective: {metric: accuracy, goal: maximize}
+parameters:
+  - {id: lr, type: double, min: 1.0e-5, max: 1.0e-3, scale: log}
+  - {id: batch_size, type: discrete, values: [8, 16, 32]}
+  - {id: opt, type: categorical, values: [adam, sgd]}
+  - {id: momentum, type: double, min: 0.0, max: 0.99, when: {opt: [sgd]}}
+algorithm: random
+max_trial_count: 4
+parallel_trial_count: 2
+trial:
+  command: [python3, train.py]
+  timeout: 30m
+"#;
+
+    fn errors(text: &str) -> String {
+        parse(Path::new("study.yaml"), text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn reads_a_complete_study() {
+        let study = parse(Path::new("study.yaml"), GOOD).unwrap();
+        assert_eq!(study.name, "demo");
+        assert_eq!(study.objective.goal, Goal::Maximize);
+        assert_eq!(study.space.dimension(), 4);
+        assert_eq!(study.algorithm, Algorithm::Random);
+        assert_eq!(study.parallel_trial_count, 2);
+        assert_eq!(study.max_failed_trial_count, DEFAULT_MAX_FAILED_TRIAL_COUNT);
+        assert_eq!(study.trial.timeout, Some(Duration::from_secs(1800)));
+    }
+
+    #[test]
+    fn range_errors_name_line_column_and_field() {
+        let text = GOOD.replace("min: 1.0e-5", "min: 0.0");
+        assert_eq!(
+            errors(&text),
+            "study.yaml:5:33: parameters[0].min: log scale needs min > 0, got min 0"
+        );
+    }
+
+    #[test]
+    fn every_broken_rule_is_reported_at_once() {
+        let text = GOOD
+            .replace("[8, 16, 32]", "[8, 32, 16]")
+            .replace("parallel_trial_count: 2", "parallel_trial_count: 0");
+        let message = errors(&text);
+        assert!(message.contains("study.yaml:6:54: parameters[1].values[2]: discrete values must increase: 16 comes after 32"), "{message}");
+        assert!(message.contains("study.yaml:11:23: parallel_trial_count: must be >= 1, got 0"), "{message}");
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_with_their_position() {
+        let text = GOOD.replace("seed", "x").replace("algorithm: random", "algorithm: random\nsede: 3");
+        let message = errors(&text);
+        assert!(message.starts_with("study.yaml:10:1: unknown field `sede`"), "{message}");
+    }
+
+    #[test]
+    fn templates_split_into_text_and_placeholders() {
+        assert_eq!(
+            template_parts("--lr={lr}{{x}}").unwrap(),
+            vec![
+                TemplatePart::Text("--lr=".into()),
+                TemplatePart::Placeholder("lr"),
+                TemplatePart::Text("{x}".into()),
+            ]
+        );
+        assert!(template_parts("{lr").is_err());
+        assert!(template_parts("lr}").is_err());
+    }
+}

@@ -1,0 +1,94 @@
+//! The study file as written: what serde reads before any check of meaning.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// A YAML scalar of a `values` list or a `when` clause.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Scalar {
+    /// `16`
+    Int(i64),
+    /// `0.5`
+    Float(f64),
+    /// `true`
+    Bool(bool),
+    /// `adamw`
+    Str(String),
+}
+
+impl Scalar {
+    /// The scalar as a number, if it is one.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Scalar::Int(i) => Some(*i as f64),
+            Scalar::Float(x) => Some(*x),
+            _ => None,
+        }
+    }
+
+    /// The scalar as text, as a categorical value.
+    pub fn as_text(&self) -> String {
+        match self {
+            Scalar::Int(i) => i.to_string(),
+            Scalar::Float(x) => x.to_string(),
+            Scalar::Bool(b) => b.to_string(),
+            Scalar::Str(s) => s.clone(),
+        }
+    }
+}
+
+/// The whole study file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStudy {
+    pub name: String,
+    pub objective: RawObjective,
+    pub parameters: Vec<RawParameter>,
+    pub algorithm: Option<String>,
+    pub max_trial_count: Option<i64>,
+    pub parallel_trial_count: Option<i64>,
+    pub max_failed_trial_count: Option<i64>,
+    pub seed: Option<u64>,
+    pub trial: RawTrial,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawObjective {
+    pub metric: String,
+    pub goal: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawParameter {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub scale: Option<String>,
+    pub values: Option<Vec<Scalar>>,
+    pub grid_points: Option<i64>,
+    pub when: Option<BTreeMap<String, Vec<Scalar>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTrial {
+    pub command: Vec<String>,
+    pub args: Option<Vec<String>>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub timeout: Option<String>,
+    pub grace_period: Option<String>,
+    pub executor: Option<RawExecutor>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExecutor {
+    pub kind: String,
+}

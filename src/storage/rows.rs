@@ -1,0 +1,202 @@
+//! Stored rows read back into typed records.
+
+use std::str::FromStr;
+
+use serde::Serialize;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::StorageError;
+use crate::space::Assignment;
+use crate::spec::Goal;
+
+/// The columns of a trial, in the order [`TrialRecord::from_row`] reads them.
+macro_rules! trial_columns {
+    () => {
+        "id, number, state, params, value, error, worker, log_path, started_at, finished_at"
+    };
+}
+pub(crate) use trial_columns;
+
+/// The state of a trial: `pending -> running -> succeeded | failed | stopped`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrialState {
+    /// Created, not started.
+    Pending,
+    /// Its worker is running.
+    Running,
+    /// Reported a final value.
+    Succeeded,
+    /// Its worker failed, timed out or reported no usable value.
+    Failed,
+    /// Stopped by the user or the controller before it finished.
+    Stopped,
+}
+
+impl TrialState {
+    /// Every state, in life order.
+    pub const ALL: [TrialState; 5] = [
+        TrialState::Pending,
+        TrialState::Running,
+        TrialState::Succeeded,
+        TrialState::Failed,
+        TrialState::Stopped,
+    ];
+
+    /// The state as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrialState::Pending => "pending",
+            TrialState::Running => "running",
+            TrialState::Succeeded => "succeeded",
+            TrialState::Failed => "failed",
+            TrialState::Stopped => "stopped",
+        }
+    }
+
+    /// Whether the trial is over.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            TrialState::Succeeded | TrialState::Failed | TrialState::Stopped
+        )
+    }
+}
+
+impl FromStr for TrialState {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        TrialState::ALL
+            .into_iter()
+            .find(|s| s.as_str() == text)
+            .ok_or_else(|| {
+                format!("'{text}' is not a trial state: use pending, running, succeeded, failed or stopped")
+            })
+    }
+}
+
+/// A study as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudyRecord {
+    /// Row id.
+    pub id: i64,
+    /// Unique name.
+    pub name: String,
+    /// Objective metric.
+    pub metric: String,
+    /// Objective goal.
+    pub goal: Goal,
+    /// The study file as last run.
+    pub spec: String,
+    /// The search space, JSON.
+    pub space: String,
+    /// When it was created.
+    pub created_at: String,
+}
+
+/// A trial as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrialRecord {
+    /// Row id.
+    #[serde(skip)]
+    pub id: i64,
+    /// Number within the study, from 0.
+    pub number: u64,
+    /// Where it is in its life.
+    pub state: TrialState,
+    /// Its parameters.
+    pub params: Assignment,
+    /// Final value of the objective.
+    pub value: Option<f64>,
+    /// Why it failed or was stopped.
+    pub error: Option<String>,
+    /// The worker's handle (local pid).
+    pub worker: Option<String>,
+    /// The worker's log file.
+    pub log_path: Option<String>,
+    /// When its worker started.
+    pub started_at: Option<String>,
+    /// When it ended.
+    pub finished_at: Option<String>,
+}
+
+/// A study with its trial counts and best value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudySummary {
+    /// The study.
+    pub study: StudyRecord,
+    /// Trials by state, in the order of [`TrialState::ALL`].
+    pub counts: [usize; 5],
+    /// The best value so far.
+    pub best: Option<f64>,
+}
+
+impl StudySummary {
+    /// Summarises `trials` of `study`.
+    pub fn new(study: StudyRecord, trials: &[TrialRecord]) -> Self {
+        let mut counts = [0; 5];
+        for trial in trials {
+            counts[TrialState::ALL
+                .iter()
+                .position(|s| *s == trial.state)
+                .unwrap_or(0)] += 1;
+        }
+        let best = super::best_trial(trials, study.goal).and_then(|t| t.value);
+        Self {
+            study,
+            counts,
+            best,
+        }
+    }
+
+    /// Number of trials in `state`.
+    pub fn count(&self, state: TrialState) -> usize {
+        TrialState::ALL
+            .iter()
+            .position(|s| *s == state)
+            .map_or(0, |i| self.counts[i])
+    }
+}
+
+pub(super) fn corrupt(e: sqlx::Error) -> StorageError {
+    StorageError::Corrupt(e.to_string())
+}
+
+impl StudyRecord {
+    pub(super) fn from_row(row: &AnyRow) -> Result<Self, StorageError> {
+        let goal: String = row.try_get("goal").map_err(corrupt)?;
+        Ok(Self {
+            id: row.try_get("id").map_err(corrupt)?,
+            name: row.try_get("name").map_err(corrupt)?,
+            metric: row.try_get("metric").map_err(corrupt)?,
+            goal: Goal::parse(&goal)
+                .ok_or_else(|| StorageError::Corrupt(format!("goal '{goal}'")))?,
+            spec: row.try_get("spec").map_err(corrupt)?,
+            space: row.try_get("space").map_err(corrupt)?,
+            created_at: row.try_get("created_at").map_err(corrupt)?,
+        })
+    }
+}
+
+impl TrialRecord {
+    pub(super) fn from_row(row: &AnyRow) -> Result<Self, StorageError> {
+        let state: String = row.try_get("state").map_err(corrupt)?;
+        let params: String = row.try_get("params").map_err(corrupt)?;
+        let number: i64 = row.try_get("number").map_err(corrupt)?;
+        Ok(Self {
+            id: row.try_get("id").map_err(corrupt)?,
+            number: number as u64,
+            state: state.parse().map_err(StorageError::Corrupt)?,
+            params: serde_json::from_str(&params)
+                .map_err(|e| StorageError::Corrupt(format!("parameters {params}: {e}")))?,
+            value: row.try_get("value").map_err(corrupt)?,
+            error: row.try_get("error").map_err(corrupt)?,
+            worker: row.try_get("worker").map_err(corrupt)?,
+            log_path: row.try_get("log_path").map_err(corrupt)?,
+            started_at: row.try_get("started_at").map_err(corrupt)?,
+            finished_at: row.try_get("finished_at").map_err(corrupt)?,
+        })
+    }
+}

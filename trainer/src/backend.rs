@@ -1,0 +1,96 @@
+//! Choosing the burn backend at run time from `--device` (and `--cpu-backend`).
+
+use std::str::FromStr;
+
+use burn::backend::Autodiff;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+
+use crate::error::{Result, TrainerError};
+
+/// Where to compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// The CPU, with all cores.
+    Cpu,
+    /// The CUDA GPU of this index (`cuda` feature).
+    Cuda(usize),
+}
+
+impl FromStr for DeviceChoice {
+    type Err = TrainerError;
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = |message: String| TrainerError::Device {
+            device: s.to_string(),
+            message,
+        };
+        match s {
+            "cpu" => Ok(DeviceChoice::Cpu),
+            "cuda" | "gpu" => Ok(DeviceChoice::Cuda(0)),
+            _ => match s.strip_prefix("cuda:") {
+                Some(index) => index.parse().map(DeviceChoice::Cuda).map_err(|_| {
+                    bad(format!("\"{index}\" is not a GPU index; use cuda:0, cuda:1, ..."))
+                }),
+                None => Err(bad("use cpu, cuda or cuda:N".to_string())),
+            },
+        }
+    }
+}
+
+/// burn's CPU backends that this binary was built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum CpuBackend {
+    /// burn-flex (the default build's backend).
+    #[default]
+    Flex,
+    /// burn-ndarray (`ndarray` feature).
+    Ndarray,
+    /// burn-candle's CPU backend (`candle` feature).
+    Candle,
+}
+
+/// Work that runs on whichever backend is chosen at run time.
+pub trait BackendTask {
+    /// What the work returns.
+    type Output;
+    /// Runs the work on autodiff backend `B` and its device.
+    fn run<B: AutodiffBackend>(self, device: <B as Backend>::Device) -> Result<Self::Output>;
+}
+
+/// Runs `task` on the backend for `device` (and, on the CPU, `cpu`).
+pub fn dispatch<T: BackendTask>(device: DeviceChoice, cpu: CpuBackend, task: T) -> Result<T::Output> {
+    let missing = |what: &str, feature: &str| TrainerError::Device {
+        device: match device {
+            DeviceChoice::Cpu => "cpu".to_string(),
+            DeviceChoice::Cuda(i) => format!("cuda:{i}"),
+        },
+        message: format!(
+            "{what} is not compiled into this binary; rebuild with `cargo build --release -p hptune-trainer --features {feature}`"
+        ),
+    };
+    match (device, cpu) {
+        #[cfg(feature = "cuda")]
+        (DeviceChoice::Cuda(index), _) => {
+            task.run::<Autodiff<burn::backend::Cuda>>(burn::backend::cuda::CudaDevice::new(index))
+        }
+        #[cfg(not(feature = "cuda"))]
+        (DeviceChoice::Cuda(_), _) => Err(missing("CUDA", "cuda")),
+        #[cfg(feature = "flex")]
+        (DeviceChoice::Cpu, CpuBackend::Flex) => {
+            task.run::<Autodiff<burn::backend::Flex>>(Default::default())
+        }
+        #[cfg(not(feature = "flex"))]
+        (DeviceChoice::Cpu, CpuBackend::Flex) => Err(missing("burn-flex", "flex")),
+        #[cfg(feature = "ndarray")]
+        (DeviceChoice::Cpu, CpuBackend::Ndarray) => {
+            task.run::<Autodiff<burn::backend::NdArray>>(Default::default())
+        }
+        #[cfg(not(feature = "ndarray"))]
+        (DeviceChoice::Cpu, CpuBackend::Ndarray) => Err(missing("burn-ndarray", "ndarray")),
+        #[cfg(feature = "candle")]
+        (DeviceChoice::Cpu, CpuBackend::Candle) => {
+            task.run::<Autodiff<burn::backend::Candle>>(Default::default())
+        }
+        #[cfg(not(feature = "candle"))]
+        (DeviceChoice::Cpu, CpuBackend::Candle) => Err(missing("burn-candle", "candle")),
+    }
+}

@@ -1,0 +1,137 @@
+//! Command-line flags. Every hyperparameter flag also accepts its snake_case spelling, since
+//! the controller passes parameters as `--<id>=<value>` with ids like `learning_rate`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::backend::CpuBackend;
+use crate::data::Column;
+use crate::metrics::Metric;
+
+/// hptune's trial worker: fine-tunes a BERT-family checkpoint for text classification and
+/// reports `step=N accuracy=… macro_f1=… mcc=… loss=…` lines on stdout (the hptune worker
+/// protocol), plus the metrics file named by HPTUNE_METRICS_FILE / CLOUD_ML_HP_METRIC_FILE.
+#[derive(Debug, Parser)]
+#[command(name = "hptune-trainer", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    /// `predict`, or nothing to train.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Training flags (when no subcommand is given).
+    #[command(flatten)]
+    pub train: Option<TrainArgs>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Classify texts with a fine-tuned model; prints a JSON array of {text, label, probabilities}.
+    Predict(PredictArgs),
+}
+
+/// Flags of a training run.
+#[derive(Debug, Args, Clone)]
+pub struct TrainArgs {
+    /// Checkpoint folder (config.json, model.safetensors, tokenizer.json or vocab.txt), or a hub
+    /// id already in the Hugging Face cache.
+    #[arg(long, env = "HPTUNE_TRAINER_MODEL")]
+    pub model: String,
+    /// Training data: .csv, .tsv/.txt or .jsonl.
+    #[arg(long)]
+    pub train: PathBuf,
+    /// Evaluation data; without it, --eval-split of the training data is held out (stratified).
+    #[arg(long)]
+    pub eval: Option<PathBuf>,
+    /// Text column: header name or 0-based index [default: sentence, text or sentence1; 0 without header].
+    #[arg(long, alias = "text_column")]
+    pub text_column: Option<Column>,
+    /// Second text column of sentence-pair tasks [default: sentence2 when the text is sentence1].
+    #[arg(long, alias = "text_pair_column")]
+    pub text_pair_column: Option<Column>,
+    /// Label column: header name or 0-based index [default: label; 1 without header].
+    #[arg(long, alias = "label_column")]
+    pub label_column: Option<Column>,
+    /// CSV/TSV files have no header row (columns by index, e.g. CoLA's raw files).
+    #[arg(long, alias = "no_header")]
+    pub no_header: bool,
+    /// The objective: the metric reported first on the final line and in the metrics file.
+    #[arg(long, value_enum, default_value = "accuracy")]
+    pub metric: Metric,
+    /// Folder to write the fine-tuned checkpoint to (weights, config, tokenizer, labels).
+    #[arg(long, alias = "output_dir")]
+    pub output_dir: Option<PathBuf>,
+    /// cpu, cuda or cuda:N (cuda needs the `cuda` build feature).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// burn CPU backend (those compiled in: flex by default; ndarray, candle by feature).
+    #[arg(long, alias = "cpu_backend", value_enum, default_value = "flex")]
+    pub cpu_backend: CpuBackend,
+    /// Peak learning rate of AdamW.
+    #[arg(long, alias = "learning_rate", default_value_t = 5e-5)]
+    pub learning_rate: f64,
+    /// Training batch size.
+    #[arg(long, alias = "batch_size", default_value_t = 8)]
+    pub batch_size: usize,
+    /// Evaluation batch size.
+    #[arg(long, alias = "eval_batch_size", default_value_t = 64)]
+    pub eval_batch_size: usize,
+    /// Passes over the training data.
+    #[arg(long, default_value_t = 3)]
+    pub epochs: usize,
+    /// Fraction of the steps spent on linear warmup.
+    #[arg(long, alias = "warmup_ratio", default_value_t = 0.0)]
+    pub warmup_ratio: f64,
+    /// AdamW's decoupled weight decay (not applied to biases and LayerNorm).
+    #[arg(long, alias = "weight_decay", default_value_t = 0.0)]
+    pub weight_decay: f64,
+    /// Dropout of hidden states, attention and the head [default: the checkpoint's config.json].
+    #[arg(long)]
+    pub dropout: Option<f64>,
+    /// Maximal global gradient norm (0 turns clipping off).
+    #[arg(long, alias = "max_grad_norm", default_value_t = 1.0)]
+    pub max_grad_norm: f64,
+    /// AdamW's epsilon.
+    #[arg(long, alias = "adam_epsilon", default_value_t = 1e-8)]
+    pub adam_epsilon: f64,
+    /// Maximal tokens per text (pair), special tokens included; longer texts are truncated.
+    #[arg(long, alias = "max_seq_len", alias = "max-seq-length", alias = "max_seq_length", default_value_t = 128)]
+    pub max_seq_len: usize,
+    /// Seed of shuffling, dropout and the new head's initialisation.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Use only the first N training rows.
+    #[arg(long, alias = "max_train_samples")]
+    pub max_train_samples: Option<usize>,
+    /// Use only the first N evaluation rows.
+    #[arg(long, alias = "max_eval_samples")]
+    pub max_eval_samples: Option<usize>,
+    /// Fraction of the training data held out for evaluation when --eval is not given.
+    #[arg(long, alias = "eval_split", default_value_t = 0.1)]
+    pub eval_split: f64,
+}
+
+/// Flags of `predict`.
+#[derive(Debug, Args, Clone)]
+pub struct PredictArgs {
+    /// A folder written by --output-dir.
+    #[arg(long, alias = "model_dir")]
+    pub model_dir: PathBuf,
+    /// A file with one text per line (instead of, or besides, TEXT arguments).
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// burn CPU backend.
+    #[arg(long, alias = "cpu_backend", value_enum, default_value = "flex")]
+    pub cpu_backend: CpuBackend,
+    /// Maximal tokens per text.
+    #[arg(long, alias = "max_seq_len", default_value_t = 128)]
+    pub max_seq_len: usize,
+    /// Batch size.
+    #[arg(long, alias = "batch_size", default_value_t = 32)]
+    pub batch_size: usize,
+    /// Texts to classify.
+    pub texts: Vec<String>,
+}

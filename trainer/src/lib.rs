@@ -1,0 +1,27 @@
+//! hptune-trainer: fine-tunes BERT-family text classifiers with burn and reports metrics by
+//! hptune's worker protocol.
+//!
+//! The parts, each in its own module: [`config`] (the checkpoint's config.json), [`model`]
+//! (the network), [`checkpoint`] (safetensors in and out, with the key map), [`tokenize`],
+//! [`data`] (files and labels), [`batch`] (padding), [`optim`] (AdamW groups, clipping,
+//! schedule), [`train`] (the loop and evaluation), [`metrics`], [`report`] (the protocol),
+//! [`backend`] (device choice), [`pretrained`] (checkpoint folders) and [`run`] (the commands).
+
+pub mod backend;
+pub mod batch;
+pub mod checkpoint;
+pub mod cli;
+pub mod config;
+pub mod data;
+pub mod error;
+pub mod metrics;
+pub mod model;
+pub mod optim;
+pub mod pretrained;
+pub mod progress;
+pub mod report;
+pub mod run;
+pub mod tokenize;
+pub mod train;
+
+pub use error::{Result, TrainerError};

@@ -1,0 +1,249 @@
+//! The two commands as library functions: `train` (the trial worker) and `predict`.
+
+use burn::module::AutodiffModule;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+
+use crate::backend::{BackendTask, DeviceChoice, dispatch};
+use crate::batch::{EncodedExample, encode_all};
+use crate::cli::{PredictArgs, TrainArgs};
+use crate::config::BertConfig;
+use crate::data::{ColumnSpec, LabelMap, read_examples, stratified_split};
+use crate::error::{Result, TrainerError};
+use crate::metrics::EvalMetrics;
+use crate::optim::AdamWSettings;
+use crate::pretrained::{load_classifier, resolve_model_dir, save_checkpoint, saved_labels};
+use crate::report::Reporter;
+use crate::tokenize::TextTokenizer;
+use crate::train::{TrainSettings, fine_tune, predict_probabilities};
+
+/// One prediction as printed by `predict`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Prediction {
+    /// The input text.
+    pub text: String,
+    /// The most probable class.
+    pub label: String,
+    /// Probability of every class, by name.
+    pub probabilities: std::collections::BTreeMap<String, f32>,
+}
+
+/// Trains as the flags say, reporting on stdout and the metrics file; returns the final metrics.
+pub fn train(args: &TrainArgs) -> Result<EvalMetrics> {
+    validate(args)?;
+    let device: DeviceChoice = args.device.parse()?;
+    dispatch(device, args.cpu_backend, TrainTask(args))
+}
+
+/// Classifies texts with a fine-tuned checkpoint folder.
+pub fn predict(args: &PredictArgs) -> Result<Vec<Prediction>> {
+    let device: DeviceChoice = args.device.parse()?;
+    dispatch(device, args.cpu_backend, PredictTask(args))
+}
+
+fn validate(args: &TrainArgs) -> Result<()> {
+    let bad = |flag, message: &str| {
+        Err(TrainerError::InvalidArgument {
+            flag,
+            message: message.to_string(),
+        })
+    };
+    if !(args.learning_rate > 0.0 && args.learning_rate.is_finite()) {
+        return bad("learning-rate", "must be a positive number");
+    }
+    if args.batch_size == 0 {
+        return bad("batch-size", "must be at least 1");
+    }
+    if args.eval_batch_size == 0 {
+        return bad("eval-batch-size", "must be at least 1");
+    }
+    if args.epochs == 0 {
+        return bad("epochs", "must be at least 1");
+    }
+    if !(0.0..=1.0).contains(&args.warmup_ratio) {
+        return bad("warmup-ratio", "must be in [0, 1]");
+    }
+    if !(args.weight_decay >= 0.0 && args.weight_decay.is_finite()) {
+        return bad("weight-decay", "must be 0 or more");
+    }
+    if args.dropout.is_some_and(|d| !(0.0..1.0).contains(&d)) {
+        return bad("dropout", "must be in [0, 1)");
+    }
+    if !(args.max_grad_norm >= 0.0) {
+        return bad("max-grad-norm", "must be 0 (off) or more");
+    }
+    if args.eval.is_none() && !(args.eval_split > 0.0 && args.eval_split < 1.0) {
+        return bad("eval-split", "must be in (0, 1) when --eval is not given");
+    }
+    Ok(())
+}
+
+/// Reads, labels and tokenises the data sets.
+struct Prepared {
+    labels: LabelMap,
+    train: Vec<EncodedExample>,
+    eval: Vec<EncodedExample>,
+}
+
+fn prepare(args: &TrainArgs, tokenizer: &TextTokenizer) -> Result<Prepared> {
+    let spec = ColumnSpec {
+        text: args.text_column.clone(),
+        pair: args.text_pair_column.clone(),
+        label: args.label_column.clone(),
+        header: !args.no_header,
+    };
+    let mut raw_train = read_examples(&args.train, &spec)?;
+    if let Some(n) = args.max_train_samples {
+        raw_train.truncate(n);
+    }
+    let labels = LabelMap::from_examples(&raw_train);
+    if labels.len() < 2 {
+        return Err(TrainerError::Data {
+            path: args.train.clone(),
+            line: 0,
+            message: format!(
+                "the training rows have {} distinct label(s) {:?}; a classifier needs at least 2",
+                labels.len(),
+                labels.names()
+            ),
+        });
+    }
+    let train = labels.apply(&args.train, raw_train)?;
+    let (train, eval) = match &args.eval {
+        Some(path) => {
+            let mut raw_eval = read_examples(path, &spec)?;
+            if let Some(n) = args.max_eval_samples {
+                raw_eval.truncate(n);
+            }
+            (train, labels.apply(path, raw_eval)?)
+        }
+        None => stratified_split(train, args.eval_split, args.seed),
+    };
+    tracing::info!(
+        "{} training and {} evaluation examples, {} classes {:?}",
+        train.len(),
+        eval.len(),
+        labels.len(),
+        labels.names()
+    );
+    Ok(Prepared {
+        train: encode_all(tokenizer, &train)?,
+        eval: encode_all(tokenizer, &eval)?,
+        labels,
+    })
+}
+
+struct TrainTask<'a>(&'a TrainArgs);
+
+impl BackendTask for TrainTask<'_> {
+    type Output = EvalMetrics;
+
+    fn run<B: AutodiffBackend>(self, device: <B as Backend>::Device) -> Result<EvalMetrics> {
+        let args = self.0;
+        let dir = resolve_model_dir(&args.model)?;
+        let config = BertConfig::from_file(&dir.join("config.json"))?;
+        let tokenizer = TextTokenizer::from_dir(&dir, args.max_seq_len.min(config.max_position_embeddings))?;
+        let data = prepare(args, &tokenizer)?;
+        B::seed(&device, args.seed);
+        let (model, _) =
+            load_classifier::<B>(&dir, &config, data.labels.len(), args.dropout, &device)?;
+        let settings = TrainSettings {
+            learning_rate: args.learning_rate,
+            batch_size: args.batch_size,
+            eval_batch_size: args.eval_batch_size,
+            epochs: args.epochs,
+            warmup_ratio: args.warmup_ratio,
+            adamw: AdamWSettings {
+                weight_decay: args.weight_decay,
+                epsilon: args.adam_epsilon,
+                max_grad_norm: Some(args.max_grad_norm),
+                ..AdamWSettings::default()
+            },
+            seed: args.seed,
+        };
+        let mut reporter = Reporter::from_env(args.metric);
+        let (model, metrics) = fine_tune(
+            model,
+            &data.train,
+            &data.eval,
+            &settings,
+            data.labels.len(),
+            tokenizer.pad_id(),
+            &device,
+            &mut reporter,
+        )?;
+        if let Some(out) = &args.output_dir {
+            save_checkpoint(&out.clone(), &model.valid(), &config, &data.labels, &tokenizer, &dir)?;
+            tracing::info!("saved the fine-tuned model to {}", out.display());
+        }
+        reporter.report_final(&metrics)?;
+        Ok(metrics)
+    }
+}
+
+struct PredictTask<'a>(&'a PredictArgs);
+
+impl BackendTask for PredictTask<'_> {
+    type Output = Vec<Prediction>;
+
+    fn run<B: AutodiffBackend>(self, device: <B as Backend>::Device) -> Result<Vec<Prediction>> {
+        let args = self.0;
+        let texts = collect_texts(args)?;
+        let dir = &args.model_dir;
+        let config = BertConfig::from_file(&dir.join("config.json"))?;
+        let labels = saved_labels(dir, &config)?;
+        let tokenizer = TextTokenizer::from_dir(dir, args.max_seq_len.min(config.max_position_embeddings))?;
+        let (model, report) =
+            load_classifier::<B::InnerBackend>(dir, &config, labels.len(), Some(0.0), &device)?;
+        if !report.newly_initialised.is_empty() {
+            return Err(TrainerError::ModelNotFound(format!(
+                "{}: the checkpoint lacks {}; predict needs a folder written by --output-dir",
+                dir.display(),
+                report.newly_initialised.join(", ")
+            )));
+        }
+        let encoded: Vec<EncodedExample> = texts
+            .iter()
+            .map(|text| {
+                let e = tokenizer.encode(text, None)?;
+                Ok(EncodedExample {
+                    ids: e.ids,
+                    type_ids: e.type_ids,
+                    label: 0,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let probabilities =
+            predict_probabilities(&model, &encoded, args.batch_size, tokenizer.pad_id(), &device)?;
+        Ok(texts
+            .into_iter()
+            .zip(probabilities)
+            .map(|(text, probs)| {
+                let best = probs
+                    .iter()
+                    .enumerate()
+                    .max_by(|a, b| a.1.total_cmp(b.1))
+                    .map_or(0, |(i, _)| i);
+                Prediction {
+                    text,
+                    label: labels.names()[best].clone(),
+                    probabilities: labels.names().iter().cloned().zip(probs).collect(),
+                }
+            })
+            .collect())
+    }
+}
+
+fn collect_texts(args: &PredictArgs) -> Result<Vec<String>> {
+    let mut texts = args.texts.clone();
+    if let Some(path) = &args.file {
+        let content = std::fs::read_to_string(path).map_err(|e| TrainerError::io(path, "reading", e))?;
+        texts.extend(content.lines().filter(|l| !l.trim().is_empty()).map(str::to_string));
+    }
+    if texts.is_empty() {
+        return Err(TrainerError::InvalidArgument {
+            flag: "file",
+            message: "no texts to classify: give TEXT arguments or --file".to_string(),
+        });
+    }
+    Ok(texts)
+}

@@ -1,0 +1,153 @@
+//! The fine-tuning loop: seeded shuffling, per-batch padding, AdamW with the linear schedule,
+//! and an evaluation reported after every epoch.
+
+use std::io::Write;
+
+use burn::module::AutodiffModule;
+use burn::tensor::{ElementConversion, Tensor, activation::softmax, backend::AutodiffBackend, backend::Backend};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+use crate::batch::{EncodedExample, collate};
+use crate::error::{Result, TrainerError};
+use crate::metrics::EvalMetrics;
+use crate::model::{BertClassifier, cross_entropy};
+use crate::optim::{AdamWSettings, GroupedAdamW, LinearSchedule};
+use crate::progress::EpochProgress;
+use crate::report::Reporter;
+
+/// The hyperparameters of a run (Hugging Face's defaults where it has one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainSettings {
+    /// Peak learning rate.
+    pub learning_rate: f64,
+    /// Training batch size.
+    pub batch_size: usize,
+    /// Evaluation batch size.
+    pub eval_batch_size: usize,
+    /// Passes over the training set.
+    pub epochs: usize,
+    /// Fraction of all steps spent warming up.
+    pub warmup_ratio: f64,
+    /// AdamW's settings.
+    pub adamw: AdamWSettings,
+    /// Seed of the shuffling (and, set elsewhere, of dropout and the new head).
+    pub seed: u64,
+}
+
+/// Fine-tunes `model` on `train`, evaluating on `eval` after each epoch and reporting each
+/// evaluation through `reporter`; returns the model and the last evaluation.
+pub fn fine_tune<B: AutodiffBackend, W: Write>(
+    mut model: BertClassifier<B>,
+    train: &[EncodedExample],
+    eval: &[EncodedExample],
+    settings: &TrainSettings,
+    num_classes: usize,
+    pad_id: u32,
+    device: &B::Device,
+    reporter: &mut Reporter<W>,
+) -> Result<(BertClassifier<B>, EvalMetrics)> {
+    let batches_per_epoch = train.len().div_ceil(settings.batch_size);
+    let total_steps = batches_per_epoch * settings.epochs;
+    let schedule = LinearSchedule {
+        peak: settings.learning_rate,
+        warmup_steps: (settings.warmup_ratio * total_steps as f64).ceil() as usize,
+        total_steps,
+    };
+    let mut optimizer = GroupedAdamW::new(&model, settings.adamw);
+    let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
+    let mut order: Vec<usize> = (0..train.len()).collect();
+    let mut step = 0;
+    let mut last = None;
+    for epoch in 1..=settings.epochs {
+        order.shuffle(&mut rng);
+        let mut progress = EpochProgress::start(epoch, settings.epochs, batches_per_epoch);
+        for (index, chunk) in order.chunks(settings.batch_size).enumerate() {
+            let items: Vec<&EncodedExample> = chunk.iter().map(|&i| &train[i]).collect();
+            let (input, labels) = collate::<B>(&items, pad_id, device);
+            let loss = cross_entropy(model.forward(input), labels);
+            let loss_value = loss.clone().into_scalar().elem::<f64>();
+            step += 1;
+            if !loss_value.is_finite() {
+                return Err(TrainerError::Diverged {
+                    epoch,
+                    step,
+                    value: loss_value,
+                });
+            }
+            let grads = loss.backward();
+            let (updated, _norm) = optimizer.step(schedule.rate(step - 1), model, grads);
+            model = updated;
+            progress.batch_done(index + 1, items.len(), loss_value);
+        }
+        let throughput = progress.finish();
+        let metrics = evaluate(&model.valid(), eval, settings.eval_batch_size, num_classes, pad_id, device)?;
+        tracing::info!(
+            "epoch {epoch}/{}: {throughput:.1} training samples/s; eval loss {:.4}, accuracy {:.4}",
+            settings.epochs,
+            metrics.loss,
+            metrics.accuracy
+        );
+        reporter.report_step(epoch, &metrics)?;
+        last = Some(metrics);
+    }
+    let last = last.ok_or(TrainerError::InvalidArgument {
+        flag: "epochs",
+        message: "must be at least 1".to_string(),
+    })?;
+    Ok((model, last))
+}
+
+/// Loss, accuracy, macro-F1 and MCC of `model` on `data`.
+pub fn evaluate<B: Backend>(
+    model: &BertClassifier<B>,
+    data: &[EncodedExample],
+    batch_size: usize,
+    num_classes: usize,
+    pad_id: u32,
+    device: &B::Device,
+) -> Result<EvalMetrics> {
+    // Batches of similar lengths waste less work on padding; the order does not change metrics.
+    let mut order: Vec<usize> = (0..data.len()).collect();
+    order.sort_by_key(|&i| data[i].ids.len());
+    let mut predicted = Vec::with_capacity(data.len());
+    let mut gold = Vec::with_capacity(data.len());
+    let mut loss_sum = 0.0;
+    for chunk in order.chunks(batch_size.max(1)) {
+        let items: Vec<&EncodedExample> = chunk.iter().map(|&i| &data[i]).collect();
+        let (input, labels) = collate::<B>(&items, pad_id, device);
+        let logits = model.forward(input);
+        let loss = cross_entropy(logits.clone(), labels).into_scalar().elem::<f64>();
+        loss_sum += loss * items.len() as f64;
+        let argmax = logits.argmax(1).into_data();
+        let argmax: Vec<i64> = argmax.convert::<i64>().to_vec().map_err(|e| {
+            TrainerError::Backend(format!("cannot read predictions back from the device: {e:?}"))
+        })?;
+        predicted.extend(argmax.into_iter().map(|p| p as usize));
+        gold.extend(items.iter().map(|e| e.label));
+    }
+    Ok(EvalMetrics::compute(&predicted, &gold, num_classes, loss_sum))
+}
+
+/// Class probabilities `[batch][class]` for already encoded texts.
+pub fn predict_probabilities<B: Backend>(
+    model: &BertClassifier<B>,
+    data: &[EncodedExample],
+    batch_size: usize,
+    pad_id: u32,
+    device: &B::Device,
+) -> Result<Vec<Vec<f32>>> {
+    let mut out = Vec::with_capacity(data.len());
+    for chunk in data.chunks(batch_size.max(1)) {
+        let items: Vec<&EncodedExample> = chunk.iter().collect();
+        let (input, _) = collate::<B>(&items, pad_id, device);
+        let probs: Tensor<B, 2> = softmax(model.forward(input), 1);
+        let [rows, classes] = probs.dims();
+        let values: Vec<f32> = probs.into_data().convert::<f32>().to_vec().map_err(|e| {
+            TrainerError::Backend(format!("cannot read probabilities back from the device: {e:?}"))
+        })?;
+        out.extend((0..rows).map(|r| values[r * classes..(r + 1) * classes].to_vec()));
+    }
+    Ok(out)
+}
