@@ -4,10 +4,10 @@
 //! [`controller`] runs them as trial workers through an [`executor`], reads what they report
 //! ([`report`]) and records everything in [`storage`].
 
-pub mod space;
-pub mod spec;
 pub mod controller;
 pub mod executor;
 pub mod report;
 pub mod sampler;
+pub mod space;
+pub mod spec;
 pub mod storage;

@@ -181,10 +181,7 @@ pub enum ReportError {
 
 /// The trial's final value of `metric` from all its measurements, in the order received.
 pub fn final_value(measurements: &[Measurement], metric: &str) -> Result<f64, ReportError> {
-    let objective: Vec<&Measurement> = measurements
-        .iter()
-        .filter(|m| m.metric == metric)
-        .collect();
+    let objective: Vec<&Measurement> = measurements.iter().filter(|m| m.metric == metric).collect();
     if let Some(bad) = objective.iter().find(|m| !m.value.is_finite()) {
         return Err(ReportError::NotFinite {
             metric: metric.to_string(),
@@ -220,7 +217,10 @@ mod tests {
             parser.parse("epoch 2: step=2 loss=0.31, accuracy = 9.1e-1"),
             vec![m(Some(2), "loss", 0.31), m(Some(2), "accuracy", 0.91)]
         );
-        assert_eq!(parser.parse("accuracy=0.93"), vec![m(None, "accuracy", 0.93)]);
+        assert_eq!(
+            parser.parse("accuracy=0.93"),
+            vec![m(None, "accuracy", 0.93)]
+        );
         assert!(parser.parse("loss=0.3 lr=1e-3").is_empty());
         assert!(parser.parse("accuracy=high").is_empty());
         assert!(parser.parse("val_accuracy=0.5").is_empty());
@@ -239,10 +239,12 @@ mod tests {
         let path = dir.path().join("metrics");
         let mut reader = MetricsFileReader::new();
         assert!(reader.read_new(&path).is_empty());
-        let first = r#"{"global_step": "1", "accuracy": "0.5", "timestamp": 1525851440.12, "trial": "0"}"#;
+        let first =
+            r#"{"global_step": "1", "accuracy": "0.5", "timestamp": 1525851440.12, "trial": "0"}"#;
         std::fs::write(&path, format!("{first}\n")).unwrap();
         assert_eq!(reader.read_new(&path), vec![m(Some(1), "accuracy", 0.5)]);
-        let second = r#"{"global_step": 2, "accuracy": 0.75, "timestamp": 1525851441.5, "trial": "0"}"#;
+        let second =
+            r#"{"global_step": 2, "accuracy": 0.75, "timestamp": 1525851441.5, "trial": "0"}"#;
         std::fs::write(&path, format!("{first}\n{second}\n{{\"trunc")).unwrap();
         assert_eq!(reader.read_new(&path), vec![m(Some(2), "accuracy", 0.75)]);
     }

@@ -95,7 +95,9 @@ impl Worker {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("cannot start '{program}': {e}"))?;
-        let pid = child.id().ok_or("the worker exited before it could be watched")?;
+        let pid = child
+            .id()
+            .ok_or("the worker exited before it could be watched")?;
         let _ = events.send(WorkerEvent::Started {
             trial_id: job.trial_id,
             handle: format!("pid:{pid}"),
@@ -234,7 +236,9 @@ impl Worker {
 
 /// The next line of a stream, or `None` at its end; pends forever once the stream is gone,
 /// so that `select!` ignores it.
-async fn next_line<R: tokio::io::AsyncRead + Unpin>(lines: &mut Option<Lines<R>>) -> Option<Vec<u8>> {
+async fn next_line<R: tokio::io::AsyncRead + Unpin>(
+    lines: &mut Option<Lines<R>>,
+) -> Option<Vec<u8>> {
     match lines {
         Some(reader) => reader.next_segment().await.ok().flatten(),
         None => std::future::pending().await,

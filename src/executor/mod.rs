@@ -110,11 +110,12 @@ pub fn command_line(
 ) -> Vec<String> {
     let mut argv = template.command.clone();
     match &template.args {
-        None => argv.extend(space.parameters().iter().filter_map(|p| {
-            params
-                .get(&p.id)
-                .map(|value| format!("--{}={value}", p.id))
-        })),
+        None => argv.extend(
+            space
+                .parameters()
+                .iter()
+                .filter_map(|p| params.get(&p.id).map(|value| format!("--{}={value}", p.id))),
+        ),
         Some(args) => argv.extend(
             args.iter()
                 .filter_map(|arg| fill_template(arg, study, number, params)),
@@ -222,7 +223,14 @@ trial:
         let argv = command_line(&study.trial, &study.space, "s", 3, &params(Some(0.5)));
         assert_eq!(
             argv,
-            ["python3", "train.py", "--fixed", "--opt=sgd", "--momentum=0.5", "--layers=2"]
+            [
+                "python3",
+                "train.py",
+                "--fixed",
+                "--opt=sgd",
+                "--momentum=0.5",
+                "--layers=2"
+            ]
         );
     }
 
@@ -236,7 +244,14 @@ trial:
         let argv = command_line(&study.trial, &study.space, "s", 3, &params(None));
         assert_eq!(
             argv,
-            ["python3", "train.py", "--fixed", "--optimizer", "sgd", "out/s/3"]
+            [
+                "python3",
+                "train.py",
+                "--fixed",
+                "--optimizer",
+                "sgd",
+                "out/s/3"
+            ]
         );
     }
 
@@ -244,6 +259,10 @@ trial:
     fn checks_the_program_before_any_trial() {
         assert!(check_program("sh").is_ok());
         assert!(check_program("no-such-program-hptune").is_err());
-        assert!(check_program("./no/such/file").unwrap_err().contains("does not exist"));
+        assert!(
+            check_program("./no/such/file")
+                .unwrap_err()
+                .contains("does not exist")
+        );
     }
 }

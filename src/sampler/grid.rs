@@ -29,7 +29,10 @@ impl GridSampler {
 }
 
 impl Sampler for GridSampler {
-    fn propose(&mut self, context: &ProposalContext<'_>) -> Result<Option<Assignment>, SamplerError> {
+    fn propose(
+        &mut self,
+        context: &ProposalContext<'_>,
+    ) -> Result<Option<Assignment>, SamplerError> {
         let taken = |point: &Assignment| {
             context.history.iter().any(|o| same_point(&o.params, point))
                 || context.running.iter().any(|r| same_point(r, point))

@@ -2,9 +2,11 @@
 //! implements [`Sampler`]; the controller knows only the trait.
 
 mod grid;
+mod manual;
 mod random;
 
 pub use grid::GridSampler;
+pub use manual::ManualSampler;
 pub use random::RandomSampler;
 
 use crate::space::{Assignment, Space};
@@ -50,7 +52,10 @@ pub struct SamplerError {
 /// proposes the same parameters.
 pub trait Sampler: Send {
     /// The parameters of the next trial, or `None` when the search space is exhausted.
-    fn propose(&mut self, context: &ProposalContext<'_>) -> Result<Option<Assignment>, SamplerError>;
+    fn propose(
+        &mut self,
+        context: &ProposalContext<'_>,
+    ) -> Result<Option<Assignment>, SamplerError>;
 }
 
 /// The sampler a study asks for.

@@ -22,7 +22,10 @@ impl RandomSampler {
 }
 
 impl Sampler for RandomSampler {
-    fn propose(&mut self, context: &ProposalContext<'_>) -> Result<Option<Assignment>, SamplerError> {
+    fn propose(
+        &mut self,
+        context: &ProposalContext<'_>,
+    ) -> Result<Option<Assignment>, SamplerError> {
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         rng.set_stream(context.number);
         let unit: Vec<f64> = (0..context.space.dimension())

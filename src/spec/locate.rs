@@ -142,18 +142,30 @@ mod tests {
     #[test]
     fn finds_nested_fields_by_path() {
         let locations = Locations::index(DOC);
-        assert_eq!(locations.find("name"), Some(Position { line: 1, column: 7 }));
+        assert_eq!(
+            locations.find("name"),
+            Some(Position { line: 1, column: 7 })
+        );
         assert_eq!(
             locations.find("parameters[0].min"),
-            Some(Position { line: 4, column: 10 })
+            Some(Position {
+                line: 4,
+                column: 10
+            })
         );
         assert_eq!(
             locations.find("parameters[1].values[1]"),
-            Some(Position { line: 6, column: 17 })
+            Some(Position {
+                line: 6,
+                column: 17
+            })
         );
         assert_eq!(
             locations.find("trial.command[0]"),
-            Some(Position { line: 8, column: 13 })
+            Some(Position {
+                line: 8,
+                column: 13
+            })
         );
     }
 

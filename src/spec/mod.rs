@@ -447,8 +447,15 @@ impl Checker {
         let mut ok = true;
         for (name, value) in [("min", min), ("max", max)] {
             if !value.is_finite() || (integer && value.fract() != 0.0) {
-                let what = if integer { "an integer" } else { "a finite number" };
-                self.report(format!("{field}.{name}"), format!("must be {what}, got {value}"));
+                let what = if integer {
+                    "an integer"
+                } else {
+                    "a finite number"
+                };
+                self.report(
+                    format!("{field}.{name}"),
+                    format!("must be {what}, got {value}"),
+                );
                 ok = false;
             }
         }
@@ -465,10 +472,7 @@ impl Checker {
                 let need = if integer { "min >= 1" } else { "min > 0" };
                 self.report(
                     format!("{field}.min"),
-                    format!(
-                        "{} scale needs {need}, got min {min}",
-                        scale_name(scale)
-                    ),
+                    format!("{} scale needs {need}, got min {min}", scale_name(scale)),
                 );
                 ok = false;
             }
@@ -634,7 +638,10 @@ impl Checker {
                 match parent.domain.parse(&scalar.as_text()) {
                     Ok(value) => values.push(value),
                     Err(message) => {
-                        self.report(format!("{place}[{i}]"), format!("{message} of '{parent_id}'"));
+                        self.report(
+                            format!("{place}[{i}]"),
+                            format!("{message} of '{parent_id}'"),
+                        );
                         ok = false;
                     }
                 }
@@ -810,7 +817,9 @@ trial:
 "#;
 
     fn errors(text: &str) -> String {
-        parse(Path::new("study.yaml"), text).unwrap_err().to_string()
+        parse(Path::new("study.yaml"), text)
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
@@ -841,14 +850,22 @@ trial:
             .replace("parallel_trial_count: 2", "parallel_trial_count: 0");
         let message = errors(&text);
         assert!(message.contains("study.yaml:6:54: parameters[1].values[2]: discrete values must increase: 16 comes after 32"), "{message}");
-        assert!(message.contains("study.yaml:11:23: parallel_trial_count: must be >= 1, got 0"), "{message}");
+        assert!(
+            message.contains("study.yaml:11:23: parallel_trial_count: must be >= 1, got 0"),
+            "{message}"
+        );
     }
 
     #[test]
     fn unknown_fields_are_refused_with_their_position() {
-        let text = GOOD.replace("seed", "x").replace("algorithm: random", "algorithm: random\nsede: 3");
+        let text = GOOD
+            .replace("seed", "x")
+            .replace("algorithm: random", "algorithm: random\nsede: 3");
         let message = errors(&text);
-        assert!(message.starts_with("study.yaml:10:1: unknown field `sede`"), "{message}");
+        assert!(
+            message.starts_with("study.yaml:10:1: unknown field `sede`"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -41,7 +41,9 @@ pub enum StorageError {
         source: sqlx::Error,
     },
     /// A stored row does not read back.
-    #[error("the database holds a row that does not read back ({0}); was it written by another tool?")]
+    #[error(
+        "the database holds a row that does not read back ({0}); was it written by another tool?"
+    )]
     Corrupt(String),
     /// The study already exists with another search space.
     #[error(
@@ -109,8 +111,7 @@ impl Storage {
     pub async fn ensure_study(&self, study: &Study) -> Result<StudyRecord, StorageError> {
         let space = serde_json::to_string(&study.space).expect("a space serialises");
         if let Some(existing) = self.find_study(&study.name).await? {
-            if existing.metric != study.objective.metric || existing.goal != study.objective.goal
-            {
+            if existing.metric != study.objective.metric || existing.goal != study.objective.goal {
                 return Err(StorageError::ObjectiveChanged {
                     name: study.name.clone(),
                     was: format!("{} {}", existing.goal.as_str(), existing.metric),
@@ -336,9 +337,12 @@ pub fn best_trial(trials: &[TrialRecord], goal: Goal) -> Option<&TrialRecord> {
         .iter()
         .filter(|t| t.state == TrialState::Succeeded)
         .filter_map(|t| t.value.map(|v| (t, v)))
-        .fold(None, |best: Option<(&TrialRecord, f64)>, (t, v)| match best {
-            Some((_, b)) if !goal.better(v, b) => best,
-            _ => Some((t, v)),
-        })
+        .fold(
+            None,
+            |best: Option<(&TrialRecord, f64)>, (t, v)| match best {
+                Some((_, b)) if !goal.better(v, b) => best,
+                _ => Some((t, v)),
+            },
+        )
         .map(|(t, _)| t)
 }

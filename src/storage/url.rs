@@ -70,7 +70,12 @@ mod tests {
 
     #[test]
     fn reads_sqlite_urls_and_bare_paths() {
-        for text in ["sqlite://a/b.db", "sqlite:a/b.db", "a/b.db", "sqlite://a/b.db?mode=ro"] {
+        for text in [
+            "sqlite://a/b.db",
+            "sqlite:a/b.db",
+            "a/b.db",
+            "sqlite://a/b.db?mode=ro",
+        ] {
             assert_eq!(
                 StorageUrl::parse(text).unwrap(),
                 StorageUrl::Sqlite("a/b.db".into())

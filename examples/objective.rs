@@ -1,0 +1,157 @@
+//! A trial worker that computes a known test function instead of training a model, so that
+//! studies run in seconds and their optimum is known.
+//!
+//! ```text
+//! objective --function branin --x1=2.5 --x2=7.5 [--metric loss] [--steps N] [--sleep-ms M]
+//! ```
+//!
+//! It reports like a training job: with `--steps N`, N intermediate lines
+//! `step=<i> loss=<value>` whose value falls towards the final one, then `loss=<value>`.
+//! Functions (all minimised): `branin` (x1 in [-5, 10], x2 in [0, 15], minimum 0.397887),
+//! `hartmann6` (x1..x6 in [0, 1], minimum -3.32237), `levy` and `ackley` (any number of
+//! coordinates x1..xd; minimum 0 at x = 1 and x = 0).
+
+use std::collections::BTreeMap;
+use std::f64::consts::PI;
+use std::process::ExitCode;
+use std::time::Duration;
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("objective: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let flags = parse_flags(std::env::args().skip(1))?;
+    let get = |name: &str| flags.get(name).map(String::as_str);
+    let function = get("function").ok_or("--function is required")?;
+    let metric = get("metric").unwrap_or("loss");
+    let steps: u32 = number(get("steps").unwrap_or("0"), "steps")?;
+    let sleep = Duration::from_millis(number(get("sleep-ms").unwrap_or("0"), "sleep-ms")?);
+    let x = coordinates(&flags)?;
+    let value = match function {
+        "branin" => branin(&x)?,
+        "hartmann6" => hartmann6(&x)?,
+        "levy" => levy(&x),
+        "ackley" => ackley(&x),
+        other => {
+            return Err(format!(
+                "unknown --function {other}: use branin, hartmann6, levy or ackley"
+            ));
+        }
+    };
+    for step in 1..=steps {
+        std::thread::sleep(sleep);
+        let excess = (steps - step + 1) as f64 / steps as f64;
+        println!(
+            "step={step} {metric}={}",
+            value + excess.abs() * (1.0 + value.abs())
+        );
+    }
+    std::thread::sleep(sleep);
+    println!("{metric}={value}");
+    Ok(())
+}
+
+/// `--name=value` and `--name value` pairs.
+fn parse_flags(args: impl Iterator<Item = String>) -> Result<BTreeMap<String, String>, String> {
+    let mut flags = BTreeMap::new();
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        let name = arg
+            .strip_prefix("--")
+            .ok_or_else(|| format!("unexpected argument '{arg}': flags are --name=value"))?;
+        let (name, value) = match name.split_once('=') {
+            Some((name, value)) => (name.to_string(), value.to_string()),
+            None => (
+                name.to_string(),
+                args.next()
+                    .ok_or_else(|| format!("--{name} needs a value"))?,
+            ),
+        };
+        flags.insert(name, value);
+    }
+    Ok(flags)
+}
+
+fn number<T: std::str::FromStr>(text: &str, name: &str) -> Result<T, String> {
+    text.parse()
+        .map_err(|_| format!("--{name}: '{text}' is not a number"))
+}
+
+/// x1, x2, ... in order; stops at the first missing index.
+fn coordinates(flags: &BTreeMap<String, String>) -> Result<Vec<f64>, String> {
+    let mut x = Vec::new();
+    while let Some(text) = flags.get(&format!("x{}", x.len() + 1)) {
+        x.push(number(text, &format!("x{}", x.len() + 1))?);
+    }
+    if x.is_empty() {
+        return Err("no coordinates: pass --x1=<value> (and --x2, ...)".into());
+    }
+    Ok(x)
+}
+
+fn branin(x: &[f64]) -> Result<f64, String> {
+    let [x1, x2] = x else {
+        return Err(format!(
+            "branin takes x1 and x2, got {} coordinates",
+            x.len()
+        ));
+    };
+    let b = 5.1 / (4.0 * PI * PI);
+    let c = 5.0 / PI;
+    let t = 1.0 / (8.0 * PI);
+    Ok((x2 - b * x1 * x1 + c * x1 - 6.0).powi(2) + 10.0 * (1.0 - t) * x1.cos() + 10.0)
+}
+
+fn hartmann6(x: &[f64]) -> Result<f64, String> {
+    if x.len() != 6 {
+        return Err(format!(
+            "hartmann6 takes x1..x6, got {} coordinates",
+            x.len()
+        ));
+    }
+    const ALPHA: [f64; 4] = [1.0, 1.2, 3.0, 3.2];
+    const A: [[f64; 6]; 4] = [
+        [10.0, 3.0, 17.0, 3.5, 1.7, 8.0],
+        [0.05, 10.0, 17.0, 0.1, 8.0, 14.0],
+        [3.0, 3.5, 1.7, 10.0, 17.0, 8.0],
+        [17.0, 8.0, 0.05, 10.0, 0.1, 14.0],
+    ];
+    const P: [[f64; 6]; 4] = [
+        [0.1312, 0.1696, 0.5569, 0.0124, 0.8283, 0.5886],
+        [0.2329, 0.4135, 0.8307, 0.3736, 0.1004, 0.9991],
+        [0.2348, 0.1451, 0.3522, 0.2883, 0.3047, 0.6650],
+        [0.4047, 0.8828, 0.8732, 0.5743, 0.1091, 0.0381],
+    ];
+    Ok(-(0..4)
+        .map(|i| {
+            let inner: f64 = (0..6).map(|j| A[i][j] * (x[j] - P[i][j]).powi(2)).sum();
+            ALPHA[i] * (-inner).exp()
+        })
+        .sum::<f64>())
+}
+
+fn levy(x: &[f64]) -> f64 {
+    let w: Vec<f64> = x.iter().map(|xi| 1.0 + (xi - 1.0) / 4.0).collect();
+    let d = w.len();
+    let middle: f64 = w[..d - 1]
+        .iter()
+        .map(|wi| (wi - 1.0).powi(2) * (1.0 + 10.0 * (PI * wi + 1.0).sin().powi(2)))
+        .sum();
+    (PI * w[0]).sin().powi(2)
+        + middle
+        + (w[d - 1] - 1.0).powi(2) * (1.0 + (2.0 * PI * w[d - 1]).sin().powi(2))
+}
+
+fn ackley(x: &[f64]) -> f64 {
+    let d = x.len() as f64;
+    let squares = x.iter().map(|v| v * v).sum::<f64>() / d;
+    let cosines = x.iter().map(|v| (2.0 * PI * v).cos()).sum::<f64>() / d;
+    -20.0 * (-0.2 * squares.sqrt()).exp() - cosines.exp() + 20.0 + std::f64::consts::E
+}

@@ -1,0 +1,213 @@
+//! Commands of the `hptune` binary: each file declares one command's work; this one holds the
+//! flags and the mapping of failures to exit codes.
+
+mod progress;
+mod run;
+mod show;
+mod table;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use hptune::controller::ControllerError;
+use hptune::spec::SpecError;
+use hptune::storage::{DEFAULT_STORAGE, Storage, StorageError, StorageUrl, TrialState};
+
+/// Tune the hyperparameters of training jobs: Bayesian, random or grid search over parallel
+/// trial workers, every trial recorded in a database.
+#[derive(Debug, Parser)]
+#[command(name = "hptune", version)]
+pub struct Cli {
+    /// Database URL: sqlite://PATH (created if missing).
+    #[arg(long, global = true, env = "HPTUNE_STORAGE", default_value = DEFAULT_STORAGE)]
+    storage: String,
+    /// More log output (-v: debug, -vv: trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run (or continue) a study until its budget is spent.
+    Run {
+        /// The study file.
+        study: PathBuf,
+        /// Directory of the workers' logs and metrics files.
+        #[arg(long, default_value = "hptune-logs")]
+        log_dir: PathBuf,
+    },
+    /// List studies: trials by state and best value.
+    Studies,
+    /// List the trials of a study.
+    Trials {
+        /// The study's name, or its study file.
+        study: String,
+        /// Only the N best succeeded trials, best first.
+        #[arg(long, value_name = "N")]
+        best: Option<usize>,
+        /// Only trials in this state.
+        #[arg(long, value_parser = parse_state)]
+        state: Option<TrialState>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = TrialsFormat::Table)]
+        format: TrialsFormat,
+    },
+    /// Print the best trial's parameters.
+    Best {
+        /// The study's name, or its study file.
+        study: String,
+        /// flags: ready to paste after the worker's command; json: number, value, params.
+        #[arg(long, value_enum, default_value_t = BestFormat::Flags)]
+        format: BestFormat,
+    },
+    /// Run one trial by hand with the given hyperparameters, recorded in the study.
+    Trial {
+        /// The study file.
+        study: PathBuf,
+        /// A hyperparameter, as ID=VALUE; every active parameter needs one.
+        #[arg(long = "param", value_name = "ID=VALUE", value_parser = parse_param)]
+        params: Vec<(String, String)>,
+        /// Directory of the worker's log and metrics file.
+        #[arg(long, default_value = "hptune-logs")]
+        log_dir: PathBuf,
+    },
+}
+
+/// How `trials` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TrialsFormat {
+    /// Aligned columns.
+    Table,
+    /// One JSON array.
+    Json,
+    /// Comma-separated values with a header, one column per parameter.
+    Csv,
+}
+
+/// How `best` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BestFormat {
+    /// `--id=value` flags.
+    Flags,
+    /// A JSON object.
+    Json,
+}
+
+fn parse_state(text: &str) -> Result<TrialState, String> {
+    text.parse()
+}
+
+fn parse_param(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((id, value)) if !id.is_empty() => Ok((id.to_string(), value.to_string())),
+        _ => Err(format!("'{text}' is not ID=VALUE")),
+    }
+}
+
+/// A failure that ends the command, with its exit code.
+#[derive(Debug)]
+pub enum Failure {
+    /// Bad input: a study file, a flag, a study name (exit 2).
+    BadInput(String),
+    /// Anything else (exit 1).
+    Other(String),
+}
+
+impl Failure {
+    /// The process exit code.
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            Failure::BadInput(_) => ExitCode::from(2),
+            Failure::Other(_) => ExitCode::from(1),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::BadInput(m) | Failure::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<SpecError> for Failure {
+    fn from(e: SpecError) -> Self {
+        Failure::BadInput(e.to_string())
+    }
+}
+
+impl From<StorageError> for Failure {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::BadUrl(_)
+            | StorageError::SpaceChanged(_)
+            | StorageError::ObjectiveChanged { .. } => Failure::BadInput(e.to_string()),
+            _ => Failure::Other(e.to_string()),
+        }
+    }
+}
+
+impl From<ControllerError> for Failure {
+    fn from(e: ControllerError) -> Self {
+        match e {
+            ControllerError::Storage(e) => e.into(),
+            ControllerError::Sampler(e) => Failure::BadInput(e.to_string()),
+        }
+    }
+}
+
+/// Sets up log output on stderr: warnings, or more with `-v`; `RUST_LOG` overrides.
+pub fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+/// Runs the command; `Ok` carries the exit code of a command that ran to its end.
+pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
+    let url = StorageUrl::parse(&cli.storage)?;
+    match cli.command {
+        Command::Run { study, log_dir } => run::run_study(&study, &url, &log_dir).await,
+        Command::Trial {
+            study,
+            params,
+            log_dir,
+        } => run::run_trial(&study, &url, &params, &log_dir).await,
+        Command::Studies => show::studies(&open_existing(&url).await?).await,
+        Command::Trials {
+            study,
+            best,
+            state,
+            format,
+        } => show::trials(&open_existing(&url).await?, &study, best, state, format).await,
+        Command::Best { study, format } => {
+            show::best(&open_existing(&url).await?, &study, format).await
+        }
+    }
+}
+
+/// Opens a database that must exist already (the listing commands create nothing).
+async fn open_existing(url: &StorageUrl) -> Result<Storage, Failure> {
+    let StorageUrl::Sqlite(path) = url;
+    if !Path::new(path).exists() {
+        return Err(Failure::BadInput(format!(
+            "no database at {url}: run a study first, or name the database with --storage or HPTUNE_STORAGE"
+        )));
+    }
+    Ok(Storage::open(url).await?)
+}

@@ -1,0 +1,132 @@
+//! What a user sees while a study runs: a progress bar on a terminal, one line per finished
+//! trial otherwise (CI logs, pipes).
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use hptune::controller::{Progress, RunEvent, RunObserver};
+use hptune::spec::Study;
+use hptune::storage::{TrialRecord, TrialState};
+
+/// Shows the events of a running study on stderr.
+pub struct Display {
+    bar: Option<ProgressBar>,
+    metric: String,
+}
+
+impl Display {
+    /// A display for `study`: a bar if stderr is a terminal.
+    pub fn new(study: &Study) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = match study.max_trial_count {
+                Some(n) => ProgressBar::new(n),
+                None => ProgressBar::no_length(),
+            };
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} {prefix} [{bar:30}] {pos}/{len} trials, {elapsed} {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.set_prefix(study.name.clone());
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        });
+        Self {
+            bar,
+            metric: study.objective.metric.clone(),
+        }
+    }
+
+    /// Removes the bar before the final table is printed.
+    pub fn clear(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+
+    fn line(&self, text: String) {
+        match &self.bar {
+            Some(bar) => bar.println(text),
+            None => eprintln!("{text}"),
+        }
+    }
+
+    fn finished(&self, trial: &TrialRecord) -> String {
+        match (trial.state, trial.value) {
+            (TrialState::Succeeded, Some(value)) => {
+                format!("trial {} succeeded: {}={value}", trial.number, self.metric)
+            }
+            (state, _) => format!(
+                "trial {} {}: {}",
+                trial.number,
+                state.as_str(),
+                trial.error.as_deref().unwrap_or("no reason recorded")
+            ),
+        }
+    }
+}
+
+fn counts(progress: &Progress) -> String {
+    let best = progress
+        .best
+        .map(|(number, value)| format!(", best {value} (trial {number})"))
+        .unwrap_or_default();
+    format!(
+        "{} running, {} failed{best}",
+        progress.running, progress.failed
+    )
+}
+
+impl RunObserver for Display {
+    fn observe(&mut self, event: RunEvent<'_>, progress: &Progress) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(progress.done() as u64);
+            bar.set_message(counts(progress));
+        }
+        match event {
+            RunEvent::Resumed {
+                finished,
+                abandoned,
+            } => {
+                let abandoned = if abandoned > 0 {
+                    format!(
+                        "; {abandoned} trials left running by an earlier controller were marked stopped"
+                    )
+                } else {
+                    String::new()
+                };
+                self.line(format!(
+                    "continuing the study: {finished} trials already recorded{abandoned}"
+                ));
+            }
+            RunEvent::TrialStarted { trial } => {
+                tracing::debug!(number = trial.number, params = ?trial.params, "trial started");
+            }
+            RunEvent::TrialFinished { trial } => {
+                let text = self.finished(trial);
+                if self.bar.is_some() {
+                    if trial.state != TrialState::Succeeded {
+                        self.line(text);
+                    }
+                } else {
+                    let of = progress.budget.map(|n| format!("/{n}")).unwrap_or_default();
+                    self.line(format!(
+                        "{text} [{}{of} done, {}]",
+                        progress.done(),
+                        counts(progress)
+                    ));
+                }
+            }
+            RunEvent::Stopping => {
+                self.line(
+                    "interrupted: stopping running workers (run the same command to continue)"
+                        .into(),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! `hptune run` and `hptune trial`: run workers under the controller, then show the result.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use hptune::controller::{self, Plan, RunSummary, StudyEnd};
+use hptune::executor::{LocalExecutor, check_program};
+use hptune::sampler::{self, ManualSampler};
+use hptune::spec::{self, Study};
+use hptune::storage::{Storage, StorageUrl, TrialState};
+
+use super::progress::Display;
+use super::{Failure, show};
+
+/// Exit code of a study stopped by Ctrl-C or SIGTERM.
+const INTERRUPTED: u8 = 130;
+
+/// How many of the best trials are shown when a study ends.
+const TOP_TRIALS: usize = 5;
+
+/// Runs or continues the study of `path`.
+pub async fn run_study(path: &Path, url: &StorageUrl, log_dir: &Path) -> Result<ExitCode, Failure> {
+    let study = load_checked(path)?;
+    let mut sampler = sampler::for_study(&study)
+        .map_err(|e| Failure::BadInput(format!("{}: {e}", path.display())))?;
+    let storage = Storage::open(url).await?;
+    let plan = Plan::for_study(&study, log_dir);
+    let summary = supervise(&study, &storage, sampler.as_mut(), &plan).await?;
+    storage.close().await;
+    Ok(conclude(&summary))
+}
+
+/// Runs one trial of the study of `path` with the parameters given by hand.
+pub async fn run_trial(
+    path: &Path,
+    url: &StorageUrl,
+    pairs: &[(String, String)],
+    log_dir: &Path,
+) -> Result<ExitCode, Failure> {
+    let study = load_checked(path)?;
+    let params = study
+        .space
+        .parse_assignment(pairs)
+        .map_err(|e| Failure::BadInput(format!("--param: {e}")))?;
+    let storage = Storage::open(url).await?;
+    let plan = Plan {
+        max_trial_count: None,
+        parallel_trial_count: 1,
+        max_failed_trial_count: u64::MAX,
+        log_dir: log_dir.to_path_buf(),
+    };
+    let mut sampler = ManualSampler::new(params);
+    let summary = supervise(&study, &storage, &mut sampler, &plan).await?;
+    storage.close().await;
+    let trial = summary
+        .trials
+        .iter()
+        .max_by_key(|t| t.number)
+        .ok_or_else(|| Failure::Other("the trial was not recorded".into()))?;
+    show::print_trials(
+        std::slice::from_ref(trial),
+        &summary.study,
+        super::TrialsFormat::Table,
+    )?;
+    Ok(match (trial.state, &summary.end) {
+        (_, StudyEnd::Interrupted) => ExitCode::from(INTERRUPTED),
+        (TrialState::Succeeded, _) => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    })
+}
+
+fn load_checked(path: &Path) -> Result<Study, Failure> {
+    let study = spec::load(path)?;
+    check_program(&study.trial.command[0]).map_err(|message| {
+        Failure::BadInput(format!("{}: trial.command[0]: {message}", path.display()))
+    })?;
+    Ok(study)
+}
+
+/// Runs the controller with a display, stopping workers on Ctrl-C or SIGTERM.
+async fn supervise(
+    study: &Study,
+    storage: &Storage,
+    sampler: &mut dyn sampler::Sampler,
+    plan: &Plan,
+) -> Result<RunSummary, Failure> {
+    let (interrupt_tx, interrupt) = watch::channel(false);
+    let signals = tokio::spawn(async move {
+        wait_for_signal().await;
+        let _ = interrupt_tx.send(true);
+    });
+    let mut display = Display::new(study);
+    let result = controller::run(
+        study,
+        storage,
+        Arc::new(LocalExecutor),
+        sampler,
+        plan,
+        &mut display,
+        interrupt,
+    )
+    .await;
+    signals.abort();
+    display.clear();
+    Ok(result?)
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut terminate) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Prints the best trials and why the study ended; returns the exit code.
+fn conclude(summary: &RunSummary) -> ExitCode {
+    let best = show::best_first(&summary.trials, summary.study.goal, TOP_TRIALS);
+    if !best.is_empty() {
+        if let Err(e) = show::print_trials(&best, &summary.study, super::TrialsFormat::Table) {
+            eprintln!("error: {e}");
+        }
+    }
+    let name = &summary.study.name;
+    let total = summary.trials.len();
+    match &summary.end {
+        StudyEnd::BudgetSpent | StudyEnd::Exhausted => {
+            let what = if summary.end == StudyEnd::Exhausted {
+                "every grid point was tried"
+            } else {
+                "the trial budget is spent"
+            };
+            eprintln!("study '{name}' is complete: {total} trials, {what}");
+            ExitCode::SUCCESS
+        }
+        StudyEnd::TooManyFailures { failed, last_error } => {
+            eprintln!(
+                "error: study '{name}' stopped: {failed} trials failed (max_failed_trial_count); last error: {}",
+                last_error.as_deref().unwrap_or("unknown")
+            );
+            eprintln!(
+                "fix the worker, raise max_failed_trial_count, and run the same command to continue"
+            );
+            ExitCode::from(1)
+        }
+        StudyEnd::Interrupted => {
+            eprintln!(
+                "study '{name}' interrupted after {total} trials: run the same command to continue"
+            );
+            ExitCode::from(INTERRUPTED)
+        }
+    }
+}

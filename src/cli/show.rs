@@ -1,0 +1,242 @@
+//! `hptune studies`, `trials` and `best`: read the database and print.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use serde_json::json;
+
+use hptune::space::Space;
+use hptune::spec::{self, Goal};
+use hptune::storage::{Storage, StudyRecord, TrialRecord, TrialState, best_trial};
+
+use super::table;
+use super::{BestFormat, Failure, TrialsFormat};
+
+/// Longest error shown in a table cell; JSON and CSV carry it whole.
+const ERROR_CELL: usize = 100;
+
+/// Prints every study with its trials by state and best value.
+pub async fn studies(storage: &Storage) -> Result<ExitCode, Failure> {
+    let summaries = storage.list_studies().await?;
+    let rows: Vec<Vec<String>> = summaries
+        .iter()
+        .map(|s| {
+            let mut row = vec![
+                s.study.name.clone(),
+                format!("{} {}", s.study.goal.as_str(), s.study.metric),
+            ];
+            row.extend(
+                [
+                    TrialState::Succeeded,
+                    TrialState::Failed,
+                    TrialState::Stopped,
+                    TrialState::Running,
+                ]
+                .iter()
+                .map(|state| s.count(*state).to_string()),
+            );
+            row.push(s.best.map(|b| b.to_string()).unwrap_or_default());
+            row
+        })
+        .collect();
+    print!(
+        "{}",
+        table::render(
+            &[
+                "study",
+                "objective",
+                "succeeded",
+                "failed",
+                "stopped",
+                "running",
+                "best"
+            ],
+            &rows
+        )
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the trials of a study, filtered.
+pub async fn trials(
+    storage: &Storage,
+    study: &str,
+    best: Option<usize>,
+    state: Option<TrialState>,
+    format: TrialsFormat,
+) -> Result<ExitCode, Failure> {
+    let record = find(storage, study).await?;
+    let mut trials = storage.trials(record.id).await?;
+    if let Some(state) = state {
+        trials.retain(|t| t.state == state);
+    }
+    if let Some(n) = best {
+        trials = best_first(&trials, record.goal, n);
+    }
+    print_trials(&trials, &record, format)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the best trial's parameters.
+pub async fn best(storage: &Storage, study: &str, format: BestFormat) -> Result<ExitCode, Failure> {
+    let record = find(storage, study).await?;
+    let trials = storage.trials(record.id).await?;
+    let Some(trial) = best_trial(&trials, record.goal) else {
+        return Err(Failure::Other(format!(
+            "study '{}' has no succeeded trial yet",
+            record.name
+        )));
+    };
+    match format {
+        BestFormat::Flags => {
+            let space = stored_space(&record)?;
+            let flags: Vec<String> = space
+                .parameters()
+                .iter()
+                .filter_map(|p| trial.params.get(&p.id).map(|v| format!("--{}={v}", p.id)))
+                .collect();
+            println!("{}", flags.join(" "));
+        }
+        BestFormat::Json => {
+            let out = json!({
+                "study": record.name,
+                "number": trial.number,
+                "metric": record.metric,
+                "value": trial.value,
+                "params": trial.params,
+            });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&out).expect("JSON serialises")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `n` best succeeded trials, best first (ties by number).
+pub fn best_first(trials: &[TrialRecord], goal: Goal, n: usize) -> Vec<TrialRecord> {
+    let mut succeeded: Vec<TrialRecord> = trials
+        .iter()
+        .filter(|t| t.state == TrialState::Succeeded && t.value.is_some())
+        .cloned()
+        .collect();
+    succeeded.sort_by(|a, b| {
+        let (a_value, b_value) = (a.value.unwrap_or_default(), b.value.unwrap_or_default());
+        let order = match goal {
+            Goal::Maximize => b_value.total_cmp(&a_value),
+            Goal::Minimize => a_value.total_cmp(&b_value),
+        };
+        order.then(a.number.cmp(&b.number))
+    });
+    succeeded.truncate(n);
+    succeeded
+}
+
+/// Prints trials in a format.
+pub fn print_trials(
+    trials: &[TrialRecord],
+    study: &StudyRecord,
+    format: TrialsFormat,
+) -> Result<(), Failure> {
+    let space = stored_space(study)?;
+    let ids: Vec<&str> = space.parameters().iter().map(|p| p.id.as_str()).collect();
+    let value = |t: &TrialRecord| t.value.map(|v| v.to_string()).unwrap_or_default();
+    let param =
+        |t: &TrialRecord, id: &str| t.params.get(id).map(|v| v.to_string()).unwrap_or_default();
+    match format {
+        TrialsFormat::Json => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(trials).expect("JSON serialises")
+            );
+        }
+        TrialsFormat::Csv => {
+            let mut header = vec!["number", "state", study.metric.as_str()];
+            header.extend(&ids);
+            header.extend(["error", "started_at", "finished_at"]);
+            let rows: Vec<Vec<String>> = trials
+                .iter()
+                .map(|t| {
+                    let mut row = vec![t.number.to_string(), t.state.as_str().into(), value(t)];
+                    row.extend(ids.iter().map(|id| param(t, id)));
+                    row.push(t.error.clone().unwrap_or_default());
+                    row.push(t.started_at.clone().unwrap_or_default());
+                    row.push(t.finished_at.clone().unwrap_or_default());
+                    row
+                })
+                .collect();
+            print!("{}", table::csv(&header, &rows));
+        }
+        TrialsFormat::Table => {
+            let rows: Vec<Vec<String>> = trials
+                .iter()
+                .map(|t| {
+                    let params: Vec<String> = ids
+                        .iter()
+                        .filter_map(|id| t.params.get(*id).map(|v| format!("{id}={v}")))
+                        .collect();
+                    vec![
+                        t.number.to_string(),
+                        t.state.as_str().into(),
+                        value(t),
+                        params.join(" "),
+                        shorten(t.error.as_deref().unwrap_or_default()),
+                    ]
+                })
+                .collect();
+            print!(
+                "{}",
+                table::render(
+                    &["trial", "state", &study.metric, "parameters", "error"],
+                    &rows
+                )
+            );
+        }
+    }
+    Ok(())
+}
+
+fn shorten(text: &str) -> String {
+    if text.chars().count() <= ERROR_CELL {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(ERROR_CELL - 1).collect();
+    format!("{cut}…")
+}
+
+fn stored_space(study: &StudyRecord) -> Result<Space, Failure> {
+    serde_json::from_str(&study.space).map_err(|e| {
+        Failure::Other(format!(
+            "the stored search space of study '{}' does not read back: {e}",
+            study.name
+        ))
+    })
+}
+
+/// The study named `name`, or the study of the study file `name`.
+async fn find(storage: &Storage, name: &str) -> Result<StudyRecord, Failure> {
+    let path = Path::new(name);
+    let name = if path.is_file() && (name.ends_with(".yaml") || name.ends_with(".yml")) {
+        spec::load(path)?.name
+    } else {
+        name.to_string()
+    };
+    if let Some(record) = storage.find_study(&name).await? {
+        return Ok(record);
+    }
+    let known: Vec<String> = storage
+        .list_studies()
+        .await?
+        .into_iter()
+        .map(|s| s.study.name)
+        .collect();
+    Err(Failure::BadInput(format!(
+        "no study named '{name}' in this database (studies: {})",
+        if known.is_empty() {
+            "none".into()
+        } else {
+            known.join(", ")
+        }
+    )))
+}

@@ -1,0 +1,83 @@
+//! Plain text tables and CSV, written by hand: two small formats, no dependency needed.
+
+/// Columns aligned with two spaces between them; numbers are right-aligned.
+pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let numeric: Vec<bool> = (0..header.len())
+        .map(|i| {
+            rows.iter().all(|r| {
+                r.get(i)
+                    .is_none_or(|c| c.is_empty() || c.parse::<f64>().is_ok())
+            })
+        })
+        .collect();
+    let mut out = String::new();
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .zip(&numeric)
+            .map(|((cell, &w), &right)| {
+                if right {
+                    format!("{cell:>w$}")
+                } else {
+                    format!("{cell:<w$}")
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Comma-separated values; a cell with a comma, quote or line break is quoted.
+pub fn csv(header: &[&str], rows: &[Vec<String>]) -> String {
+    let quote = |cell: &str| {
+        if cell.contains([',', '"', '\n', '\r']) {
+            format!("\"{}\"", cell.replace('"', "\"\""))
+        } else {
+            cell.to_string()
+        }
+    };
+    let mut out = header
+        .iter()
+        .map(|h| quote(h))
+        .collect::<Vec<_>>()
+        .join(",");
+    out.push('\n');
+    for row in rows {
+        out.push_str(&row.iter().map(|c| quote(c)).collect::<Vec<_>>().join(","));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligns_text_left_and_numbers_right() {
+        let rows = vec![
+            vec!["a".to_string(), "1.5".to_string()],
+            vec!["long".to_string(), "10".to_string()],
+        ];
+        assert_eq!(
+            render(&["name", "value"], &rows),
+            "name  value\na       1.5\nlong     10\n"
+        );
+    }
+
+    #[test]
+    fn quotes_csv_cells_that_need_it() {
+        let rows = vec![vec!["a,b".to_string(), "say \"hi\"".to_string()]];
+        assert_eq!(csv(&["x", "y"], &rows), "x,y\n\"a,b\",\"say \"\"hi\"\"\"\n");
+    }
+}

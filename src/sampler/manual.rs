@@ -1,0 +1,28 @@
+//! The parameters a user gave by hand (`hptune trial --param ...`), proposed once.
+
+use super::{ProposalContext, Sampler, SamplerError};
+use crate::space::Assignment;
+
+/// Proposes one given assignment, then nothing.
+#[derive(Debug, Clone)]
+pub struct ManualSampler {
+    params: Option<Assignment>,
+}
+
+impl ManualSampler {
+    /// A sampler that proposes `params` once.
+    pub fn new(params: Assignment) -> Self {
+        Self {
+            params: Some(params),
+        }
+    }
+}
+
+impl Sampler for ManualSampler {
+    fn propose(
+        &mut self,
+        _context: &ProposalContext<'_>,
+    ) -> Result<Option<Assignment>, SamplerError> {
+        Ok(self.params.take())
+    }
+}
