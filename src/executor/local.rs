@@ -68,7 +68,8 @@ struct Worker {
     seen: HashSet<(Option<i64>, String, u64)>,
     events: mpsc::UnboundedSender<WorkerEvent>,
     trial_id: i64,
-    last_output: Option<String>,
+    last_stdout: Option<String>,
+    last_stderr: Option<String>,
 }
 
 impl Worker {
@@ -113,7 +114,8 @@ impl Worker {
             seen: HashSet::new(),
             events,
             trial_id: job.trial_id,
-            last_output: None,
+            last_stdout: None,
+            last_stderr: None,
         })
     }
 
@@ -132,7 +134,7 @@ impl Worker {
                 status = self.child.wait() => {
                     let end = exit_end(status);
                     self.finish(job).await;
-                    return (end, self.last_output);
+                    return (end, self.last_output());
                 }
                 line = next_line(&mut self.stdout) => self.take_line(line, true),
                 line = next_line(&mut self.stderr) => self.take_line(line, false),
@@ -151,7 +153,12 @@ impl Worker {
         };
         self.terminate(job.grace_period).await;
         self.finish(job).await;
-        (reason, self.last_output)
+        (reason, self.last_output())
+    }
+
+    /// The last line on stderr, where errors go, or else on stdout.
+    fn last_output(&mut self) -> Option<String> {
+        self.last_stderr.take().or(self.last_stdout.take())
     }
 
     /// SIGTERM to the worker's group, then SIGKILL after the grace period.
@@ -203,7 +210,12 @@ impl Worker {
         let text = String::from_utf8_lossy(&bytes);
         let text = text.trim_end_matches('\r');
         if !text.trim().is_empty() {
-            self.last_output = Some(text.trim().to_string());
+            let last = if from_stdout {
+                &mut self.last_stdout
+            } else {
+                &mut self.last_stderr
+            };
+            *last = Some(text.trim().to_string());
         }
         if from_stdout {
             let measurements = self.lines.parse(text);

@@ -1,0 +1,134 @@
+//! Helpers of the end-to-end tests: a scratch directory with a database, study files written
+//! into it, and the real `hptune` binary run on them.
+#![allow(dead_code)] // each test file uses its own part of these helpers
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The test worker script.
+pub fn worker() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/workers/quadratic.sh")
+        .display()
+        .to_string()
+}
+
+/// A scratch directory holding a database, logs and study files.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn storage(&self) -> String {
+        format!("sqlite://{}", self.path("hptune.db").display())
+    }
+
+    /// Writes a study file; `{worker}` in the text becomes the test worker's path.
+    pub fn study(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, text.replace("{worker}", &worker())).expect("write the study");
+        path
+    }
+
+    /// A command running `hptune ARGS` in the scratch directory on its database.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hptune"));
+        command
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("HPTUNE_STORAGE", self.storage())
+            .env_remove("RUST_LOG");
+        command
+    }
+
+    pub fn hptune(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("hptune runs")
+    }
+
+    /// `hptune trials STUDY --format json`, parsed.
+    pub fn trials(&self, study: &str) -> Vec<Value> {
+        let out = self.hptune(&["trials", study, "--format", "json"]);
+        assert_success(&out);
+        match serde_json::from_slice(&out.stdout).expect("trials --format json is JSON") {
+            Value::Array(trials) => trials,
+            other => panic!("not an array: {other}"),
+        }
+    }
+
+    /// Runs SQL on the database (read-only checks of what was stored).
+    pub fn query(&self, sql: &str) -> Vec<Vec<Value>> {
+        let url = format!("sqlite://{}?mode=ro", self.path("hptune.db").display());
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            use sqlx::{Column, Row};
+            sqlx::any::install_default_drivers();
+            let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+            let rows = sqlx::query(sql).fetch_all(&pool).await.unwrap();
+            rows.iter()
+                .map(|row| {
+                    (0..row.columns().len())
+                        .map(|i| {
+                            if let Ok(v) = row.try_get::<Option<i64>, _>(i) {
+                                return v.map_or(Value::Null, Value::from);
+                            }
+                            if let Ok(v) = row.try_get::<Option<f64>, _>(i) {
+                                return v.map_or(Value::Null, Value::from);
+                            }
+                            row.try_get::<Option<String>, _>(i)
+                                .unwrap()
+                                .map_or(Value::Null, Value::from)
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+    }
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn assert_success(out: &Output) {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        stdout(out),
+        stderr(out)
+    );
+}
+
+/// The sum of squares of a trial's numeric parameters: what the test worker reports.
+pub fn expected_loss(trial: &Value) -> f64 {
+    trial["params"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(Value::as_f64)
+        .map(|v| v * v)
+        .sum()
+}
+
+pub fn states(trials: &[Value]) -> Vec<&str> {
+    trials
+        .iter()
+        .map(|t| t["state"].as_str().unwrap())
+        .collect()
+}
