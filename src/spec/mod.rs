@@ -201,6 +201,15 @@ pub fn parse(path: &Path, text: &str) -> Result<Study, SpecError> {
         file: path.to_path_buf(),
         issues,
     };
+    let blank = |line: &str| line.trim().is_empty() || line.trim_start().starts_with('#');
+    if text.lines().all(blank) {
+        return Err(fail(vec![SpecIssue {
+            position: None,
+            field: String::new(),
+            message: "the file is empty: a study needs name, objective, parameters and trial"
+                .into(),
+        }]));
+    }
     let raw: RawStudy = serde_yaml::from_str(text).map_err(|e| fail(vec![serde_issue(&e)]))?;
     let mut checker = Checker {
         locations: Locations::index(text),
@@ -226,11 +235,6 @@ fn serde_issue(error: &serde_yaml::Error) -> SpecIssue {
     let (field, message) = match message.split_once(": ") {
         Some((field, rest)) if !field.contains(' ') => (field.to_string(), rest.to_string()),
         _ => (String::new(), message),
-    };
-    let message = if message == "EOF while parsing a value" || message.is_empty() {
-        "the file is empty: a study needs name, objective, parameters and trial".to_string()
-    } else {
-        message
     };
     SpecIssue {
         position: error.location().map(|l| (l.line(), l.column())),

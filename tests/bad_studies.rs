@@ -1,0 +1,290 @@
+//! Malformed study files: each is refused before anything runs, with exit code 2 and a
+//! message that names the file, the place and the field, and never a panic.
+
+mod common;
+
+use common::{Scratch, stderr};
+
+const GOOD: &str = r#"name: bad
+objective:
+  metric: loss
+  goal: minimize
+parameters:
+  - id: lr
+    type: double
+    min: 0.001
+    max: 0.1
+    scale: log
+  - id: opt
+    type: categorical
+    values: [adam, sgd]
+  - id: momentum
+    type: double
+    min: 0.1
+    max: 0.9
+    when: {opt: [sgd]}
+  - id: batch
+    type: discrete
+    values: [8, 16, 32]
+algorithm: random
+max_trial_count: 3
+parallel_trial_count: 1
+trial:
+  command: [sh, -c, "echo loss=1"]
+  timeout: 10s
+"#;
+
+/// (what is broken, how, what the message must contain)
+fn cases() -> Vec<(&'static str, String, &'static str)> {
+    let edit = |from: &str, to: &str| {
+        assert!(GOOD.contains(from), "{from}");
+        GOOD.replacen(from, to, 1)
+    };
+    vec![
+        (
+            "invalid YAML",
+            edit("values: [adam, sgd]", "values: [adam, sgd"),
+            "study.yaml:",
+        ),
+        ("empty file", String::new(), "the file is empty"),
+        (
+            "not a mapping",
+            "- just\n- a list\n".into(),
+            "study.yaml:1:1",
+        ),
+        (
+            "missing name",
+            edit("name: bad\n", ""),
+            "missing field `name`",
+        ),
+        (
+            "missing objective",
+            edit("objective:\n  metric: loss\n  goal: minimize\n", ""),
+            "missing field `objective`",
+        ),
+        (
+            "missing trial",
+            GOOD[..GOOD.find("trial:").unwrap()].to_string(),
+            "missing field `trial`",
+        ),
+        (
+            "unknown top-level field",
+            edit("algorithm: random", "algorithm: random\nmax_trials: 3"),
+            "study.yaml:23:1: unknown field `max_trials`",
+        ),
+        (
+            "unknown parameter field",
+            edit("    scale: log", "    scale: log\n    step: 2"),
+            "parameters[0]: unknown field `step`",
+        ),
+        (
+            "wrong type of max_trial_count",
+            edit("max_trial_count: 3", "max_trial_count: many"),
+            "max_trial_count: invalid type: string \"many\"",
+        ),
+        (
+            "wrong type of min",
+            edit("min: 0.001", "min: [1]"),
+            "parameters[0].min: invalid type: sequence",
+        ),
+        (
+            "bad goal",
+            edit("goal: minimize", "goal: lowest"),
+            "study.yaml:4:9: objective.goal: 'lowest' is not a goal: use maximize or minimize",
+        ),
+        (
+            "bad algorithm",
+            edit("algorithm: random", "algorithm: cmaes"),
+            "algorithm: 'cmaes' is not an algorithm",
+        ),
+        (
+            "bad parameter type",
+            edit("type: discrete", "type: float"),
+            "parameters[3].type: 'float' is not a parameter type",
+        ),
+        (
+            "bad scale",
+            edit("scale: log", "scale: logarithmic"),
+            "parameters[0].scale: 'logarithmic' is not a scale: use linear, log or reverse_log",
+        ),
+        (
+            "log scale with min 0",
+            edit("min: 0.001", "min: 0"),
+            "study.yaml:8:10: parameters[0].min: log scale needs min > 0",
+        ),
+        (
+            "min above max",
+            edit("max: 0.9", "max: 0.05"),
+            "parameters[2].max: max must be > min, got min 0.1 and max 0.05",
+        ),
+        (
+            "missing max",
+            edit("    max: 0.1\n", ""),
+            "parameters[0]: a double parameter needs `max`",
+        ),
+        (
+            "empty values",
+            edit("values: [8, 16, 32]", "values: []"),
+            "parameters[3].values: must list at least one value",
+        ),
+        (
+            "discrete values out of order",
+            edit("values: [8, 16, 32]", "values: [8, 32, 16]"),
+            "parameters[3].values[2]: discrete values must increase",
+        ),
+        (
+            "discrete value not a number",
+            edit("values: [8, 16, 32]", "values: [8, big]"),
+            "parameters[3].values[1]: 'big' is not a number",
+        ),
+        (
+            "duplicate categorical value",
+            edit("values: [adam, sgd]", "values: [adam, adam]"),
+            "parameters[1].values[1]: duplicate value 'adam'",
+        ),
+        (
+            "duplicate id",
+            edit("  - id: batch", "  - id: lr"),
+            "parameters[3].id: duplicate id 'lr'",
+        ),
+        (
+            "bad id",
+            edit("  - id: batch", "  - id: 9 lives"),
+            "parameters[3].id: '9 lives' is not a valid id",
+        ),
+        (
+            "min on a categorical",
+            edit(
+                "    values: [adam, sgd]",
+                "    values: [adam, sgd]\n    min: 1",
+            ),
+            "parameters[1].min: does not apply to a categorical parameter",
+        ),
+        (
+            "when names an unknown parameter",
+            edit("when: {opt: [sgd]}", "when: {optimizer: [sgd]}"),
+            "parameters[2].when.optimizer: 'optimizer' is not a parameter defined before 'momentum'",
+        ),
+        (
+            "when names a value the parent lacks",
+            edit("when: {opt: [sgd]}", "when: {opt: [rmsprop]}"),
+            "parameters[2].when.opt[0]: 'rmsprop' is not one of adam, sgd of 'opt'",
+        ),
+        (
+            "when on a double parent",
+            edit("when: {opt: [sgd]}", "when: {lr: [0.01]}"),
+            "'lr' is a double: a condition needs a categorical, discrete or integer parent",
+        ),
+        (
+            "parallel_trial_count 0",
+            edit("parallel_trial_count: 1", "parallel_trial_count: 0"),
+            "parallel_trial_count: must be >= 1, got 0",
+        ),
+        (
+            "negative max_trial_count",
+            edit("max_trial_count: 3", "max_trial_count: -3"),
+            "max_trial_count: must be >= 1, got -3",
+        ),
+        (
+            "max_trial_count missing for random search",
+            edit("max_trial_count: 3\n", ""),
+            "max_trial_count: is required",
+        ),
+        (
+            "grid search over a double without grid_points",
+            edit("algorithm: random", "algorithm: grid"),
+            "grid search cannot enumerate the double parameter 'lr': give it `grid_points: N`",
+        ),
+        (
+            "empty command",
+            edit("command: [sh, -c, \"echo loss=1\"]", "command: []"),
+            "trial.command: must name the worker program",
+        ),
+        (
+            "bad timeout",
+            edit("timeout: 10s", "timeout: ten seconds"),
+            "trial.timeout: 'ten seconds' is not a duration",
+        ),
+        (
+            "args template naming an unknown parameter",
+            edit(
+                "  timeout: 10s",
+                "  timeout: 10s\n  args: ['--lr={learning_rate}']",
+            ),
+            "trial.args[0]: '{learning_rate}' names no parameter",
+        ),
+        (
+            "unknown executor",
+            edit(
+                "  timeout: 10s",
+                "  timeout: 10s\n  executor: {kind: slurm}",
+            ),
+            "trial.executor.kind: 'slurm' is not an executor",
+        ),
+    ]
+}
+
+#[test]
+fn every_malformed_study_is_refused_with_exit_code_2_and_a_message_naming_the_field() {
+    let scratch = Scratch::new();
+    let good = scratch.study("study.yaml", GOOD);
+    let out = scratch.hptune(&["run", good.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "the good study must run: {}",
+        stderr(&out)
+    );
+
+    let cases = cases();
+    assert!(cases.len() >= 20);
+    let mut failures = Vec::new();
+    for (what, text, expected) in &cases {
+        let path = scratch.study("study.yaml", text);
+        let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+        let message = stderr(&out);
+        if out.status.code() != Some(2)
+            || !message.contains(expected)
+            || !message.contains("study.yaml")
+            || message.contains("panicked")
+        {
+            failures.push(format!(
+                "{what}: exit {:?}, expected '{expected}' in:\n{message}",
+                out.status.code()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    // Nothing was added to the study by the refused files.
+    assert_eq!(scratch.trials("bad").len(), 3);
+}
+
+#[test]
+fn several_broken_rules_are_reported_together_in_file_order() {
+    let scratch = Scratch::new();
+    let text = GOOD
+        .replace("goal: minimize", "goal: up")
+        .replace("parallel_trial_count: 1", "parallel_trial_count: 0");
+    let path = scratch.study("study.yaml", &text);
+    let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let message = stderr(&out);
+    let goal = message
+        .find("objective.goal")
+        .expect("the goal is reported");
+    let parallel = message
+        .find("parallel_trial_count")
+        .expect("the count is reported");
+    assert!(goal < parallel, "{message}");
+}
+
+#[test]
+fn a_missing_study_file_is_bad_input() {
+    let scratch = Scratch::new();
+    let out = scratch.hptune(&["run", "nowhere.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("nowhere.yaml: cannot read the study file"),
+        "{}",
+        stderr(&out)
+    );
+}
