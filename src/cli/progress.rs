@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::table::short;
 use hptune::controller::{Progress, RunEvent, RunObserver};
 use hptune::spec::Study;
 use hptune::storage::{TrialRecord, TrialState};
@@ -58,7 +59,12 @@ impl Display {
     fn finished(&self, trial: &TrialRecord) -> String {
         match (trial.state, trial.value) {
             (TrialState::Succeeded, Some(value)) => {
-                format!("trial {} succeeded: {}={value}", trial.number, self.metric)
+                format!(
+                    "trial {} succeeded: {}={}",
+                    trial.number,
+                    self.metric,
+                    short(value)
+                )
             }
             (state, _) => format!(
                 "trial {} {}: {}",
@@ -73,7 +79,7 @@ impl Display {
 fn counts(progress: &Progress) -> String {
     let best = progress
         .best
-        .map(|(number, value)| format!(", best {value} (trial {number})"))
+        .map(|(number, value)| format!(", best {} (trial {number})", short(value)))
         .unwrap_or_default();
     format!(
         "{} running, {} failed{best}",

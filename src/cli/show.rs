@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
-use hptune::space::Space;
+use hptune::space::{ParamValue, Space};
 use hptune::spec::{self, Goal};
 use hptune::storage::{Storage, StudyRecord, TrialRecord, TrialState, best_trial};
 
@@ -35,7 +35,7 @@ pub async fn studies(storage: &Storage) -> Result<ExitCode, Failure> {
                 .iter()
                 .map(|state| s.count(*state).to_string()),
             );
-            row.push(s.best.map(|b| b.to_string()).unwrap_or_default());
+            row.push(s.best.map(table::short).unwrap_or_default());
             row
         })
         .collect();
@@ -174,12 +174,17 @@ pub fn print_trials(
                 .map(|t| {
                     let params: Vec<String> = ids
                         .iter()
-                        .filter_map(|id| t.params.get(*id).map(|v| format!("{id}={v}")))
+                        .filter_map(|id| {
+                            t.params.get(*id).map(|v| match v {
+                                ParamValue::Float(x) => format!("{id}={}", table::short(*x)),
+                                other => format!("{id}={other}"),
+                            })
+                        })
                         .collect();
                     vec![
                         t.number.to_string(),
                         t.state.as_str().into(),
-                        value(t),
+                        t.value.map(table::short).unwrap_or_default(),
                         params.join(" "),
                         shorten(t.error.as_deref().unwrap_or_default()),
                     ]

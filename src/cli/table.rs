@@ -37,6 +37,16 @@ pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A number for people: six significant digits, no trailing zeros (`0.000123457`, `41.5`).
+/// JSON, CSV and flags keep every digit.
+pub fn short(value: f64) -> String {
+    if !value.is_finite() || value == 0.0 {
+        return value.to_string();
+    }
+    let rounded: f64 = format!("{value:.5e}").parse().unwrap_or(value);
+    rounded.to_string()
+}
+
 /// Comma-separated values; a cell with a comma, quote or line break is quoted.
 pub fn csv(header: &[&str], rows: &[Vec<String>]) -> String {
     let quote = |cell: &str| {
@@ -73,6 +83,14 @@ mod tests {
             render(&["name", "value"], &rows),
             "name  value\na       1.5\nlong     10\n"
         );
+    }
+
+    #[test]
+    fn shortens_numbers_to_six_significant_digits() {
+        assert_eq!(short(0.9900044945752011), "0.990004");
+        assert_eq!(short(-3.429563427826141), "-3.42956");
+        assert_eq!(short(1.2345678e-5), "0.0000123457");
+        assert_eq!(short(16.0), "16");
     }
 
     #[test]
