@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Orchestration overhead: trials per second of `hptune run` against Optuna with SQLite.
+
+hptune runs N trials of a worker process that reports at once (examples/objective.rs on
+Branin), random sampler, SQLite storage, every state change committed; Optuna runs the same
+number of trials of the same function in-process (no process per trial), RandomSampler,
+its SQLite storage. Both at parallelism 1 and 4, in the same command, so the ratio holds on
+a noisy machine. It also checks that hptune lost and duplicated no trial.
+
+    python3 bench/orchestration.py [--trials 1000] [--optuna-trials 1000]
+
+Creates bench/.venv with Optuna on first use; prints a Markdown table; writes
+bench/results/orchestration.json.
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / "bench" / ".venv"
+RESULTS = ROOT / "bench" / "results"
+
+STUDY = """\
+name: overhead
+objective: {{metric: loss, goal: minimize}}
+parameters:
+  - {{id: x1, type: double, min: -5.0, max: 10.0}}
+  - {{id: x2, type: double, min: 0.0, max: 15.0}}
+algorithm: random
+max_trial_count: {trials}
+parallel_trial_count: {parallel}
+max_failed_trial_count: 1
+seed: 1
+trial:
+  command: [{worker}, --function, branin]
+"""
+
+OPTUNA = r"""
+import math, sys, time, optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+trials, jobs, url = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def branin(trial):
+    x1 = trial.suggest_float("x1", -5.0, 10.0)
+    x2 = trial.suggest_float("x2", 0.0, 15.0)
+    b, c, t = 5.1 / (4 * math.pi ** 2), 5 / math.pi, 1 / (8 * math.pi)
+    return (x2 - b * x1 ** 2 + c * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10
+study = optuna.create_study(storage=url, sampler=optuna.samplers.RandomSampler(seed=1))
+start = time.perf_counter()
+study.optimize(branin, n_trials=trials, n_jobs=jobs)
+elapsed = time.perf_counter() - start
+print(elapsed, len(study.trials), optuna.__version__)
+"""
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)
+
+
+def build():
+    run(["cargo", "build", "--release", "--bin", "hptune", "--example", "objective"], cwd=ROOT)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    return target / "release" / "hptune", target / "release" / "examples" / "objective"
+
+
+def ensure_optuna():
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        run([sys.executable, "-m", "venv", str(VENV)])
+    if subprocess.run([str(python), "-c", "import optuna"], capture_output=True).returncode:
+        run([str(python), "-m", "pip", "install", "--quiet", "optuna"])
+    return python
+
+
+def bench_hptune(hptune, worker, trials, parallel):
+    with tempfile.TemporaryDirectory() as tmp:
+        study = Path(tmp) / "study.yaml"
+        study.write_text(STUDY.format(trials=trials, parallel=parallel, worker=worker))
+        env = dict(os.environ, HPTUNE_STORAGE=f"sqlite://{tmp}/hptune.db")
+        start = time.perf_counter()
+        run([str(hptune), "run", str(study), "--log-dir", f"{tmp}/logs"], cwd=tmp, env=env)
+        elapsed = time.perf_counter() - start
+        listed = json.loads(run([str(hptune), "trials", "overhead", "--format", "json"],
+                                cwd=tmp, env=env).stdout)
+    numbers = [t["number"] for t in listed]
+    succeeded = sum(t["state"] == "succeeded" for t in listed)
+    problems = []
+    if sorted(numbers) != list(range(trials)):
+        problems.append(f"numbers are not 0..{trials - 1}")
+    if succeeded != trials:
+        problems.append(f"{trials - succeeded} trials did not succeed")
+    return elapsed, len(listed), problems
+
+
+def bench_optuna(python, trials, jobs):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = run([str(python), "-c", OPTUNA, str(trials), str(jobs), f"sqlite:///{tmp}/optuna.db"])
+    elapsed, count, version = out.stdout.split()
+    return float(elapsed), int(count), version
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--optuna-trials", type=int, default=1000)
+    args = parser.parse_args()
+
+    hptune, worker = build()
+    python = ensure_optuna()
+    rows = []
+    for parallel in (1, 4):
+        h_time, h_count, problems = bench_hptune(hptune, worker, args.trials, parallel)
+        o_time, o_count, version = bench_optuna(python, args.optuna_trials, parallel)
+        h_rate, o_rate = h_count / h_time, o_count / o_time
+        rows.append({
+            "parallel": parallel,
+            "hptune_trials": h_count, "hptune_seconds": round(h_time, 3),
+            "hptune_trials_per_s": round(h_rate, 1),
+            "optuna_trials": o_count, "optuna_seconds": round(o_time, 3),
+            "optuna_trials_per_s": round(o_rate, 1), "optuna_version": version,
+            "ratio": round(h_rate / o_rate, 1), "problems": problems,
+        })
+
+    print(f"| parallel | hptune trials/s (process per trial) | Optuna {rows[0]['optuna_version']} "
+          "trials/s (in-process) | ratio | lost or duplicated |")
+    print("|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {r['parallel']} | {r['hptune_trials_per_s']} ({r['hptune_trials']} in "
+              f"{r['hptune_seconds']} s) | {r['optuna_trials_per_s']} ({r['optuna_trials']} in "
+              f"{r['optuna_seconds']} s) | {r['ratio']}x | {', '.join(r['problems']) or 'none'} |")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "orchestration.json").write_text(json.dumps(rows, indent=2))
+    if any(r["problems"] for r in rows):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
