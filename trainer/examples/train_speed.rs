@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
 use hptune_trainer::backend::{BackendTask, CpuBackend, DeviceChoice, dispatch};
 use hptune_trainer::config::BertConfig;
@@ -25,10 +25,7 @@ struct Speed {
 impl BackendTask for Speed {
     type Output = (f64, f64);
 
-    fn run<B: AutodiffBackend>(
-        self,
-        device: <B as Backend>::Device,
-    ) -> hptune_trainer::Result<(f64, f64)> {
+    fn run<B: AutodiffBackend>(self, device: B::Device) -> hptune_trainer::Result<(f64, f64)> {
         let config = BertConfig::from_file(&self.dir.join("config.json"))?;
         B::seed(&device, 0);
         let (mut model, _) = load_classifier::<B>(&self.dir, &config, 2, None, &device)?;
@@ -40,7 +37,10 @@ impl BackendTask for Speed {
             .collect();
         let labels: Vec<i64> = (0..self.batch).map(|i| (i % 2) as i64).collect();
         let input = ModelInput::<B> {
-            input_ids: Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [self.batch, self.seq]), &device),
+            input_ids: Tensor::<B, 2, Int>::from_data(
+                TensorData::new(ids, [self.batch, self.seq]),
+                &device,
+            ),
             token_type_ids: Tensor::zeros([self.batch, self.seq], &device),
             attention_mask: Tensor::ones([self.batch, self.seq], &device),
         };

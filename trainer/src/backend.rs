@@ -3,7 +3,7 @@
 use std::str::FromStr;
 
 use burn::backend::Autodiff;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 
 use crate::error::{Result, TrainerError};
 
@@ -28,7 +28,9 @@ impl FromStr for DeviceChoice {
             "cuda" | "gpu" => Ok(DeviceChoice::Cuda(0)),
             _ => match s.strip_prefix("cuda:") {
                 Some(index) => index.parse().map(DeviceChoice::Cuda).map_err(|_| {
-                    bad(format!("\"{index}\" is not a GPU index; use cuda:0, cuda:1, ..."))
+                    bad(format!(
+                        "\"{index}\" is not a GPU index; use cuda:0, cuda:1, ..."
+                    ))
                 }),
                 None => Err(bad("use cpu, cuda or cuda:N".to_string())),
             },
@@ -53,11 +55,15 @@ pub trait BackendTask {
     /// What the work returns.
     type Output;
     /// Runs the work on autodiff backend `B` and its device.
-    fn run<B: AutodiffBackend>(self, device: <B as Backend>::Device) -> Result<Self::Output>;
+    fn run<B: AutodiffBackend>(self, device: B::Device) -> Result<Self::Output>;
 }
 
 /// Runs `task` on the backend for `device` (and, on the CPU, `cpu`).
-pub fn dispatch<T: BackendTask>(device: DeviceChoice, cpu: CpuBackend, task: T) -> Result<T::Output> {
+pub fn dispatch<T: BackendTask>(
+    device: DeviceChoice,
+    cpu: CpuBackend,
+    task: T,
+) -> Result<T::Output> {
     let missing = |what: &str, feature: &str| TrainerError::Device {
         device: match device {
             DeviceChoice::Cpu => "cpu".to_string(),

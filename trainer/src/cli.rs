@@ -13,7 +13,11 @@ use crate::metrics::Metric;
 /// reports `step=N accuracy=… macro_f1=… mcc=… loss=…` lines on stdout (the hptune worker
 /// protocol), plus the metrics file named by HPTUNE_METRICS_FILE / CLOUD_ML_HP_METRIC_FILE.
 #[derive(Debug, Parser)]
-#[command(name = "hptune-trainer", version, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "hptune-trainer",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     /// `predict`, or nothing to train.
     #[command(subcommand)]
@@ -95,7 +99,13 @@ pub struct TrainArgs {
     #[arg(long, alias = "adam_epsilon", default_value_t = 1e-8)]
     pub adam_epsilon: f64,
     /// Maximal tokens per text (pair), special tokens included; longer texts are truncated.
-    #[arg(long, alias = "max_seq_len", alias = "max-seq-length", alias = "max_seq_length", default_value_t = 128)]
+    #[arg(
+        long,
+        alias = "max_seq_len",
+        alias = "max-seq-length",
+        alias = "max_seq_length",
+        default_value_t = 128
+    )]
     pub max_seq_len: usize,
     /// Seed of shuffling, dropout and the new head's initialisation.
     #[arg(long, default_value_t = 42)]

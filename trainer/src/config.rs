@@ -117,7 +117,10 @@ impl BertConfig {
         }
         for (name, p) in [
             ("hidden_dropout_prob", self.hidden_dropout_prob),
-            ("attention_probs_dropout_prob", self.attention_probs_dropout_prob),
+            (
+                "attention_probs_dropout_prob",
+                self.attention_probs_dropout_prob,
+            ),
         ] {
             if !(0.0..1.0).contains(&p) {
                 return fail(format!("{name} is {p}; it must be in [0, 1)"));

@@ -162,7 +162,8 @@ fn resolve(path: &Path, spec: &ColumnSpec, header: Option<&[String]>) -> Result<
             )),
         }
     };
-    let default_text = || match header {
+    let default_text = || {
+        match header {
         Some(names) => ["sentence", "text", "sentence1", "question", "content"]
             .iter()
             .find(|c| names.iter().any(|n| n == *c))
@@ -175,6 +176,7 @@ fn resolve(path: &Path, spec: &ColumnSpec, header: Option<&[String]>) -> Result<
                 )
             }),
         None => Ok(Column::Index(0)),
+    }
     };
     let text_column = match &spec.text {
         Some(c) => c.clone(),
@@ -225,7 +227,10 @@ fn read_delimited(
                 data_error(
                     path,
                     line,
-                    format!("the row has {} columns, so it has no {role} column {index}", record.len()),
+                    format!(
+                        "the row has {} columns, so it has no {role} column {index}",
+                        record.len()
+                    ),
                 )
             })
         };
@@ -278,7 +283,9 @@ fn read_json_lines(path: &Path, spec: &ColumnSpec) -> Result<Vec<RawExample>> {
             Some(Column::Index(i)) => Err(data_error(
                 path,
                 0,
-                format!("--{role}-column {i}: JSON lines files name their fields; give the field's name"),
+                format!(
+                    "--{role}-column {i}: JSON lines files name their fields; give the field's name"
+                ),
             )),
             None => Ok(default.first().map(|d| d.to_string())),
         }
@@ -292,8 +299,8 @@ fn read_json_lines(path: &Path, spec: &ColumnSpec) -> Result<Vec<RawExample>> {
         if row.trim().is_empty() {
             continue;
         }
-        let object: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(row).map_err(|e| TrainerError::Json {
+        let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(row)
+            .map_err(|e| TrainerError::Json {
                 path: path.to_path_buf(),
                 line,
                 message: format!("{e}; each line must be one JSON object"),
@@ -311,8 +318,19 @@ fn read_json_lines(path: &Path, spec: &ColumnSpec) -> Result<Vec<RawExample>> {
                 Some(serde_json::Value::String(s)) => Ok(s.trim().to_string()),
                 Some(serde_json::Value::Number(n)) => Ok(n.to_string()),
                 Some(serde_json::Value::Bool(b)) => Ok(b.to_string()),
-                Some(other) => Err(data_error(path, line, format!("field \"{key}\" is {other}, not a string or number"))),
-                None => Err(data_error(path, line, format!("no field \"{key}\"; the object has {:?}", object.keys().collect::<Vec<_>>()))),
+                Some(other) => Err(data_error(
+                    path,
+                    line,
+                    format!("field \"{key}\" is {other}, not a string or number"),
+                )),
+                None => Err(data_error(
+                    path,
+                    line,
+                    format!(
+                        "no field \"{key}\"; the object has {:?}",
+                        object.keys().collect::<Vec<_>>()
+                    ),
+                )),
             }
         };
         let text = get(&text_key)?;
@@ -383,7 +401,10 @@ impl LabelMap {
                     data_error(
                         path,
                         raw.line,
-                        format!("label \"{}\" is not among the training labels {:?}", raw.label, self.names),
+                        format!(
+                            "label \"{}\" is not among the training labels {:?}",
+                            raw.label, self.names
+                        ),
                     )
                 })?;
                 Ok(Example {

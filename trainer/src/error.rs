@@ -42,7 +42,9 @@ pub enum TrainerError {
     ModelNotFound(String),
 
     /// A checkpoint tensor is missing.
-    #[error("{path}: tensor `{tensor}` is missing (expected shape {expected:?}); the checkpoint has {available} tensors, e.g. {example}")]
+    #[error(
+        "{path}: tensor `{tensor}` is missing (expected shape {expected:?}); the checkpoint has {available} tensors, e.g. {example}"
+    )]
     MissingTensor {
         /// The safetensors file.
         path: PathBuf,
@@ -57,7 +59,9 @@ pub enum TrainerError {
     },
 
     /// A checkpoint tensor has the wrong shape for the model that config.json describes.
-    #[error("{path}: tensor `{tensor}` has shape {found:?} but the model built from config.json needs {expected:?}")]
+    #[error(
+        "{path}: tensor `{tensor}` has shape {found:?} but the model built from config.json needs {expected:?}"
+    )]
     ShapeMismatch {
         /// The safetensors file.
         path: PathBuf,
@@ -110,7 +114,9 @@ pub enum TrainerError {
     },
 
     /// Training produced a non-finite loss.
-    #[error("epoch {epoch}, step {step}: the training loss is {value}; lower --learning-rate or raise --warmup-ratio")]
+    #[error(
+        "epoch {epoch}, step {step}: the training loss is {value}; lower --learning-rate or raise --warmup-ratio"
+    )]
     Diverged {
         /// 1-based epoch.
         epoch: usize,

@@ -21,8 +21,16 @@ impl EvalMetrics {
         let confusion = confusion(predicted, gold, num_classes);
         let correct: usize = (0..num_classes).map(|k| confusion[k][k]).sum();
         EvalMetrics {
-            loss: if n == 0 { f64::NAN } else { loss_sum / n as f64 },
-            accuracy: if n == 0 { 0.0 } else { correct as f64 / n as f64 },
+            loss: if n == 0 {
+                f64::NAN
+            } else {
+                loss_sum / n as f64
+            },
+            accuracy: if n == 0 {
+                0.0
+            } else {
+                correct as f64 / n as f64
+            },
             macro_f1: macro_f1(&confusion),
             mcc: mcc(&confusion),
         }
@@ -105,7 +113,9 @@ fn mcc(c: &[Vec<usize>]) -> f64 {
     let k = c.len();
     let s: f64 = c.iter().flatten().sum::<usize>() as f64;
     let correct: f64 = (0..k).map(|i| c[i][i] as f64).sum();
-    let predicted: Vec<f64> = (0..k).map(|j| (0..k).map(|i| c[i][j] as f64).sum()).collect();
+    let predicted: Vec<f64> = (0..k)
+        .map(|j| (0..k).map(|i| c[i][j] as f64).sum())
+        .collect();
     let actual: Vec<f64> = (0..k).map(|i| c[i].iter().sum::<usize>() as f64).collect();
     let pt: f64 = predicted.iter().zip(&actual).map(|(p, t)| p * t).sum();
     let numerator = correct * s - pt;

@@ -168,7 +168,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         for container in self.containers {
             if let Some(grad) = container.get::<B::InnerBackend, D>(param.id) {
-                self.total += grad.square().sum().into_scalar().to_f64();
+                self.total += grad.square().sum().into_scalar().elem::<f64>();
             }
         }
     }

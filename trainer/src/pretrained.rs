@@ -9,11 +9,17 @@ use crate::checkpoint::{LoadReport, load_safetensors, save_safetensors};
 use crate::config::BertConfig;
 use crate::data::LabelMap;
 use crate::error::{Result, TrainerError};
-use crate::model::{BertClassifier, BertClassifierConfig, BertModelConfig, ClassificationHeadConfig};
+use crate::model::{
+    BertClassifier, BertClassifierConfig, BertModelConfig, ClassificationHeadConfig,
+};
 use crate::tokenize::TextTokenizer;
 
 /// Files copied from the source checkpoint next to the fine-tuned weights.
-const TOKENIZER_FILES: &[&str] = &["vocab.txt", "tokenizer_config.json", "special_tokens_map.json"];
+const TOKENIZER_FILES: &[&str] = &[
+    "vocab.txt",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+];
 
 /// Finds the checkpoint folder for `--model`: a local folder, or a hub id already present in
 /// the Hugging Face cache (`$HF_HOME/hub`, default `~/.cache/huggingface/hub`).
@@ -41,8 +47,12 @@ fn cached_snapshot(id: &str) -> Option<PathBuf> {
     let hub = std::env::var_os("HF_HUB_CACHE")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HF_HOME").map(|h| PathBuf::from(h).join("hub")))
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/huggingface/hub")))?;
-    let snapshots = hub.join(format!("models--{}", id.replace('/', "--"))).join("snapshots");
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/huggingface/hub"))
+        })?;
+    let snapshots = hub
+        .join(format!("models--{}", id.replace('/', "--")))
+        .join("snapshots");
     std::fs::read_dir(snapshots)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -161,7 +171,10 @@ pub fn saved_labels(dir: &Path, config: &BertConfig) -> Result<LabelMap> {
             .and_then(|i| names.get_mut(i))
             .ok_or_else(|| TrainerError::Config {
                 path: dir.join("config.json"),
-                message: format!("id2label has key \"{index}\"; keys must be 0..{}", id2label.len()),
+                message: format!(
+                    "id2label has key \"{index}\"; keys must be 0..{}",
+                    id2label.len()
+                ),
             })?;
         *slot = Some(name.clone());
     }

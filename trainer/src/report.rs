@@ -153,8 +153,10 @@ mod tests {
              accuracy=0.875000 loss=0.500000 macro_f1=0.250000 mcc=-0.125000\n"
         );
         let text = std::fs::read_to_string(&file).unwrap();
-        let lines: Vec<serde_json::Value> =
-            text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(lines.len(), 3);
         assert_eq!(lines[1]["global_step"], "2");
         assert_eq!(lines[1]["accuracy"], "0.875000");

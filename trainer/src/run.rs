@@ -1,7 +1,7 @@
 //! The two commands as library functions: `train` (the trial worker) and `predict`.
 
 use burn::module::AutodiffModule;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 
 use crate::backend::{BackendTask, DeviceChoice, dispatch};
 use crate::batch::{EncodedExample, encode_all};
@@ -137,11 +137,12 @@ struct TrainTask<'a>(&'a TrainArgs);
 impl BackendTask for TrainTask<'_> {
     type Output = EvalMetrics;
 
-    fn run<B: AutodiffBackend>(self, device: <B as Backend>::Device) -> Result<EvalMetrics> {
+    fn run<B: AutodiffBackend>(self, device: B::Device) -> Result<EvalMetrics> {
         let args = self.0;
         let dir = resolve_model_dir(&args.model)?;
         let config = BertConfig::from_file(&dir.join("config.json"))?;
-        let tokenizer = TextTokenizer::from_dir(&dir, args.max_seq_len.min(config.max_position_embeddings))?;
+        let tokenizer =
+            TextTokenizer::from_dir(&dir, args.max_seq_len.min(config.max_position_embeddings))?;
         let data = prepare(args, &tokenizer)?;
         B::seed(&device, args.seed);
         let (model, _) =
@@ -172,7 +173,14 @@ impl BackendTask for TrainTask<'_> {
             &mut reporter,
         )?;
         if let Some(out) = &args.output_dir {
-            save_checkpoint(&out.clone(), &model.valid(), &config, &data.labels, &tokenizer, &dir)?;
+            save_checkpoint(
+                &out.clone(),
+                &model.valid(),
+                &config,
+                &data.labels,
+                &tokenizer,
+                &dir,
+            )?;
             tracing::info!("saved the fine-tuned model to {}", out.display());
         }
         reporter.report_final(&metrics)?;
@@ -185,13 +193,14 @@ struct PredictTask<'a>(&'a PredictArgs);
 impl BackendTask for PredictTask<'_> {
     type Output = Vec<Prediction>;
 
-    fn run<B: AutodiffBackend>(self, device: <B as Backend>::Device) -> Result<Vec<Prediction>> {
+    fn run<B: AutodiffBackend>(self, device: B::Device) -> Result<Vec<Prediction>> {
         let args = self.0;
         let texts = collect_texts(args)?;
         let dir = &args.model_dir;
         let config = BertConfig::from_file(&dir.join("config.json"))?;
         let labels = saved_labels(dir, &config)?;
-        let tokenizer = TextTokenizer::from_dir(dir, args.max_seq_len.min(config.max_position_embeddings))?;
+        let tokenizer =
+            TextTokenizer::from_dir(dir, args.max_seq_len.min(config.max_position_embeddings))?;
         let (model, report) =
             load_classifier::<B::InnerBackend>(dir, &config, labels.len(), Some(0.0), &device)?;
         if !report.newly_initialised.is_empty() {
@@ -212,8 +221,13 @@ impl BackendTask for PredictTask<'_> {
                 })
             })
             .collect::<Result<_>>()?;
-        let probabilities =
-            predict_probabilities(&model, &encoded, args.batch_size, tokenizer.pad_id(), &device)?;
+        let probabilities = predict_probabilities(
+            &model,
+            &encoded,
+            args.batch_size,
+            tokenizer.pad_id(),
+            &device,
+        )?;
         Ok(texts
             .into_iter()
             .zip(probabilities)
@@ -236,8 +250,14 @@ impl BackendTask for PredictTask<'_> {
 fn collect_texts(args: &PredictArgs) -> Result<Vec<String>> {
     let mut texts = args.texts.clone();
     if let Some(path) = &args.file {
-        let content = std::fs::read_to_string(path).map_err(|e| TrainerError::io(path, "reading", e))?;
-        texts.extend(content.lines().filter(|l| !l.trim().is_empty()).map(str::to_string));
+        let content =
+            std::fs::read_to_string(path).map_err(|e| TrainerError::io(path, "reading", e))?;
+        texts.extend(
+            content
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_string),
+        );
     }
     if texts.is_empty() {
         return Err(TrainerError::InvalidArgument {

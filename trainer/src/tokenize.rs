@@ -53,7 +53,9 @@ impl TextTokenizer {
         } else {
             return Err(TrainerError::Tokenizer {
                 path: dir.to_path_buf(),
-                message: "neither tokenizer.json nor vocab.txt is there; copy them from the checkpoint".to_string(),
+                message:
+                    "neither tokenizer.json nor vocab.txt is there; copy them from the checkpoint"
+                        .to_string(),
             });
         };
         let mut tokenizer = TextTokenizer {

@@ -4,7 +4,9 @@
 use std::io::Write;
 
 use burn::module::AutodiffModule;
-use burn::tensor::{ElementConversion, Tensor, activation::softmax, backend::AutodiffBackend, backend::Backend};
+use burn::tensor::{
+    ElementConversion, Tensor, activation::softmax, backend::AutodiffBackend, backend::Backend,
+};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -82,7 +84,14 @@ pub fn fine_tune<B: AutodiffBackend, W: Write>(
             progress.batch_done(index + 1, items.len(), loss_value);
         }
         let throughput = progress.finish();
-        let metrics = evaluate(&model.valid(), eval, settings.eval_batch_size, num_classes, pad_id, device)?;
+        let metrics = evaluate(
+            &model.valid(),
+            eval,
+            settings.eval_batch_size,
+            num_classes,
+            pad_id,
+            device,
+        )?;
         tracing::info!(
             "epoch {epoch}/{}: {throughput:.1} training samples/s; eval loss {:.4}, accuracy {:.4}",
             settings.epochs,
@@ -118,16 +127,25 @@ pub fn evaluate<B: Backend>(
         let items: Vec<&EncodedExample> = chunk.iter().map(|&i| &data[i]).collect();
         let (input, labels) = collate::<B>(&items, pad_id, device);
         let logits = model.forward(input);
-        let loss = cross_entropy(logits.clone(), labels).into_scalar().elem::<f64>();
+        let loss = cross_entropy(logits.clone(), labels)
+            .into_scalar()
+            .elem::<f64>();
         loss_sum += loss * items.len() as f64;
         let argmax = logits.argmax(1).into_data();
         let argmax: Vec<i64> = argmax.convert::<i64>().to_vec().map_err(|e| {
-            TrainerError::Backend(format!("cannot read predictions back from the device: {e:?}"))
+            TrainerError::Backend(format!(
+                "cannot read predictions back from the device: {e:?}"
+            ))
         })?;
         predicted.extend(argmax.into_iter().map(|p| p as usize));
         gold.extend(items.iter().map(|e| e.label));
     }
-    Ok(EvalMetrics::compute(&predicted, &gold, num_classes, loss_sum))
+    Ok(EvalMetrics::compute(
+        &predicted,
+        &gold,
+        num_classes,
+        loss_sum,
+    ))
 }
 
 /// Class probabilities `[batch][class]` for already encoded texts.
@@ -145,7 +163,9 @@ pub fn predict_probabilities<B: Backend>(
         let probs: Tensor<B, 2> = softmax(model.forward(input), 1);
         let [rows, classes] = probs.dims();
         let values: Vec<f32> = probs.into_data().convert::<f32>().to_vec().map_err(|e| {
-            TrainerError::Backend(format!("cannot read probabilities back from the device: {e:?}"))
+            TrainerError::Backend(format!(
+                "cannot read probabilities back from the device: {e:?}"
+            ))
         })?;
         out.extend((0..rows).map(|r| values[r * classes..(r + 1) * classes].to_vec()));
     }

@@ -67,7 +67,11 @@ fn training_reports_each_epoch_and_a_final_line_and_the_saved_model_predicts_the
     assert!(output.status.success(), "stderr: {}", stderr(&output));
     let text = stdout(&output);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 3, "stdout must hold only protocol lines: {text}");
+    assert_eq!(
+        lines.len(),
+        3,
+        "stdout must hold only protocol lines: {text}"
+    );
     for (i, line) in lines[..2].iter().enumerate() {
         assert_eq!(value(line, "step"), (i + 1) as f64);
         for key in ["loss", "accuracy", "macro_f1", "mcc"] {
@@ -82,14 +86,27 @@ fn training_reports_each_epoch_and_a_final_line_and_the_saved_model_predicts_the
     assert!((0.0..=1.0).contains(&accuracy));
 
     let file = std::fs::read_to_string(&metrics_file).unwrap();
-    let records: Vec<serde_json::Value> =
-        file.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let records: Vec<serde_json::Value> = file
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(records.len(), 3);
     assert_eq!(records[0]["global_step"], "1");
     assert_eq!(records[0]["trial"], "12");
-    assert!(records[0]["macro_f1"].as_str().unwrap().parse::<f64>().is_ok());
+    assert!(
+        records[0]["macro_f1"]
+            .as_str()
+            .unwrap()
+            .parse::<f64>()
+            .is_ok()
+    );
 
-    for name in ["model.safetensors", "config.json", "tokenizer.json", "labels.json"] {
+    for name in [
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "labels.json",
+    ] {
         assert!(out.join(name).is_file(), "{name} saved");
     }
     let labels: Vec<String> =
@@ -104,7 +121,11 @@ fn training_reports_each_epoch_and_a_final_line_and_the_saved_model_predicts_the
         .map(|l| l.split_once('\t').unwrap())
         .collect();
     let texts = dir.path().join("texts.txt");
-    std::fs::write(&texts, rows.iter().map(|r| r.0).collect::<Vec<_>>().join("\n")).unwrap();
+    std::fs::write(
+        &texts,
+        rows.iter().map(|r| r.0).collect::<Vec<_>>().join("\n"),
+    )
+    .unwrap();
     let output = trainer()
         .args(["predict", "--model-dir", out.to_str().unwrap()])
         .args(["--file", texts.to_str().unwrap()])
@@ -149,14 +170,20 @@ fn same_seed_gives_the_same_measurements() {
 fn a_bad_flag_value_exits_non_zero_with_one_line_naming_the_flag() {
     let output = trainer()
         .args(["--model", fixtures().join("tiny-bert").to_str().unwrap()])
-        .args(["--train", fixtures().join("data/train.tsv").to_str().unwrap()])
+        .args([
+            "--train",
+            fixtures().join("data/train.tsv").to_str().unwrap(),
+        ])
         .arg("--learning-rate=-1")
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let message = stderr(&output);
     assert_eq!(message.trim().lines().count(), 1, "{message}");
-    assert!(message.contains("--learning-rate: must be a positive number"), "{message}");
+    assert!(
+        message.contains("--learning-rate: must be a positive number"),
+        "{message}"
+    );
     assert!(stdout(&output).is_empty());
 }
 
@@ -164,7 +191,10 @@ fn a_bad_flag_value_exits_non_zero_with_one_line_naming_the_flag() {
 fn a_missing_model_names_the_folder_and_how_to_get_it() {
     let output = trainer()
         .args(["--model", "sentence-transformers/not-here"])
-        .args(["--train", fixtures().join("data/train.tsv").to_str().unwrap()])
+        .args([
+            "--train",
+            fixtures().join("data/train.tsv").to_str().unwrap(),
+        ])
         .env("HF_HOME", "/nonexistent")
         .output()
         .unwrap();
@@ -185,5 +215,9 @@ fn a_bad_data_row_fails_the_run_with_file_and_line() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("train.tsv:3:"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("train.tsv:3:"),
+        "{}",
+        stderr(&output)
+    );
 }

@@ -86,10 +86,17 @@ fn json_lines_with_string_and_integer_labels() {
 #[test]
 fn a_row_without_label_is_reported_with_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write(dir.path(), "bad.tsv", "sentence\tlabel\nfine\t1\nno label here\n");
+    let path = write(
+        dir.path(),
+        "bad.tsv",
+        "sentence\tlabel\nfine\t1\nno label here\n",
+    );
     let error = read_examples(&path, &with_header()).unwrap_err();
     let message = error.to_string();
-    assert!(matches!(error, TrainerError::Data { line: 3, .. }), "{message}");
+    assert!(
+        matches!(error, TrainerError::Data { line: 3, .. }),
+        "{message}"
+    );
     assert!(message.contains("bad.tsv:3"), "{message}");
     assert!(message.contains("no label column 1"), "{message}");
 }
@@ -104,9 +111,18 @@ fn an_empty_text_and_a_missing_json_field_are_errors_with_lines() {
             .to_string()
             .contains("empty.tsv:2: the text is empty")
     );
-    let jsonl = write(dir.path(), "x.jsonl", "{\"text\": \"a\", \"label\": 1}\n{\"text\": \"b\"}\n");
-    let message = read_examples(&jsonl, &with_header()).unwrap_err().to_string();
-    assert!(message.contains("x.jsonl:2: no field \"label\""), "{message}");
+    let jsonl = write(
+        dir.path(),
+        "x.jsonl",
+        "{\"text\": \"a\", \"label\": 1}\n{\"text\": \"b\"}\n",
+    );
+    let message = read_examples(&jsonl, &with_header())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("x.jsonl:2: no field \"label\""),
+        "{message}"
+    );
 }
 
 #[test]
@@ -127,20 +143,33 @@ fn an_unknown_column_name_lists_the_header() {
 fn unknown_extension_is_refused_with_the_allowed_ones() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "a.parquet", "x");
-    let message = read_examples(&path, &with_header()).unwrap_err().to_string();
+    let message = read_examples(&path, &with_header())
+        .unwrap_err()
+        .to_string();
     assert!(message.contains(".csv, .tsv"), "{message}");
 }
 
 #[test]
 fn integer_labels_are_ordered_numerically_and_strings_alphabetically() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write(dir.path(), "n.tsv", "text\tlabel\na\t10\nb\t2\nc\t-1\nd\t2\n");
+    let path = write(
+        dir.path(),
+        "n.tsv",
+        "text\tlabel\na\t10\nb\t2\nc\t-1\nd\t2\n",
+    );
     let rows = read_examples(&path, &with_header()).unwrap();
     let map = LabelMap::from_examples(&rows);
     assert_eq!(map.names(), ["-1", "2", "10"]);
-    let path = write(dir.path(), "s.tsv", "text\tlabel\na\tsports\nb\tbusiness\nc\tworld\n");
+    let path = write(
+        dir.path(),
+        "s.tsv",
+        "text\tlabel\na\tsports\nb\tbusiness\nc\tworld\n",
+    );
     let rows = read_examples(&path, &with_header()).unwrap();
-    assert_eq!(LabelMap::from_examples(&rows).names(), ["business", "sports", "world"]);
+    assert_eq!(
+        LabelMap::from_examples(&rows).names(),
+        ["business", "sports", "world"]
+    );
 }
 
 #[test]

@@ -53,7 +53,10 @@ fn check_parity(dir: &Path, fixture: &str, head: Option<&Path>) {
     for (i, (text, pair)) in fixture.texts.iter().zip(&fixture.pairs).enumerate() {
         let e = tokenizer.encode(text, pair.as_deref()).unwrap();
         assert_eq!(e.ids, fixture.input_ids[i], "token ids of {text:?}");
-        assert_eq!(e.type_ids, fixture.token_type_ids[i], "token types of {text:?}");
+        assert_eq!(
+            e.type_ids, fixture.token_type_ids[i],
+            "token types of {text:?}"
+        );
         encoded.push(EncodedExample {
             ids: e.ids,
             type_ids: e.type_ids,
@@ -69,7 +72,9 @@ fn check_parity(dir: &Path, fixture: &str, head: Option<&Path>) {
     let items: Vec<&EncodedExample> = encoded.iter().collect();
     let (input, labels) = collate::<B>(&items, tokenizer.pad_id(), &device);
 
-    let logits = model.valid().forward(collate(&items, tokenizer.pad_id(), &device).0);
+    let logits = model
+        .valid()
+        .forward(collate(&items, tokenizer.pad_id(), &device).0);
     let logits: Vec<f32> = logits.into_data().convert::<f32>().to_vec().unwrap();
     let expected: Vec<f32> = fixture.logits.concat();
     assert_eq!(logits.len(), expected.len());
@@ -79,7 +84,10 @@ fn check_parity(dir: &Path, fixture: &str, head: Option<&Path>) {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
     eprintln!("{dir:?}: max |logit - transformers| = {max_diff:.3e}");
-    assert!(max_diff < LOGIT_TOLERANCE, "max logit difference {max_diff}");
+    assert!(
+        max_diff < LOGIT_TOLERANCE,
+        "max logit difference {max_diff}"
+    );
 
     let mut optimizer = GroupedAdamW::new(
         &model,

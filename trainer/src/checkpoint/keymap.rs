@@ -16,10 +16,7 @@
 //! `[out, in]` by PyTorch and `[in, out]` by burn: they are transposed on the way in and out.
 
 /// Path segments that differ between burn and Hugging Face (burn, HF).
-pub const SEGMENT_MAP: &[(&str, &str)] = &[
-    ("self_attention", "self"),
-    ("layer_norm", "LayerNorm"),
-];
+pub const SEGMENT_MAP: &[(&str, &str)] = &[("self_attention", "self"), ("layer_norm", "LayerNorm")];
 
 /// Parameter names of burn's LayerNorm and their Hugging Face names (burn, HF, legacy HF).
 pub const LAYER_NORM_PARAMS: &[(&str, &str, &str)] =
@@ -115,7 +112,16 @@ mod tests {
     #[test]
     fn attention_query_maps_to_self_query_with_and_without_prefix() {
         let p = path(
-            &["bert", "encoder", "layer", "3", "attention", "self_attention", "query", "weight"],
+            &[
+                "bert",
+                "encoder",
+                "layer",
+                "3",
+                "attention",
+                "self_attention",
+                "query",
+                "weight",
+            ],
             "Linear",
         );
         assert_eq!(
@@ -153,7 +159,10 @@ mod tests {
         assert!(p.is_no_decay());
         let pooler = path(&["bert", "pooler", "dense", "weight"], "Linear");
         assert!(pooler.may_be_new());
-        let query = path(&["bert", "embeddings", "word_embeddings", "weight"], "Embedding");
+        let query = path(
+            &["bert", "embeddings", "word_embeddings", "weight"],
+            "Embedding",
+        );
         assert!(!query.may_be_new());
         assert!(!query.is_linear_weight());
     }

@@ -76,7 +76,7 @@ fn load<B: Backend>(
         .names()
         .into_iter()
         .filter(|name| !mapper.used.contains(*name))
-        .cloned()
+        .map(str::to_string)
         .collect();
     report.unused.sort();
     Ok((model, report))
@@ -123,13 +123,12 @@ impl<B: Backend> LoadMapper<'_, B> {
                 expected,
             });
         }
-        let values = to_f32(view.dtype(), view.data()).map_err(|message| {
-            TrainerError::BadTensor {
+        let values =
+            to_f32(view.dtype(), view.data()).map_err(|message| TrainerError::BadTensor {
                 path: self.path.clone(),
                 tensor: key.clone(),
                 message,
-            }
-        })?;
+            })?;
         self.used.insert(key.clone());
         let tensor = Tensor::<B, D>::from_data(TensorData::new(values, expected), &self.device);
         Ok(Some(if param.is_linear_weight() {
@@ -155,7 +154,11 @@ impl<B: Backend> ModuleMapper<B> for LoadMapper<'_, B> {
         }
         let (id, tensor, mapper) = param.consume();
         match self.read(&tensor) {
-            Ok(Some(loaded)) => Param::from_mapped_value(id, loaded, mapper),
+            Ok(Some(loaded)) => {
+                // Keep the parameter trainable (the loaded tensor starts without autodiff).
+                let loaded = loaded.set_require_grad(tensor.is_require_grad());
+                Param::from_mapped_value(id, loaded, mapper)
+            }
             Ok(None) => Param::from_mapped_value(id, tensor, mapper),
             Err(error) => {
                 self.error = Some(error);

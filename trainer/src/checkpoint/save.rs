@@ -62,11 +62,7 @@ impl<B: Backend> ModuleVisitor<B> for Collector {
             param.val()
         };
         let shape = tensor.dims().to_vec();
-        let bytes = tensor
-            .into_data()
-            .convert::<f32>()
-            .as_bytes()
-            .to_vec();
+        let bytes = tensor.into_data().convert::<f32>().as_bytes().to_vec();
         self.tensors.push((path.hf_key(), shape, bytes));
     }
 }

@@ -89,12 +89,7 @@ impl BertModelConfig {
                     .collect(),
             },
             pooler: Pooler {
-                dense: linear(
-                    hidden,
-                    hidden,
-                    self.embeddings.initializer_range,
-                    device,
-                ),
+                dense: linear(hidden, hidden, self.embeddings.initializer_range, device),
             },
         }
     }
@@ -112,15 +107,17 @@ impl<B: Backend> BertModel<B> {
     ) -> Tensor<B, 2> {
         let [batch, seq] = input_ids.dims();
         // Hugging Face adds the smallest f32 to the scores of padding positions.
-        let mask_bias = (attention_mask.neg() + 1.0).mul_scalar(f32::MIN).reshape([
-            batch, 1, 1, seq,
-        ]);
+        let mask_bias = (attention_mask.neg() + 1.0)
+            .mul_scalar(f32::MIN)
+            .reshape([batch, 1, 1, seq]);
         let mut hidden = self.embeddings.forward(input_ids, token_type_ids);
         for layer in &self.encoder.layer {
             hidden = layer.forward(hidden, mask_bias.clone());
         }
         let [_, _, width] = hidden.dims();
-        let cls = hidden.slice([0..batch, 0..1, 0..width]).reshape([batch, width]);
+        let cls = hidden
+            .slice([0..batch, 0..1, 0..width])
+            .reshape([batch, width]);
         tanh(self.pooler.dense.forward(cls))
     }
 }

@@ -49,11 +49,9 @@ impl BertClassifierConfig {
 impl<B: Backend> BertClassifier<B> {
     /// Computes `[batch, num_labels]` logits.
     pub fn forward(&self, input: ModelInput<B>) -> Tensor<B, 2> {
-        let pooled = self.bert.forward(
-            input.input_ids,
-            input.token_type_ids,
-            input.attention_mask,
-        );
+        let pooled = self
+            .bert
+            .forward(input.input_ids, input.token_type_ids, input.attention_mask);
         self.head.forward(pooled)
     }
 }

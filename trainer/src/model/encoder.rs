@@ -80,7 +80,10 @@ impl<B: Backend> EncoderLayer<B> {
     pub fn forward(&self, hidden: Tensor<B, 3>, mask_bias: Tensor<B, 4>) -> Tensor<B, 3> {
         let attended = self.attention.forward(hidden, mask_bias);
         let expanded = gelu(self.intermediate.dense.forward(attended.clone()));
-        let contracted = self.output.dropout.forward(self.output.dense.forward(expanded));
+        let contracted = self
+            .output
+            .dropout
+            .forward(self.output.dense.forward(expanded));
         self.output.layer_norm.forward(contracted + attended)
     }
 }
