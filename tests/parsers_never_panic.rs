@@ -1,0 +1,98 @@
+//! Property tests: the study-file parser and the measurement parsers return an answer (a
+//! study, an error, measurements) for any input, and never panic.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use hptune::report::{LineParser, Measurement, MetricsFileReader, final_value};
+use hptune::spec;
+
+const CASES: u32 = 10_000;
+
+/// Fragments a study file is made of, so that generated files get past the YAML layer often.
+fn yaml_fragment() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("name: s\n".to_string()),
+        Just("objective: {metric: loss, goal: minimize}\n".to_string()),
+        Just("objective: {metric: '', goal: up}\n".to_string()),
+        Just("parameters:\n".to_string()),
+        Just("  - {id: x, type: double, min: 0, max: 1}\n".to_string()),
+        Just("  - {id: x, type: double, min: 1, max: 0, scale: log}\n".to_string()),
+        Just(
+            "  - {id: n, type: integer, min: 1, max: 4, scale: reverse_log, grid_points: 0}\n"
+                .to_string()
+        ),
+        Just("  - {id: d, type: discrete, values: [3, 2, 1]}\n".to_string()),
+        Just("  - {id: c, type: categorical, values: [a, a, 1.5, true]}\n".to_string()),
+        Just("  - {id: m, type: double, min: 0, max: 1, when: {c: [a], x: [1]}}\n".to_string()),
+        Just("  - {id: e, type: categorical, values: []}\n".to_string()),
+        Just("algorithm: grid\n".to_string()),
+        Just("algorithm: random\n".to_string()),
+        Just("max_trial_count: 3\n".to_string()),
+        Just("max_trial_count: -9223372036854775808\n".to_string()),
+        Just("parallel_trial_count: 0\n".to_string()),
+        Just("seed: 18446744073709551615\n".to_string()),
+        Just(
+            "trial: {command: [sh], args: ['{x}', '{{', '}', '{nope}'], timeout: 0s}\n".to_string()
+        ),
+        Just("trial:\n  command: []\n  executor: {kind: vertex}\n".to_string()),
+        "[a-z_]{1,12}: [-0-9.e{}\\[\\], a-z']{0,20}\n",
+        "\\PC{0,30}",
+    ]
+}
+
+fn study_text() -> impl Strategy<Value = String> {
+    prop::collection::vec(yaml_fragment(), 0..14).prop_map(|parts| parts.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    #[test]
+    fn the_study_parser_never_panics(text in study_text()) {
+        match spec::parse(Path::new("fuzz.yaml"), &text) {
+            Ok(study) => {
+                prop_assert!(study.parallel_trial_count >= 1);
+                // A valid space maps every point of the cube to a valid assignment.
+                let point = vec![0.5; study.space.dimension()];
+                let assignment = study.space.from_unit(&point);
+                prop_assert!(study.space.check(&assignment).is_ok());
+            }
+            Err(error) => prop_assert!(!error.issues.is_empty()),
+        }
+    }
+
+    #[test]
+    fn the_study_parser_never_panics_on_arbitrary_text(text in "\\PC{0,200}") {
+        let _ = spec::parse(Path::new("fuzz.yaml"), &text);
+    }
+
+    #[test]
+    fn the_line_parser_never_panics(line in "(\\PC|[=.eE+-]|loss|step|nan|inf|[0-9 ]){0,80}") {
+        let parser = LineParser::new("loss");
+        let measurements = parser.parse(&line);
+        prop_assert!(measurements.is_empty() || measurements.iter().any(|m| m.metric == "loss"));
+        let _ = final_value(&measurements, "loss");
+    }
+
+    #[test]
+    fn the_metrics_file_reader_never_panics(
+        lines in prop::collection::vec(
+            prop_oneof![
+                "\\PC{0,60}",
+                "\\{\"global_step\": \"[0-9a-z.-]{0,6}\", \"loss\": \"[0-9.eE+-nainf]{0,8}\", \"trial\": \"0\"\\}",
+                "\\{\"loss\": [-0-9.e]{1,10}, \"step\": \\[1\\]\\}",
+            ],
+            0..8,
+        )
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metrics");
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        let mut reader = MetricsFileReader::new();
+        let first: Vec<Measurement> = reader.read_new(&path);
+        prop_assert!(reader.read_new(&path).is_empty(), "entries are read once");
+        let _ = final_value(&first, "loss");
+    }
+}
