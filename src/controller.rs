@@ -1,26 +1,36 @@
-//! The loop of a study: ask the sampler -> launch the worker -> watch it -> record what it
-//! reports -> stop when the budget is spent, the grid is exhausted, too many trials failed,
-//! or the user asked.
+//! The loop of a study: claim a trial (numbered and proposed under the study's lock) ->
+//! launch its worker -> record what it reports -> judge how it ended -> retry it after an
+//! infrastructure failure -> stop when the budget is spent, the grid is exhausted, too many
+//! trials failed, or the user asked.
 //!
-//! The controller is the only writer of the database: executors send events over a channel
-//! and the loop records each one as it comes, so every state change is committed when it
-//! happens.
+//! Executors send events over a channel and the loop records each one as it comes, so every
+//! state change is committed when it happens. Trials left running by a controller that is
+//! gone are adopted: a live worker is watched again, a dead one is judged by what it
+//! reported, or retried.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+use crate::executor::process::{controller_id, controller_is_gone};
 use crate::executor::{
     Executor, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, command_line, worker_env,
 };
 use crate::report::{self, Measurement};
-use crate::sampler::{Observation, ProposalContext, Sampler, SamplerError};
-use crate::space::Assignment;
+use crate::sampler::{ProposalContext, Sampler, SamplerError};
 use crate::spec::Study;
-use crate::storage::{Storage, StorageError, StudyRecord, TrialRecord, TrialState};
+use crate::storage::{
+    Budget, Claim, Storage, StorageError, StudyRecord, StudyView, TrialRecord, TrialState,
+};
+
+/// How often a controller tells the database that its trials are alive.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+/// A trial whose controller sent no heartbeat for this long is adopted by another controller.
+const STALE_AFTER: Duration = Duration::from_secs(60);
 
 /// Why a study could not be run.
 #[derive(Debug, thiserror::Error)]
@@ -38,10 +48,12 @@ pub enum ControllerError {
 pub struct Plan {
     /// Trials in all, counting those of earlier runs; `None`: until the sampler is exhausted.
     pub max_trial_count: Option<u64>,
-    /// Trials running at once.
+    /// Trials this controller runs at once.
     pub parallel_trial_count: usize,
     /// Failed trials (of all runs) after which no new trial starts.
     pub max_failed_trial_count: u64,
+    /// Further attempts of a trial whose worker was killed from outside.
+    pub max_retries: u32,
     /// Directory of the workers' log and metrics files.
     pub log_dir: PathBuf,
 }
@@ -53,7 +65,15 @@ impl Plan {
             max_trial_count: study.max_trial_count,
             parallel_trial_count: study.parallel_trial_count,
             max_failed_trial_count: study.max_failed_trial_count,
+            max_retries: study.max_retries,
             log_dir: log_dir.to_path_buf(),
+        }
+    }
+
+    fn budget(&self) -> Budget {
+        Budget {
+            max_trial_count: self.max_trial_count,
+            max_failed_trial_count: self.max_failed_trial_count,
         }
     }
 }
@@ -69,7 +89,7 @@ pub struct Progress {
     pub failed: usize,
     /// Stopped trials.
     pub stopped: usize,
-    /// Running trials.
+    /// Running trials (of every controller of the study).
     pub running: usize,
     /// Number and value of the best trial so far.
     pub best: Option<(u64, f64)>,
@@ -80,23 +100,54 @@ impl Progress {
     pub fn done(&self) -> usize {
         self.succeeded + self.failed + self.stopped
     }
+
+    fn of(view: &StudyView, study: &Study, budget: Option<u64>) -> Self {
+        let mut progress = Progress {
+            budget,
+            ..Progress::default()
+        };
+        for trial in view.trials() {
+            match trial.state {
+                TrialState::Succeeded => progress.succeeded += 1,
+                TrialState::Failed => progress.failed += 1,
+                TrialState::Stopped => progress.stopped += 1,
+                TrialState::Pending | TrialState::Running => progress.running += 1,
+            }
+            if let (TrialState::Succeeded, Some(value)) = (trial.state, trial.value) {
+                if progress
+                    .best
+                    .is_none_or(|(_, best)| study.objective.goal.better(value, best))
+                {
+                    progress.best = Some((trial.number, value));
+                }
+            }
+        }
+        progress
+    }
 }
 
 /// What the loop tells whoever shows it to a user.
 #[derive(Debug, Clone)]
 pub enum RunEvent<'a> {
-    /// The study exists already: its finished trials count, and `abandoned` trials that an
-    /// earlier controller left running were marked stopped.
+    /// The study exists already: `finished` trials count, and `adopted` trials that a
+    /// controller now gone left running are taken over.
     Resumed {
         /// Finished trials of earlier runs.
         finished: usize,
-        /// Trials found still running and marked stopped.
-        abandoned: u64,
+        /// Trials taken over from a controller that is gone.
+        adopted: usize,
     },
-    /// A trial's worker is starting.
+    /// A trial's worker is starting (or being adopted, or retried).
     TrialStarted {
         /// The trial.
         trial: &'a TrialRecord,
+    },
+    /// A trial's attempt ended from outside; it runs again.
+    TrialRetried {
+        /// The trial, with its new attempt number.
+        trial: &'a TrialRecord,
+        /// Why the attempt ended.
+        reason: &'a str,
     },
     /// A trial ended.
     TrialFinished {
@@ -116,7 +167,7 @@ pub trait RunObserver {
 /// Why the loop ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StudyEnd {
-    /// `max_trial_count` trials are finished.
+    /// `max_trial_count` trials exist and this controller's are finished.
     BudgetSpent,
     /// The sampler has nothing left to propose (every grid point was tried).
     Exhausted,
@@ -142,11 +193,25 @@ pub struct RunSummary {
     pub trials: Vec<TrialRecord>,
 }
 
-/// A trial whose worker is running.
+/// A trial whose worker this controller watches.
 struct Running {
     trial: TrialRecord,
     stop: watch::Sender<bool>,
     measurements: Vec<Measurement>,
+}
+
+/// The state of one run of the loop.
+struct Run<'a> {
+    study: &'a Study,
+    storage: &'a Storage,
+    executor: Arc<dyn Executor>,
+    plan: &'a Plan,
+    owner: String,
+    view: StudyView,
+    events_tx: mpsc::UnboundedSender<WorkerEvent>,
+    workers: JoinSet<WorkerOutcome>,
+    tasks: HashMap<tokio::task::Id, i64>,
+    running: HashMap<i64, Running>,
 }
 
 /// Runs (or continues) `study` until its plan says to stop.
@@ -160,110 +225,106 @@ pub async fn run(
     mut interrupt: watch::Receiver<bool>,
 ) -> Result<RunSummary, ControllerError> {
     let record = storage.ensure_study(study).await?;
-    let abandoned = storage.stop_abandoned(record.id).await?;
-    let mut finished = storage.trials(record.id).await?;
-    let mut progress = Progress {
-        budget: plan.max_trial_count,
-        ..Progress::default()
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let mut run = Run {
+        study,
+        storage,
+        executor,
+        plan,
+        owner: controller_id(),
+        view: StudyView::new(record.id),
+        events_tx,
+        workers: JoinSet::new(),
+        tasks: HashMap::new(),
+        running: HashMap::new(),
     };
-    for trial in &finished {
-        count(&mut progress, trial, study);
-    }
-    if !finished.is_empty() {
+    storage.refresh(&mut run.view).await?;
+    let adopted = storage
+        .adopt_orphans(record.id, &run.owner, is_orphan)
+        .await?;
+    let finished = run.view.trials().filter(|t| t.state.is_finished()).count();
+    if finished > 0 || !adopted.is_empty() {
         observer.observe(
             RunEvent::Resumed {
-                finished: finished.len(),
-                abandoned,
+                finished,
+                adopted: adopted.len(),
             },
-            &progress,
+            &run.progress(),
         );
     }
+    for trial in adopted {
+        let reported = storage.measurements(trial.id, trial.attempt).await?;
+        let handle = trial.worker.clone();
+        run.launch(trial, handle, reported, observer);
+    }
 
-    let (events_tx, mut events) = mpsc::unbounded_channel();
-    let mut workers: JoinSet<WorkerOutcome> = JoinSet::new();
-    let mut tasks: HashMap<tokio::task::Id, i64> = HashMap::new();
-    let mut running: HashMap<i64, Running> = HashMap::new();
     let mut exhausted = false;
+    let mut failures = false;
     let mut interrupted = *interrupt.borrow();
     let mut interrupt_open = true;
-
+    let mut heartbeat = tokio::time::interval(HEARTBEAT);
     loop {
         while !interrupted
             && !exhausted
-            && running.len() < plan.parallel_trial_count
-            && (progress.failed as u64) < plan.max_failed_trial_count
-            && plan
-                .max_trial_count
-                .is_none_or(|max| ((finished.len() + running.len()) as u64) < max)
+            && !failures
+            && run.running.len() < plan.parallel_trial_count
         {
-            let running_params: Vec<Assignment> =
-                running.values().map(|r| r.trial.params.clone()).collect();
-            let history = observations(&finished);
-            let context = ProposalContext {
-                space: &study.space,
-                goal: study.objective.goal,
-                number: (finished.len() + running.len()) as u64,
-                history: &history,
-                running: &running_params,
-            };
-            let Some(params) = sampler.propose(&context)? else {
-                exhausted = true;
-                break;
-            };
-            let mut trial = storage.start_trial(record.id, &params).await?;
-            let job = job(study, plan, &trial);
-            trial.log_path = Some(job.log_path.display().to_string());
-            progress.running += 1;
-            observer.observe(RunEvent::TrialStarted { trial: &trial }, &progress);
-            let (stop_tx, stop_rx) = watch::channel(false);
-            let executor = executor.clone();
-            let events_tx = events_tx.clone();
-            let task = workers.spawn(async move { executor.run(job, events_tx, stop_rx).await });
-            tasks.insert(task.id(), trial.id);
-            running.insert(
-                trial.id,
-                Running {
-                    trial,
-                    stop: stop_tx,
-                    measurements: Vec::new(),
-                },
-            );
+            let claim = storage
+                .claim_trial(&mut run.view, plan.budget(), &run.owner, |number, view| {
+                    let running = view.unfinished_params();
+                    sampler.propose(&ProposalContext {
+                        space: &study.space,
+                        goal: study.objective.goal,
+                        number,
+                        history: view.history(),
+                        running: &running,
+                    })
+                })
+                .await??;
+            match claim {
+                Claim::Started(trial) => run.launch(trial, None, Vec::new(), observer),
+                Claim::BudgetSpent => break,
+                Claim::Exhausted => {
+                    exhausted = true;
+                    break;
+                }
+                Claim::TooManyFailures => {
+                    failures = true;
+                    break;
+                }
+            }
         }
-        if running.is_empty() {
+        if run.running.is_empty() {
             break;
         }
         tokio::select! {
-            Some(event) = events.recv() => record_event(storage, &mut running, event).await?,
-            Some(joined) = workers.join_next_with_id() => {
+            Some(event) = events.recv() => run.record(event).await?,
+            Some(joined) = run.workers.join_next_with_id() => {
                 let outcome = match joined {
                     Ok((id, outcome)) => {
-                        tasks.remove(&id);
+                        run.tasks.remove(&id);
                         outcome
                     }
                     Err(e) => WorkerOutcome {
-                        trial_id: tasks.remove(&e.id()).unwrap_or_default(),
+                        trial_id: run.tasks.remove(&e.id()).unwrap_or_default(),
                         end: WorkerEnd::LaunchFailed(format!("the task watching the worker failed: {e}")),
                         last_output: None,
                     },
                 };
                 // Events the worker sent before it ended come first.
                 while let Ok(event) = events.try_recv() {
-                    record_event(storage, &mut running, event).await?;
+                    run.record(event).await?;
                 }
-                let Some(done) = running.remove(&outcome.trial_id) else { continue };
-                let trial = finish(storage, study, done, &outcome).await?;
-                progress.running -= 1;
-                count(&mut progress, &trial, study);
-                observer.observe(RunEvent::TrialFinished { trial: &trial }, &progress);
-                finished.push(trial);
+                run.conclude(outcome, interrupted, observer).await?;
             }
+            _ = heartbeat.tick() => storage.heartbeat(&run.owner).await?,
             changed = interrupt.changed(), if interrupt_open && !interrupted => {
                 if changed.is_err() {
                     interrupt_open = false;
                 } else if *interrupt.borrow() {
                     interrupted = true;
-                    observer.observe(RunEvent::Stopping, &progress);
-                    for r in running.values() {
+                    observer.observe(RunEvent::Stopping, &run.progress());
+                    for r in run.running.values() {
                         let _ = r.stop.send(true);
                     }
                 }
@@ -271,13 +332,15 @@ pub async fn run(
         }
     }
 
-    finished.sort_by_key(|t| t.number);
+    storage.refresh(&mut run.view).await?;
+    let trials: Vec<TrialRecord> = run.view.trials().cloned().collect();
+    let progress = run.progress();
     let end = if interrupted {
         StudyEnd::Interrupted
-    } else if (progress.failed as u64) >= plan.max_failed_trial_count {
+    } else if failures || (progress.failed as u64) >= plan.max_failed_trial_count {
         StudyEnd::TooManyFailures {
             failed: progress.failed,
-            last_error: finished
+            last_error: trials
                 .iter()
                 .filter(|t| t.state == TrialState::Failed)
                 .max_by_key(|t| t.finished_at.clone())
@@ -291,148 +354,222 @@ pub async fn run(
     Ok(RunSummary {
         study: record,
         end,
-        trials: finished,
+        trials,
     })
 }
 
-fn count(progress: &mut Progress, trial: &TrialRecord, study: &Study) {
-    match trial.state {
-        TrialState::Succeeded => progress.succeeded += 1,
-        TrialState::Failed => progress.failed += 1,
-        TrialState::Stopped => progress.stopped += 1,
-        TrialState::Pending | TrialState::Running => {}
+/// Whether a running trial's controller is gone: a process of this machine that is no more,
+/// or a controller elsewhere whose heartbeats stopped.
+fn is_orphan(owner: Option<&str>, heartbeat: Option<&str>) -> bool {
+    if let Some(gone) = owner.and_then(controller_is_gone) {
+        return gone;
     }
-    if let (TrialState::Succeeded, Some(value)) = (trial.state, trial.value) {
-        if progress
-            .best
-            .is_none_or(|(_, best)| study.objective.goal.better(value, best))
-        {
-            progress.best = Some((trial.number, value));
+    let stale = chrono::Duration::from_std(STALE_AFTER).unwrap_or_default();
+    heartbeat
+        .and_then(|h| chrono::DateTime::parse_from_rfc3339(h).ok())
+        .is_none_or(|h| chrono::Utc::now().signed_duration_since(h) > stale)
+}
+
+impl Run<'_> {
+    fn progress(&self) -> Progress {
+        Progress::of(&self.view, self.study, self.plan.max_trial_count)
+    }
+
+    /// Starts (or adopts, when `adopt` names a running worker) the trial's worker.
+    fn launch(
+        &mut self,
+        mut trial: TrialRecord,
+        adopt: Option<String>,
+        reported: Vec<Measurement>,
+        observer: &mut dyn RunObserver,
+    ) {
+        let job = self.job(&trial, adopt, reported.clone());
+        trial.log_path = Some(job.log_path.display().to_string());
+        observer.observe(RunEvent::TrialStarted { trial: &trial }, &self.progress());
+        let (stop, stop_rx) = watch::channel(false);
+        let executor = self.executor.clone();
+        let events = self.events_tx.clone();
+        let task = self
+            .workers
+            .spawn(async move { executor.run(job, events, stop_rx).await });
+        self.tasks.insert(task.id(), trial.id);
+        self.running.insert(
+            trial.id,
+            Running {
+                trial,
+                stop,
+                measurements: reported,
+            },
+        );
+    }
+
+    fn job(
+        &self,
+        trial: &TrialRecord,
+        adopt: Option<String>,
+        reported: Vec<Measurement>,
+    ) -> TrialJob {
+        let study = self.study;
+        let dir = self.plan.log_dir.join(&study.name);
+        let stem = match trial.attempt {
+            1 => format!("trial-{}", trial.number),
+            n => format!("trial-{}-attempt-{n}", trial.number),
+        };
+        let metrics_path = dir.join(format!("{stem}.metrics.jsonl"));
+        TrialJob {
+            study: study.name.clone(),
+            number: trial.number,
+            trial_id: trial.id,
+            argv: command_line(
+                &study.trial,
+                &study.space,
+                &study.name,
+                trial.number,
+                &trial.params,
+            ),
+            env: worker_env(&study.trial, &study.name, trial.number, &metrics_path),
+            log_path: dir.join(format!("{stem}.log")),
+            metrics_path,
+            timeout: study.trial.timeout,
+            grace_period: study.trial.grace_period,
+            metric: study.objective.metric.clone(),
+            adopt,
+            reported,
         }
     }
-}
 
-fn observations(finished: &[TrialRecord]) -> Vec<Observation> {
-    finished
-        .iter()
-        .map(|t| Observation {
-            number: t.number,
-            params: t.params.clone(),
-            value: t.value.filter(|_| t.state == TrialState::Succeeded),
-        })
-        .collect()
-}
-
-fn job(study: &Study, plan: &Plan, trial: &TrialRecord) -> TrialJob {
-    let dir = plan.log_dir.join(&study.name);
-    let metrics_path = dir.join(format!("trial-{}.metrics.jsonl", trial.number));
-    TrialJob {
-        study: study.name.clone(),
-        number: trial.number,
-        trial_id: trial.id,
-        argv: command_line(
-            &study.trial,
-            &study.space,
-            &study.name,
-            trial.number,
-            &trial.params,
-        ),
-        env: worker_env(&study.trial, &study.name, trial.number, &metrics_path),
-        log_path: dir.join(format!("trial-{}.log", trial.number)),
-        metrics_path,
-        timeout: study.trial.timeout,
-        grace_period: study.trial.grace_period,
-        metric: study.objective.metric.clone(),
-    }
-}
-
-async fn record_event(
-    storage: &Storage,
-    running: &mut HashMap<i64, Running>,
-    event: WorkerEvent,
-) -> Result<(), StorageError> {
-    match event {
-        WorkerEvent::Started { trial_id, handle } => {
-            if let Some(r) = running.get_mut(&trial_id) {
-                let log = r.trial.log_path.clone().unwrap_or_default();
-                storage.set_worker(trial_id, &handle, &log).await?;
-                r.trial.worker = Some(handle);
+    async fn record(&mut self, event: WorkerEvent) -> Result<(), StorageError> {
+        match event {
+            WorkerEvent::Started { trial_id, handle } => {
+                if let Some(r) = self.running.get_mut(&trial_id) {
+                    let log = r.trial.log_path.clone().unwrap_or_default();
+                    self.storage.set_worker(&r.trial, &handle, &log).await?;
+                    r.trial.worker = Some(handle);
+                }
+            }
+            WorkerEvent::Measured {
+                trial_id,
+                measurement,
+            } => {
+                if let Some(r) = self.running.get_mut(&trial_id) {
+                    self.storage
+                        .record_measurement(&r.trial, &measurement)
+                        .await?;
+                    r.measurements.push(measurement);
+                }
             }
         }
-        WorkerEvent::Measured {
-            trial_id,
-            measurement,
-        } => {
-            if let Some(r) = running.get_mut(&trial_id) {
-                storage.record_measurement(trial_id, &measurement).await?;
-                r.measurements.push(measurement);
+        Ok(())
+    }
+
+    /// Judges how a worker ended: retries the trial, or records its end.
+    async fn conclude(
+        &mut self,
+        outcome: WorkerOutcome,
+        interrupted: bool,
+        observer: &mut dyn RunObserver,
+    ) -> Result<(), StorageError> {
+        let Some(done) = self.running.remove(&outcome.trial_id) else {
+            return Ok(());
+        };
+        let verdict = judge(self.study, &done.measurements, &outcome);
+        if let Verdict::Retry(reason) = &verdict {
+            if !interrupted && done.trial.attempt <= self.plan.max_retries {
+                let trial = self.storage.retry(&done.trial, reason).await?;
+                observer.observe(
+                    RunEvent::TrialRetried {
+                        trial: &trial,
+                        reason,
+                    },
+                    &self.progress(),
+                );
+                self.launch(trial, None, Vec::new(), observer);
+                return Ok(());
             }
         }
+        let (state, value, error) = match verdict {
+            Verdict::Final(state, value, error) => (state, value, error),
+            Verdict::Retry(reason) if interrupted => (
+                TrialState::Stopped,
+                None,
+                Some(format!("stopped: the study was interrupted ({reason})")),
+            ),
+            Verdict::Retry(reason) => (
+                TrialState::Failed,
+                None,
+                Some(format!(
+                    "{reason}; no retry left (max_retries {})",
+                    self.plan.max_retries
+                )),
+            ),
+        };
+        let mut trial = done.trial;
+        trial.finished_at = Some(
+            self.storage
+                .finish_trial(&trial, state, value, error.as_deref())
+                .await?,
+        );
+        trial.state = state;
+        trial.value = value;
+        trial.error = error;
+        self.view.update(trial.clone());
+        observer.observe(RunEvent::TrialFinished { trial: &trial }, &self.progress());
+        Ok(())
     }
-    Ok(())
 }
 
-/// Decides how a trial ended and records it.
-async fn finish(
-    storage: &Storage,
-    study: &Study,
-    done: Running,
-    outcome: &WorkerOutcome,
-) -> Result<TrialRecord, StorageError> {
-    let (state, value, error) = judge(study, &done.measurements, outcome);
-    let mut trial = done.trial;
-    trial.finished_at = Some(
-        storage
-            .finish_trial(trial.id, state, value, error.as_deref())
-            .await?,
-    );
-    trial.state = state;
-    trial.value = value;
-    trial.error = error;
-    Ok(trial)
+/// How an attempt ended.
+enum Verdict {
+    /// The trial is over, in this state.
+    Final(TrialState, Option<f64>, Option<String>),
+    /// The worker was killed from outside: run the trial again if retries are left.
+    Retry(String),
 }
 
-fn judge(
-    study: &Study,
-    measurements: &[Measurement],
-    outcome: &WorkerOutcome,
-) -> (TrialState, Option<f64>, Option<String>) {
+fn judge(study: &Study, measurements: &[Measurement], outcome: &WorkerOutcome) -> Verdict {
     let metric = &study.objective.metric;
+    let failed = |message: String| Verdict::Final(TrialState::Failed, None, Some(message));
     let with_output = |message: String| match &outcome.last_output {
         Some(line) => format!("{message} (last output: {line})"),
         None => message,
     };
-    let partial = report::final_value(measurements, metric)
-        .ok()
-        .filter(|v| v.is_finite());
+    let reported = || report::final_value(measurements, metric);
     match &outcome.end {
-        WorkerEnd::Exited(0) => match report::final_value(measurements, metric) {
-            Ok(value) => (TrialState::Succeeded, Some(value), None),
-            Err(e) => (TrialState::Failed, None, Some(e.to_string())),
+        WorkerEnd::Exited(0) => match reported() {
+            Ok(value) => Verdict::Final(TrialState::Succeeded, Some(value), None),
+            Err(e) => failed(e.to_string()),
         },
-        WorkerEnd::Exited(code) => (
-            TrialState::Failed,
-            None,
-            Some(with_output(format!("the worker exited with code {code}"))),
+        WorkerEnd::Vanished
+            if measurements
+                .iter()
+                .any(|m| m.metric == *metric && m.step.is_none()) =>
+        {
+            match reported() {
+                Ok(value) => Verdict::Final(TrialState::Succeeded, Some(value), None),
+                Err(e) => failed(e.to_string()),
+            }
+        }
+        WorkerEnd::Vanished => Verdict::Retry(
+            "the worker ended while no controller watched it, without a final value".into(),
         ),
-        WorkerEnd::Killed(signal) => (
-            TrialState::Failed,
-            None,
-            Some(with_output(format!("the worker was killed by {signal}"))),
-        ),
-        WorkerEnd::TimedOut(limit) => (
-            TrialState::Failed,
-            None,
-            Some(format!(
-                "timed out after {} (trial.timeout) and was terminated",
-                humantime::format_duration(*limit)
-            )),
-        ),
-        WorkerEnd::Stopped => (
+        end @ WorkerEnd::Killed(signal) if end.is_infrastructure_failure() => {
+            Verdict::Retry(with_output(format!("the worker was killed by {signal}")))
+        }
+        WorkerEnd::Killed(signal) => {
+            failed(with_output(format!("the worker was killed by {signal}")))
+        }
+        WorkerEnd::Exited(code) => {
+            failed(with_output(format!("the worker exited with code {code}")))
+        }
+        WorkerEnd::TimedOut(limit) => failed(format!(
+            "timed out after {} (trial.timeout) and was terminated",
+            humantime::format_duration(*limit)
+        )),
+        WorkerEnd::Stopped => Verdict::Final(
             TrialState::Stopped,
-            partial,
+            reported().ok().filter(|v| v.is_finite()),
             Some("stopped: the study was interrupted".into()),
         ),
-        WorkerEnd::LaunchFailed(message) => (TrialState::Failed, None, Some(message.clone())),
+        WorkerEnd::LaunchFailed(message) => failed(message.clone()),
     }
 }

@@ -94,19 +94,22 @@ impl RunObserver for Display {
             bar.set_message(counts(progress));
         }
         match event {
-            RunEvent::Resumed {
-                finished,
-                abandoned,
-            } => {
-                let abandoned = if abandoned > 0 {
+            RunEvent::Resumed { finished, adopted } => {
+                let adopted = if adopted > 0 {
                     format!(
-                        "; {abandoned} trials left running by an earlier controller were marked stopped"
+                        "; taking over {adopted} trials left running by a controller that is gone"
                     )
                 } else {
                     String::new()
                 };
                 self.line(format!(
-                    "continuing the study: {finished} trials already recorded{abandoned}"
+                    "continuing the study: {finished} trials already recorded{adopted}"
+                ));
+            }
+            RunEvent::TrialRetried { trial, reason } => {
+                self.line(format!(
+                    "trial {} runs again (attempt {}): {reason}",
+                    trial.number, trial.attempt
                 ));
             }
             RunEvent::TrialStarted { trial } => {

@@ -50,6 +50,7 @@ pub async fn run_trial(
         max_trial_count: None,
         parallel_trial_count: 1,
         max_failed_trial_count: u64::MAX,
+        max_retries: study.max_retries,
         log_dir: log_dir.to_path_buf(),
     };
     let mut sampler = ManualSampler::new(params);

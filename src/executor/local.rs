@@ -1,13 +1,15 @@
-//! Trial workers as child processes of the controller.
+//! Trial workers as local processes.
 //!
-//! Each worker is started from an argv (never a shell string) in a process group of its own,
-//! so that a terminal's Ctrl-C reaches the controller only and stopping a worker reaches
-//! whatever it started. Its stdout and stderr are copied line by line to its log file; stdout
-//! lines and the metrics file are read for measurements as they come.
+//! A worker is started from an argv (never a shell string) in a process group of its own, so
+//! that a terminal's Ctrl-C reaches the controller only and stopping a worker reaches
+//! whatever it started. Its stdout and stderr go straight to files, not through the
+//! controller: a worker outlives a controller that is killed, and the next controller adopts
+//! it by its pid and start time and goes on reading its files. The stdout file and the metrics
+//! file are read for measurements as they grow.
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -16,18 +18,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, BufReader, Split};
-use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
-use super::{Executor, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome};
+use super::process::ProcessId;
+use super::{Executor, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, error_log_path};
 use crate::report::{LineParser, Measurement, MetricsFileReader};
 
-/// How often the metrics file is read while a worker runs.
-const METRICS_POLL: Duration = Duration::from_millis(500);
-/// How long output is still read after the worker exited (a grandchild may hold the pipe).
-const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+/// How often the output and metrics files are read, and an adopted worker looked at.
+const POLL: Duration = Duration::from_millis(200);
 
 /// Runs workers as local processes.
 #[derive(Debug, Clone, Default)]
@@ -42,7 +42,11 @@ impl Executor for LocalExecutor {
         stop: watch::Receiver<bool>,
     ) -> WorkerOutcome {
         let trial_id = job.trial_id;
-        let (end, last_output) = match Worker::start(&job, events) {
+        let started = match &job.adopt {
+            Some(handle) => Worker::adopt(&job, handle, events),
+            None => Worker::start(&job, events),
+        };
+        let (end, last_output) = match started {
             Ok(worker) => worker.watch(&job, stop).await,
             Err(message) => (WorkerEnd::LaunchFailed(message), None),
         };
@@ -54,22 +58,22 @@ impl Executor for LocalExecutor {
     }
 }
 
-type Lines<R> = Split<BufReader<R>>;
+/// The process a worker is: our child, or one adopted from a controller that is gone.
+enum Process {
+    Child(Child),
+    Adopted(ProcessId),
+}
 
-/// A started worker and what is read from it.
+/// A running worker and what is read from it.
 struct Worker {
-    child: Child,
-    group: Pid,
-    stdout: Option<Lines<ChildStdout>>,
-    stderr: Option<Lines<ChildStderr>>,
-    log: Option<File>,
+    process: Process,
+    id: ProcessId,
+    stdout: Tail,
     lines: LineParser,
     metrics_file: MetricsFileReader,
     seen: HashSet<(Option<i64>, String, u64)>,
     events: mpsc::UnboundedSender<WorkerEvent>,
     trial_id: i64,
-    last_stdout: Option<String>,
-    last_stderr: Option<String>,
 }
 
 impl Worker {
@@ -80,65 +84,87 @@ impl Worker {
         }
         // A metrics file left by an earlier attempt must not be read as this one's.
         let _ = std::fs::remove_file(&job.metrics_path);
-        let log = File::create(&job.log_path)
-            .map_err(|e| format!("cannot create the log file {}: {e}", job.log_path.display()))?;
+        let create = |path: &Path| {
+            File::create(path)
+                .map_err(|e| format!("cannot create the log file {}: {e}", path.display()))
+        };
+        let stdout = create(&job.log_path)?;
+        let stderr = create(&error_log_path(&job.log_path))?;
         let (program, args) = job
             .argv
             .split_first()
             .ok_or_else(|| "the command is empty".to_string())?;
-        let mut child = Command::new(program)
+        let child = Command::new(program)
             .args(args)
             .envs(job.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(stdout)
+            .stderr(stderr)
             .process_group(0)
-            .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("cannot start '{program}': {e}"))?;
         let pid = child
             .id()
-            .ok_or("the worker exited before it could be watched")?;
-        let _ = events.send(WorkerEvent::Started {
-            trial_id: job.trial_id,
-            handle: format!("pid:{pid}"),
-        });
-        Ok(Self {
-            stdout: child.stdout.take().map(|s| BufReader::new(s).split(b'\n')),
-            stderr: child.stderr.take().map(|s| BufReader::new(s).split(b'\n')),
-            child,
-            group: Pid::from_raw(pid as i32),
-            log: Some(log),
-            lines: LineParser::new(&job.metric),
-            metrics_file: MetricsFileReader::new(),
-            seen: HashSet::new(),
-            events,
-            trial_id: job.trial_id,
-            last_stdout: None,
-            last_stderr: None,
-        })
+            .ok_or("the worker exited before it could be watched")? as i32;
+        let id = ProcessId::of(pid).unwrap_or(ProcessId { pid, start: 0 });
+        Ok(Self::new(job, Process::Child(child), id, events))
     }
 
-    /// Reads output and measurements until the worker ends, stopping it on timeout or when
-    /// asked to.
+    fn adopt(
+        job: &TrialJob,
+        handle: &str,
+        events: mpsc::UnboundedSender<WorkerEvent>,
+    ) -> Result<Self, String> {
+        let id = handle
+            .strip_prefix("pid:")
+            .and_then(ProcessId::parse)
+            .ok_or_else(|| format!("'{handle}' is not the handle of a local worker"))?;
+        Ok(Self::new(job, Process::Adopted(id), id, events))
+    }
+
+    fn new(
+        job: &TrialJob,
+        process: Process,
+        id: ProcessId,
+        events: mpsc::UnboundedSender<WorkerEvent>,
+    ) -> Self {
+        let _ = events.send(WorkerEvent::Started {
+            trial_id: job.trial_id,
+            handle: format!("pid:{id}"),
+        });
+        let seen = job
+            .reported
+            .iter()
+            .map(|m| (m.step, m.metric.clone(), m.value.to_bits()))
+            .collect();
+        Self {
+            process,
+            id,
+            stdout: Tail::default(),
+            lines: LineParser::new(&job.metric),
+            metrics_file: MetricsFileReader::new(),
+            seen,
+            events,
+            trial_id: job.trial_id,
+        }
+    }
+
+    /// Reads measurements until the worker ends, stopping it on timeout or when asked to.
     async fn watch(
         mut self,
         job: &TrialJob,
         mut stop: watch::Receiver<bool>,
     ) -> (WorkerEnd, Option<String>) {
         let deadline = job.timeout.map(|t| Instant::now() + t);
-        let mut poll = tokio::time::interval(METRICS_POLL);
+        let mut poll = tokio::time::interval(POLL);
         let mut stop_open = true;
         let reason = loop {
             tokio::select! {
-                status = self.child.wait() => {
-                    let end = exit_end(status);
-                    self.finish(job).await;
-                    return (end, self.last_output());
+                end = wait(&mut self.process) => {
+                    self.finish(job);
+                    return (end, last_line(&error_log_path(&job.log_path)).or_else(|| last_line(&job.log_path)));
                 }
-                line = next_line(&mut self.stdout) => self.take_line(line, true),
-                line = next_line(&mut self.stderr) => self.take_line(line, false),
-                _ = poll.tick() => self.read_metrics_file(&job.metrics_path),
+                _ = poll.tick() => self.read(job),
                 _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     break WorkerEnd::TimedOut(job.timeout.unwrap_or_default());
                 }
@@ -152,83 +178,40 @@ impl Worker {
             }
         };
         self.terminate(job.grace_period).await;
-        self.finish(job).await;
-        (reason, self.last_output())
-    }
-
-    /// The last line on stderr, where errors go, or else on stdout.
-    fn last_output(&mut self) -> Option<String> {
-        self.last_stderr.take().or(self.last_stdout.take())
+        self.finish(job);
+        (reason, last_line(&error_log_path(&job.log_path)))
     }
 
     /// SIGTERM to the worker's group, then SIGKILL after the grace period.
     async fn terminate(&mut self, grace: Duration) {
-        let _ = killpg(self.group, Signal::SIGTERM);
-        let deadline = Instant::now() + grace;
-        loop {
-            tokio::select! {
-                _ = self.child.wait() => return,
-                line = next_line(&mut self.stdout) => self.take_line(line, true),
-                line = next_line(&mut self.stderr) => self.take_line(line, false),
-                _ = sleep_until(deadline) => break,
-            }
-        }
-        let _ = killpg(self.group, Signal::SIGKILL);
-        let _ = self.child.wait().await;
+        let group = Pid::from_raw(self.id.pid);
+        let _ = killpg(group, Signal::SIGTERM);
+        let _ = tokio::time::timeout(grace, wait(&mut self.process)).await;
+        let _ = killpg(group, Signal::SIGKILL);
+        let _ = tokio::time::timeout(grace, wait(&mut self.process)).await;
     }
 
-    /// Reads what is left of the output and the metrics file, and ends whatever the worker
-    /// left running in its group.
-    async fn finish(&mut self, job: &TrialJob) {
-        let deadline = Instant::now() + DRAIN_LIMIT;
-        while self.stdout.is_some() || self.stderr.is_some() {
-            tokio::select! {
-                line = next_line(&mut self.stdout) => self.take_line(line, true),
-                line = next_line(&mut self.stderr) => self.take_line(line, false),
-                _ = sleep_until(deadline) => break,
-            }
-        }
-        let _ = killpg(self.group, Signal::SIGKILL);
-        self.read_metrics_file(&job.metrics_path);
-        if let Some(mut log) = self.log.take() {
-            let _ = log.flush();
-        }
-    }
-
-    fn take_line(&mut self, line: Option<Vec<u8>>, from_stdout: bool) {
-        let Some(bytes) = line else {
-            if from_stdout {
-                self.stdout = None;
-            } else {
-                self.stderr = None;
-            }
-            return;
-        };
-        if let Some(log) = &mut self.log {
-            let _ = log.write_all(&bytes).and_then(|_| log.write_all(b"\n"));
-        }
-        let text = String::from_utf8_lossy(&bytes);
-        let text = text.trim_end_matches('\r');
-        if !text.trim().is_empty() {
-            let last = if from_stdout {
-                &mut self.last_stdout
-            } else {
-                &mut self.last_stderr
-            };
-            *last = Some(text.trim().to_string());
-        }
-        if from_stdout {
-            let measurements = self.lines.parse(text);
+    /// Reads what is left, and ends whatever the worker left running in its group.
+    fn finish(&mut self, job: &TrialJob) {
+        let _ = killpg(Pid::from_raw(self.id.pid), Signal::SIGKILL);
+        self.read(job);
+        if let Some(rest) = self.stdout.rest() {
+            let measurements = self.lines.parse(&rest);
             self.emit(measurements);
         }
     }
 
-    fn read_metrics_file(&mut self, path: &Path) {
-        let measurements = self.metrics_file.read_new(path);
+    fn read(&mut self, job: &TrialJob) {
+        for line in self.stdout.new_lines(&job.log_path) {
+            let measurements = self.lines.parse(&line);
+            self.emit(measurements);
+        }
+        let measurements = self.metrics_file.read_new(&job.metrics_path);
         self.emit(measurements);
     }
 
-    /// Sends each measurement once: a worker may report the same value both ways.
+    /// Sends each measurement once: a worker may report the same value both ways, and an
+    /// adopted worker's file holds what was recorded before.
     fn emit(&mut self, measurements: Vec<Measurement>) {
         for measurement in measurements {
             let key = (
@@ -246,14 +229,16 @@ impl Worker {
     }
 }
 
-/// The next line of a stream, or `None` at its end; pends forever once the stream is gone,
-/// so that `select!` ignores it.
-async fn next_line<R: tokio::io::AsyncRead + Unpin>(
-    lines: &mut Option<Lines<R>>,
-) -> Option<Vec<u8>> {
-    match lines {
-        Some(reader) => reader.next_segment().await.ok().flatten(),
-        None => std::future::pending().await,
+/// Waits for the worker to end.
+async fn wait(process: &mut Process) -> WorkerEnd {
+    match process {
+        Process::Child(child) => exit_end(child.wait().await),
+        Process::Adopted(id) => {
+            while id.is_alive() {
+                tokio::time::sleep(POLL).await;
+            }
+            WorkerEnd::Vanished
+        }
     }
 }
 
@@ -269,5 +254,85 @@ fn exit_end(status: std::io::Result<ExitStatus>) -> WorkerEnd {
             (None, None) => WorkerEnd::Killed("an unknown signal".into()),
         },
         Err(e) => WorkerEnd::LaunchFailed(format!("lost track of the worker: {e}")),
+    }
+}
+
+/// Reads a growing file line by line.
+#[derive(Debug, Default)]
+struct Tail {
+    offset: u64,
+    partial: Vec<u8>,
+}
+
+impl Tail {
+    /// The complete lines added since the last call.
+    fn new_lines(&mut self, path: &Path) -> Vec<String> {
+        let Ok(mut file) = File::open(path) else {
+            return Vec::new();
+        };
+        let mut added = Vec::new();
+        if file.seek(SeekFrom::Start(self.offset)).is_err() || file.read_to_end(&mut added).is_err()
+        {
+            return Vec::new();
+        }
+        self.offset += added.len() as u64;
+        self.partial.extend_from_slice(&added);
+        let Some(end) = self.partial.iter().rposition(|b| *b == b'\n') else {
+            return Vec::new();
+        };
+        let complete: Vec<u8> = self.partial.drain(..=end).collect();
+        String::from_utf8_lossy(&complete)
+            .lines()
+            .map(|l| l.trim_end_matches('\r').to_string())
+            .collect()
+    }
+
+    /// A last line without its line break, once the writer is gone.
+    fn rest(&mut self) -> Option<String> {
+        let rest = String::from_utf8_lossy(&std::mem::take(&mut self.partial)).into_owned();
+        (!rest.trim().is_empty()).then_some(rest)
+    }
+}
+
+/// The last non-blank line of a file, for error messages.
+fn last_line(path: &Path) -> Option<String> {
+    let mut file = File::open(path).ok()?;
+    let size = file.metadata().ok()?.len();
+    let from = size.saturating_sub(4096);
+    file.seek(SeekFrom::Start(from)).ok()?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).ok()?;
+    String::from_utf8_lossy(&tail)
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_gives_each_complete_line_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let mut tail = Tail::default();
+        assert!(tail.new_lines(&path).is_empty());
+        std::fs::write(&path, "a=1\nb=").unwrap();
+        assert_eq!(tail.new_lines(&path), ["a=1"]);
+        std::fs::write(&path, "a=1\nb=2\nc").unwrap();
+        assert_eq!(tail.new_lines(&path), ["b=2"]);
+        assert_eq!(tail.rest().as_deref(), Some("c"));
+    }
+
+    #[test]
+    fn last_line_skips_blank_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("err");
+        std::fs::write(&path, "one\nTraceback: boom\n\n").unwrap();
+        assert_eq!(last_line(&path).as_deref(), Some("Traceback: boom"));
+        assert_eq!(last_line(&dir.path().join("none")), None);
     }
 }

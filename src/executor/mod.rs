@@ -2,6 +2,7 @@
 //! hands it a [`TrialJob`] and gets back events while it runs and a [`WorkerOutcome`] at the end.
 
 mod local;
+pub mod process;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -38,6 +39,11 @@ pub struct TrialJob {
     pub grace_period: Duration,
     /// The objective metric, to recognise measurement lines.
     pub metric: String,
+    /// The handle of a worker that is already running (started by a controller that is
+    /// gone): watch it instead of starting one.
+    pub adopt: Option<String>,
+    /// Measurements already recorded for this attempt, not to be sent again.
+    pub reported: Vec<Measurement>,
 }
 
 /// What happens while a worker runs.
@@ -72,6 +78,27 @@ pub enum WorkerEnd {
     Stopped,
     /// It could not be started.
     LaunchFailed(String),
+    /// An adopted worker ended; its exit status went to the controller that started it.
+    Vanished,
+}
+
+impl WorkerEnd {
+    /// Whether the end says nothing of the worker's own code: it was killed from outside
+    /// (preempted, out of memory, a controller gone with it). Such a trial is retried.
+    pub fn is_infrastructure_failure(&self) -> bool {
+        match self {
+            WorkerEnd::Killed(signal) => {
+                matches!(signal.as_str(), "SIGKILL" | "SIGTERM" | "SIGHUP" | "SIGINT")
+            }
+            WorkerEnd::Vanished => true,
+            _ => false,
+        }
+    }
+}
+
+/// Where a worker's stderr goes, beside its stdout log.
+pub fn error_log_path(log_path: &Path) -> PathBuf {
+    log_path.with_extension("err")
 }
 
 /// The end of one worker.

@@ -21,6 +21,8 @@ use raw::{RawParameter, RawStudy, RawTrial, Scalar};
 
 /// Failures allowed before a study stops, when the file does not say.
 pub const DEFAULT_MAX_FAILED_TRIAL_COUNT: u64 = 3;
+/// Further attempts of a trial whose worker was killed from outside, when the file does not say.
+pub const DEFAULT_MAX_RETRIES: u32 = 2;
 /// Time between SIGTERM and SIGKILL when a worker is stopped, when the file does not say.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10);
 
@@ -134,6 +136,9 @@ pub struct Study {
     pub parallel_trial_count: usize,
     /// Failed trials after which the study stops.
     pub max_failed_trial_count: u64,
+    /// Further attempts of a trial whose worker was killed from outside (preempted, out of
+    /// memory, its controller gone with it); failures of the worker's own code are not retried.
+    pub max_retries: u32,
     /// Seed of the sampler.
     pub seed: u64,
     /// How a worker is started.
@@ -305,6 +310,11 @@ impl Checker {
                 .unwrap_or(DEFAULT_MAX_FAILED_TRIAL_COUNT as i64),
             1,
         );
+        let max_retries = self.at_least(
+            "max_retries",
+            raw.max_retries.unwrap_or(DEFAULT_MAX_RETRIES as i64),
+            0,
+        );
         let trial = self.trial(raw.trial, space.as_ref());
         if let (Some(Algorithm::Grid), Some(space)) = (algorithm, &space) {
             if let Err(e) = space.grid() {
@@ -322,6 +332,7 @@ impl Checker {
             max_trial_count,
             parallel_trial_count: parallel_trial_count? as usize,
             max_failed_trial_count: max_failed_trial_count? as u64,
+            max_retries: max_retries?.min(u32::MAX as i64) as u32,
             seed: raw.seed.unwrap_or(0),
             trial: trial?,
             source: text.to_string(),

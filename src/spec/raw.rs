@@ -50,6 +50,7 @@ pub struct RawStudy {
     pub max_trial_count: Option<i64>,
     pub parallel_trial_count: Option<i64>,
     pub max_failed_trial_count: Option<i64>,
+    pub max_retries: Option<i64>,
     pub seed: Option<u64>,
     pub trial: RawTrial,
 }

@@ -1,21 +1,21 @@
 //! Everything recorded about studies, trials and measurements.
 //!
 //! One database holds every study. SQLite in WAL mode is the embedded default; the schema is
-//! created by embedded migrations; every query is parameterised. The controller is the only
-//! writer of a SQLite database: workers report through files and stdout.
+//! created by embedded migrations; every query is a constant string with bound parameters.
+//! Workers never write it: they report through files and stdout to their controller.
 
 mod rows;
+mod trials;
 mod url;
 
 use chrono::{SecondsFormat, Utc};
-use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Executor, Row};
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Executor};
 
-use crate::report::Measurement;
-use crate::space::Assignment;
 use crate::spec::{Goal, Study};
 use rows::trial_columns;
 pub use rows::{StudyRecord, StudySummary, TrialRecord, TrialState};
+pub use trials::{Budget, Claim, StudyView};
 pub use url::{DEFAULT_STORAGE, StorageUrl};
 
 /// Why the database could not do what was asked.
@@ -186,143 +186,6 @@ impl Storage {
         .await
         .map_err(query_error("reading trials"))?;
         rows.iter().map(TrialRecord::from_row).collect()
-    }
-
-    /// Creates the next trial of a study, already `running`, and returns it with its number.
-    pub async fn start_trial(
-        &self,
-        study_id: i64,
-        params: &Assignment,
-    ) -> Result<TrialRecord, StorageError> {
-        let params = serde_json::to_string(params).expect("parameters serialise");
-        let started = now();
-        let row: AnyRow = sqlx::query(concat!(
-            "INSERT INTO trials (study_id, number, state, params, created_at, started_at, heartbeat_at)
-             SELECT $1, COALESCE(MAX(number) + 1, 0), 'running', $2, $3, $3, $3 FROM trials WHERE study_id = $1
-             RETURNING ",
-            trial_columns!()
-        ))
-        .bind(study_id)
-        .bind(&params)
-        .bind(&started)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(query_error("creating a trial"))?;
-        TrialRecord::from_row(&row)
-    }
-
-    /// Records the worker that runs a trial and where its log goes.
-    pub async fn set_worker(
-        &self,
-        trial_id: i64,
-        worker: &str,
-        log_path: &str,
-    ) -> Result<(), StorageError> {
-        sqlx::query("UPDATE trials SET worker = $1, log_path = $2 WHERE id = $3")
-            .bind(worker)
-            .bind(log_path)
-            .bind(trial_id)
-            .execute(&self.pool)
-            .await
-            .map_err(query_error("recording the worker"))?;
-        Ok(())
-    }
-
-    /// Records one measurement; non-finite values are not stored (the trial's error says
-    /// what was reported).
-    pub async fn record_measurement(
-        &self,
-        trial_id: i64,
-        measurement: &Measurement,
-    ) -> Result<(), StorageError> {
-        if !measurement.value.is_finite() {
-            return Ok(());
-        }
-        let now = now();
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(query_error("recording a measurement"))?;
-        sqlx::query(
-            "INSERT INTO measurements (trial_id, step, metric, value, recorded_at) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(trial_id)
-        .bind(measurement.step)
-        .bind(&measurement.metric)
-        .bind(measurement.value)
-        .bind(&now)
-        .execute(&mut *tx)
-        .await
-        .map_err(query_error("recording a measurement"))?;
-        sqlx::query("UPDATE trials SET heartbeat_at = $1 WHERE id = $2")
-            .bind(&now)
-            .bind(trial_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(query_error("recording a measurement"))?;
-        tx.commit()
-            .await
-            .map_err(query_error("recording a measurement"))
-    }
-
-    /// The measurements of a trial, in the order they were recorded.
-    pub async fn measurements(&self, trial_id: i64) -> Result<Vec<Measurement>, StorageError> {
-        let rows = sqlx::query(
-            "SELECT step, metric, value FROM measurements WHERE trial_id = $1 ORDER BY id",
-        )
-        .bind(trial_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(query_error("reading measurements"))?;
-        rows.iter()
-            .map(|row| {
-                Ok(Measurement {
-                    step: row.try_get("step").map_err(rows::corrupt)?,
-                    metric: row.try_get("metric").map_err(rows::corrupt)?,
-                    value: row.try_get("value").map_err(rows::corrupt)?,
-                })
-            })
-            .collect()
-    }
-
-    /// Puts a trial in its final state; returns the time recorded as its end.
-    pub async fn finish_trial(
-        &self,
-        trial_id: i64,
-        state: TrialState,
-        value: Option<f64>,
-        error: Option<&str>,
-    ) -> Result<String, StorageError> {
-        let finished_at = now();
-        sqlx::query(
-            "UPDATE trials SET state = $1, value = $2, error = $3, finished_at = $4 WHERE id = $5",
-        )
-        .bind(state.as_str())
-        .bind(value.filter(|v| v.is_finite()))
-        .bind(error)
-        .bind(&finished_at)
-        .bind(trial_id)
-        .execute(&self.pool)
-        .await
-        .map_err(query_error("finishing a trial"))?;
-        Ok(finished_at)
-    }
-
-    /// Marks the trials of a study still `pending` or `running` from an earlier controller
-    /// that exited without finishing them; returns how many.
-    pub async fn stop_abandoned(&self, study_id: i64) -> Result<u64, StorageError> {
-        let done = sqlx::query(
-            "UPDATE trials SET state = 'stopped', finished_at = $1,
-                error = 'abandoned: the controller running it exited before it finished'
-             WHERE study_id = $2 AND state IN ('pending', 'running')",
-        )
-        .bind(now())
-        .bind(study_id)
-        .execute(&self.pool)
-        .await
-        .map_err(query_error("closing abandoned trials"))?;
-        Ok(done.rows_affected())
     }
 
     /// Closes the pool, flushing the WAL.

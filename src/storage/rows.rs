@@ -7,13 +7,14 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::StorageError;
+use crate::report::Measurement;
 use crate::space::Assignment;
 use crate::spec::Goal;
 
 /// The columns of a trial, in the order [`TrialRecord::from_row`] reads them.
 macro_rules! trial_columns {
     () => {
-        "id, number, state, params, value, error, worker, log_path, started_at, finished_at"
+        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner"
     };
 }
 pub(crate) use trial_columns;
@@ -120,6 +121,10 @@ pub struct TrialRecord {
     pub started_at: Option<String>,
     /// When it ended.
     pub finished_at: Option<String>,
+    /// Its current attempt, from 1: a retry after an infrastructure failure is a new attempt.
+    pub attempt: u32,
+    /// The controller running it (`host:pid@start`).
+    pub owner: Option<String>,
 }
 
 /// A study with its trial counts and best value.
@@ -197,6 +202,20 @@ impl TrialRecord {
             log_path: row.try_get("log_path").map_err(corrupt)?,
             started_at: row.try_get("started_at").map_err(corrupt)?,
             finished_at: row.try_get("finished_at").map_err(corrupt)?,
+            attempt: row
+                .try_get::<i64, _>("attempt")
+                .map_err(corrupt)?
+                .try_into()
+                .map_err(|_| StorageError::Corrupt("attempt out of range".into()))?,
+            owner: row.try_get("owner").map_err(corrupt)?,
         })
     }
+}
+
+pub(super) fn measurement_from_row(row: &AnyRow) -> Result<Measurement, StorageError> {
+    Ok(Measurement {
+        step: row.try_get("step").map_err(corrupt)?,
+        metric: row.try_get("metric").map_err(corrupt)?,
+        value: row.try_get("value").map_err(corrupt)?,
+    })
 }

@@ -1,0 +1,429 @@
+//! The life of a trial in the database: claimed (numbered and proposed under the study's
+//! lock), its attempts, measurements and heartbeats, and its end.
+//!
+//! Several controllers may run one study. Claiming a trial happens inside a transaction whose
+//! first statement writes the study's row: SQLite then holds its write lock, PostgreSQL a row
+//! lock on the study, so counting the trials, choosing the next number, proposing and
+//! inserting are one step for every controller: each number is taken once and the budget is
+//! honoured exactly.
+
+use std::collections::BTreeMap;
+
+use sqlx::any::AnyRow;
+use sqlx::{Any, Transaction};
+
+use super::rows::{TrialRecord, TrialState, trial_columns};
+use super::{Storage, StorageError, now, query_error};
+use crate::report::Measurement;
+use crate::sampler::Observation;
+use crate::space::Assignment;
+
+/// The limits a claim checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Trials in all; `None`: no limit.
+    pub max_trial_count: Option<u64>,
+    /// Failed trials after which no trial is claimed.
+    pub max_failed_trial_count: u64,
+}
+
+/// The outcome of [`Storage::claim_trial`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// A new trial, running, owned by the claiming controller.
+    Started(TrialRecord),
+    /// `max_trial_count` trials exist.
+    BudgetSpent,
+    /// `max_failed_trial_count` trials failed.
+    TooManyFailures,
+    /// The sampler has nothing left to propose.
+    Exhausted,
+}
+
+/// What a controller knows of a study's trials, kept up to date incrementally: finished
+/// trials never change, so only new rows and unfinished ones are read again.
+#[derive(Debug, Clone, Default)]
+pub struct StudyView {
+    study_id: i64,
+    trials: BTreeMap<u64, TrialRecord>,
+    history: Vec<Observation>,
+    newest_id: i64,
+}
+
+impl StudyView {
+    /// An empty view of a study.
+    pub fn new(study_id: i64) -> Self {
+        Self {
+            study_id,
+            ..Self::default()
+        }
+    }
+
+    /// Every trial, by number.
+    pub fn trials(&self) -> impl Iterator<Item = &TrialRecord> {
+        self.trials.values()
+    }
+
+    /// Finished trials as samplers see them, by number.
+    pub fn history(&self) -> &[Observation] {
+        &self.history
+    }
+
+    /// The parameters of the trials not finished yet.
+    pub fn unfinished_params(&self) -> Vec<Assignment> {
+        self.trials
+            .values()
+            .filter(|t| !t.state.is_finished())
+            .map(|t| t.params.clone())
+            .collect()
+    }
+
+    fn count(&self, state: TrialState) -> usize {
+        self.trials.values().filter(|t| t.state == state).count()
+    }
+
+    fn next_number(&self) -> u64 {
+        self.trials.keys().next_back().map_or(0, |n| n + 1)
+    }
+
+    fn oldest_unfinished_id(&self) -> i64 {
+        self.trials
+            .values()
+            .filter(|t| !t.state.is_finished())
+            .map(|t| t.id)
+            .min()
+            .unwrap_or(self.newest_id + 1)
+    }
+
+    fn absorb(&mut self, rows: &[AnyRow]) -> Result<(), StorageError> {
+        for row in rows {
+            self.update(TrialRecord::from_row(row)?);
+        }
+        Ok(())
+    }
+
+    /// Puts the trial as it now is into the view.
+    pub fn update(&mut self, trial: TrialRecord) {
+        self.newest_id = self.newest_id.max(trial.id);
+        let newly_finished = trial.state.is_finished()
+            && self
+                .trials
+                .get(&trial.number)
+                .is_none_or(|old| !old.state.is_finished());
+        if newly_finished {
+            let at = self.history.partition_point(|o| o.number < trial.number);
+            self.history.insert(
+                at,
+                Observation {
+                    number: trial.number,
+                    params: trial.params.clone(),
+                    value: trial.value.filter(|_| trial.state == TrialState::Succeeded),
+                },
+            );
+        }
+        self.trials.insert(trial.number, trial);
+    }
+}
+
+/// The rows of the view's study that are new or were unfinished when last read.
+async fn changed_rows<'e>(
+    executor: impl sqlx::Executor<'e, Database = Any>,
+    view: &StudyView,
+) -> Result<Vec<AnyRow>, StorageError> {
+    sqlx::query(concat!(
+        "SELECT ",
+        trial_columns!(),
+        " FROM trials WHERE study_id = $1 AND (id > $2 OR id >= $3) ORDER BY id"
+    ))
+    .bind(view.study_id)
+    .bind(view.newest_id)
+    .bind(view.oldest_unfinished_id())
+    .fetch_all(executor)
+    .await
+    .map_err(query_error("reading trials"))
+}
+
+impl Storage {
+    /// Reads what changed in the study since the view was last brought up to date.
+    pub async fn refresh(&self, view: &mut StudyView) -> Result<(), StorageError> {
+        let rows = changed_rows(&self.pool, view).await?;
+        view.absorb(&rows)
+    }
+
+    /// Claims the next trial of a study for `owner`: under the study's lock, brings `view` up
+    /// to date, checks the budget, asks `propose` for the parameters of the next number, and
+    /// records the trial as running with its first attempt.
+    pub async fn claim_trial<E>(
+        &self,
+        view: &mut StudyView,
+        budget: Budget,
+        owner: &str,
+        propose: impl FnOnce(u64, &StudyView) -> Result<Option<Assignment>, E>,
+    ) -> Result<Result<Claim, E>, StorageError> {
+        let doing = "claiming a trial";
+        let mut tx = self.lock_study(view.study_id).await?;
+        let rows = changed_rows(&mut *tx, view).await?;
+        view.absorb(&rows)?;
+        let count = view.trials.len() as u64;
+        if view.count(TrialState::Failed) as u64 >= budget.max_failed_trial_count {
+            return Ok(Ok(Claim::TooManyFailures));
+        }
+        if budget.max_trial_count.is_some_and(|max| count >= max) {
+            return Ok(Ok(Claim::BudgetSpent));
+        }
+        let number = view.next_number();
+        let params = match propose(number, view) {
+            Ok(Some(params)) => params,
+            Ok(None) => return Ok(Ok(Claim::Exhausted)),
+            Err(e) => return Ok(Err(e)),
+        };
+        let params_json = serde_json::to_string(&params).expect("parameters serialise");
+        let started = now();
+        let row = sqlx::query(concat!(
+            "INSERT INTO trials (study_id, number, state, params, created_at, started_at, heartbeat_at, attempt, owner)
+             VALUES ($1, $2, 'running', $3, $4, $4, $4, 1, $5) RETURNING ",
+            trial_columns!()
+        ))
+        .bind(view.study_id)
+        .bind(number as i64)
+        .bind(&params_json)
+        .bind(&started)
+        .bind(owner)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        let trial = TrialRecord::from_row(&row)?;
+        sqlx::query(
+            "INSERT INTO attempts (trial_id, attempt, owner, started_at) VALUES ($1, 1, $2, $3)",
+        )
+        .bind(trial.id)
+        .bind(owner)
+        .bind(&started)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        tx.commit().await.map_err(query_error(doing))?;
+        view.absorb(std::slice::from_ref(&row))?;
+        Ok(Ok(Claim::Started(trial)))
+    }
+
+    /// A transaction holding the study's lock until it ends.
+    async fn lock_study(&self, study_id: i64) -> Result<Transaction<'static, Any>, StorageError> {
+        let doing = "locking the study";
+        let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
+        sqlx::query("UPDATE studies SET id = id WHERE id = $1")
+            .bind(study_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(doing))?;
+        Ok(tx)
+    }
+
+    /// Records the worker of the trial's current attempt and where its log goes.
+    pub async fn set_worker(
+        &self,
+        trial: &TrialRecord,
+        worker: &str,
+        log_path: &str,
+    ) -> Result<(), StorageError> {
+        let doing = "recording the worker";
+        let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
+        sqlx::query("UPDATE trials SET worker = $1, log_path = $2 WHERE id = $3")
+            .bind(worker)
+            .bind(log_path)
+            .bind(trial.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(doing))?;
+        sqlx::query("UPDATE attempts SET worker = $1 WHERE trial_id = $2 AND attempt = $3")
+            .bind(worker)
+            .bind(trial.id)
+            .bind(trial.attempt as i64)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(doing))?;
+        tx.commit().await.map_err(query_error(doing))
+    }
+
+    /// Records one measurement of the trial's current attempt; non-finite values are not
+    /// stored (the trial's error says what was reported).
+    pub async fn record_measurement(
+        &self,
+        trial: &TrialRecord,
+        measurement: &Measurement,
+    ) -> Result<(), StorageError> {
+        if !measurement.value.is_finite() {
+            return Ok(());
+        }
+        sqlx::query(
+            "INSERT INTO measurements (trial_id, attempt, step, metric, value, recorded_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(trial.id)
+        .bind(trial.attempt as i64)
+        .bind(measurement.step)
+        .bind(&measurement.metric)
+        .bind(measurement.value)
+        .bind(now())
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("recording a measurement"))?;
+        Ok(())
+    }
+
+    /// The measurements of a trial's attempt, in the order they were recorded.
+    pub async fn measurements(
+        &self,
+        trial_id: i64,
+        attempt: u32,
+    ) -> Result<Vec<Measurement>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT step, metric, value FROM measurements WHERE trial_id = $1 AND attempt = $2 ORDER BY id",
+        )
+        .bind(trial_id)
+        .bind(attempt as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("reading measurements"))?;
+        rows.iter().map(super::rows::measurement_from_row).collect()
+    }
+
+    /// Marks the trials this controller runs as alive.
+    pub async fn heartbeat(&self, owner: &str) -> Result<(), StorageError> {
+        sqlx::query("UPDATE trials SET heartbeat_at = $1 WHERE owner = $2 AND state = 'running'")
+            .bind(now())
+            .bind(owner)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("sending a heartbeat"))?;
+        Ok(())
+    }
+
+    /// Takes over the running trials of a study whose controller is gone (`is_orphan` says so
+    /// from the owner and the last heartbeat); returns them, now owned by `owner`.
+    pub async fn adopt_orphans(
+        &self,
+        study_id: i64,
+        owner: &str,
+        is_orphan: impl Fn(Option<&str>, Option<&str>) -> bool,
+    ) -> Result<Vec<TrialRecord>, StorageError> {
+        let doing = "taking over abandoned trials";
+        let mut tx = self.lock_study(study_id).await?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            trial_columns!(),
+            ", heartbeat_at FROM trials WHERE study_id = $1 AND state IN ('pending', 'running') ORDER BY number"
+        ))
+        .bind(study_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        let mut adopted = Vec::new();
+        for row in &rows {
+            let mut trial = TrialRecord::from_row(row)?;
+            let heartbeat: Option<String> =
+                sqlx::Row::try_get(row, "heartbeat_at").map_err(super::rows::corrupt)?;
+            if trial.owner.as_deref() == Some(owner)
+                || !is_orphan(trial.owner.as_deref(), heartbeat.as_deref())
+            {
+                continue;
+            }
+            sqlx::query("UPDATE trials SET owner = $1, heartbeat_at = $2 WHERE id = $3")
+                .bind(owner)
+                .bind(now())
+                .bind(trial.id)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error(doing))?;
+            trial.owner = Some(owner.to_string());
+            adopted.push(trial);
+        }
+        tx.commit().await.map_err(query_error(doing))?;
+        Ok(adopted)
+    }
+
+    /// Ends the trial's current attempt with `error` and starts the next one with the same
+    /// parameters; returns the trial as it now is.
+    pub async fn retry(
+        &self,
+        trial: &TrialRecord,
+        error: &str,
+    ) -> Result<TrialRecord, StorageError> {
+        let doing = "starting another attempt";
+        let at = now();
+        let next = trial.attempt + 1;
+        let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
+        sqlx::query(
+            "UPDATE attempts SET finished_at = $1, outcome = 'retried', error = $2 WHERE trial_id = $3 AND attempt = $4",
+        )
+        .bind(&at)
+        .bind(error)
+        .bind(trial.id)
+        .bind(trial.attempt as i64)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        sqlx::query(
+            "INSERT INTO attempts (trial_id, attempt, owner, started_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(trial.id)
+        .bind(next as i64)
+        .bind(trial.owner.as_deref())
+        .bind(&at)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        sqlx::query(
+            "UPDATE trials SET attempt = $1, worker = NULL, started_at = $2, heartbeat_at = $2 WHERE id = $3",
+        )
+        .bind(next as i64)
+        .bind(&at)
+        .bind(trial.id)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        tx.commit().await.map_err(query_error(doing))?;
+        let mut retried = trial.clone();
+        retried.attempt = next;
+        retried.worker = None;
+        retried.started_at = Some(at);
+        Ok(retried)
+    }
+
+    /// Puts a trial and its current attempt in their final state; returns the time recorded
+    /// as the end.
+    pub async fn finish_trial(
+        &self,
+        trial: &TrialRecord,
+        state: TrialState,
+        value: Option<f64>,
+        error: Option<&str>,
+    ) -> Result<String, StorageError> {
+        let doing = "finishing a trial";
+        let finished_at = now();
+        let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
+        sqlx::query(
+            "UPDATE trials SET state = $1, value = $2, error = $3, finished_at = $4 WHERE id = $5",
+        )
+        .bind(state.as_str())
+        .bind(value.filter(|v| v.is_finite()))
+        .bind(error)
+        .bind(&finished_at)
+        .bind(trial.id)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        sqlx::query(
+            "UPDATE attempts SET finished_at = $1, outcome = $2, error = $3 WHERE trial_id = $4 AND attempt = $5",
+        )
+        .bind(&finished_at)
+        .bind(state.as_str())
+        .bind(error)
+        .bind(trial.id)
+        .bind(trial.attempt as i64)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        tx.commit().await.map_err(query_error(doing))?;
+        Ok(finished_at)
+    }
+}
