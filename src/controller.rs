@@ -254,8 +254,7 @@ pub async fn run(
     }
     for trial in adopted {
         let reported = storage.measurements(trial.id, trial.attempt).await?;
-        let handle = trial.worker.clone();
-        run.launch(trial, handle, reported, observer);
+        run.launch(trial, Some(reported), observer);
     }
 
     let mut exhausted = false;
@@ -282,7 +281,7 @@ pub async fn run(
                 })
                 .await??;
             match claim {
-                Claim::Started(trial) => run.launch(trial, None, Vec::new(), observer),
+                Claim::Started(trial) => run.launch(trial, None, observer),
                 Claim::BudgetSpent => break,
                 Claim::Exhausted => {
                     exhausted = true;
@@ -375,15 +374,22 @@ impl Run<'_> {
         Progress::of(&self.view, self.study, self.plan.max_trial_count)
     }
 
-    /// Starts (or adopts, when `adopt` names a running worker) the trial's worker.
+    /// Starts the trial's worker, or adopts it when the trial was taken over from a
+    /// controller that is gone (`recovered` holds what that controller had recorded).
     fn launch(
         &mut self,
         mut trial: TrialRecord,
-        adopt: Option<String>,
-        reported: Vec<Measurement>,
+        recovered: Option<Vec<Measurement>>,
         observer: &mut dyn RunObserver,
     ) {
-        let job = self.job(&trial, adopt, reported.clone());
+        let recovering = recovered.is_some();
+        let reported = recovered.unwrap_or_default();
+        let adopt = if recovering {
+            trial.worker.clone()
+        } else {
+            None
+        };
+        let job = self.job(&trial, adopt, reported.clone(), recovering);
         trial.log_path = Some(job.log_path.display().to_string());
         observer.observe(RunEvent::TrialStarted { trial: &trial }, &self.progress());
         let (stop, stop_rx) = watch::channel(false);
@@ -408,6 +414,7 @@ impl Run<'_> {
         trial: &TrialRecord,
         adopt: Option<String>,
         reported: Vec<Measurement>,
+        recovering: bool,
     ) -> TrialJob {
         let study = self.study;
         let dir = self.plan.log_dir.join(&study.name);
@@ -427,7 +434,13 @@ impl Run<'_> {
                 trial.number,
                 &trial.params,
             ),
-            env: worker_env(&study.trial, &study.name, trial.number, &metrics_path),
+            env: worker_env(
+                &study.trial,
+                &study.name,
+                trial.number,
+                trial.attempt,
+                &metrics_path,
+            ),
             log_path: dir.join(format!("{stem}.log")),
             metrics_path,
             timeout: study.trial.timeout,
@@ -435,6 +448,7 @@ impl Run<'_> {
             metric: study.objective.metric.clone(),
             adopt,
             reported,
+            recovering,
         }
     }
 
@@ -483,7 +497,7 @@ impl Run<'_> {
                     },
                     &self.progress(),
                 );
-                self.launch(trial, None, Vec::new(), observer);
+                self.launch(trial, None, observer);
                 return Ok(());
             }
         }

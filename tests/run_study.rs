@@ -472,3 +472,55 @@ fn a_missing_worker_program_is_refused_before_any_trial() {
     );
     assert!(!scratch.path("hptune.db").exists());
 }
+
+#[test]
+fn a_worker_killed_from_outside_is_retried_and_every_attempt_recorded() {
+    let scratch = Scratch::new();
+    let text = RANDOM
+        .replace("max_trial_count: 8", "max_trial_count: 3\nmax_retries: 1")
+        .replace(
+            "command: [{worker}]",
+            "command: [{worker}]\n  env: {MODE: killed-once}",
+        );
+    let study = scratch.study("study.yaml", &text);
+    let out = scratch.hptune(&["run", study.to_str().unwrap()]);
+    assert_success(&out);
+    assert!(
+        stderr(&out).contains("runs again (attempt 2): the worker was killed by SIGKILL"),
+        "{}",
+        stderr(&out)
+    );
+    let trials = scratch.trials("quad");
+    assert_eq!(states(&trials), ["succeeded"; 3]);
+    assert!(trials.iter().all(|t| t["attempt"] == 2));
+    let attempts =
+        scratch.query("SELECT attempt, outcome, error FROM attempts ORDER BY trial_id, attempt");
+    assert_eq!(attempts.len(), 6);
+    assert_eq!(attempts[0][1], "retried");
+    assert!(attempts[0][2].as_str().unwrap().contains("SIGKILL"));
+    assert_eq!(attempts[1][1], "succeeded");
+
+    // With no retry left, the trial fails; a crash of the worker's own code is never retried.
+    for (mode, expected) in [
+        ("killed-once", "no retry left (max_retries 0)"),
+        ("segfault", "killed by SIGSEGV"),
+    ] {
+        let scratch = Scratch::new();
+        let text = RANDOM
+            .replace("max_trial_count: 8", "max_trial_count: 1\nmax_retries: 0")
+            .replace(
+                "command: [{worker}]",
+                &format!("command: [{{worker}}]\n  env: {{MODE: {mode}}}"),
+            );
+        let study = scratch.study("study.yaml", &text);
+        scratch.hptune(&["run", study.to_str().unwrap()]);
+        let trials = scratch.trials("quad");
+        assert_eq!(states(&trials), ["failed"]);
+        assert!(
+            trials[0]["error"].as_str().unwrap().contains(expected),
+            "{}",
+            trials[0]
+        );
+        assert_eq!(trials[0]["attempt"], 1);
+    }
+}

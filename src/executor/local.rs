@@ -22,7 +22,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
-use super::process::ProcessId;
+use super::process::{ProcessId, find_by_environment};
 use super::{Executor, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, error_log_path};
 use crate::report::{LineParser, Measurement, MetricsFileReader};
 
@@ -42,8 +42,12 @@ impl Executor for LocalExecutor {
         stop: watch::Receiver<bool>,
     ) -> WorkerOutcome {
         let trial_id = job.trial_id;
-        let started = match &job.adopt {
-            Some(handle) => Worker::adopt(&job, handle, events),
+        let adopt = job
+            .adopt
+            .clone()
+            .or_else(|| job.recovering.then(|| unrecorded_worker(&job)).flatten());
+        let started = match adopt {
+            Some(handle) => Worker::adopt(&job, &handle, events),
             None => Worker::start(&job, events),
         };
         let (end, last_output) = match started {
@@ -227,6 +231,22 @@ impl Worker {
             }
         }
     }
+}
+
+/// The handle of a worker of this attempt that runs although no controller recorded it.
+fn unrecorded_worker(job: &TrialJob) -> Option<String> {
+    let vars: Vec<(&str, &str)> = job
+        .env
+        .iter()
+        .filter(|(k, _)| {
+            matches!(
+                k.as_str(),
+                "HPTUNE_STUDY" | "HPTUNE_TRIAL_ID" | "HPTUNE_ATTEMPT" | "HPTUNE_METRICS_FILE"
+            )
+        })
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    find_by_environment(&vars).map(|id| format!("pid:{id}"))
 }
 
 /// Waits for the worker to end.

@@ -44,6 +44,9 @@ pub struct TrialJob {
     pub adopt: Option<String>,
     /// Measurements already recorded for this attempt, not to be sent again.
     pub reported: Vec<Measurement>,
+    /// Whether a controller that is gone may have started this attempt's worker without
+    /// recording it: look for it before starting one.
+    pub recovering: bool,
 }
 
 /// What happens while a worker runs.
@@ -171,12 +174,14 @@ pub fn worker_env(
     template: &TrialTemplate,
     study: &str,
     number: u64,
+    attempt: u32,
     metrics_path: &Path,
 ) -> Vec<(String, String)> {
     let metrics = metrics_path.display().to_string();
     let mut env = vec![
         ("HPTUNE_STUDY".to_string(), study.to_string()),
         ("HPTUNE_TRIAL_ID".to_string(), number.to_string()),
+        ("HPTUNE_ATTEMPT".to_string(), attempt.to_string()),
         ("HPTUNE_METRICS_FILE".to_string(), metrics.clone()),
         ("CLOUD_ML_HP_METRIC_FILE".to_string(), metrics),
         ("CLOUD_ML_TRIAL_ID".to_string(), number.to_string()),

@@ -50,12 +50,47 @@ impl fmt::Display for ProcessId {
     }
 }
 
-/// The start time of a live (not zombie) process.
-fn start_time(pid: i32) -> Option<u64> {
+/// The process group leader whose environment holds every one of `vars`: a worker started
+/// by a controller that died before it could record the worker's pid.
+pub fn find_by_environment(vars: &[(&str, &str)]) -> Option<ProcessId> {
+    let wanted: Vec<String> = vars.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| is_group_leader(*pid))
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                let entries: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+                wanted
+                    .iter()
+                    .all(|w| entries.iter().any(|e| *e == w.as_bytes()))
+            })
+        })
+        .and_then(ProcessId::of)
+}
+
+fn is_group_leader(pid: i32) -> bool {
+    stat_fields(pid)
+        .and_then(|fields| fields.get(2)?.parse::<i32>().ok())
+        .is_some_and(|group| group == pid)
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name (field 3, the state, first).
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces: count from after it.
-    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
-    if fields.first() == Some(&"Z") {
+    Some(
+        stat.get(stat.rfind(')')? + 2..)?
+            .split(' ')
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// The start time of a live (not zombie) process.
+fn start_time(pid: i32) -> Option<u64> {
+    let fields = stat_fields(pid)?;
+    if fields.first().map(String::as_str) == Some("Z") {
         return None;
     }
     fields.get(19)?.parse().ok()
@@ -86,6 +121,8 @@ pub fn controller_is_gone(id: &str) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::process::CommandExt;
+
     use super::*;
 
     #[test]
@@ -107,6 +144,25 @@ mod tests {
         let id = ProcessId::of(child.id() as i32);
         child.wait().unwrap();
         assert!(id.is_none_or(|id| !id.is_alive()));
+    }
+
+    #[test]
+    fn a_worker_is_found_by_its_environment() {
+        let token = format!("find-me-{}", std::process::id());
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .env("HPTUNE_TEST_TOKEN", &token)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let found = find_by_environment(&[("HPTUNE_TEST_TOKEN", &token)]);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(found.map(|p| p.pid), Some(child.id() as i32));
+        assert_eq!(
+            find_by_environment(&[("HPTUNE_TEST_TOKEN", "nobody")]),
+            None
+        );
     }
 
     #[test]

@@ -99,10 +99,7 @@ impl Storage {
             .connect(&url.connect_string())
             .await
             .map_err(open_error)?;
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&pool)
-            .await
-            .map_err(|e| open_error(e.into()))?;
+        migrate(&pool).await.map_err(open_error)?;
         Ok(Self { pool })
     }
 
@@ -129,7 +126,8 @@ impl Storage {
             return Ok(existing);
         }
         sqlx::query(
-            "INSERT INTO studies (name, metric, goal, spec, space, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO studies (name, metric, goal, spec, space, created_at) VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (name) DO NOTHING",
         )
         .bind(&study.name)
         .bind(&study.objective.metric)
@@ -140,9 +138,8 @@ impl Storage {
         .execute(&self.pool)
         .await
         .map_err(query_error("creating the study"))?;
-        self.find_study(&study.name)
-            .await?
-            .ok_or_else(|| StorageError::Corrupt(format!("study '{}' vanished", study.name)))
+        // Another controller may have created it at the same moment: check it the same way.
+        Box::pin(self.ensure_study(study)).await
     }
 
     /// The study called `name`, if any.
@@ -191,6 +188,25 @@ impl Storage {
     /// Closes the pool, flushing the WAL.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+/// Brings the schema up to date. Controllers started together race to migrate a new
+/// database, and SQLite gives the migrator no lock: the loser sees the winner's tables, waits,
+/// and finds the migrations applied on its next try.
+async fn migrate(pool: &AnyPool) -> Result<(), sqlx::Error> {
+    const TRIES: u32 = 20;
+    let mut tries = 0;
+    loop {
+        match sqlx::migrate!("./migrations/sqlite").run(pool).await {
+            Ok(()) => return Ok(()),
+            Err(_) if tries + 1 < TRIES => {
+                tries += 1;
+                let pause = 50 + u64::from(std::process::id() % 100) + 25 * u64::from(tries);
+                tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 

@@ -1,0 +1,71 @@
+//! Several `hptune run` processes on one study cooperate: each trial number is taken once,
+//! the budget is shared exactly, and no "database is locked" reaches the user.
+
+mod common;
+
+use std::collections::HashSet;
+use std::process::Stdio;
+
+use common::{Scratch, stderr};
+
+const STUDY: &str = r#"
+name: shared
+objective: {metric: loss, goal: minimize}
+parameters:
+  - {id: x, type: double, min: -2.0, max: 2.0}
+  - {id: n, type: integer, min: 1, max: 100}
+algorithm: random
+max_trial_count: 200
+parallel_trial_count: 2
+seed: 9
+trial:
+  command: [{worker}]
+"#;
+
+#[test]
+fn four_controllers_on_one_sqlite_study_run_exactly_its_budget() {
+    let scratch = Scratch::new();
+    let study = scratch.study("study.yaml", STUDY);
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            scratch
+                .command(&["run", study.to_str().unwrap()])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let err = stderr(&out);
+        assert!(out.status.success(), "exit {:?}: {err}", out.status.code());
+        assert!(!err.contains("error"), "{err}");
+        assert!(!err.contains("locked"), "{err}");
+    }
+    let trials = scratch.trials("shared");
+    assert_eq!(trials.len(), 200);
+    let numbers: HashSet<u64> = trials
+        .iter()
+        .map(|t| t["number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers.len(), 200);
+    assert!(trials.iter().all(|t| t["state"] == "succeeded"));
+    let owners: HashSet<&str> = trials
+        .iter()
+        .map(|t| t["owner"].as_str().unwrap())
+        .collect();
+    assert!(owners.len() > 1, "one controller ran every trial");
+    // Random proposals depend on the trial number only: the same as one controller's.
+    let single = Scratch::new();
+    let alone = single.study("study.yaml", STUDY);
+    assert!(
+        single
+            .hptune(&["run", alone.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let params =
+        |t: &[serde_json::Value]| t.iter().map(|t| t["params"].clone()).collect::<Vec<_>>();
+    assert_eq!(params(&trials), params(&single.trials("shared")));
+}

@@ -1,0 +1,121 @@
+//! A controller killed at any moment loses nothing: SIGKILL `hptune run` at random moments
+//! (seeded), start it again, and at the end check every invariant of the study.
+
+mod common;
+
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{Scratch, assert_success, expected_loss, stderr};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::Value;
+
+const TRIALS: usize = 40;
+const ROUNDS: usize = 20;
+
+const STUDY: &str = r#"
+name: crash
+objective: {metric: loss, goal: minimize}
+parameters:
+  - {id: x, type: double, min: -2.0, max: 2.0}
+  - {id: y, type: double, min: -2.0, max: 2.0}
+algorithm: random
+max_trial_count: 40
+parallel_trial_count: 3
+max_retries: 5
+seed: 5
+trial:
+  command: [{worker}]
+  env: {SLEEP: '0.6'}
+"#;
+
+fn worker_is_alive(handle: &str) -> bool {
+    let Some((pid, start)) = handle
+        .trim_start_matches("pid:")
+        .split_once('@')
+        .and_then(|(p, s)| Some((p.parse::<i32>().ok()?, s.to_string())))
+    else {
+        return false;
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .map(|(_, rest)| rest.split(' ').collect())
+        .unwrap_or_default();
+    kill(Pid::from_raw(pid), None).is_ok()
+        && fields.first() != Some(&"Z")
+        && fields.get(19) == Some(&start.as_str())
+}
+
+#[test]
+fn a_controller_killed_at_random_moments_loses_no_trial() {
+    let scratch = Scratch::new();
+    let study = scratch.study("study.yaml", STUDY);
+    let path = study.to_str().unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(2026);
+    let mut kills = 0;
+    for _ in 0..ROUNDS {
+        let mut child = scratch
+            .command(&["run", path])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(50..600)));
+        if child.try_wait().unwrap().is_none() {
+            kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+            kills += 1;
+        }
+        child.wait().unwrap();
+    }
+    assert!(
+        kills == ROUNDS,
+        "only {kills} of {ROUNDS} rounds killed a running controller"
+    );
+
+    // The last run finishes the study.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let out = scratch.hptune(&["run", path]);
+    assert_success(&out);
+    assert!(Instant::now() < deadline);
+
+    let trials = scratch.trials("crash");
+    assert_eq!(trials.len(), TRIALS, "{}", stderr(&out));
+    let numbers: HashSet<u64> = trials
+        .iter()
+        .map(|t| t["number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, (0..TRIALS as u64).collect());
+    for trial in &trials {
+        assert_eq!(trial["state"], "succeeded", "{trial}");
+        assert!((trial["value"].as_f64().unwrap() - expected_loss(trial)).abs() < 1e-9);
+    }
+    // Every finished trial has its final measurement, from its last attempt, once.
+    let finals = scratch.query(
+        "SELECT t.number, COUNT(*) FROM trials t JOIN measurements m ON m.trial_id = t.id AND m.attempt = t.attempt
+         WHERE m.step IS NULL AND m.metric = 'loss' GROUP BY t.number ORDER BY t.number",
+    );
+    assert_eq!(finals.len(), TRIALS);
+    assert!(
+        finals.iter().all(|row| row[1] == Value::from(1)),
+        "{finals:?}"
+    );
+    // Every attempt ended, and no worker of any attempt still runs.
+    let open = scratch.query("SELECT COUNT(*) FROM attempts WHERE finished_at IS NULL");
+    assert_eq!(open[0][0], Value::from(0));
+    for row in scratch.query("SELECT worker FROM attempts WHERE worker IS NOT NULL") {
+        let handle = row[0].as_str().unwrap();
+        assert!(
+            !worker_is_alive(handle),
+            "worker {handle} outlived its study"
+        );
+    }
+    let attempts = scratch.query("SELECT COUNT(*) FROM attempts");
+    eprintln!(
+        "{kills} controllers killed; {TRIALS} trials in {} attempts",
+        attempts[0][0]
+    );
+}
