@@ -23,6 +23,7 @@ use crate::executor::{
 use crate::report::{self, Measurement};
 use crate::sampler::{ProposalContext, Sampler, SamplerError};
 use crate::spec::Study;
+use crate::stopping::Curve;
 use crate::storage::{
     Budget, Claim, Storage, StorageError, StudyRecord, StudyView, TrialRecord, TrialState,
 };
@@ -206,12 +207,15 @@ struct Run<'a> {
     storage: &'a Storage,
     executor: Arc<dyn Executor>,
     plan: &'a Plan,
+    study_id: i64,
     owner: String,
     view: StudyView,
     events_tx: mpsc::UnboundedSender<WorkerEvent>,
     workers: JoinSet<WorkerOutcome>,
     tasks: HashMap<tokio::task::Id, i64>,
     running: HashMap<i64, Running>,
+    /// Trials being stopped by the early-stopping rule, and why.
+    early_stops: HashMap<i64, String>,
 }
 
 /// Runs (or continues) `study` until its plan says to stop.
@@ -231,12 +235,14 @@ pub async fn run(
         storage,
         executor,
         plan,
+        study_id: record.id,
         owner: controller_id(),
         view: StudyView::new(record.id),
         events_tx,
         workers: JoinSet::new(),
         tasks: HashMap::new(),
         running: HashMap::new(),
+        early_stops: HashMap::new(),
     };
     storage.refresh(&mut run.view).await?;
     let adopted = storage
@@ -465,13 +471,52 @@ impl Run<'_> {
                 trial_id,
                 measurement,
             } => {
-                if let Some(r) = self.running.get_mut(&trial_id) {
-                    self.storage
-                        .record_measurement(&r.trial, &measurement)
-                        .await?;
-                    r.measurements.push(measurement);
+                let Some(r) = self.running.get_mut(&trial_id) else {
+                    return Ok(());
+                };
+                self.storage
+                    .record_measurement(&r.trial, &measurement)
+                    .await?;
+                let judge_now =
+                    measurement.step.is_some() && measurement.metric == self.study.objective.metric;
+                r.measurements.push(measurement);
+                if judge_now {
+                    self.apply_stopping_rule(trial_id).await?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Asks the study's early-stopping rule about a trial that reported a step, and stops
+    /// its worker if the rule says so.
+    async fn apply_stopping_rule(&mut self, trial_id: i64) -> Result<(), StorageError> {
+        let Some(rule) = self.study.early_stopping else {
+            return Ok(());
+        };
+        if self.early_stops.contains_key(&trial_id) {
+            return Ok(());
+        }
+        let Some(r) = self.running.get(&trial_id) else {
+            return Ok(());
+        };
+        let metric = &self.study.objective.metric;
+        let mut points: Vec<(i64, f64)> = r
+            .measurements
+            .iter()
+            .filter(|m| m.metric == *metric && m.value.is_finite())
+            .filter_map(|m| Some((m.step?, m.value)))
+            .collect();
+        points.sort_by_key(|p| p.0);
+        let curve = Curve {
+            number: r.trial.number,
+            points,
+            succeeded: false,
+        };
+        let others = self.storage.curves(self.study_id, metric).await?;
+        if let Some(reason) = rule.judge(self.study.objective.goal, &curve, &others) {
+            let _ = r.stop.send(true);
+            self.early_stops.insert(trial_id, reason);
         }
         Ok(())
     }
@@ -486,7 +531,15 @@ impl Run<'_> {
         let Some(done) = self.running.remove(&outcome.trial_id) else {
             return Ok(());
         };
-        let verdict = judge(self.study, &done.measurements, &outcome);
+        let early_stop = self.early_stops.remove(&outcome.trial_id);
+        let verdict = match early_stop {
+            Some(reason) if outcome.end == WorkerEnd::Stopped => Verdict::Final(
+                TrialState::Stopped,
+                last_value(&done.measurements, &self.study.objective.metric),
+                Some(reason),
+            ),
+            _ => judge(self.study, &done.measurements, &outcome),
+        };
         if let Verdict::Retry(reason) = &verdict {
             if !interrupted && done.trial.attempt <= self.plan.max_retries {
                 let trial = self.storage.retry(&done.trial, reason).await?;
@@ -530,6 +583,15 @@ impl Run<'_> {
         observer.observe(RunEvent::TrialFinished { trial: &trial }, &self.progress());
         Ok(())
     }
+}
+
+/// The last finite value reported of `metric`, with or without a step.
+fn last_value(measurements: &[Measurement], metric: &str) -> Option<f64> {
+    measurements
+        .iter()
+        .rev()
+        .find(|m| m.metric == metric && m.value.is_finite())
+        .map(|m| m.value)
 }
 
 /// How an attempt ended.

@@ -2,7 +2,8 @@
 //!
 //! A study file ([`spec`]) defines a search [`space`]; a [`sampler`] proposes trials; the
 //! [`controller`] runs them as trial workers through an [`executor`], reads what they report
-//! ([`report`]) and records everything in [`storage`].
+//! ([`report`]), stops unpromising trials early ([`stopping`]) and records everything in
+//! [`storage`].
 
 pub mod controller;
 pub mod executor;
@@ -10,4 +11,5 @@ pub mod report;
 pub mod sampler;
 pub mod space;
 pub mod spec;
+pub mod stopping;
 pub mod storage;

@@ -16,8 +16,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::space::{Condition, Domain, Parameter, Scale, Space};
+use crate::stopping::StoppingRule;
 use locate::{Locations, Position};
-use raw::{RawParameter, RawStudy, RawTrial, Scalar};
+use raw::{RawEarlyStopping, RawParameter, RawStudy, RawTrial, Scalar};
 
 /// Failures allowed before a study stops, when the file does not say.
 pub const DEFAULT_MAX_FAILED_TRIAL_COUNT: u64 = 3;
@@ -141,6 +142,8 @@ pub struct Study {
     pub max_retries: u32,
     /// Seed of the sampler.
     pub seed: u64,
+    /// The early-stopping rule, if any.
+    pub early_stopping: Option<StoppingRule>,
     /// How a worker is started.
     pub trial: TrialTemplate,
     /// The file as written, kept in the database.
@@ -315,6 +318,10 @@ impl Checker {
             raw.max_retries.unwrap_or(DEFAULT_MAX_RETRIES as i64),
             0,
         );
+        let early_stopping = match &raw.early_stopping {
+            Some(raw) => self.early_stopping(raw).map(Some),
+            None => Some(None),
+        };
         let trial = self.trial(raw.trial, space.as_ref());
         if let (Some(Algorithm::Grid), Some(space)) = (algorithm, &space) {
             if let Err(e) = space.grid() {
@@ -334,6 +341,7 @@ impl Checker {
             max_failed_trial_count: max_failed_trial_count? as u64,
             max_retries: max_retries?.min(u32::MAX as i64) as u32,
             seed: raw.seed.unwrap_or(0),
+            early_stopping: early_stopping?,
             trial: trial?,
             source: text.to_string(),
         })
@@ -345,6 +353,63 @@ impl Checker {
             return None;
         }
         Some(value)
+    }
+
+    fn early_stopping(&mut self, raw: &RawEarlyStopping) -> Option<StoppingRule> {
+        let field = "early_stopping";
+        let (median, asha) = match raw.rule.as_str() {
+            "median" => (true, false),
+            "asha" => (false, true),
+            other => {
+                self.report(
+                    format!("{field}.rule"),
+                    format!("'{other}' is not a stopping rule: use median or asha"),
+                );
+                return None;
+            }
+        };
+        let mut ok = true;
+        for (name, present, allowed) in [
+            ("min_steps", raw.min_steps.is_some(), median),
+            ("min_trials", raw.min_trials.is_some(), median),
+            ("min_resource", raw.min_resource.is_some(), asha),
+            ("reduction_factor", raw.reduction_factor.is_some(), asha),
+        ] {
+            if present && !allowed {
+                self.report(
+                    format!("{field}.{name}"),
+                    format!("does not apply to the {} rule", raw.rule),
+                );
+                ok = false;
+            }
+        }
+        if median {
+            let min_steps =
+                self.at_least("early_stopping.min_steps", raw.min_steps.unwrap_or(1), 1);
+            let min_trials =
+                self.at_least("early_stopping.min_trials", raw.min_trials.unwrap_or(3), 1);
+            return Some(StoppingRule::Median {
+                min_steps: min_steps.filter(|_| ok)?,
+                min_trials: min_trials? as usize,
+            });
+        }
+        let min_resource = self.at_least(
+            "early_stopping.min_resource",
+            raw.min_resource.unwrap_or(1),
+            1,
+        );
+        let reduction_factor = raw.reduction_factor.unwrap_or(3.0);
+        if !(reduction_factor > 1.0 && reduction_factor.is_finite()) {
+            self.report(
+                "early_stopping.reduction_factor",
+                format!("must be a number > 1, got {reduction_factor}"),
+            );
+            return None;
+        }
+        Some(StoppingRule::Asha {
+            min_resource: min_resource.filter(|_| ok)?,
+            reduction_factor,
+        })
     }
 
     fn max_trial_count(&mut self, value: Option<i64>, algorithm: Option<Algorithm>) -> Option<u64> {

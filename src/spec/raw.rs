@@ -52,7 +52,18 @@ pub struct RawStudy {
     pub max_failed_trial_count: Option<i64>,
     pub max_retries: Option<i64>,
     pub seed: Option<u64>,
+    pub early_stopping: Option<RawEarlyStopping>,
     pub trial: RawTrial,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEarlyStopping {
+    pub rule: String,
+    pub min_steps: Option<i64>,
+    pub min_trials: Option<i64>,
+    pub min_resource: Option<i64>,
+    pub reduction_factor: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]

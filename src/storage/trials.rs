@@ -17,6 +17,7 @@ use super::{Storage, StorageError, now, query_error};
 use crate::report::Measurement;
 use crate::sampler::Observation;
 use crate::space::Assignment;
+use crate::stopping::Curve;
 
 /// The limits a claim checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,6 +286,38 @@ impl Storage {
         .await
         .map_err(query_error("reading measurements"))?;
         rows.iter().map(super::rows::measurement_from_row).collect()
+    }
+
+    /// The learning curves of a study's trials: their current attempt's measurements of
+    /// `metric` that have a step.
+    pub async fn curves(&self, study_id: i64, metric: &str) -> Result<Vec<Curve>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT t.number, t.state, m.step, m.value FROM measurements m JOIN trials t ON t.id = m.trial_id
+             WHERE t.study_id = $1 AND m.metric = $2 AND m.step IS NOT NULL AND m.attempt = t.attempt
+             ORDER BY t.number, m.step, m.id",
+        )
+        .bind(study_id)
+        .bind(metric)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("reading learning curves"))?;
+        let mut curves: Vec<Curve> = Vec::new();
+        for row in &rows {
+            let get = |name| sqlx::Row::try_get::<i64, _>(row, name).map_err(super::rows::corrupt);
+            let number = get("number")? as u64;
+            let step = get("step")?;
+            let value: f64 = sqlx::Row::try_get(row, "value").map_err(super::rows::corrupt)?;
+            let state: String = sqlx::Row::try_get(row, "state").map_err(super::rows::corrupt)?;
+            match curves.last_mut() {
+                Some(curve) if curve.number == number => curve.points.push((step, value)),
+                _ => curves.push(Curve {
+                    number,
+                    points: vec![(step, value)],
+                    succeeded: state == TrialState::Succeeded.as_str(),
+                }),
+            }
+        }
+        Ok(curves)
     }
 
     /// Marks the trials this controller runs as alive.

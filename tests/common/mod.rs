@@ -72,7 +72,7 @@ impl Scratch {
         let url = format!("sqlite://{}?mode=ro", self.path("hptune.db").display());
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
-            use sqlx::{Column, Row};
+            use sqlx::Row;
             sqlx::any::install_default_drivers();
             let pool = sqlx::AnyPool::connect(&url).await.unwrap();
             let rows = sqlx::query(sql).fetch_all(&pool).await.unwrap();
