@@ -9,7 +9,7 @@ use std::process::Stdio;
 use common::{Scratch, stderr};
 
 const STUDY: &str = r#"
-name: shared
+name: {name}
 objective: {metric: loss, goal: minimize}
 parameters:
   - {id: x, type: double, min: -2.0, max: 2.0}
@@ -22,10 +22,10 @@ trial:
   command: [{worker}]
 "#;
 
-#[test]
-fn four_controllers_on_one_sqlite_study_run_exactly_its_budget() {
-    let scratch = Scratch::new();
-    let study = scratch.study("study.yaml", STUDY);
+/// Runs 4 controllers on one study of 200 trials and checks every invariant.
+fn four_controllers_run_exactly_the_budget(scratch: &Scratch) {
+    let name = common::unique_name("shared");
+    let study = scratch.study("study.yaml", &STUDY.replace("{name}", &name));
     let children: Vec<_> = (0..4)
         .map(|_| {
             scratch
@@ -43,7 +43,7 @@ fn four_controllers_on_one_sqlite_study_run_exactly_its_budget() {
         assert!(!err.contains("error"), "{err}");
         assert!(!err.contains("locked"), "{err}");
     }
-    let trials = scratch.trials("shared");
+    let trials = scratch.trials(&name);
     assert_eq!(trials.len(), 200);
     let numbers: HashSet<u64> = trials
         .iter()
@@ -58,7 +58,7 @@ fn four_controllers_on_one_sqlite_study_run_exactly_its_budget() {
     assert!(owners.len() > 1, "one controller ran every trial");
     // Random proposals depend on the trial number only: the same as one controller's.
     let single = Scratch::new();
-    let alone = single.study("study.yaml", STUDY);
+    let alone = single.study("study.yaml", &STUDY.replace("{name}", &name));
     assert!(
         single
             .hptune(&["run", alone.to_str().unwrap()])
@@ -67,5 +67,17 @@ fn four_controllers_on_one_sqlite_study_run_exactly_its_budget() {
     );
     let params =
         |t: &[serde_json::Value]| t.iter().map(|t| t["params"].clone()).collect::<Vec<_>>();
-    assert_eq!(params(&trials), params(&single.trials("shared")));
+    assert_eq!(params(&trials), params(&single.trials(&name)));
+}
+
+#[test]
+fn four_controllers_on_one_sqlite_study_run_exactly_its_budget() {
+    four_controllers_run_exactly_the_budget(&Scratch::new());
+}
+
+#[test]
+fn four_controllers_on_one_postgres_study_run_exactly_its_budget() {
+    if let Some(url) = common::test_postgres() {
+        four_controllers_run_exactly_the_budget(&Scratch::on_postgres(&url));
+    }
 }

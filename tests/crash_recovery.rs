@@ -18,7 +18,7 @@ const TRIALS: usize = 40;
 const ROUNDS: usize = 20;
 
 const STUDY: &str = r#"
-name: crash
+name: {name}
 objective: {metric: loss, goal: minimize}
 parameters:
   - {id: x, type: double, min: -2.0, max: 2.0}
@@ -52,9 +52,22 @@ fn worker_is_alive(handle: &str) -> bool {
 }
 
 #[test]
-fn a_controller_killed_at_random_moments_loses_no_trial() {
-    let scratch = Scratch::new();
-    let study = scratch.study("study.yaml", STUDY);
+fn a_controller_killed_at_random_moments_loses_no_trial_on_sqlite() {
+    controller_killed_at_random_moments(&Scratch::new());
+}
+
+#[test]
+fn a_controller_killed_at_random_moments_loses_no_trial_on_postgres() {
+    if let Some(url) = common::test_postgres() {
+        controller_killed_at_random_moments(&Scratch::on_postgres(&url));
+    }
+}
+
+/// SIGKILLs `hptune run` ROUNDS times at seeded random moments, then lets it finish, and
+/// checks the study.
+fn controller_killed_at_random_moments(scratch: &Scratch) {
+    let name = common::unique_name("crash");
+    let study = scratch.study("study.yaml", &STUDY.replace("{name}", &name));
     let path = study.to_str().unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(2026);
     let mut kills = 0;
@@ -82,7 +95,7 @@ fn a_controller_killed_at_random_moments_loses_no_trial() {
     assert_success(&out);
     assert!(Instant::now() < deadline);
 
-    let trials = scratch.trials("crash");
+    let trials = scratch.trials(&name);
     assert_eq!(trials.len(), TRIALS, "{}", stderr(&out));
     let numbers: HashSet<u64> = trials
         .iter()
@@ -94,26 +107,36 @@ fn a_controller_killed_at_random_moments_loses_no_trial() {
         assert!((trial["value"].as_f64().unwrap() - expected_loss(trial)).abs() < 1e-9);
     }
     // Every finished trial has its final measurement, from its last attempt, once.
-    let finals = scratch.query(
+    let study_id = scratch.query(&format!("SELECT id FROM studies WHERE name = '{name}'"))[0][0]
+        .as_i64()
+        .unwrap();
+    let finals = scratch.query(&format!(
         "SELECT t.number, COUNT(*) FROM trials t JOIN measurements m ON m.trial_id = t.id AND m.attempt = t.attempt
-         WHERE m.step IS NULL AND m.metric = 'loss' GROUP BY t.number ORDER BY t.number",
-    );
+         WHERE t.study_id = {study_id} AND m.step IS NULL AND m.metric = 'loss' GROUP BY t.number ORDER BY t.number"
+    ));
     assert_eq!(finals.len(), TRIALS);
     assert!(
         finals.iter().all(|row| row[1] == Value::from(1)),
         "{finals:?}"
     );
     // Every attempt ended, and no worker of any attempt still runs.
-    let open = scratch.query("SELECT COUNT(*) FROM attempts WHERE finished_at IS NULL");
+    let of_study = format!("SELECT id FROM trials WHERE study_id = {study_id}");
+    let open = scratch.query(&format!(
+        "SELECT COUNT(*) FROM attempts WHERE finished_at IS NULL AND trial_id IN ({of_study})"
+    ));
     assert_eq!(open[0][0], Value::from(0));
-    for row in scratch.query("SELECT worker FROM attempts WHERE worker IS NOT NULL") {
+    for row in scratch.query(&format!(
+        "SELECT worker FROM attempts WHERE worker IS NOT NULL AND trial_id IN ({of_study})"
+    )) {
         let handle = row[0].as_str().unwrap();
         assert!(
             !worker_is_alive(handle),
             "worker {handle} outlived its study"
         );
     }
-    let attempts = scratch.query("SELECT COUNT(*) FROM attempts");
+    let attempts = scratch.query(&format!(
+        "SELECT COUNT(*) FROM attempts WHERE trial_id IN ({of_study})"
+    ));
     eprintln!(
         "{kills} controllers killed; {TRIALS} trials in {} attempts",
         attempts[0][0]

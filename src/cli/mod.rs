@@ -21,7 +21,7 @@ use hptune::storage::{DEFAULT_STORAGE, Storage, StorageError, StorageUrl, TrialS
 #[derive(Debug, Parser)]
 #[command(name = "hptune", version)]
 pub struct Cli {
-    /// Database URL: sqlite://PATH (created if missing).
+    /// Database URL: sqlite://PATH (created if missing) or postgres://USER:PASSWORD@HOST/DB.
     #[arg(long, global = true, env = "HPTUNE_STORAGE", default_value = DEFAULT_STORAGE)]
     storage: String,
     /// More log output (-v: debug, -vv: trace).
@@ -203,8 +203,9 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
 
 /// Opens a database that must exist already (the listing commands create nothing).
 async fn open_existing(url: &StorageUrl) -> Result<Storage, Failure> {
-    let StorageUrl::Sqlite(path) = url;
-    if !Path::new(path).exists() {
+    if let StorageUrl::Sqlite(path) = url
+        && !Path::new(path).exists()
+    {
         return Err(Failure::BadInput(format!(
             "no database at {url}: run a study first, or name the database with --storage or HPTUNE_STORAGE"
         )));

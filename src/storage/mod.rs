@@ -85,21 +85,29 @@ impl Storage {
             url: url.to_string(),
             source,
         };
+        let sqlite = matches!(url, StorageUrl::Sqlite(_));
         let pool = AnyPoolOptions::new()
             .max_connections(4)
-            .after_connect(|conn, _meta| {
+            .after_connect(move |conn, _meta| {
                 Box::pin(async move {
-                    conn.execute("PRAGMA journal_mode = WAL").await?;
-                    conn.execute("PRAGMA synchronous = NORMAL").await?;
-                    conn.execute("PRAGMA foreign_keys = ON").await?;
-                    conn.execute("PRAGMA busy_timeout = 10000").await?;
+                    if sqlite {
+                        conn.execute("PRAGMA journal_mode = WAL").await?;
+                        conn.execute("PRAGMA synchronous = NORMAL").await?;
+                        conn.execute("PRAGMA foreign_keys = ON").await?;
+                        conn.execute("PRAGMA busy_timeout = 30000").await?;
+                    }
                     Ok(())
                 })
             })
             .connect(&url.connect_string())
             .await
             .map_err(open_error)?;
-        migrate(&pool).await.map_err(open_error)?;
+        let migrator = if sqlite {
+            sqlx::migrate!("./migrations/sqlite")
+        } else {
+            sqlx::migrate!("./migrations/postgres")
+        };
+        migrate(&pool, &migrator).await.map_err(open_error)?;
         Ok(Self { pool })
     }
 
@@ -192,13 +200,13 @@ impl Storage {
 }
 
 /// Brings the schema up to date. Controllers started together race to migrate a new
-/// database, and SQLite gives the migrator no lock: the loser sees the winner's tables, waits,
+/// database, and SQLite gives the migrator no lock (PostgreSQL's takes an advisory lock): the loser sees the winner's tables, waits,
 /// and finds the migrations applied on its next try.
-async fn migrate(pool: &AnyPool) -> Result<(), sqlx::Error> {
+async fn migrate(pool: &AnyPool, migrator: &sqlx::migrate::Migrator) -> Result<(), sqlx::Error> {
     const TRIES: u32 = 20;
     let mut tries = 0;
     loop {
-        match sqlx::migrate!("./migrations/sqlite").run(pool).await {
+        match migrator.run(pool).await {
             Ok(()) => return Ok(()),
             Err(_) if tries + 1 < TRIES => {
                 tries += 1;

@@ -12,10 +12,12 @@ pub const DEFAULT_STORAGE: &str = "sqlite://hptune.db";
 pub enum StorageUrl {
     /// A SQLite file (created if missing).
     Sqlite(String),
+    /// A PostgreSQL database, shared by controllers on many machines.
+    Postgres(String),
 }
 
 impl StorageUrl {
-    /// Reads `sqlite://PATH`, `sqlite:PATH`, or a bare file path.
+    /// Reads `sqlite://PATH`, `sqlite:PATH`, a bare file path, or `postgres://...`.
     pub fn parse(text: &str) -> Result<Self, StorageError> {
         let text = text.trim();
         if text.is_empty() {
@@ -36,13 +38,11 @@ impl StorageUrl {
             return Ok(StorageUrl::Sqlite(path.to_string()));
         }
         if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-            return Err(StorageError::BadUrl(
-                "PostgreSQL storage is not available in this version: use a sqlite:// URL".into(),
-            ));
+            return Ok(StorageUrl::Postgres(text.to_string()));
         }
         if let Some((scheme, _)) = text.split_once("://") {
             return Err(StorageError::BadUrl(format!(
-                "'{scheme}://' is not a storage this version knows: use sqlite://PATH"
+                "'{scheme}://' is not a storage hptune knows: use sqlite://PATH or postgres://USER@HOST/DATABASE"
             )));
         }
         Ok(StorageUrl::Sqlite(text.to_string()))
@@ -52,7 +52,28 @@ impl StorageUrl {
     pub(super) fn connect_string(&self) -> String {
         match self {
             StorageUrl::Sqlite(path) => format!("sqlite://{path}?mode=rwc"),
+            StorageUrl::Postgres(url) => url.clone(),
         }
+    }
+}
+
+/// The URL with its password, if any, replaced: URLs are shown in messages and logs.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((credentials, host)) => {
+            let user = credentials.split(':').next().unwrap_or_default();
+            let hidden = if credentials.contains(':') {
+                ":***"
+            } else {
+                ""
+            };
+            format!("{scheme}://{user}{hidden}@{host}{tail}")
+        }
+        None => url.to_string(),
     }
 }
 
@@ -60,6 +81,7 @@ impl fmt::Display for StorageUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StorageUrl::Sqlite(path) => write!(f, "sqlite://{path}"),
+            StorageUrl::Postgres(url) => f.write_str(&without_password(url)),
         }
     }
 }
@@ -88,5 +110,17 @@ mod tests {
         for text in ["", "sqlite://", "mysql://x/y"] {
             assert!(StorageUrl::parse(text).is_err(), "{text}");
         }
+    }
+
+    #[test]
+    fn shows_postgres_urls_without_their_password() {
+        let url = StorageUrl::parse("postgres://tuner:s3cret@db.example:5432/studies").unwrap();
+        assert_eq!(
+            url.to_string(),
+            "postgres://tuner:***@db.example:5432/studies"
+        );
+        assert!(url.connect_string().contains("s3cret"));
+        let url = StorageUrl::parse("postgresql://tuner@db/studies").unwrap();
+        assert_eq!(url.to_string(), "postgresql://tuner@db/studies");
     }
 }

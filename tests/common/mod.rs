@@ -18,12 +18,45 @@ pub fn worker() -> String {
 /// A scratch directory holding a database, logs and study files.
 pub struct Scratch {
     pub dir: tempfile::TempDir,
+    postgres: Option<String>,
+}
+
+/// The PostgreSQL database of the tests (`scripts/start-postgres.sh` starts one and prints
+/// its URL), if `HPTUNE_TEST_POSTGRES` names it.
+pub fn test_postgres() -> Option<String> {
+    let url = std::env::var("HPTUNE_TEST_POSTGRES")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if url.is_none() {
+        eprintln!(
+            "skipped: HPTUNE_TEST_POSTGRES is not set (scripts/start-postgres.sh prints a URL for it)"
+        );
+    }
+    url
+}
+
+/// A study name no earlier run used: a PostgreSQL database outlives the tests.
+pub fn unique_name(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{}-{nanos}", std::process::id())
 }
 
 impl Scratch {
     pub fn new() -> Self {
         Self {
             dir: tempfile::tempdir().expect("a temporary directory"),
+            postgres: None,
+        }
+    }
+
+    /// A scratch directory whose commands use this PostgreSQL database.
+    pub fn on_postgres(url: &str) -> Self {
+        Self {
+            postgres: Some(url.to_string()),
+            ..Self::new()
         }
     }
 
@@ -32,7 +65,10 @@ impl Scratch {
     }
 
     pub fn storage(&self) -> String {
-        format!("sqlite://{}", self.path("hptune.db").display())
+        match &self.postgres {
+            Some(url) => url.clone(),
+            None => format!("sqlite://{}", self.path("hptune.db").display()),
+        }
     }
 
     /// Writes a study file; `{worker}` in the text becomes the test worker's path.
@@ -69,7 +105,10 @@ impl Scratch {
 
     /// Runs SQL on the database (read-only checks of what was stored).
     pub fn query(&self, sql: &str) -> Vec<Vec<Value>> {
-        let url = format!("sqlite://{}?mode=ro", self.path("hptune.db").display());
+        let url = match &self.postgres {
+            Some(url) => url.clone(),
+            None => format!("sqlite://{}?mode=ro", self.path("hptune.db").display()),
+        };
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
             use sqlx::Row;
