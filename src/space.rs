@@ -197,16 +197,6 @@ impl Scale {
 }
 
 impl Domain {
-    /// A short name of the kind of domain, as written in the study file.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Domain::Double { .. } => "double",
-            Domain::Integer { .. } => "integer",
-            Domain::Discrete { .. } => "discrete",
-            Domain::Categorical { .. } => "categorical",
-        }
-    }
-
     /// The value at unit coordinate `u`.
     pub fn from_unit(&self, u: f64) -> ParamValue {
         match self {

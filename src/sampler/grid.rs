@@ -16,16 +16,6 @@ impl GridSampler {
             points: space.grid()?,
         })
     }
-
-    /// Number of points of the grid.
-    pub fn len(&self) -> usize {
-        self.points.len()
-    }
-
-    /// Whether the grid has no point (never: a space has at least one parameter).
-    pub fn is_empty(&self) -> bool {
-        self.points.is_empty()
-    }
 }
 
 impl Sampler for GridSampler {
