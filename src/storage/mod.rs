@@ -88,6 +88,9 @@ impl Storage {
         let sqlite = matches!(url, StorageUrl::Sqlite(_));
         let pool = AnyPoolOptions::new()
             .max_connections(4)
+            // An unreachable server fails in seconds; SQLite waits for its lock inside a
+            // connection (busy_timeout), not here.
+            .acquire_timeout(std::time::Duration::from_secs(10))
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if sqlite {
