@@ -258,10 +258,7 @@ pub async fn run(
             &run.progress(),
         );
     }
-    for trial in adopted {
-        let reported = storage.measurements(trial.id, trial.attempt).await?;
-        run.launch(trial, Some(reported), observer);
-    }
+    run.take_over(adopted, observer).await?;
 
     let mut exhausted = false;
     let mut failures = false;
@@ -300,7 +297,20 @@ pub async fn run(
             }
         }
         if run.running.is_empty() {
-            break;
+            // Before leaving, take over what a controller that died meanwhile left running.
+            let orphans = match interrupted {
+                true => Vec::new(),
+                false => {
+                    storage
+                        .adopt_orphans(run.study_id, &run.owner, is_orphan)
+                        .await?
+                }
+            };
+            if orphans.is_empty() {
+                break;
+            }
+            run.take_over(orphans, observer).await?;
+            continue;
         }
         tokio::select! {
             Some(event) = events.recv() => run.record(event).await?,
@@ -322,7 +332,14 @@ pub async fn run(
                 }
                 run.conclude(outcome, interrupted, observer).await?;
             }
-            _ = heartbeat.tick() => storage.heartbeat(&run.owner).await?,
+            _ = heartbeat.tick() => {
+                storage.heartbeat(&run.owner).await?;
+                // A controller of the same study may have died meanwhile.
+                if !interrupted {
+                    let orphans = storage.adopt_orphans(run.study_id, &run.owner, is_orphan).await?;
+                    run.take_over(orphans, observer).await?;
+                }
+            }
             changed = interrupt.changed(), if interrupt_open && !interrupted => {
                 if changed.is_err() {
                     interrupt_open = false;
@@ -376,6 +393,19 @@ fn is_orphan(owner: Option<&str>, heartbeat: Option<&str>) -> bool {
 }
 
 impl Run<'_> {
+    /// Launches the trials taken over from a controller that is gone, with what it recorded.
+    async fn take_over(
+        &mut self,
+        trials: Vec<TrialRecord>,
+        observer: &mut dyn RunObserver,
+    ) -> Result<(), StorageError> {
+        for trial in trials {
+            let reported = self.storage.measurements(trial.id, trial.attempt).await?;
+            self.launch(trial, Some(reported), observer);
+        }
+        Ok(())
+    }
+
     fn progress(&self) -> Progress {
         Progress::of(&self.view, self.study, self.plan.max_trial_count)
     }
@@ -449,7 +479,10 @@ impl Run<'_> {
             ),
             log_path: dir.join(format!("{stem}.log")),
             metrics_path,
-            timeout: study.trial.timeout,
+            timeout: study
+                .trial
+                .timeout
+                .map(|limit| limit.saturating_sub(running_for(trial))),
             grace_period: study.trial.grace_period,
             metric: study.objective.metric.clone(),
             adopt,
@@ -585,6 +618,17 @@ impl Run<'_> {
     }
 }
 
+/// How long the trial's current attempt has been running (zero if unknown): an adopted
+/// worker keeps the time it had left.
+fn running_for(trial: &TrialRecord) -> Duration {
+    trial
+        .started_at
+        .as_deref()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .and_then(|t| (chrono::Utc::now() - t.to_utc()).to_std().ok())
+        .unwrap_or_default()
+}
+
 /// The last finite value reported of `metric`, with or without a step.
 fn last_value(measurements: &[Measurement], metric: &str) -> Option<f64> {
     measurements
@@ -637,9 +681,9 @@ fn judge(study: &Study, measurements: &[Measurement], outcome: &WorkerOutcome) -
         WorkerEnd::Exited(code) => {
             failed(with_output(format!("the worker exited with code {code}")))
         }
-        WorkerEnd::TimedOut(limit) => failed(format!(
+        WorkerEnd::TimedOut(left) => failed(format!(
             "timed out after {} (trial.timeout) and was terminated",
-            humantime::format_duration(*limit)
+            humantime::format_duration(study.trial.timeout.unwrap_or(*left))
         )),
         WorkerEnd::Stopped => Verdict::Final(
             TrialState::Stopped,

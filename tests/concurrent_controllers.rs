@@ -81,3 +81,49 @@ fn four_controllers_on_one_postgres_study_run_exactly_its_budget() {
         four_controllers_run_exactly_the_budget(&Scratch::on_postgres(&url));
     }
 }
+
+#[test]
+fn a_running_controller_takes_over_the_trials_of_one_that_died() {
+    let scratch = Scratch::new();
+    let name = common::unique_name("takeover");
+    let text = STUDY
+        .replace("{name}", &name)
+        .replace("max_trial_count: 200", "max_trial_count: 6")
+        .replace(
+            "command: [{worker}]",
+            "command: [{worker}]\n  env: {SLEEP: '2'}",
+        );
+    let study = scratch.study("study.yaml", &text);
+    let path = study.to_str().unwrap();
+    let spawn = || {
+        scratch
+            .command(&["run", path])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let doomed = spawn();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let survivor = spawn();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(doomed.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let out = survivor.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trials = scratch.trials(&name);
+    assert_eq!(trials.len(), 6);
+    assert!(
+        trials.iter().all(|t| t["state"] == "succeeded"),
+        "{trials:?}"
+    );
+    let owners: HashSet<&str> = trials
+        .iter()
+        .map(|t| t["owner"].as_str().unwrap())
+        .collect();
+    assert_eq!(owners.len(), 1, "the survivor owns every trial in the end");
+    assert!(stderr(&out).contains("succeeded"), "{}", stderr(&out));
+}
