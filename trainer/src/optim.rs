@@ -189,7 +189,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_> {
     }
 }
 
-/// The ids of every parameter, for tests that check the grouping.
+/// The ids of every float parameter of a module.
 pub fn all_param_ids<B: Backend, M: burn::module::Module<B>>(model: &M) -> HashSet<ParamId> {
     struct Ids(HashSet<ParamId>);
     impl<B: Backend> ModuleVisitor<B> for Ids {
@@ -225,5 +225,35 @@ mod tests {
         };
         assert_eq!(no_warmup.rate(0), 2.0);
         assert!((no_warmup.rate(3) - 0.5).abs() < 1e-12);
+    }
+
+    #[cfg(feature = "flex")]
+    #[test]
+    fn biases_and_layer_norms_get_no_weight_decay_and_every_param_has_a_group() {
+        use crate::model::{BertClassifierConfig, BertModelConfig, ClassificationHeadConfig};
+        type B = burn::backend::Autodiff<burn::backend::Flex>;
+        let config: crate::config::BertConfig = serde_json::from_value(serde_json::json!({
+            "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 12
+        }))
+        .unwrap();
+        let model = BertClassifierConfig {
+            bert: BertModelConfig::from_hf(&config, None),
+            head: ClassificationHeadConfig {
+                hidden_size: 8,
+                num_labels: 2,
+                dropout: 0.1,
+                initializer_range: 0.02,
+            },
+        }
+        .init::<B>(&Default::default());
+        let optimizer = GroupedAdamW::new(&model, AdamWSettings::default());
+        // Per layer 6 biases + 2 LayerNorms x 2; embeddings' LayerNorm 2; pooler and head biases.
+        assert_eq!(optimizer.no_decay_ids().len(), 6 + 4 + 2 + 1 + 1);
+        // 3 embedding tables, 6 linear weights per layer, pooler and classifier weights.
+        assert_eq!(optimizer.decay_ids.len(), 3 + 6 + 1 + 1);
+        let mut grouped: HashSet<ParamId> = optimizer.decay_ids.iter().copied().collect();
+        grouped.extend(optimizer.no_decay_ids().iter().copied());
+        assert_eq!(grouped, all_param_ids::<B, _>(&model));
     }
 }

@@ -54,7 +54,7 @@ fn load<B: Backend>(
         message: format!("not a safetensors file: {e}"),
     })?;
     let device = model.devices().into_iter().next().ok_or_else(|| {
-        TrainerError::ModelNotFound("the model has no device to load weights onto".to_string())
+        TrainerError::Backend("the model has no device to load weights onto".to_string())
     })?;
     let mut mapper = LoadMapper::<B> {
         path: path.to_path_buf(),
