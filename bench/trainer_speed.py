@@ -6,11 +6,13 @@ import sys
 import time
 
 import torch
+import transformers
 from transformers import BertForSequenceClassification
 
 model_dir = sys.argv[1]
 batch, seq, steps = (int(a) for a in sys.argv[2:5])
 device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
+transformers.logging.set_verbosity_error()
 torch.manual_seed(0)
 model = BertForSequenceClassification.from_pretrained(model_dir, num_labels=2).to(device)
 model.train()

@@ -90,11 +90,14 @@ impl<B: Backend> SelfAttention<B> {
             t.reshape([batch, seq, self.num_heads, head_dim])
                 .swap_dims(1, 2)
         };
-        let query = heads(self.query.forward(hidden.clone()));
+        // Scaling the contiguous [batch, seq, hidden] projection is cheaper than scaling the
+        // [batch, heads, seq, seq] scores, and equal up to rounding.
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        let query = heads(self.query.forward(hidden.clone()).mul_scalar(scale));
         let key = heads(self.key.forward(hidden.clone()));
         let value = heads(self.value.forward(hidden));
 
-        let scores = query.matmul(key.transpose()) / (head_dim as f64).sqrt() + mask_bias;
+        let scores = query.matmul(key.transpose()) + mask_bias;
         let probs = self.dropout.forward(softmax(scores, 3));
         probs
             .matmul(value)
