@@ -9,7 +9,10 @@
 //! `step=<i> loss=<value>` whose value falls towards the final one, then `loss=<value>`.
 //! Functions (all minimised): `branin` (x1 in [-5, 10], x2 in [0, 15], minimum 0.397887),
 //! `hartmann6` (x1..x6 in [0, 1], minimum -3.32237), `levy` and `ackley` (any number of
-//! coordinates x1..xd; minimum 0 at x = 1 and x = 0).
+//! coordinates x1..xd; minimum 0 at x = 1 and x = 0), and `mixed`, a mixed space like a
+//! training job's: `--x1` a learning rate (log scale, in [1e-4, 1]), `--x2` an integer
+//! (1..8), `--x3` a categorical (`relu`, `tanh`, `sigmoid`); minimum 0 at
+//! (10^-2.5, 5, relu).
 
 use std::collections::BTreeMap;
 use std::f64::consts::PI;
@@ -33,15 +36,15 @@ fn run() -> Result<(), String> {
     let metric = get("metric").unwrap_or("loss");
     let steps: u32 = number(get("steps").unwrap_or("0"), "steps")?;
     let sleep = Duration::from_millis(number(get("sleep-ms").unwrap_or("0"), "sleep-ms")?);
-    let x = coordinates(&flags)?;
     let value = match function {
-        "branin" => branin(&x)?,
-        "hartmann6" => hartmann6(&x)?,
-        "levy" => levy(&x),
-        "ackley" => ackley(&x),
+        "branin" => branin(&coordinates(&flags)?)?,
+        "hartmann6" => hartmann6(&coordinates(&flags)?)?,
+        "levy" => levy(&coordinates(&flags)?),
+        "ackley" => ackley(&coordinates(&flags)?),
+        "mixed" => mixed(&flags)?,
         other => {
             return Err(format!(
-                "unknown --function {other}: use branin, hartmann6, levy or ackley"
+                "unknown --function {other}: use branin, hartmann6, levy, ackley or mixed"
             ));
         }
     };
@@ -154,4 +157,26 @@ fn ackley(x: &[f64]) -> f64 {
     let squares = x.iter().map(|v| v * v).sum::<f64>() / d;
     let cosines = x.iter().map(|v| (2.0 * PI * v).cos()).sum::<f64>() / d;
     -20.0 * (-0.2 * squares.sqrt()).exp() - cosines.exp() + 20.0 + std::f64::consts::E
+}
+
+/// A learning rate whose best value depends on the activation, a layer count, and the
+/// activation itself.
+fn mixed(flags: &BTreeMap<String, String>) -> Result<f64, String> {
+    let get = |name: &str| {
+        flags
+            .get(name)
+            .ok_or_else(|| format!("mixed takes --x1, --x2 and --x3; --{name} is missing"))
+    };
+    let rate: f64 = number(get("x1")?, "x1")?;
+    let layers: f64 = number(get("x2")?, "x2")?;
+    let (best_log_rate, penalty) = match get("x3")?.as_str() {
+        "relu" => (-2.5, 0.0),
+        "tanh" => (-2.0, 0.3),
+        "sigmoid" => (-1.5, 0.6),
+        other => return Err(format!("--x3: '{other}' is not relu, tanh or sigmoid")),
+    };
+    if rate <= 0.0 {
+        return Err(format!("--x1: {rate} is not a positive learning rate"));
+    }
+    Ok(0.5 * (rate.log10() - best_log_rate).powi(2) + 0.05 * (layers - 5.0).powi(2) + penalty)
 }

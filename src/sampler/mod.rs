@@ -1,13 +1,17 @@
 //! Samplers propose the parameters of the next trial. Each algorithm is one file that
 //! implements [`Sampler`]; the controller knows only the trait.
 
+pub mod bayes;
 mod grid;
 mod manual;
 mod random;
+mod timed;
 
+pub use bayes::BayesSampler;
 pub use grid::GridSampler;
 pub use manual::ManualSampler;
 pub use random::RandomSampler;
+pub use timed::Timed;
 
 use crate::space::{Assignment, Space};
 use crate::spec::{Algorithm, Goal, Study};
@@ -58,19 +62,18 @@ pub trait Sampler: Send {
     ) -> Result<Option<Assignment>, SamplerError>;
 }
 
-/// The sampler a study asks for.
+/// The sampler a study asks for; each proposal's duration is logged at debug level.
 pub fn for_study(study: &Study) -> Result<Box<dyn Sampler>, SamplerError> {
-    match study.algorithm {
-        Algorithm::Random => Ok(Box::new(RandomSampler::new(study.seed))),
-        Algorithm::Grid => Ok(Box::new(GridSampler::new(&study.space).map_err(|e| {
-            SamplerError {
+    let (name, sampler): (&'static str, Box<dyn Sampler>) = match study.algorithm {
+        Algorithm::Random => ("random", Box::new(RandomSampler::new(study.seed))),
+        Algorithm::Grid => (
+            "grid",
+            Box::new(GridSampler::new(&study.space).map_err(|e| SamplerError {
                 algorithm: "grid",
                 message: e.to_string(),
-            }
-        })?)),
-        Algorithm::Bayesian => Err(SamplerError {
-            algorithm: "bayesian",
-            message: "Bayesian optimisation is not available in this version: set `algorithm: random` or `algorithm: grid`".into(),
-        }),
-    }
+            })?),
+        ),
+        Algorithm::Bayesian => ("bayesian", Box::new(BayesSampler::new(study.seed))),
+    };
+    Ok(Box::new(Timed::new(name, sampler)))
 }

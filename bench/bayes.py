@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Benchmark of hptune's Bayesian sampler against Optuna's samplers, on test functions with
+known optima.
+
+One command: `python3 bench/bayes.py [flags]`. It creates bench/.venv (git-ignored) with
+Optuna, scipy and torch (Optuna's GPSampler needs torch; PyPI's Linux wheel brings its CUDA
+libraries: about 5.6 GB and 6 minutes here, once), builds hptune and the
+objective worker in release mode, runs every (sampler, function, mode, seed) and prints
+Markdown tables:
+
+- final simple regret (best value found - known optimum): median [Q1, Q3] over seeds;
+- median time per proposal at the given trial counts (`--timing-at`), from runs as long as
+  the largest of them (`--timing-trials`, Hartmann6, sequential, one seed).
+
+hptune runs through the real controller: `hptune run` on a generated study file, with
+`examples/objective.rs` as the worker; its proposal times come from the sampler's debug log.
+Optuna runs in-process through ask/tell; with 4 parallel trials, 4 are asked before the
+oldest is told (the controller's order when trials take equal time).
+
+Results (every run, with its trajectory and timings) go to bench/results/<timestamp>.json.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / "bench" / ".venv"
+RESULTS = ROOT / "bench" / "results"
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+if not TARGET.is_absolute():
+    TARGET = ROOT / TARGET
+
+# name -> (parameters, optimum, default trial count). A parameter is
+# (id, kind, low, high, log) for numbers, (id, "categorical", values) for categoricals.
+FUNCTIONS = {
+    "branin": ([("x1", "double", -5.0, 10.0, False), ("x2", "double", 0.0, 15.0, False)],
+               0.397887357729739, 50),
+    "hartmann6": ([(f"x{i}", "double", 0.0, 1.0, False) for i in range(1, 7)],
+                  -3.32236801141551, 100),
+    "levy": ([(f"x{i}", "double", -10.0, 10.0, False) for i in range(1, 6)], 0.0, 50),
+    "ackley": ([(f"x{i}", "double", -32.768, 32.768, False) for i in range(1, 6)], 0.0, 50),
+    "mixed": ([("x1", "double", 1e-4, 1.0, True), ("x2", "integer", 1, 8, False),
+               ("x3", "categorical", ["relu", "tanh", "sigmoid"])], 0.0, 50),
+}
+SAMPLERS = ["hptune-bayesian", "hptune-random", "optuna-gp", "optuna-tpe", "optuna-random"]
+MODES = {"sequential": 1, "parallel": 4}
+
+
+def ensure_venv():
+    """Re-runs this script inside bench/.venv, creating it first if needed."""
+    if Path(sys.prefix).resolve() == VENV.resolve():
+        return
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        print(f"creating {VENV} ...", file=sys.stderr)
+        venv.create(VENV, with_pip=True)
+    check = subprocess.run([python, "-c", "import optuna, scipy, torch"], capture_output=True)
+    if check.returncode != 0:
+        print("installing optuna, scipy, torch into bench/.venv ...", file=sys.stderr)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "optuna", "scipy", "numpy",
+                        "torch"], check=True)
+    os.execv(python, [str(python), *sys.argv])
+
+
+def build():
+    subprocess.run(["cargo", "build", "--release", "--bin", "hptune", "--example", "objective"],
+                   cwd=ROOT, check=True)
+    return TARGET / "release" / "hptune", TARGET / "release" / "examples" / "objective"
+
+
+def study_yaml(name, function, algorithm, trials, parallel, seed, objective):
+    lines = [f"name: {name}", "objective:", "  metric: loss", "  goal: minimize", "parameters:"]
+    for p in FUNCTIONS[function][0]:
+        lines.append(f"  - id: {p[0]}")
+        lines.append(f"    type: {p[1]}")
+        if p[1] == "categorical":
+            lines.append(f"    values: [{', '.join(p[2])}]")
+        else:
+            lines.append(f"    min: {p[2]!r}")
+            lines.append(f"    max: {p[3]!r}")
+            if p[4]:
+                lines.append("    scale: log")
+    lines += [
+        f"algorithm: {algorithm}",
+        f"max_trial_count: {trials}",
+        f"parallel_trial_count: {parallel}",
+        f"seed: {seed}",
+        "trial:",
+        f"  command: [{objective}, --function, {function}]",
+        "  timeout: 1m",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+PROPOSED = re.compile(r"proposed trial=(\d+) .*micros=(\d+)")
+
+
+def run_hptune(binaries, sampler, function, trials, parallel, seed):
+    hptune, objective = binaries
+    algorithm = sampler.removeprefix("hptune-")
+    with tempfile.TemporaryDirectory(prefix="hptune-bench-") as work:
+        name = f"{function}-{algorithm}-{parallel}-{seed}"
+        study = Path(work) / "study.yaml"
+        study.write_text(study_yaml(name, function, algorithm, trials, parallel, seed, objective))
+        storage = f"sqlite://{work}/bench.db"
+        env = dict(os.environ, RUST_LOG="hptune::sampler=debug", NO_COLOR="1")
+        run = subprocess.run([hptune, "run", str(study), "--storage", storage], cwd=work,
+                             env=env, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"hptune run failed ({run.returncode}): {run.stderr[-2000:]}")
+        timings = {}
+        for line in ANSI.sub("", run.stderr).splitlines():
+            if m := PROPOSED.search(line):
+                timings[int(m[1])] = int(m[2]) / 1e6
+        listed = subprocess.run([hptune, "trials", name, "--format", "json", "--storage",
+                                 storage], cwd=work, capture_output=True, text=True, check=True)
+        trials_json = sorted(json.loads(listed.stdout), key=lambda t: t["number"])
+    values = [t["value"] if t["state"] == "succeeded" else None for t in trials_json]
+    return values, [timings.get(i) for i in range(len(values))]
+
+
+def distributions(function):
+    import optuna.distributions as d
+    out = {}
+    for p in FUNCTIONS[function][0]:
+        if p[1] == "categorical":
+            out[p[0]] = d.CategoricalDistribution(p[2])
+        elif p[1] == "integer":
+            out[p[0]] = d.IntDistribution(p[2], p[3], log=p[4])
+        else:
+            out[p[0]] = d.FloatDistribution(p[2], p[3], log=p[4])
+    return out
+
+
+def evaluate(objective, function, params):
+    args = [str(objective), "--function", function] + [f"--{k}={v}" for k, v in params.items()]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return float(out.strip().splitlines()[-1].split("=", 1)[1])
+
+
+def run_optuna(binaries, sampler, function, trials, parallel, seed):
+    """Optuna through ask/tell, evaluating with the same worker binary as hptune."""
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    make = {
+        "optuna-gp": lambda: optuna.samplers.GPSampler(seed=seed),
+        "optuna-tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+        "optuna-random": lambda: optuna.samplers.RandomSampler(seed=seed),
+    }[sampler]
+    study = optuna.create_study(direction="minimize", sampler=make())
+    dists = distributions(function)
+    values, timings, pending = [None] * trials, [None] * trials, []
+
+    def ask():
+        start = time.perf_counter()
+        trial = study.ask(dists)
+        timings[trial.number] = time.perf_counter() - start
+        pending.append(trial)
+
+    def tell():
+        trial = pending.pop(0)
+        value = evaluate(binaries[1], function, trial.params)
+        values[trial.number] = value
+        study.tell(trial, value)
+
+    asked = 0
+    while asked < trials or pending:
+        while asked < trials and len(pending) < parallel:
+            ask()
+            asked += 1
+        tell()
+    return values, timings
+
+
+def run_one(binaries, sampler, function, trials, parallel, seed):
+    runner = run_hptune if sampler.startswith("hptune-") else run_optuna
+    start = time.perf_counter()
+    values, timings = runner(binaries, sampler, function, trials, parallel, seed)
+    optimum = FUNCTIONS[function][1]
+    best, trajectory = float("inf"), []
+    for v in values:
+        if v is not None:
+            best = min(best, v)
+        trajectory.append(best - optimum)
+    return {"sampler": sampler, "function": function, "parallel": parallel, "seed": seed,
+            "trials": trials, "regret": trajectory, "final_regret": trajectory[-1],
+            "proposal_seconds": timings, "wall_seconds": time.perf_counter() - start}
+
+
+def quartiles(xs):
+    xs = sorted(xs)
+    if len(xs) == 1:
+        return xs[0], xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[1], q[0], q[2]
+
+
+def regret_table(runs, samplers):
+    lines = ["| function | mode | " + " | ".join(samplers) + " |",
+             "|---|---|" + "---|" * len(samplers)]
+    keys = sorted({(r["function"], r["parallel"]) for r in runs},
+                  key=lambda k: (list(FUNCTIONS).index(k[0]), k[1]))
+    for function, parallel in keys:
+        cells = []
+        for s in samplers:
+            xs = [r["final_regret"] for r in runs
+                  if (r["sampler"], r["function"], r["parallel"]) == (s, function, parallel)]
+            if xs:
+                m, lo, hi = quartiles(xs)
+                cells.append(f"{m:.3g} [{lo:.2g}, {hi:.2g}] (n={len(xs)})")
+            else:
+                cells.append("-")
+        mode = "sequential" if parallel == 1 else f"{parallel} parallel"
+        lines.append(f"| {function} | {mode} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def timing_table(runs, samplers, at):
+    lines = ["| sampler | " + " | ".join(f"{n} trials" for n in at) + " |",
+             "|---|" + "---|" * len(at)]
+    for s in samplers:
+        cells = []
+        for n in at:
+            # The proposals of trials n-2 .. n+2 of every timing run.
+            xs = [t for r in runs if r["sampler"] == s
+                  for t in r["proposal_seconds"][max(0, n - 2):n + 3] if t is not None]
+            cells.append(f"{1000 * statistics.median(xs):.1f} ms" if xs else "-")
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    ensure_venv()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--functions", default=",".join(FUNCTIONS))
+    parser.add_argument("--samplers", default=",".join(SAMPLERS))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--trials", type=int, help="trials per run (default: 50, 100 for hartmann6)")
+    parser.add_argument("--timing-trials", type=int, default=200,
+                        help="length of the timing runs (Hartmann6, sequential); 0: none")
+    parser.add_argument("--timing-samplers", default="hptune-bayesian,optuna-gp")
+    parser.add_argument("--timing-at", default="10,50,100,200")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    samplers = args.samplers.split(",") if args.samplers else []
+    binaries = build()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = args.out or RESULTS / time.strftime("bayes-%Y%m%d-%H%M%S.json")
+    runs, timing_runs = [], []
+
+    def save():
+        out.write_text(json.dumps({"argv": sys.argv, "runs": runs, "timing_runs": timing_runs}))
+
+    for function in args.functions.split(","):
+        trials = args.trials or FUNCTIONS[function][2]
+        for mode in args.modes.split(","):
+            for sampler in samplers:
+                for seed in range(args.seeds):
+                    r = run_one(binaries, sampler, function, trials, MODES[mode], seed)
+                    runs.append(r)
+                    print(f"{function} {mode} {sampler} seed {seed}: regret "
+                          f"{r['final_regret']:.4g} ({r['wall_seconds']:.1f} s)",
+                          file=sys.stderr, flush=True)
+                    save()
+    if args.timing_trials:
+        for sampler in args.timing_samplers.split(","):
+            r = run_one(binaries, sampler, "hartmann6", args.timing_trials, 1, 0)
+            timing_runs.append(r)
+            print(f"timing {sampler}: {r['wall_seconds']:.1f} s", file=sys.stderr, flush=True)
+            save()
+    print(f"\nCommand: {' '.join(sys.argv)}\n")
+    if runs:
+        print("Final simple regret, median [Q1, Q3] over seeds:\n")
+        print(regret_table(runs, samplers))
+    if timing_runs:
+        at = [int(n) for n in args.timing_at.split(",") if int(n) <= args.timing_trials]
+        print(f"\nMedian time per proposal (Hartmann6, sequential, proposals n-2..n+2 of a "
+              f"{args.timing_trials}-trial run):\n")
+        print(timing_table(timing_runs, args.timing_samplers.split(","), at))
+    print(f"\nJSON: {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+//! Hyperparameters by maximum a posteriori: the log marginal likelihood of the data plus
+//! log-normal priors, maximised by L-BFGS from a few starts in log space.
+//!
+//! The length-scale prior is the dimension-scaled one of Hvarfner et al. (2024), BoTorch's
+//! default: `log ℓ ~ N(√2 + ½ log D, 3)`. It favours long length scales when the data say
+//! little (five points cannot justify a wiggly model), yet a few dozen points overrule it.
+
+use std::f64::consts::{LN_2, PI, SQRT_2};
+
+use nalgebra::DVector;
+
+use super::gp::{GpError, Hyperparameters, covariance, factor};
+use super::lbfgs::minimize;
+
+/// Noise variance always present (in standardised units), to keep the matrix well
+/// conditioned; the fitted noise comes on top.
+pub const NOISE_FLOOR: f64 = 1e-6;
+/// Mean and standard deviation of the prior of the log signal variance.
+const SIGNAL_PRIOR: (f64, f64) = (0.0, 1.5);
+/// Mean and standard deviation of the prior of the log fitted noise variance.
+const NOISE_PRIOR: (f64, f64) = (-6.0, 2.5);
+/// Standard deviation of the prior of each log length scale.
+const LENGTH_PRIOR_SD: f64 = 1.732_050_807_568_877_2;
+/// L-BFGS iterations per start.
+const MAX_ITERS: u64 = 40;
+/// Bounds of each log length scale: 0.01 to 100 in unit coordinates.
+const LOG_LENGTH_BOUNDS: (f64, f64) = (-4.6, 4.6);
+/// Bounds of the log signal variance.
+const LOG_SIGNAL_BOUNDS: (f64, f64) = (-7.0, 7.0);
+/// Bounds of the log fitted noise variance.
+const LOG_NOISE_BOUNDS: (f64, f64) = (-16.0, 1.0);
+
+/// Mean of the prior of each log length scale for `dimension` features.
+fn length_prior_mean(dimension: usize) -> f64 {
+    SQRT_2 + 0.5 * (dimension.max(1) as f64).ln()
+}
+
+/// Hyperparameters in the log space the optimiser works in:
+/// `[log ℓ_1 .. log ℓ_D, log s², log (noise - floor)]`.
+fn unpack(theta: &[f64]) -> Hyperparameters {
+    let d = theta.len() - 2;
+    Hyperparameters {
+        length_scales: theta[..d].iter().map(|t| t.exp()).collect(),
+        signal_variance: theta[d].exp(),
+        noise_variance: NOISE_FLOOR + theta[d + 1].exp(),
+    }
+}
+
+/// `log N(t; mean, sd²)` without its constant, and its derivative.
+fn log_normal_prior(t: f64, (mean, sd): (f64, f64)) -> (f64, f64) {
+    let z = (t - mean) / sd;
+    (-0.5 * z * z, -z / sd)
+}
+
+/// The negative log posterior of `theta` given data `(x, y)`, and its gradient.
+pub fn negative_log_posterior(
+    theta: &[f64],
+    x: &[Vec<f64>],
+    y: &[f64],
+) -> Result<(f64, Vec<f64>), GpError> {
+    if theta.iter().any(|t| !t.is_finite()) {
+        return Err(GpError::NonFinite("hyperparameter"));
+    }
+    let n = x.len();
+    let d = theta.len() - 2;
+    let hyper = unpack(theta);
+    let kernel = hyper.kernel();
+    let k = covariance(&kernel, x, hyper.noise_variance);
+    let cholesky = factor(k)?;
+    let y = DVector::from_column_slice(y);
+    let alpha = cholesky.solve(&y);
+    let log_det: f64 = 2.0
+        * cholesky
+            .l_dirty()
+            .diagonal()
+            .iter()
+            .map(|v| v.ln())
+            .sum::<f64>();
+    let log_likelihood = -0.5 * y.dot(&alpha) - 0.5 * log_det - 0.5 * n as f64 * (2.0 * PI).ln();
+
+    // d log p / dθ = ½ tr(W dK/dθ), W = ααᵀ - K⁻¹.
+    let mut w = cholesky.inverse();
+    w.neg_mut();
+    w.ger(1.0, &alpha, &alpha, 1.0);
+    let mut gradient = vec![0.0; d + 2];
+    for i in 0..n {
+        for j in 0..i {
+            let r = kernel.distance(&x[i], &x[j]);
+            let slope = kernel.slope(r);
+            let wij = w[(i, j)];
+            for (dim, g) in gradient[..d].iter_mut().enumerate() {
+                *g += wij * kernel.log_length_derivative(&x[i], &x[j], slope, dim);
+            }
+            gradient[d] += wij * kernel.of_distance(r);
+        }
+    }
+    let trace = w.trace();
+    gradient[d] += 0.5 * kernel.variance() * trace;
+    gradient[d + 1] = 0.5 * (hyper.noise_variance - NOISE_FLOOR) * trace;
+
+    let mut log_prior = 0.0;
+    let length_prior = (length_prior_mean(d), LENGTH_PRIOR_SD);
+    for (t, g) in theta[..d].iter().zip(gradient.iter_mut()) {
+        let (p, dp) = log_normal_prior(*t, length_prior);
+        log_prior += p;
+        *g += dp;
+    }
+    for (index, prior) in [(d, SIGNAL_PRIOR), (d + 1, NOISE_PRIOR)] {
+        let (p, dp) = log_normal_prior(theta[index], prior);
+        log_prior += p;
+        gradient[index] += dp;
+    }
+    let value = -(log_likelihood + log_prior);
+    Ok((value, gradient.into_iter().map(|g| -g).collect()))
+}
+
+/// The starts of the search: the prior's mode, and a shorter-scale, noisier guess that
+/// catches wiggly functions the mode would miss.
+fn starts(dimension: usize) -> [Vec<f64>; 2] {
+    let mode = length_prior_mean(dimension);
+    let at = |length: f64, noise: f64| {
+        let mut theta = vec![length; dimension];
+        theta.push(SIGNAL_PRIOR.0);
+        theta.push(noise);
+        theta
+    };
+    [at(mode, NOISE_PRIOR.0), at(-LN_2 - 0.5, -3.0)]
+}
+
+/// Fits hyperparameters to standardised values `y` at points `x` (at least one point);
+/// `None` when no start gives a finite posterior.
+pub fn fit(x: &[Vec<f64>], y: &[f64]) -> Option<Hyperparameters> {
+    let dimension = x.first()?.len();
+    let objective = |theta: &[f64]| negative_log_posterior(theta, x, y).ok();
+    let bound = |which: fn((f64, f64)) -> f64| -> Vec<f64> {
+        let mut b = vec![which(LOG_LENGTH_BOUNDS); dimension];
+        b.push(which(LOG_SIGNAL_BOUNDS));
+        b.push(which(LOG_NOISE_BOUNDS));
+        b
+    };
+    let (lower, upper) = (bound(|b| b.0), bound(|b| b.1));
+    starts(dimension)
+        .into_iter()
+        .filter_map(|start| minimize(objective, &start, &lower, &upper, MAX_ITERS))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(theta, _)| unpack(&theta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::search::{normal, stream};
+    use super::*;
+    use rand::Rng;
+
+    #[test]
+    fn gradient_matches_finite_differences() {
+        let x: Vec<Vec<f64>> = (0..7)
+            .map(|i| vec![(i as f64 * 0.37) % 1.0, (i as f64 * 0.61) % 1.0])
+            .collect();
+        let y: Vec<f64> = x.iter().map(|p| (3.0 * p[0]).sin() + p[1]).collect();
+        let theta = [-0.7, 0.2, 0.3, -4.0];
+        let (_, gradient) = negative_log_posterior(&theta, &x, &y).unwrap();
+        for i in 0..theta.len() {
+            let h = 1e-5;
+            let mut up = theta;
+            let mut down = theta;
+            up[i] += h;
+            down[i] -= h;
+            let numeric = (negative_log_posterior(&up, &x, &y).unwrap().0
+                - negative_log_posterior(&down, &x, &y).unwrap().0)
+                / (2.0 * h);
+            assert!(
+                (numeric - gradient[i]).abs() < 1e-5 * (1.0 + numeric.abs()),
+                "θ{i}: {numeric} vs {}",
+                gradient[i]
+            );
+        }
+    }
+
+    #[test]
+    fn fit_recovers_the_length_scales_of_a_sampled_gp() {
+        // 120 points of one draw of a GP with ℓ = (0.2, 0.8), s² = 1, small noise.
+        let mut rng = stream(3, 0);
+        let x: Vec<Vec<f64>> = (0..120)
+            .map(|_| vec![rng.random::<f64>(), rng.random::<f64>()])
+            .collect();
+        let truth = Hyperparameters {
+            length_scales: vec![0.2, 0.8],
+            signal_variance: 1.0,
+            noise_variance: 1e-4,
+        };
+        let cholesky = factor(covariance(&truth.kernel(), &x, truth.noise_variance)).unwrap();
+        let z = DVector::from_iterator(x.len(), (0..x.len()).map(|_| normal(&mut rng)));
+        let y: Vec<f64> = (cholesky.l() * z).iter().copied().collect();
+        let fitted = fit(&x, &y).unwrap();
+        let [l0, l1] = fitted.length_scales[..] else {
+            panic!()
+        };
+        assert!((0.14..0.28).contains(&l0), "{fitted:?}");
+        assert!((0.5..1.3).contains(&l1), "{fitted:?}");
+        assert!(fitted.noise_variance < 1e-2, "{fitted:?}");
+    }
+
+    #[test]
+    fn a_single_point_or_duplicates_give_finite_hyperparameters() {
+        let one = fit(&[vec![0.5]], &[0.0]).unwrap();
+        assert!(one.length_scales[0].is_finite() && one.noise_variance > 0.0);
+        let same = vec![vec![0.3, 0.3]; 4];
+        let fitted = fit(&same, &[1.0, -1.0, 1.0, -1.0]).unwrap();
+        assert!(fitted.noise_variance > 0.1, "{fitted:?}");
+    }
+}

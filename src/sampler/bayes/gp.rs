@@ -1,0 +1,270 @@
+//! The Gaussian-process posterior: given training points, standardised values and
+//! hyperparameters, the mean and variance of the latent function anywhere, with gradients.
+
+use nalgebra::{Cholesky, DMatrix, DVector, Dyn};
+
+use super::kernel::Matern52;
+
+/// Jitter added to the diagonal on the first retry of a failed Cholesky, relative to the
+/// diagonal's mean; each further retry multiplies it by ten.
+const FIRST_JITTER: f64 = 1e-10;
+/// Retries before giving up on a matrix.
+const JITTER_RETRIES: usize = 8;
+
+/// Why a model could not be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GpError {
+    /// The covariance matrix stayed indefinite even with the largest jitter.
+    #[error("the covariance matrix of {size} points is not positive definite, even with jitter")]
+    NotPositiveDefinite {
+        /// Its size.
+        size: usize,
+    },
+    /// A hyperparameter or a value is NaN or infinite.
+    #[error("non-finite {0}")]
+    NonFinite(&'static str),
+    /// There is no training point.
+    #[error("no training point")]
+    Empty,
+}
+
+/// The hyperparameters of the model, in natural units (standardised outputs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hyperparameters {
+    /// One length scale per feature.
+    pub length_scales: Vec<f64>,
+    /// Signal variance `s²`.
+    pub signal_variance: f64,
+    /// Observation noise variance.
+    pub noise_variance: f64,
+}
+
+impl Hyperparameters {
+    /// The kernel these hyperparameters define.
+    pub fn kernel(&self) -> Matern52 {
+        Matern52::new(&self.length_scales, self.signal_variance)
+    }
+}
+
+/// `K + noise·I` over the training points.
+pub fn covariance(kernel: &Matern52, x: &[Vec<f64>], noise: f64) -> DMatrix<f64> {
+    let n = x.len();
+    let mut k = DMatrix::zeros(n, n);
+    for i in 0..n {
+        k[(i, i)] = kernel.variance() + noise;
+        for j in 0..i {
+            let v = kernel.value(&x[i], &x[j]);
+            k[(i, j)] = v;
+            k[(j, i)] = v;
+        }
+    }
+    k
+}
+
+/// The Cholesky factor of `k`, adding growing jitter to the diagonal until it exists.
+pub fn factor(mut k: DMatrix<f64>) -> Result<Cholesky<f64, Dyn>, GpError> {
+    let n = k.nrows();
+    if k.iter().any(|v| !v.is_finite()) {
+        return Err(GpError::NonFinite("covariance"));
+    }
+    let scale = (k.trace() / n.max(1) as f64).max(f64::MIN_POSITIVE);
+    let mut added = 0.0;
+    for attempt in 0..=JITTER_RETRIES {
+        if let Some(cholesky) = Cholesky::new(k.clone()) {
+            return Ok(cholesky);
+        }
+        let jitter = scale * FIRST_JITTER * 10f64.powi(attempt as i32);
+        for i in 0..n {
+            k[(i, i)] += jitter - added;
+        }
+        added = jitter;
+    }
+    Err(GpError::NotPositiveDefinite { size: n })
+}
+
+/// The posterior mean and variance at one point, and their gradients by its features.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prediction {
+    /// Posterior mean.
+    pub mean: f64,
+    /// Posterior variance of the latent function (without the noise).
+    pub variance: f64,
+    /// `∂mean/∂x`.
+    pub mean_gradient: Vec<f64>,
+    /// `∂variance/∂x`.
+    pub variance_gradient: Vec<f64>,
+}
+
+/// A Gaussian process conditioned on training data.
+#[derive(Debug, Clone)]
+pub struct Gp {
+    x: Vec<Vec<f64>>,
+    kernel: Matern52,
+    cholesky: Cholesky<f64, Dyn>,
+    alpha: DVector<f64>,
+}
+
+/// The smallest posterior variance reported, so that `sqrt` and divisions stay finite.
+const MIN_VARIANCE: f64 = 1e-12;
+
+impl Gp {
+    /// Conditions the prior of `hyper` on values `y` at points `x`.
+    pub fn new(x: Vec<Vec<f64>>, y: &[f64], hyper: &Hyperparameters) -> Result<Self, GpError> {
+        if x.is_empty() {
+            return Err(GpError::Empty);
+        }
+        if y.iter().any(|v| !v.is_finite()) {
+            return Err(GpError::NonFinite("value"));
+        }
+        let kernel = hyper.kernel();
+        let cholesky = factor(covariance(&kernel, &x, hyper.noise_variance))?;
+        let alpha = cholesky.solve(&DVector::from_column_slice(y));
+        Ok(Self {
+            x,
+            kernel,
+            cholesky,
+            alpha,
+        })
+    }
+
+    /// The training points.
+    pub fn points(&self) -> &[Vec<f64>] {
+        &self.x
+    }
+
+    fn cross(&self, x: &[f64]) -> DVector<f64> {
+        DVector::from_iterator(self.x.len(), self.x.iter().map(|p| self.kernel.value(x, p)))
+    }
+
+    /// Posterior mean and variance at `x`.
+    pub fn predict(&self, x: &[f64]) -> (f64, f64) {
+        let mut v = self.cross(x);
+        let mean = v.dot(&self.alpha);
+        self.cholesky
+            .l_dirty()
+            .solve_lower_triangular_unchecked_mut(&mut v);
+        let variance = (self.kernel.variance() - v.norm_squared()).max(MIN_VARIANCE);
+        (mean, variance)
+    }
+
+    /// Posterior mean and variance at `x`, with their gradients.
+    pub fn predict_with_gradient(&self, x: &[f64]) -> Prediction {
+        let k = self.cross(x);
+        let mean = k.dot(&self.alpha);
+        let w = self.cholesky.solve(&k);
+        let variance = (self.kernel.variance() - k.dot(&w)).max(MIN_VARIANCE);
+        let mut mean_gradient = vec![0.0; x.len()];
+        let mut variance_gradient = vec![0.0; x.len()];
+        for (i, p) in self.x.iter().enumerate() {
+            self.kernel
+                .add_gradient(x, p, self.alpha[i], &mut mean_gradient);
+            self.kernel
+                .add_gradient(x, p, -2.0 * w[i], &mut variance_gradient);
+        }
+        Prediction {
+            mean,
+            variance,
+            mean_gradient,
+            variance_gradient,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize)]
+    struct Fixture {
+        x: Vec<Vec<f64>>,
+        y: Vec<f64>,
+        test: Vec<Vec<f64>>,
+        length_scales: Vec<f64>,
+        signal_variance: f64,
+        noise_variance: f64,
+        mean: Vec<f64>,
+        variance: Vec<f64>,
+    }
+
+    fn fixture() -> (Fixture, Gp) {
+        let f: Fixture = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/gp_posterior.json"
+        )))
+        .unwrap();
+        let hyper = Hyperparameters {
+            length_scales: f.length_scales.clone(),
+            signal_variance: f.signal_variance,
+            noise_variance: f.noise_variance,
+        };
+        let gp = Gp::new(f.x.clone(), &f.y, &hyper).unwrap();
+        (f, gp)
+    }
+
+    #[test]
+    fn posterior_matches_the_numpy_fixture() {
+        let (f, gp) = fixture();
+        for ((point, mean), variance) in f.test.iter().zip(&f.mean).zip(&f.variance) {
+            let (m, v) = gp.predict(point);
+            assert!((m - mean).abs() < 1e-10, "{point:?}: mean {m} vs {mean}");
+            assert!(
+                (v - variance).abs() < 1e-10,
+                "{point:?}: variance {v} vs {variance}"
+            );
+            let p = gp.predict_with_gradient(point);
+            assert!((p.mean - m).abs() < 1e-12 && (p.variance - v).abs() < 1e-10);
+        }
+    }
+
+    #[test]
+    fn posterior_gradients_match_finite_differences() {
+        let (_, gp) = fixture();
+        let x = [0.47, 0.61];
+        let p = gp.predict_with_gradient(&x);
+        for d in 0..2 {
+            let h = 1e-6;
+            let mut up = x;
+            let mut down = x;
+            up[d] += h;
+            down[d] -= h;
+            let (mu, vu) = gp.predict(&up);
+            let (md, vd) = gp.predict(&down);
+            assert!(((mu - md) / (2.0 * h) - p.mean_gradient[d]).abs() < 1e-6);
+            assert!(((vu - vd) / (2.0 * h) - p.variance_gradient[d]).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn duplicate_points_without_noise_are_factored_with_jitter() {
+        let hyper = Hyperparameters {
+            length_scales: vec![0.5],
+            signal_variance: 1.0,
+            noise_variance: 0.0,
+        };
+        let gp = Gp::new(vec![vec![0.2]; 3], &[1.0, 1.0, 1.0], &hyper).unwrap();
+        let (mean, variance) = gp.predict(&[0.2]);
+        assert!(
+            (mean - 1.0).abs() < 1e-3 && variance >= 0.0,
+            "{mean} {variance}"
+        );
+    }
+
+    #[test]
+    fn non_finite_inputs_are_errors_not_panics() {
+        let hyper = Hyperparameters {
+            length_scales: vec![f64::NAN],
+            signal_variance: 1.0,
+            noise_variance: 0.0,
+        };
+        assert_eq!(
+            Gp::new(vec![vec![0.2], vec![0.3]], &[1.0, 0.0], &hyper).unwrap_err(),
+            GpError::NonFinite("covariance")
+        );
+        let ok = Hyperparameters {
+            length_scales: vec![0.5],
+            ..hyper
+        };
+        assert_eq!(Gp::new(vec![], &[], &ok).unwrap_err(), GpError::Empty);
+        assert!(Gp::new(vec![vec![0.2]], &[f64::INFINITY], &ok).is_err());
+    }
+}

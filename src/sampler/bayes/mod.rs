@@ -1,0 +1,407 @@
+//! Bayesian optimisation: a Gaussian-process model of the objective over the unit cube of the
+//! space, and each trial where the expected improvement over the best value is highest.
+//!
+//! The first trials follow a space-filling design ([`design`]); after that every proposal
+//! comes from the model: features of each finished trial ([`encoding`]), hyperparameters
+//! fitted by maximum a posteriori ([`fit`]), the posterior ([`gp`]), and log expected
+//! improvement ([`acquisition`]) maximised over the space ([`search`]). Trials still running
+//! are taken as if they had returned the model's mean there (kriging believer), so that
+//! parallel proposals spread out. Failed trials count as the worst value seen, so the model
+//! steers away from where trials fail. See `docs/bayes.md`.
+
+pub mod acquisition;
+pub mod design;
+pub mod encoding;
+pub mod fit;
+pub mod gp;
+mod kernel;
+mod lbfgs;
+pub mod search;
+
+use super::{Observation, ProposalContext, Sampler, SamplerError};
+use crate::space::Assignment;
+use crate::spec::Goal;
+use design::{initial_design_size, sobol_point};
+use encoding::Encoding;
+use gp::{Gp, GpError};
+use search::{Acquisition, maximize, stream};
+
+/// The most finished trials the model is fitted on: past it, the ones nearest the best point
+/// are kept, which bounds the time of a proposal (cubic in this number) and makes the model
+/// local where the search has converged.
+pub const MAX_MODEL_POINTS: usize = 200;
+
+/// Proposes trials by Bayesian optimisation with a Gaussian process. Given the same seed and
+/// history it proposes the same point: every random choice comes from a stream derived from
+/// the seed and the trial's number.
+#[derive(Debug, Clone)]
+pub struct BayesSampler {
+    seed: u64,
+}
+
+impl BayesSampler {
+    /// A sampler with this seed.
+    pub fn new(seed: u64) -> Self {
+        Self { seed }
+    }
+
+    /// The design's point for trial `number`.
+    fn design(&self, context: &ProposalContext<'_>) -> Assignment {
+        let unit = sobol_point(context.number, context.space.dimension(), self.seed);
+        context.space.from_unit(&unit)
+    }
+
+    /// The model's proposal, as unit coordinates.
+    fn from_model(
+        &self,
+        context: &ProposalContext<'_>,
+        encoding: &Encoding<'_>,
+        data: TrainingData,
+    ) -> Result<Vec<f64>, GpError> {
+        let hyper = fit::fit(&data.x, &data.y)
+            .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
+        let best = data.best;
+        let mut gp = Gp::new(data.x, &data.y, &hyper)?;
+        if !context.running.is_empty() {
+            // Kriging believer: each running trial as if it returned the posterior mean.
+            let mut x = gp.points().to_vec();
+            let mut y = data.y;
+            for running in context.running {
+                let features = encoding.encode(running);
+                y.push(gp.predict(&features).0);
+                x.push(features);
+            }
+            gp = Gp::new(x, &y, &hyper)?;
+        }
+        let acquisition = Acquisition { gp: &gp, best };
+        let mut rng = stream(self.seed, context.number);
+        let sobol_seed = self.seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
+        Ok(maximize(
+            encoding,
+            &acquisition,
+            &data.incumbents,
+            &mut rng,
+            sobol_seed,
+        ))
+    }
+}
+
+impl Sampler for BayesSampler {
+    fn propose(
+        &mut self,
+        context: &ProposalContext<'_>,
+    ) -> Result<Option<Assignment>, SamplerError> {
+        let encoding = Encoding::new(context.space);
+        let in_design = context.number < initial_design_size(context.space.dimension());
+        let data = match TrainingData::new(&encoding, context.goal, context.history) {
+            Some(data) if !in_design => data,
+            _ => return Ok(Some(self.design(context))),
+        };
+        match self.from_model(context, &encoding, data) {
+            Ok(unit) => Ok(Some(context.space.from_unit(&unit))),
+            Err(error) => {
+                tracing::warn!(
+                    trial = context.number,
+                    %error,
+                    "the Gaussian process could not be fitted; proposing a design point instead"
+                );
+                Ok(Some(self.design(context)))
+            }
+        }
+    }
+}
+
+/// The finished trials as the model sees them.
+struct TrainingData {
+    /// Features.
+    x: Vec<Vec<f64>>,
+    /// Standardised values, larger is better; failed trials at the worst value.
+    y: Vec<f64>,
+    /// The best standardised value of a trial that succeeded.
+    best: f64,
+    /// Unit points of the best trials, best first.
+    incumbents: Vec<Vec<f64>>,
+}
+
+impl TrainingData {
+    /// `None` when no trial has a value yet.
+    fn new(encoding: &Encoding<'_>, goal: Goal, history: &[Observation]) -> Option<Self> {
+        let sign = match goal {
+            Goal::Maximize => 1.0,
+            Goal::Minimize => -1.0,
+        };
+        let values: Vec<Option<f64>> = history
+            .iter()
+            .map(|o| o.value.map(|v| sign * v).filter(|v| v.is_finite()))
+            .collect();
+        let worst = values.iter().flatten().copied().reduce(f64::min)?;
+        let raw: Vec<f64> = values.iter().map(|v| v.unwrap_or(worst)).collect();
+        let mean = raw.iter().sum::<f64>() / raw.len() as f64;
+        let spread =
+            (raw.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / raw.len() as f64).sqrt();
+        let scale = if spread > 1e-12 * mean.abs().max(1.0) {
+            spread
+        } else {
+            1.0
+        };
+        let y: Vec<f64> = raw.iter().map(|v| (v - mean) / scale).collect();
+        let x: Vec<Vec<f64>> = history.iter().map(|o| encoding.encode(&o.params)).collect();
+
+        // Succeeded trials, best first; ties by trial order.
+        let mut ranked: Vec<usize> = (0..history.len())
+            .filter(|&i| values[i].is_some())
+            .collect();
+        ranked.sort_by(|&a, &b| y[b].total_cmp(&y[a]));
+        let best = y[ranked[0]];
+        let incumbents = ranked
+            .iter()
+            .take(search::INCUMBENTS)
+            .map(|&i| encoding.unit(&history[i].params))
+            .collect();
+        let (x, y) = nearest(x, y, ranked[0], MAX_MODEL_POINTS);
+        Some(Self {
+            x,
+            y,
+            best,
+            incumbents,
+        })
+    }
+}
+
+/// At most `keep` of the points, the nearest to point `center` (itself included).
+fn nearest(x: Vec<Vec<f64>>, y: Vec<f64>, center: usize, keep: usize) -> (Vec<Vec<f64>>, Vec<f64>) {
+    if x.len() <= keep {
+        return (x, y);
+    }
+    let distance = |p: &[f64]| -> f64 {
+        p.iter()
+            .zip(&x[center])
+            .map(|(a, b)| (a - b) * (a - b))
+            .sum()
+    };
+    let mut order: Vec<usize> = (0..x.len()).collect();
+    order.sort_by(|&a, &b| distance(&x[a]).total_cmp(&distance(&x[b])));
+    order.truncate(keep);
+    order.sort_unstable();
+    (
+        order.iter().map(|&i| x[i].clone()).collect(),
+        order.iter().map(|&i| y[i]).collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::space::{Condition, Domain, ParamValue, Parameter, Scale, Space};
+
+    fn double(id: &str) -> Parameter {
+        Parameter {
+            id: id.into(),
+            domain: Domain::Double {
+                min: 0.0,
+                max: 1.0,
+                scale: Scale::Linear,
+                grid_points: None,
+            },
+            condition: None,
+        }
+    }
+
+    fn square() -> Space {
+        Space::new(vec![double("a"), double("b")])
+    }
+
+    fn x(assignment: &Assignment, id: &str) -> f64 {
+        assignment[id].as_f64().unwrap()
+    }
+
+    fn propose(
+        sampler: &mut BayesSampler,
+        space: &Space,
+        history: &[Observation],
+        running: &[Assignment],
+    ) -> Assignment {
+        let context = ProposalContext {
+            space,
+            goal: Goal::Minimize,
+            number: (history.len() + running.len()) as u64,
+            history,
+            running,
+        };
+        let proposal = sampler.propose(&context).unwrap().unwrap();
+        space.check(&proposal).unwrap();
+        proposal
+    }
+
+    /// Runs `trials` sequential trials of `objective` (None: the trial fails).
+    fn run(
+        space: &Space,
+        seed: u64,
+        trials: usize,
+        objective: impl Fn(&Assignment) -> Option<f64>,
+    ) -> Vec<Observation> {
+        let mut sampler = BayesSampler::new(seed);
+        let mut history = Vec::new();
+        for number in 0..trials as u64 {
+            let params = propose(&mut sampler, space, &history, &[]);
+            let value = objective(&params);
+            history.push(Observation {
+                number,
+                params,
+                value,
+            });
+        }
+        history
+    }
+
+    fn bowl(p: &Assignment) -> Option<f64> {
+        Some((x(p, "a") - 0.3).powi(2) + (x(p, "b") - 0.7).powi(2))
+    }
+
+    #[test]
+    fn the_model_finds_the_bottom_of_a_bowl_that_random_search_misses() {
+        let history = run(&square(), 1, 25, bowl);
+        let best = history
+            .iter()
+            .filter_map(|o| o.value)
+            .fold(f64::MAX, f64::min);
+        // 25 uniform points get within about 1e-2 of the minimum, in expectation.
+        assert!(best < 1e-4, "best {best}");
+    }
+
+    #[test]
+    fn same_seed_and_history_give_the_same_proposal() {
+        let space = square();
+        let history = run(&space, 5, 8, bowl);
+        let again = run(&space, 5, 8, bowl);
+        assert_eq!(history, again);
+        let fresh = propose(&mut BayesSampler::new(5), &space, &history, &[]);
+        let other = propose(&mut BayesSampler::new(6), &space, &history, &[]);
+        assert_eq!(
+            fresh,
+            propose(&mut BayesSampler::new(5), &space, &history, &[])
+        );
+        assert_ne!(fresh, other);
+    }
+
+    #[test]
+    fn running_trials_push_the_next_proposal_elsewhere() {
+        let space = square();
+        let history = run(&space, 2, 10, bowl);
+        let mut sampler = BayesSampler::new(2);
+        let first = propose(&mut sampler, &space, &history, &[]);
+        let second = propose(&mut sampler, &space, &history, std::slice::from_ref(&first));
+        let distance = ((x(&first, "a") - x(&second, "a")).powi(2)
+            + (x(&first, "b") - x(&second, "b")).powi(2))
+        .sqrt();
+        assert!(distance > 1e-3, "{first:?} then {second:?}");
+    }
+
+    #[test]
+    fn failed_trials_steer_proposals_away_from_where_they_fail() {
+        let fails_left = |p: &Assignment| {
+            (x(p, "a") >= 0.5).then(|| (x(p, "a") - 0.6).powi(2) + (x(p, "b") - 0.5).powi(2))
+        };
+        let history = run(&square(), 3, 30, fails_left);
+        let model = &history[initial_design_size(2) as usize..];
+        let failed = model.iter().filter(|o| o.value.is_none()).count();
+        assert!(
+            failed * 5 <= model.len(),
+            "{failed} of {} failed",
+            model.len()
+        );
+    }
+
+    #[test]
+    fn degenerate_histories_give_valid_proposals() {
+        let space = square();
+        let mut sampler = BayesSampler::new(4);
+        let at = |number, a, b, value| Observation {
+            number,
+            params: [
+                ("a".to_string(), ParamValue::Float(a)),
+                ("b".to_string(), ParamValue::Float(b)),
+            ]
+            .into(),
+            value,
+        };
+        // All failed; one observation; the same point twice with different values;
+        // constant values; huge values.
+        let cases: Vec<Vec<Observation>> = vec![
+            (0..8).map(|n| at(n, 0.1, 0.2, None)).collect(),
+            (0..8)
+                .map(|n| at(n, 0.1, 0.2, (n == 3).then_some(1.0)))
+                .collect(),
+            (0..8)
+                .map(|n| at(n, 0.5, 0.5, Some(n as f64 % 2.0)))
+                .collect(),
+            (0..8)
+                .map(|n| at(n, n as f64 / 8.0, 0.5, Some(2.0)))
+                .collect(),
+            (0..8)
+                .map(|n| at(n, n as f64 / 8.0, 0.1, Some(1e300 * n as f64)))
+                .collect(),
+        ];
+        for history in cases {
+            propose(&mut sampler, &space, &history, &[]);
+        }
+    }
+
+    #[test]
+    fn mixed_and_conditional_spaces_get_valid_proposals() {
+        let mut momentum = double("momentum");
+        momentum.condition = Some(Condition {
+            requires: [("optimizer".to_string(), vec![ParamValue::Str("sgd".into())])].into(),
+        });
+        let space = Space::new(vec![
+            Parameter {
+                id: "optimizer".into(),
+                domain: Domain::Categorical {
+                    values: vec!["adam".into(), "sgd".into()],
+                },
+                condition: None,
+            },
+            Parameter {
+                id: "only".into(),
+                domain: Domain::Categorical {
+                    values: vec!["one".into()],
+                },
+                condition: None,
+            },
+            Parameter {
+                id: "layers".into(),
+                domain: Domain::Integer {
+                    min: 2,
+                    max: 2,
+                    scale: Scale::Linear,
+                    grid_points: None,
+                },
+                condition: None,
+            },
+            Parameter {
+                id: "batch".into(),
+                domain: Domain::Discrete {
+                    values: vec![8.0, 16.0, 32.0],
+                    scale: Scale::Log,
+                },
+                condition: None,
+            },
+            momentum,
+        ]);
+        // Best with sgd, momentum 0.9, batch 16.
+        let history = run(&space, 9, 30, |p| {
+            let sgd = p["optimizer"] == ParamValue::Str("sgd".into());
+            let momentum = p
+                .get("momentum")
+                .and_then(ParamValue::as_f64)
+                .unwrap_or(0.0);
+            let batch = p["batch"].as_f64().unwrap();
+            Some(if sgd { (momentum - 0.9).powi(2) } else { 0.5 } + (batch / 16.0).ln().abs())
+        });
+        let best = history
+            .iter()
+            .filter_map(|o| o.value)
+            .fold(f64::MAX, f64::min);
+        assert!(best < 1e-3, "best {best}");
+    }
+}

@@ -1,0 +1,146 @@
+//! Maximising the acquisition over the search space: many quasi-random candidates over the
+//! whole cube plus perturbations of the best points so far, each rounded to an allowed point
+//! before it is scored; then L-BFGS refines the best few along their continuous coordinates,
+//! inside the box.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::acquisition::{log_ei, log_ei_with_gradient};
+use super::design::sobol_point;
+use super::encoding::Encoding;
+use super::gp::Gp;
+use super::lbfgs::minimize;
+
+/// Quasi-random candidates over the whole cube.
+const GLOBAL_CANDIDATES: u64 = 1024;
+/// Perturbed copies of each of the best points.
+const LOCAL_CANDIDATES: usize = 128;
+/// How many of the best points are perturbed.
+pub const INCUMBENTS: usize = 3;
+/// Standard deviation of a perturbation, in unit coordinates.
+const LOCAL_SPREAD: f64 = 0.05;
+/// Candidates refined by gradient.
+const REFINED: usize = 5;
+/// L-BFGS iterations per refinement.
+const REFINE_ITERS: u64 = 30;
+
+/// The model and the target the acquisition scores against.
+pub struct Acquisition<'a> {
+    /// The posterior.
+    pub gp: &'a Gp,
+    /// The best standardised value observed (maximisation).
+    pub best: f64,
+}
+
+impl Acquisition<'_> {
+    fn score(&self, features: &[f64]) -> f64 {
+        let (mean, variance) = self.gp.predict(features);
+        log_ei(mean, variance, self.best)
+    }
+}
+
+/// A point of the search, by its unit coordinates, with its score.
+#[derive(Debug, Clone)]
+struct Scored {
+    unit: Vec<f64>,
+    score: f64,
+}
+
+/// The unit point (one coordinate per parameter) where the acquisition is highest among the
+/// candidates and their refinements. `incumbents` are the unit points of the best
+/// observations, best first; `rng` drives the perturbations and `sobol_seed` the global
+/// candidates.
+pub fn maximize(
+    encoding: &Encoding<'_>,
+    acquisition: &Acquisition<'_>,
+    incumbents: &[Vec<f64>],
+    rng: &mut ChaCha8Rng,
+    sobol_seed: u64,
+) -> Vec<f64> {
+    let dimension = encoding.space().dimension();
+    let mut candidates: Vec<Vec<f64>> = (0..GLOBAL_CANDIDATES)
+        .map(|i| sobol_point(i, dimension, sobol_seed))
+        .collect();
+    // Each perturbation moves about min(D, 4) coordinates, so that in many dimensions the
+    // local candidates stay local.
+    let move_probability = (4.0 / dimension.max(1) as f64).min(1.0);
+    for incumbent in incumbents.iter().take(INCUMBENTS) {
+        for _ in 0..LOCAL_CANDIDATES {
+            let mut unit = incumbent.clone();
+            for u in unit.iter_mut() {
+                if rng.random::<f64>() < move_probability {
+                    *u = (*u + LOCAL_SPREAD * normal(rng)).clamp(0.0, 1.0);
+                }
+            }
+            candidates.push(unit);
+        }
+    }
+    let mut scored: Vec<Scored> = candidates
+        .into_iter()
+        .map(|unit| {
+            let (_, features) = encoding.at(&unit);
+            let score = acquisition.score(&features);
+            Scored { unit, score }
+        })
+        .collect();
+    // Stable, total order: ties keep the order of generation, so the result is repeatable.
+    scored.sort_by(|a, b| b.score.total_cmp(&a.score));
+    scored.truncate(REFINED);
+    scored
+        .into_iter()
+        .map(|start| refine(encoding, acquisition, start))
+        .reduce(|best, next| if next.score > best.score { next } else { best })
+        .map(|best| best.unit)
+        .unwrap_or_else(|| vec![0.5; dimension])
+}
+
+/// Climbs the acquisition from `start` along its continuous coordinates, inside the box.
+fn refine(encoding: &Encoding<'_>, acquisition: &Acquisition<'_>, start: Scored) -> Scored {
+    let (assignment, features) = encoding.at(&start.unit);
+    let moving = encoding.continuous(&assignment);
+    if moving.is_empty() {
+        return start;
+    }
+    let from: Vec<f64> = moving.iter().map(|&(p, _)| start.unit[p]).collect();
+    let objective = |u: &[f64]| {
+        let mut x = features.clone();
+        for (&(_, f), ui) in moving.iter().zip(u) {
+            x[f] = *ui;
+        }
+        let (value, gradient) =
+            log_ei_with_gradient(&acquisition.gp.predict_with_gradient(&x), acquisition.best);
+        Some((-value, moving.iter().map(|&(_, f)| -gradient[f]).collect()))
+    };
+    let (lower, upper) = (vec![0.0; moving.len()], vec![1.0; moving.len()]);
+    let Some((u, _)) = minimize(objective, &from, &lower, &upper, REFINE_ITERS) else {
+        return start;
+    };
+    let mut unit = start.unit.clone();
+    for (&(p, _), ui) in moving.iter().zip(&u) {
+        unit[p] = *ui;
+    }
+    // Scored again through the space, in case a moved value changes which parameters are
+    // active.
+    let (_, features) = encoding.at(&unit);
+    let score = acquisition.score(&features);
+    if score > start.score {
+        Scored { unit, score }
+    } else {
+        start
+    }
+}
+
+/// A standard normal draw (Box-Muller).
+pub fn normal(rng: &mut ChaCha8Rng) -> f64 {
+    let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let v: f64 = rng.random();
+    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+}
+
+/// A random stream for trial `number` of a study with `seed`.
+pub fn stream(seed: u64, number: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(number);
+    rng
+}
