@@ -63,11 +63,13 @@ def ensure_venv():
     if not python.exists():
         print(f"creating {VENV} ...", file=sys.stderr)
         venv.create(VENV, with_pip=True)
-    check = subprocess.run([python, "-c", "import optuna, scipy, torch"], capture_output=True)
+    check = subprocess.run([python, "-c", "import optuna, scipy, torch, greenlet"], capture_output=True)
     if check.returncode != 0:
         print("installing optuna, scipy, torch into bench/.venv ...", file=sys.stderr)
+        # greenlet lets Optuna's GPSampler batch its L-BFGS-B runs (it warns and runs
+        # slower without it).
         subprocess.run([str(python), "-m", "pip", "install", "-q", "optuna", "scipy", "numpy",
-                        "torch"], check=True)
+                        "greenlet", "torch"], check=True)
     os.execv(python, [str(python), *sys.argv])
 
 

@@ -21,8 +21,10 @@ const SIGNAL_PRIOR: (f64, f64) = (0.0, 1.5);
 const NOISE_PRIOR: (f64, f64) = (-6.0, 2.5);
 /// Standard deviation of the prior of each log length scale.
 const LENGTH_PRIOR_SD: f64 = 1.732_050_807_568_877_2;
-/// L-BFGS iterations per start.
+/// L-BFGS iterations per start of a full fit.
 const MAX_ITERS: u64 = 40;
+/// L-BFGS iterations of a refit from a previous fit.
+const REFIT_ITERS: u64 = 8;
 /// Bounds of each log length scale: 0.01 to 100 in unit coordinates.
 const LOG_LENGTH_BOUNDS: (f64, f64) = (-4.6, 4.6);
 /// Bounds of the log signal variance.
@@ -127,9 +129,38 @@ fn starts(dimension: usize) -> [Vec<f64>; 2] {
     [at(mode, NOISE_PRIOR.0), at(-LN_2 - 0.5, -3.0)]
 }
 
-/// Fits hyperparameters to standardised values `y` at points `x` (at least one point);
-/// `None` when no start gives a finite posterior.
+/// Fits hyperparameters to standardised values `y` at points `x` (at least one point) from
+/// the starts of [`starts`]; `None` when no start gives a finite posterior.
 pub fn fit(x: &[Vec<f64>], y: &[f64]) -> Option<Hyperparameters> {
+    let dimension = x.first()?.len();
+    search(x, y, &starts(dimension), MAX_ITERS)
+}
+
+/// Fits hyperparameters from one start, the fit of a little less data, with few
+/// iterations: the hyperparameters move little when a few points are added.
+pub fn refit(x: &[Vec<f64>], y: &[f64], start: &Hyperparameters) -> Option<Hyperparameters> {
+    let clamp = |t: f64, (lo, hi): (f64, f64)| t.clamp(lo, hi);
+    let mut theta: Vec<f64> = start
+        .length_scales
+        .iter()
+        .map(|l| clamp(l.ln(), LOG_LENGTH_BOUNDS))
+        .collect();
+    theta.push(clamp(start.signal_variance.ln(), LOG_SIGNAL_BOUNDS));
+    let noise = (start.noise_variance - NOISE_FLOOR).max(f64::MIN_POSITIVE).ln();
+    theta.push(clamp(noise, LOG_NOISE_BOUNDS));
+    if x.first()?.len() + 2 != theta.len() {
+        return None;
+    }
+    search(x, y, &[theta], REFIT_ITERS)
+}
+
+/// The best of L-BFGS runs from `starts` inside the bounds.
+fn search(
+    x: &[Vec<f64>],
+    y: &[f64],
+    starts: &[Vec<f64>],
+    max_iters: u64,
+) -> Option<Hyperparameters> {
     let dimension = x.first()?.len();
     let objective = |theta: &[f64]| negative_log_posterior(theta, x, y).ok();
     let bound = |which: fn((f64, f64)) -> f64| -> Vec<f64> {
@@ -139,9 +170,9 @@ pub fn fit(x: &[Vec<f64>], y: &[f64]) -> Option<Hyperparameters> {
         b
     };
     let (lower, upper) = (bound(|b| b.0), bound(|b| b.1));
-    starts(dimension)
-        .into_iter()
-        .filter_map(|start| minimize(objective, &start, &lower, &upper, MAX_ITERS))
+    starts
+        .iter()
+        .filter_map(|start| minimize(objective, start, &lower, &upper, max_iters))
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(theta, _)| unpack(&theta))
 }

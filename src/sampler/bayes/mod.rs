@@ -10,6 +10,8 @@
 //! steers away from where trials fail. See `docs/bayes.md`.
 
 pub mod acquisition;
+mod anchor;
+mod data;
 pub mod design;
 pub mod encoding;
 pub mod fit;
@@ -18,18 +20,14 @@ mod kernel;
 mod lbfgs;
 pub mod search;
 
-use super::{Observation, ProposalContext, Sampler, SamplerError};
+use super::{ProposalContext, Sampler, SamplerError};
 use crate::space::Assignment;
-use crate::spec::Goal;
+use anchor::Anchors;
+use data::TrainingData;
 use design::{initial_design_size, sobol_point};
 use encoding::Encoding;
 use gp::{Gp, GpError};
 use search::{Acquisition, maximize, stream};
-
-/// The most finished trials the model is fitted on: past it, the ones nearest the best point
-/// are kept, which bounds the time of a proposal (cubic in this number) and makes the model
-/// local where the search has converged.
-pub const MAX_MODEL_POINTS: usize = 200;
 
 /// Proposes trials by Bayesian optimisation with a Gaussian process. Given the same seed and
 /// history it proposes the same point: every random choice comes from a stream derived from
@@ -37,12 +35,16 @@ pub const MAX_MODEL_POINTS: usize = 200;
 #[derive(Debug, Clone)]
 pub struct BayesSampler {
     seed: u64,
+    anchors: Anchors,
 }
 
 impl BayesSampler {
     /// A sampler with this seed.
     pub fn new(seed: u64) -> Self {
-        Self { seed }
+        Self {
+            seed,
+            anchors: Anchors::default(),
+        }
     }
 
     /// The design's point for trial `number`.
@@ -53,12 +55,14 @@ impl BayesSampler {
 
     /// The model's proposal, as unit coordinates.
     fn from_model(
-        &self,
+        &mut self,
         context: &ProposalContext<'_>,
         encoding: &Encoding<'_>,
         data: TrainingData,
     ) -> Result<Vec<f64>, GpError> {
-        let hyper = fit::fit(&data.x, &data.y)
+        let hyper = self
+            .anchors
+            .hyperparameters(encoding, context.goal, context.history, &data)
             .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
         let best = data.best;
         let mut gp = Gp::new(data.x, &data.y, &hyper)?;
@@ -111,88 +115,12 @@ impl Sampler for BayesSampler {
     }
 }
 
-/// The finished trials as the model sees them.
-struct TrainingData {
-    /// Features.
-    x: Vec<Vec<f64>>,
-    /// Standardised values, larger is better; failed trials at the worst value.
-    y: Vec<f64>,
-    /// The best standardised value of a trial that succeeded.
-    best: f64,
-    /// Unit points of the best trials, best first.
-    incumbents: Vec<Vec<f64>>,
-}
-
-impl TrainingData {
-    /// `None` when no trial has a value yet.
-    fn new(encoding: &Encoding<'_>, goal: Goal, history: &[Observation]) -> Option<Self> {
-        let sign = match goal {
-            Goal::Maximize => 1.0,
-            Goal::Minimize => -1.0,
-        };
-        let values: Vec<Option<f64>> = history
-            .iter()
-            .map(|o| o.value.map(|v| sign * v).filter(|v| v.is_finite()))
-            .collect();
-        let worst = values.iter().flatten().copied().reduce(f64::min)?;
-        let raw: Vec<f64> = values.iter().map(|v| v.unwrap_or(worst)).collect();
-        let mean = raw.iter().sum::<f64>() / raw.len() as f64;
-        let spread =
-            (raw.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / raw.len() as f64).sqrt();
-        let scale = if spread > 1e-12 * mean.abs().max(1.0) {
-            spread
-        } else {
-            1.0
-        };
-        let y: Vec<f64> = raw.iter().map(|v| (v - mean) / scale).collect();
-        let x: Vec<Vec<f64>> = history.iter().map(|o| encoding.encode(&o.params)).collect();
-
-        // Succeeded trials, best first; ties by trial order.
-        let mut ranked: Vec<usize> = (0..history.len())
-            .filter(|&i| values[i].is_some())
-            .collect();
-        ranked.sort_by(|&a, &b| y[b].total_cmp(&y[a]));
-        let best = y[ranked[0]];
-        let incumbents = ranked
-            .iter()
-            .take(search::INCUMBENTS)
-            .map(|&i| encoding.unit(&history[i].params))
-            .collect();
-        let (x, y) = nearest(x, y, ranked[0], MAX_MODEL_POINTS);
-        Some(Self {
-            x,
-            y,
-            best,
-            incumbents,
-        })
-    }
-}
-
-/// At most `keep` of the points, the nearest to point `center` (itself included).
-fn nearest(x: Vec<Vec<f64>>, y: Vec<f64>, center: usize, keep: usize) -> (Vec<Vec<f64>>, Vec<f64>) {
-    if x.len() <= keep {
-        return (x, y);
-    }
-    let distance = |p: &[f64]| -> f64 {
-        p.iter()
-            .zip(&x[center])
-            .map(|(a, b)| (a - b) * (a - b))
-            .sum()
-    };
-    let mut order: Vec<usize> = (0..x.len()).collect();
-    order.sort_by(|&a, &b| distance(&x[a]).total_cmp(&distance(&x[b])));
-    order.truncate(keep);
-    order.sort_unstable();
-    (
-        order.iter().map(|&i| x[i].clone()).collect(),
-        order.iter().map(|&i| y[i]).collect(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampler::Observation;
     use crate::space::{Condition, Domain, ParamValue, Parameter, Scale, Space};
+    use crate::spec::Goal;
 
     fn double(id: &str) -> Parameter {
         Parameter {
@@ -240,10 +168,18 @@ mod tests {
         trials: usize,
         objective: impl Fn(&Assignment) -> Option<f64>,
     ) -> Vec<Observation> {
-        let mut sampler = BayesSampler::new(seed);
+        run_with(&mut BayesSampler::new(seed), space, trials, objective)
+    }
+
+    fn run_with(
+        sampler: &mut BayesSampler,
+        space: &Space,
+        trials: usize,
+        objective: impl Fn(&Assignment) -> Option<f64>,
+    ) -> Vec<Observation> {
         let mut history = Vec::new();
         for number in 0..trials as u64 {
-            let params = propose(&mut sampler, space, &history, &[]);
+            let params = propose(sampler, space, &history, &[]);
             let value = objective(&params);
             history.push(Observation {
                 number,
