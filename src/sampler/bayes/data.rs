@@ -88,4 +88,3 @@ fn nearest(x: Vec<Vec<f64>>, y: Vec<f64>, center: usize, keep: usize) -> (Vec<Ve
         order.iter().map(|&i| y[i]).collect(),
     )
 }
-

@@ -146,7 +146,9 @@ pub fn refit(x: &[Vec<f64>], y: &[f64], start: &Hyperparameters) -> Option<Hyper
         .map(|l| clamp(l.ln(), LOG_LENGTH_BOUNDS))
         .collect();
     theta.push(clamp(start.signal_variance.ln(), LOG_SIGNAL_BOUNDS));
-    let noise = (start.noise_variance - NOISE_FLOOR).max(f64::MIN_POSITIVE).ln();
+    let noise = (start.noise_variance - NOISE_FLOOR)
+        .max(f64::MIN_POSITIVE)
+        .ln();
     theta.push(clamp(noise, LOG_NOISE_BOUNDS));
     if x.first()?.len() + 2 != theta.len() {
         return None;
