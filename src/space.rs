@@ -516,6 +516,21 @@ fn join(items: impl Iterator<Item = String>) -> String {
     items.collect::<Vec<_>>().join(", ")
 }
 
+/// A double parameter over `[0, 1]`, for tests of samplers.
+#[cfg(test)]
+pub(crate) fn unit_double(id: &str) -> Parameter {
+    Parameter {
+        id: id.into(),
+        domain: Domain::Double {
+            min: 0.0,
+            max: 1.0,
+            scale: Scale::Linear,
+            grid_points: None,
+        },
+        condition: None,
+    }
+}
+
 /// The span that integers map through, so that each integer gets an equal share of `[0, 1]`.
 fn integer_span(min: i64, max: i64) -> (f64, f64) {
     (min as f64 - 0.5, max as f64 + 0.5)

@@ -38,20 +38,11 @@ impl Sampler for RandomSampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::space::{Domain, Parameter, Scale, Space};
+    use crate::space::Space;
     use crate::spec::Goal;
 
     fn space() -> Space {
-        Space::new(vec![Parameter {
-            id: "x".into(),
-            domain: Domain::Double {
-                min: 0.0,
-                max: 1.0,
-                scale: Scale::Linear,
-                grid_points: None,
-            },
-            condition: None,
-        }])
+        Space::new(vec![crate::space::unit_double("x")])
     }
 
     fn propose(sampler: &mut RandomSampler, space: &Space, number: u64) -> Assignment {

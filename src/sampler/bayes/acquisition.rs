@@ -111,7 +111,7 @@ mod tests {
         // A prediction whose mean and variance are linear in x: μ = a·x, var = v0 + b·x.
         let a = [0.8, -0.3];
         let b = [0.05, 0.02];
-        let at = |x: &[f64; 2], shift: f64| {
+        let at = |x: &[f64], shift: f64| {
             let mean = a[0] * x[0] + a[1] * x[1] - shift;
             let variance = 0.1 + b[0] * x[0] + b[1] * x[1];
             Prediction {
@@ -125,13 +125,11 @@ mod tests {
             let x = [0.4, 0.7];
             let (_, gradient) = log_ei_with_gradient(&at(&x, shift), 0.2);
             for d in 0..2 {
-                let h = 1e-6;
-                let mut up = x;
-                let mut down = x;
-                up[d] += h;
-                down[d] -= h;
-                let value = |p: Prediction| log_ei(p.mean, p.variance, 0.2);
-                let numeric = (value(at(&up, shift)) - value(at(&down, shift))) / (2.0 * h);
+                let value = |x: &[f64]| {
+                    let p = at(x, shift);
+                    log_ei(p.mean, p.variance, 0.2)
+                };
+                let numeric = super::super::central_difference(value, &x, d);
                 assert!(
                     (numeric - gradient[d]).abs() < 1e-5 * (1.0 + numeric.abs()),
                     "shift {shift}, d {d}: {numeric} vs {}",

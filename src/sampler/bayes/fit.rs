@@ -194,14 +194,8 @@ mod tests {
         let theta = [-0.7, 0.2, 0.3, -4.0];
         let (_, gradient) = negative_log_posterior(&theta, &x, &y).unwrap();
         for i in 0..theta.len() {
-            let h = 1e-5;
-            let mut up = theta;
-            let mut down = theta;
-            up[i] += h;
-            down[i] -= h;
-            let numeric = (negative_log_posterior(&up, &x, &y).unwrap().0
-                - negative_log_posterior(&down, &x, &y).unwrap().0)
-                / (2.0 * h);
+            let value = |t: &[f64]| negative_log_posterior(t, &x, &y).unwrap().0;
+            let numeric = super::super::central_difference(value, &theta, i);
             assert!(
                 (numeric - gradient[i]).abs() < 1e-5 * (1.0 + numeric.abs()),
                 "θ{i}: {numeric} vs {}",

@@ -97,12 +97,7 @@ mod tests {
         let mut gradient = vec![0.0; 3];
         k.add_gradient(&x, &b, 1.0, &mut gradient);
         for d in 0..3 {
-            let h = 1e-6;
-            let mut up = x;
-            let mut down = x;
-            up[d] += h;
-            down[d] -= h;
-            let numeric = (k.value(&up, &b) - k.value(&down, &b)) / (2.0 * h);
+            let numeric = super::super::central_difference(|x| k.value(x, &b), &x, d);
             assert!(
                 (numeric - gradient[d]).abs() < 1e-7,
                 "{d}: {numeric} vs {}",

@@ -20,6 +20,16 @@ mod kernel;
 mod lbfgs;
 pub mod search;
 
+/// The central finite difference of `f` at `x` along coordinate `d`, for tests of gradients.
+#[cfg(test)]
+fn central_difference(f: impl Fn(&[f64]) -> f64, x: &[f64], d: usize) -> f64 {
+    let h = 1e-6;
+    let (mut up, mut down) = (x.to_vec(), x.to_vec());
+    up[d] += h;
+    down[d] -= h;
+    (f(&up) - f(&down)) / (2.0 * h)
+}
+
 use super::{ProposalContext, Sampler, SamplerError};
 use crate::space::Assignment;
 use anchor::Anchors;
@@ -123,16 +133,7 @@ mod tests {
     use crate::spec::Goal;
 
     fn double(id: &str) -> Parameter {
-        Parameter {
-            id: id.into(),
-            domain: Domain::Double {
-                min: 0.0,
-                max: 1.0,
-                scale: Scale::Linear,
-                grid_points: None,
-            },
-            condition: None,
-        }
+        crate::space::unit_double(id)
     }
 
     fn square() -> Space {
@@ -218,6 +219,18 @@ mod tests {
             propose(&mut BayesSampler::new(5), &space, &history, &[])
         );
         assert_ne!(fresh, other);
+    }
+
+    #[test]
+    fn a_restarted_sampler_proposes_what_the_running_one_would() {
+        // The running sampler has cached fits along the way; a fresh one has none.
+        let space = square();
+        let mut running = BayesSampler::new(8);
+        let history = run_with(&mut running, &space, 18, bowl);
+        assert_eq!(
+            propose(&mut running, &space, &history, &[]),
+            propose(&mut BayesSampler::new(8), &space, &history, &[])
+        );
     }
 
     #[test]
