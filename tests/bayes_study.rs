@@ -37,5 +37,8 @@ fn bayesian_study_improves_on_its_design_with_parallel_trials() {
     // find the bottom of the bowl x² + y², which no design point is near.
     let design = values[..5].iter().copied().fold(f64::MAX, f64::min);
     let model = values[5..].iter().copied().fold(f64::MAX, f64::min);
-    assert!(model < 1e-2 && model < design, "design {design}, model {model}");
+    assert!(
+        model < 1e-2 && model < design,
+        "design {design}, model {model}"
+    );
 }
