@@ -21,10 +21,10 @@ const SIGNAL_PRIOR: (f64, f64) = (0.0, 1.5);
 const NOISE_PRIOR: (f64, f64) = (-6.0, 2.5);
 /// Standard deviation of the prior of each log length scale.
 const LENGTH_PRIOR_SD: f64 = 1.732_050_807_568_877_2;
-/// L-BFGS iterations per start of a full fit.
-const MAX_ITERS: u64 = 40;
-/// L-BFGS iterations of a refit from a previous fit.
-const REFIT_ITERS: u64 = 8;
+/// Evaluations of the posterior per start of a full fit.
+const MAX_EVALUATIONS: u64 = 60;
+/// Evaluations of a refit from a previous fit.
+const REFIT_EVALUATIONS: u64 = 12;
 /// Bounds of each log length scale: 0.01 to 100 in unit coordinates.
 const LOG_LENGTH_BOUNDS: (f64, f64) = (-4.6, 4.6);
 /// Bounds of the log signal variance.
@@ -133,11 +133,11 @@ fn starts(dimension: usize) -> [Vec<f64>; 2] {
 /// the starts of [`starts`]; `None` when no start gives a finite posterior.
 pub fn fit(x: &[Vec<f64>], y: &[f64]) -> Option<Hyperparameters> {
     let dimension = x.first()?.len();
-    search(x, y, &starts(dimension), MAX_ITERS)
+    search(x, y, &starts(dimension), MAX_EVALUATIONS)
 }
 
 /// Fits hyperparameters from one start, the fit of a little less data, with few
-/// iterations: the hyperparameters move little when a few points are added.
+/// evaluations: the hyperparameters move little when a few points are added.
 pub fn refit(x: &[Vec<f64>], y: &[f64], start: &Hyperparameters) -> Option<Hyperparameters> {
     let clamp = |t: f64, (lo, hi): (f64, f64)| t.clamp(lo, hi);
     let mut theta: Vec<f64> = start
@@ -153,7 +153,7 @@ pub fn refit(x: &[Vec<f64>], y: &[f64], start: &Hyperparameters) -> Option<Hyper
     if x.first()?.len() + 2 != theta.len() {
         return None;
     }
-    search(x, y, &[theta], REFIT_ITERS)
+    search(x, y, &[theta], REFIT_EVALUATIONS)
 }
 
 /// The best of L-BFGS runs from `starts` inside the bounds.
@@ -161,7 +161,7 @@ fn search(
     x: &[Vec<f64>],
     y: &[f64],
     starts: &[Vec<f64>],
-    max_iters: u64,
+    max_evaluations: u64,
 ) -> Option<Hyperparameters> {
     let dimension = x.first()?.len();
     let objective = |theta: &[f64]| negative_log_posterior(theta, x, y).ok();
@@ -174,7 +174,7 @@ fn search(
     let (lower, upper) = (bound(|b| b.0), bound(|b| b.1));
     starts
         .iter()
-        .filter_map(|start| minimize(objective, start, &lower, &upper, max_iters))
+        .filter_map(|start| minimize(objective, start, &lower, &upper, max_evaluations))
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(theta, _)| unpack(&theta))
 }

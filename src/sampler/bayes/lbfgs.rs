@@ -1,7 +1,7 @@
 //! Local minimisation with argmin's L-BFGS, shared by the hyperparameter fit and the
 //! acquisition refinement.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use argmin::core::{CostFunction, Error, Executor, Gradient};
 use argmin::solver::linesearch::MoreThuenteLineSearch;
@@ -14,17 +14,25 @@ const MEMORY: usize = 7;
 /// argmin asks for the two separately; it remembers the best finite point it saw.
 struct Problem<'a, F> {
     function: &'a F,
+    evaluations: Cell<u64>,
+    max_evaluations: u64,
     last: RefCell<Option<(Vec<f64>, f64, Vec<f64>)>>,
     best: &'a RefCell<Option<(Vec<f64>, f64)>>,
 }
 
 impl<F: Fn(&[f64]) -> Option<(f64, Vec<f64>)>> Problem<'_, F> {
-    fn evaluate(&self, x: &[f64]) -> (f64, Vec<f64>) {
+    /// The value and gradient at `x`; an error once the budget of evaluations is spent,
+    /// which ends argmin's run.
+    fn evaluate(&self, x: &[f64]) -> Result<(f64, Vec<f64>), Error> {
         if let Some((at, value, gradient)) = self.last.borrow().as_ref() {
             if at == x {
-                return (*value, gradient.clone());
+                return Ok((*value, gradient.clone()));
             }
         }
+        if self.evaluations.get() >= self.max_evaluations {
+            return Err(Error::msg("the budget of evaluations is spent"));
+        }
+        self.evaluations.set(self.evaluations.get() + 1);
         let (value, gradient) = match (self.function)(x) {
             Some((v, g)) if v.is_finite() && g.iter().all(|g| g.is_finite()) => (v, g),
             _ => (f64::INFINITY, vec![0.0; x.len()]),
@@ -33,7 +41,7 @@ impl<F: Fn(&[f64]) -> Option<(f64, Vec<f64>)>> Problem<'_, F> {
             *self.best.borrow_mut() = Some((x.to_vec(), value));
         }
         *self.last.borrow_mut() = Some((x.to_vec(), value, gradient.clone()));
-        (value, gradient)
+        Ok((value, gradient))
     }
 }
 
@@ -42,7 +50,7 @@ impl<F: Fn(&[f64]) -> Option<(f64, Vec<f64>)>> CostFunction for Problem<'_, F> {
     type Output = f64;
 
     fn cost(&self, x: &Self::Param) -> Result<Self::Output, Error> {
-        Ok(self.evaluate(x).0)
+        Ok(self.evaluate(x)?.0)
     }
 }
 
@@ -51,13 +59,14 @@ impl<F: Fn(&[f64]) -> Option<(f64, Vec<f64>)>> Gradient for Problem<'_, F> {
     type Gradient = Vec<f64>;
 
     fn gradient(&self, x: &Self::Param) -> Result<Self::Gradient, Error> {
-        Ok(self.evaluate(x).1)
+        Ok(self.evaluate(x)?.1)
     }
 }
 
 /// Minimises `function` (value and gradient, `None` where it is undefined) over the box
-/// `[lower, upper]` from `start` (inside it) for at most `max_iters` iterations. Returns the
-/// best point seen and its value, or `None` when no point had a finite value.
+/// `[lower, upper]` from `start` (inside it) with at most `max_evaluations` evaluations of
+/// `function` (the line search may take several per iteration). Returns the best point seen
+/// and its value, or `None` when no point had a finite value.
 ///
 /// argmin's L-BFGS knows no bounds: it runs on `φ` with `x = lower + (upper - lower)
 /// (1 - cos φ) / 2`, which maps every real `φ` into the box, so even a wild first step lands
@@ -68,7 +77,7 @@ pub fn minimize<F>(
     start: &[f64],
     lower: &[f64],
     upper: &[f64],
-    max_iters: u64,
+    max_evaluations: u64,
 ) -> Option<(Vec<f64>, f64)>
 where
     F: Fn(&[f64]) -> Option<(f64, Vec<f64>)>,
@@ -100,17 +109,20 @@ where
     let best = RefCell::new(None);
     let problem = Problem {
         function: &in_phi,
+        evaluations: Cell::new(0),
+        max_evaluations: max_evaluations.max(1),
         last: RefCell::new(None),
         best: &best,
     };
-    problem.evaluate(&phi0);
+    let _ = problem.evaluate(&phi0);
     best.borrow().as_ref()?;
     let solver: LBFGS<_, Vec<f64>, Vec<f64>, f64> =
         LBFGS::new(MoreThuenteLineSearch::new(), MEMORY);
     // The problem keeps its own record of the best point, which also covers the points
-    // argmin saw before an error; the error itself only ends the search.
+    // argmin saw before an error (a failed line search, the budget spent); the error itself
+    // only ends the search.
     let _ = Executor::new(problem, solver)
-        .configure(|state| state.param(phi0).max_iters(max_iters))
+        .configure(|state| state.param(phi0).max_iters(max_evaluations))
         .timer(false)
         .run();
     best.into_inner().map(|(phi, value)| (to_box(&phi), value))
@@ -133,7 +145,7 @@ mod tests {
             ))
         };
         let (x, value) =
-            minimize(rosenbrock, &[-1.2, 1.0], &[-5.0, -5.0], &[5.0, 5.0], 200).unwrap();
+            minimize(rosenbrock, &[-1.2, 1.0], &[-5.0, -5.0], &[5.0, 5.0], 1000).unwrap();
         assert!(value < 1e-8, "{value} at {x:?}");
     }
 
@@ -144,6 +156,14 @@ mod tests {
         let (x, _) = minimize(parabola, &[0.2], &[0.0], &[1.0], 50).unwrap();
         assert!((0.999..=1.0).contains(&x[0]), "{x:?}");
         assert!(minimize(|_: &[f64]| None, &[0.0], &[-1.0], &[1.0], 10).is_none());
+        // The budget of evaluations is kept.
+        let count = Cell::new(0);
+        let counted = |x: &[f64]| {
+            count.set(count.get() + 1);
+            parabola(x)
+        };
+        minimize(counted, &[0.2], &[0.0], &[1.0], 4);
+        assert!(count.get() <= 4, "{} evaluations", count.get());
         // Undefined (None) below 0.5: a step into it ends the search, which still returns
         // the best defined point, better than the start.
         let half =

@@ -22,8 +22,8 @@ pub const INCUMBENTS: usize = 3;
 const LOCAL_SPREAD: f64 = 0.05;
 /// Candidates refined by gradient.
 const REFINED: usize = 5;
-/// L-BFGS iterations per refinement.
-const REFINE_ITERS: u64 = 30;
+/// Evaluations of the acquisition per refinement.
+const REFINE_EVALUATIONS: u64 = 30;
 
 /// The model and the target the acquisition scores against.
 pub struct Acquisition<'a> {
@@ -113,7 +113,7 @@ fn refine(encoding: &Encoding<'_>, acquisition: &Acquisition<'_>, start: Scored)
         Some((-value, moving.iter().map(|&(_, f)| -gradient[f]).collect()))
     };
     let (lower, upper) = (vec![0.0; moving.len()], vec![1.0; moving.len()]);
-    let Some((u, _)) = minimize(objective, &from, &lower, &upper, REFINE_ITERS) else {
+    let Some((u, _)) = minimize(objective, &from, &lower, &upper, REFINE_EVALUATIONS) else {
         return start;
     };
     let mut unit = start.unit.clone();
