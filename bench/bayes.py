@@ -254,6 +254,9 @@ def main():
     parser.add_argument("--timing-samplers", default="hptune-bayesian,optuna-gp")
     parser.add_argument("--timing-at", default="10,50,100,200")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--include", type=Path, action="append", default=[],
+                        help="a results file of an earlier run whose runs of other samplers "
+                             "join the tables (e.g. Optuna's, which do not change with hptune)")
     args = parser.parse_args()
     samplers = args.samplers.split(",") if args.samplers else []
     binaries = build()
@@ -281,16 +284,25 @@ def main():
             timing_runs.append(r)
             print(f"timing {sampler}: {r['wall_seconds']:.1f} s", file=sys.stderr, flush=True)
             save()
+    for path in args.include:
+        earlier = json.loads(path.read_text())
+        timing_samplers = {r["sampler"] for r in timing_runs}
+        runs += [r for r in earlier["runs"] if r["sampler"] not in samplers]
+        timing_runs += [r for r in earlier["timing_runs"] if r["sampler"] not in timing_samplers]
+        samplers += sorted({r["sampler"] for r in earlier["runs"]} - set(samplers),
+                           key=SAMPLERS.index)
     print(f"\nCommand: {' '.join(sys.argv)}\n")
     if runs:
         print("Final simple regret, median [Q1, Q3] over seeds:\n")
         print(regret_table(runs, samplers))
     if timing_runs:
-        at = [int(n) for n in args.timing_at.split(",") if int(n) <= args.timing_trials]
-        print(f"\nMedian time per proposal (Hartmann6, sequential, proposals n-2..n+2 of a "
-              f"{args.timing_trials}-trial run):\n")
-        print(timing_table(timing_runs, args.timing_samplers.split(","), at))
-    print(f"\nJSON: {out.relative_to(ROOT)}")
+        longest = max(r["trials"] for r in timing_runs)
+        at = [int(n) for n in args.timing_at.split(",") if int(n) <= longest]
+        print("\nMedian time per proposal (Hartmann6, sequential, one seed; the proposals of "
+              "trials n-2..n+2):\n")
+        shown = sorted({r["sampler"] for r in timing_runs}, key=SAMPLERS.index)
+        print(timing_table(timing_runs, shown, at))
+    print(f"\nJSON: {out}")
 
 
 if __name__ == "__main__":
