@@ -10,7 +10,11 @@ use clap::Parser;
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     cli::init_logging(args.verbose);
-    let runtime = match tokio::runtime::Runtime::new() {
+    // One thread: the controller waits on processes and the database, it does not compute.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

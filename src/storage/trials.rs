@@ -220,30 +220,22 @@ impl Storage {
         Ok(tx)
     }
 
-    /// Records the worker of the trial's current attempt and where its log goes.
+    /// Records the worker of the trial's current attempt and where its log goes (one
+    /// statement: the attempt's row gets the handle when the attempt ends).
     pub async fn set_worker(
         &self,
         trial: &TrialRecord,
         worker: &str,
         log_path: &str,
     ) -> Result<(), StorageError> {
-        let doing = "recording the worker";
-        let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
         sqlx::query("UPDATE trials SET worker = $1, log_path = $2 WHERE id = $3")
             .bind(worker)
             .bind(log_path)
             .bind(trial.id)
-            .execute(&mut *tx)
+            .execute(&self.pool)
             .await
-            .map_err(query_error(doing))?;
-        sqlx::query("UPDATE attempts SET worker = $1 WHERE trial_id = $2 AND attempt = $3")
-            .bind(worker)
-            .bind(trial.id)
-            .bind(trial.attempt as i64)
-            .execute(&mut *tx)
-            .await
-            .map_err(query_error(doing))?;
-        tx.commit().await.map_err(query_error(doing))
+            .map_err(query_error("recording the worker"))?;
+        Ok(())
     }
 
     /// Records one measurement of the trial's current attempt; non-finite values are not
@@ -386,12 +378,14 @@ impl Storage {
         let next = trial.attempt + 1;
         let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
         sqlx::query(
-            "UPDATE attempts SET finished_at = $1, outcome = 'retried', error = $2 WHERE trial_id = $3 AND attempt = $4",
+            "UPDATE attempts SET finished_at = $1, outcome = 'retried', error = $2, worker = $5
+             WHERE trial_id = $3 AND attempt = $4",
         )
         .bind(&at)
         .bind(error)
         .bind(trial.id)
         .bind(trial.attempt as i64)
+        .bind(trial.worker.as_deref())
         .execute(&mut *tx)
         .await
         .map_err(query_error(doing))?;
@@ -446,13 +440,15 @@ impl Storage {
         .await
         .map_err(query_error(doing))?;
         sqlx::query(
-            "UPDATE attempts SET finished_at = $1, outcome = $2, error = $3 WHERE trial_id = $4 AND attempt = $5",
+            "UPDATE attempts SET finished_at = $1, outcome = $2, error = $3, worker = $6
+             WHERE trial_id = $4 AND attempt = $5",
         )
         .bind(&finished_at)
         .bind(state.as_str())
         .bind(error)
         .bind(trial.id)
         .bind(trial.attempt as i64)
+        .bind(trial.worker.as_deref())
         .execute(&mut *tx)
         .await
         .map_err(query_error(doing))?;
