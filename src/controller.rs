@@ -565,14 +565,7 @@ impl Run<'_> {
             return Ok(());
         };
         let early_stop = self.early_stops.remove(&outcome.trial_id);
-        let verdict = match early_stop {
-            Some(reason) if outcome.end == WorkerEnd::Stopped => Verdict::Final(
-                TrialState::Stopped,
-                last_value(&done.measurements, &self.study.objective.metric),
-                Some(reason),
-            ),
-            _ => judge(self.study, &done.measurements, &outcome),
-        };
+        let verdict = judge(self.study, &done.measurements, &outcome, early_stop);
         if let Verdict::Retry(reason) = &verdict {
             if !interrupted && done.trial.attempt <= self.plan.max_retries {
                 let trial = self.storage.retry(&done.trial, reason).await?;
@@ -646,7 +639,14 @@ enum Verdict {
     Retry(String),
 }
 
-fn judge(study: &Study, measurements: &[Measurement], outcome: &WorkerOutcome) -> Verdict {
+/// How an attempt ended; `early_stop` is the stopping rule's reason if it asked the worker to
+/// stop.
+fn judge(
+    study: &Study,
+    measurements: &[Measurement],
+    outcome: &WorkerOutcome,
+    early_stop: Option<String>,
+) -> Verdict {
     let metric = &study.objective.metric;
     let failed = |message: String| Verdict::Final(TrialState::Failed, None, Some(message));
     let with_output = |message: String| match &outcome.last_output {
@@ -685,11 +685,18 @@ fn judge(study: &Study, measurements: &[Measurement], outcome: &WorkerOutcome) -
             "timed out after {} (trial.timeout) and was terminated",
             humantime::format_duration(study.trial.timeout.unwrap_or(*left))
         )),
-        WorkerEnd::Stopped => Verdict::Final(
-            TrialState::Stopped,
-            reported().ok().filter(|v| v.is_finite()),
-            Some("stopped: the study was interrupted".into()),
-        ),
+        WorkerEnd::Stopped => match early_stop {
+            Some(reason) => Verdict::Final(
+                TrialState::Stopped,
+                last_value(measurements, metric),
+                Some(reason),
+            ),
+            None => Verdict::Final(
+                TrialState::Stopped,
+                reported().ok().filter(|v| v.is_finite()),
+                Some("stopped: the study was interrupted".into()),
+            ),
+        },
         WorkerEnd::LaunchFailed(message) => failed(message.clone()),
     }
 }

@@ -166,7 +166,7 @@ impl Worker {
             tokio::select! {
                 end = wait(&mut self.process) => {
                     self.finish(job);
-                    return (end, last_line(&error_log_path(&job.log_path)).or_else(|| last_line(&job.log_path)));
+                    return (end, last_output(job));
                 }
                 _ = poll.tick() => self.read(job),
                 _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
@@ -183,7 +183,7 @@ impl Worker {
         };
         self.terminate(job.grace_period).await;
         self.finish(job);
-        (reason, last_line(&error_log_path(&job.log_path)))
+        (reason, last_output(job))
     }
 
     /// SIGTERM to the worker's group, then SIGKILL after the grace period.
@@ -314,7 +314,13 @@ impl Tail {
     }
 }
 
-/// The last non-blank line of a file, for error messages.
+/// The last line the worker printed, for error messages: on stderr, where errors go, or else
+/// on stdout.
+fn last_output(job: &TrialJob) -> Option<String> {
+    last_line(&error_log_path(&job.log_path)).or_else(|| last_line(&job.log_path))
+}
+
+/// The last non-blank line of a file.
 fn last_line(path: &Path) -> Option<String> {
     let mut file = File::open(path).ok()?;
     let size = file.metadata().ok()?.len();

@@ -87,7 +87,9 @@ impl StudyView {
         self.trials.keys().next_back().map_or(0, |n| n + 1)
     }
 
-    fn oldest_unfinished_id(&self) -> i64 {
+    /// The first row id that may have changed since the view was read: the oldest
+    /// unfinished trial's, or else the first id after the newest seen.
+    fn first_changed_id(&self) -> i64 {
         self.trials
             .values()
             .filter(|t| !t.state.is_finished())
@@ -134,11 +136,10 @@ async fn changed_rows<'e>(
     sqlx::query(concat!(
         "SELECT ",
         trial_columns!(),
-        " FROM trials WHERE study_id = $1 AND (id > $2 OR id >= $3) ORDER BY id"
+        " FROM trials WHERE study_id = $1 AND id >= $2 ORDER BY id"
     ))
     .bind(view.study_id)
-    .bind(view.newest_id)
-    .bind(view.oldest_unfinished_id())
+    .bind(view.first_changed_id())
     .fetch_all(executor)
     .await
     .map_err(query_error("reading trials"))
