@@ -485,6 +485,8 @@ impl Run<'_> {
                 .map(|limit| limit.saturating_sub(running_for(trial))),
             grace_period: study.trial.grace_period,
             metric: study.objective.metric.clone(),
+            params: trial.params.clone(),
+            attempt: trial.attempt,
             adopt,
             reported,
             recovering,
@@ -503,13 +505,16 @@ impl Run<'_> {
             WorkerEvent::Measured {
                 trial_id,
                 measurement,
+                stored,
             } => {
                 let Some(r) = self.running.get_mut(&trial_id) else {
                     return Ok(());
                 };
-                self.storage
-                    .record_measurement(&r.trial, &measurement)
-                    .await?;
+                if !stored {
+                    self.storage
+                        .record_measurement(&r.trial, &measurement)
+                        .await?;
+                }
                 let judge_now =
                     measurement.step.is_some() && measurement.metric == self.study.objective.metric;
                 r.measurements.push(measurement);
@@ -698,5 +703,7 @@ fn judge(
             ),
         },
         WorkerEnd::LaunchFailed(message) => failed(message.clone()),
+        WorkerEnd::JobFailed(reason) => failed(with_output(format!("the job failed: {reason}"))),
+        WorkerEnd::Preempted(reason) => Verdict::Retry(format!("the job was preempted: {reason}")),
     }
 }

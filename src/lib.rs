@@ -3,10 +3,12 @@
 //! A study file ([`spec`]) defines a search [`space`]; a [`sampler`] proposes trials; the
 //! [`controller`] runs them as trial workers through an [`executor`], reads what they report
 //! ([`report`]), stops unpromising trials early ([`stopping`]) and records everything in
-//! [`storage`].
+//! [`storage`]. Inside a remote job, the [`relay`] runs the worker and writes what it
+//! reports into the storage.
 
 pub mod controller;
 pub mod executor;
+pub mod relay;
 pub mod report;
 pub mod sampler;
 pub mod space;

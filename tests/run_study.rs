@@ -400,7 +400,7 @@ fn ctrl_c_stops_running_workers_and_records_them_as_stopped() {
             "command: [{worker}]\n  env: {SLEEP: '30'}\n  grace_period: 5s",
         );
     let study = scratch.study("study.yaml", &text);
-    let mut child = scratch
+    let child = scratch
         .command(&["run", study.to_str().unwrap()])
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -2,6 +2,7 @@
 //! flags and the mapping of failures to exit codes.
 
 mod progress;
+mod relay;
 mod run;
 mod show;
 mod table;
@@ -13,7 +14,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use hptune::controller::ControllerError;
-use hptune::spec::SpecError;
+use hptune::spec::{ExecutorKind, SpecError};
 use hptune::storage::{DEFAULT_STORAGE, Storage, StorageError, StorageUrl, TrialState};
 
 /// Tune the hyperparameters of training jobs: Bayesian, random or grid search over parallel
@@ -75,6 +76,33 @@ enum Command {
         /// Directory of the worker's log and metrics file.
         #[arg(long, default_value = "hptune-logs")]
         log_dir: PathBuf,
+        /// Run the trial here (local) or as a job of this engine instead of the study's
+        /// executor; a remote engine needs its block in the study file.
+        #[arg(long, value_parser = parse_executor)]
+        executor: Option<ExecutorKind>,
+    },
+    /// Inside a remote trial job: run the worker and write what it reports into the
+    /// storage (HPTUNE_STORAGE, PostgreSQL). Started by the remote executors.
+    #[command(hide = true)]
+    Relay {
+        /// The study's name.
+        #[arg(long)]
+        study: String,
+        /// The trial's number.
+        #[arg(long)]
+        trial: u64,
+        /// The attempt this job runs.
+        #[arg(long)]
+        attempt: u32,
+        /// The study's objective metric.
+        #[arg(long)]
+        metric: String,
+        /// Directory of the worker's log and metrics file.
+        #[arg(long, default_value = "hptune-logs")]
+        log_dir: PathBuf,
+        /// The worker's command line.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
     },
 }
 
@@ -96,6 +124,11 @@ pub enum BestFormat {
     Flags,
     /// A JSON object.
     Json,
+}
+
+fn parse_executor(text: &str) -> Result<ExecutorKind, String> {
+    ExecutorKind::parse(text)
+        .ok_or_else(|| format!("'{text}' is not an executor: use {}", ExecutorKind::NAMES))
 }
 
 fn parse_state(text: &str) -> Result<TrialState, String> {
@@ -187,7 +220,26 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             study,
             params,
             log_dir,
-        } => run::run_trial(&study, &url, &params, &log_dir).await,
+            executor,
+        } => run::run_trial(&study, &url, &params, &log_dir, executor).await,
+        Command::Relay {
+            study,
+            trial,
+            attempt,
+            metric,
+            log_dir,
+            command,
+        } => {
+            let job = hptune::relay::RelayJob {
+                study,
+                number: trial,
+                attempt,
+                metric,
+                argv: command,
+                log_dir,
+            };
+            relay::relay(&url, &job).await
+        }
         Command::Studies => show::studies(&open_existing(&url).await?).await,
         Command::Trials {
             study,

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use hptune::controller::{self, Plan, RunSummary, StudyEnd};
-use hptune::executor::{LocalExecutor, check_program};
+use hptune::executor::{Executor, check_program, check_storage, for_study};
 use hptune::sampler::{self, ManualSampler};
-use hptune::spec::{self, Study};
+use hptune::spec::{self, ExecutorKind, ExecutorSpec, Study};
 use hptune::storage::{Storage, StorageUrl, TrialState};
 
 use super::progress::Display;
@@ -23,12 +23,13 @@ const TOP_TRIALS: usize = 5;
 
 /// Runs or continues the study of `path`.
 pub async fn run_study(path: &Path, url: &StorageUrl, log_dir: &Path) -> Result<ExitCode, Failure> {
-    let study = load_checked(path)?;
+    let study = load_checked(path, url, None)?;
     let mut sampler = sampler::for_study(&study)
         .map_err(|e| Failure::BadInput(format!("{}: {e}", path.display())))?;
     let storage = Storage::open(url).await?;
+    let executor = executor(&study, &storage, url, path)?;
     let plan = Plan::for_study(&study, log_dir);
-    let summary = supervise(&study, &storage, sampler.as_mut(), &plan).await?;
+    let summary = supervise(&study, &storage, executor, sampler.as_mut(), &plan).await?;
     storage.close().await;
     Ok(conclude(&summary))
 }
@@ -39,13 +40,15 @@ pub async fn run_trial(
     url: &StorageUrl,
     pairs: &[(String, String)],
     log_dir: &Path,
+    executor_kind: Option<ExecutorKind>,
 ) -> Result<ExitCode, Failure> {
-    let study = load_checked(path)?;
+    let study = load_checked(path, url, executor_kind)?;
     let params = study
         .space
         .parse_assignment(pairs)
         .map_err(|e| Failure::BadInput(format!("--param: {e}")))?;
     let storage = Storage::open(url).await?;
+    let executor = executor(&study, &storage, url, path)?;
     let plan = Plan {
         max_trial_count: None,
         parallel_trial_count: 1,
@@ -54,7 +57,7 @@ pub async fn run_trial(
         log_dir: log_dir.to_path_buf(),
     };
     let mut sampler = ManualSampler::new(params);
-    let summary = supervise(&study, &storage, &mut sampler, &plan).await?;
+    let summary = supervise(&study, &storage, executor, &mut sampler, &plan).await?;
     storage.close().await;
     let trial = summary
         .trials
@@ -73,18 +76,52 @@ pub async fn run_trial(
     })
 }
 
-fn load_checked(path: &Path) -> Result<Study, Failure> {
-    let study = spec::load(path)?;
-    check_program(&study.trial.command[0]).map_err(|message| {
-        Failure::BadInput(format!("{}: trial.command[0]: {message}", path.display()))
-    })?;
+/// Reads the study file and checks what can be checked before anything runs: a local
+/// worker's program, a remote executor's storage. `executor` (`hptune trial --executor`)
+/// replaces the study's executor: local always, another engine if the file configures it.
+fn load_checked(
+    path: &Path,
+    url: &StorageUrl,
+    executor: Option<ExecutorKind>,
+) -> Result<Study, Failure> {
+    let mut study = spec::load(path)?;
+    let bad = |message: String| Failure::BadInput(format!("{}: {message}", path.display()));
+    match executor {
+        Some(ExecutorKind::Local) => study.trial.executor = ExecutorSpec::Local,
+        Some(kind) if kind != study.trial.executor.kind() => {
+            return Err(bad(format!(
+                "--executor {}: trial.executor configures {}; write a block with kind: {} and its fields to run the trial there",
+                kind.as_str(),
+                study.trial.executor.kind().as_str(),
+                kind.as_str()
+            )));
+        }
+        _ => {}
+    }
+    if study.trial.executor == ExecutorSpec::Local {
+        check_program(&study.trial.command[0])
+            .map_err(|message| bad(format!("trial.command[0]: {message}")))?;
+    }
+    check_storage(&study.trial.executor, url).map_err(bad)?;
     Ok(study)
+}
+
+/// The study's executor, with its engine's credentials.
+fn executor(
+    study: &Study,
+    storage: &Storage,
+    url: &StorageUrl,
+    path: &Path,
+) -> Result<Arc<dyn Executor>, Failure> {
+    for_study(&study.trial.executor, storage, url)
+        .map_err(|message| Failure::BadInput(format!("{}: trial.executor: {message}", path.display())))
 }
 
 /// Runs the controller with a display, stopping workers on Ctrl-C or SIGTERM.
 async fn supervise(
     study: &Study,
     storage: &Storage,
+    executor: Arc<dyn Executor>,
     sampler: &mut dyn sampler::Sampler,
     plan: &Plan,
 ) -> Result<RunSummary, Failure> {
@@ -97,7 +134,7 @@ async fn supervise(
     let result = controller::run(
         study,
         storage,
-        Arc::new(LocalExecutor),
+        executor,
         sampler,
         plan,
         &mut display,
@@ -109,7 +146,7 @@ async fn supervise(
     Ok(result?)
 }
 
-async fn wait_for_signal() {
+pub(super) async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut terminate) => {

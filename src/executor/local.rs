@@ -101,6 +101,8 @@ impl Worker {
         let child = Command::new(program)
             .args(args)
             .envs(job.env.iter().map(|(k, v)| (k, v)))
+            // The database URL may hold a password, and workers never write the database.
+            .env_remove("HPTUNE_STORAGE")
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
@@ -227,6 +229,7 @@ impl Worker {
                 let _ = self.events.send(WorkerEvent::Measured {
                     trial_id: self.trial_id,
                     measurement,
+                    stored: false,
                 });
             }
         }

@@ -1,8 +1,14 @@
 //! How a trial worker runs. Each engine is one file implementing [`Executor`]; the controller
 //! hands it a [`TrialJob`] and gets back events while it runs and a [`WorkerOutcome`] at the end.
 
+mod credentials;
+mod http;
+mod kubernetes;
 mod local;
 pub mod process;
+mod remote;
+mod sagemaker;
+mod vertex;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,7 +16,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
+pub use http::RemoteError;
 pub use local::LocalExecutor;
+pub use remote::{RemoteExecutor, check_storage, for_study};
 
 use crate::report::Measurement;
 use crate::space::{Assignment, Space};
@@ -42,6 +50,10 @@ pub struct TrialJob {
     /// The handle of a worker that is already running (started by a controller that is
     /// gone): watch it instead of starting one.
     pub adopt: Option<String>,
+    /// The trial's parameters (the command line holds them too).
+    pub params: Assignment,
+    /// The attempt (1, then 2, 3 ... after infrastructure failures).
+    pub attempt: u32,
     /// Measurements already recorded for this attempt, not to be sent again.
     pub reported: Vec<Measurement>,
     /// Whether a controller that is gone may have started this attempt's worker without
@@ -65,6 +77,8 @@ pub enum WorkerEvent {
         trial_id: i64,
         /// What it reported.
         measurement: Measurement,
+        /// Whether it is in the database already (written by a remote job's relay).
+        stored: bool,
     },
 }
 
@@ -83,6 +97,10 @@ pub enum WorkerEnd {
     LaunchFailed(String),
     /// An adopted worker ended; its exit status went to the controller that started it.
     Vanished,
+    /// A remote job failed; the engine's reason.
+    JobFailed(String),
+    /// A remote job's machine was taken away (preempted, evicted, out of capacity).
+    Preempted(String),
 }
 
 impl WorkerEnd {
@@ -93,7 +111,7 @@ impl WorkerEnd {
             WorkerEnd::Killed(signal) => {
                 matches!(signal.as_str(), "SIGKILL" | "SIGTERM" | "SIGHUP" | "SIGINT")
             }
-            WorkerEnd::Vanished => true,
+            WorkerEnd::Vanished | WorkerEnd::Preempted(_) => true,
             _ => false,
         }
     }
@@ -177,17 +195,27 @@ pub fn worker_env(
     attempt: u32,
     metrics_path: &Path,
 ) -> Vec<(String, String)> {
+    let mut env = protocol_env(study, number, attempt, metrics_path);
+    env.extend(template.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+/// The variables of the worker protocol: study, trial, attempt, metrics file.
+pub fn protocol_env(
+    study: &str,
+    number: u64,
+    attempt: u32,
+    metrics_path: &Path,
+) -> Vec<(String, String)> {
     let metrics = metrics_path.display().to_string();
-    let mut env = vec![
+    vec![
         ("HPTUNE_STUDY".to_string(), study.to_string()),
         ("HPTUNE_TRIAL_ID".to_string(), number.to_string()),
         ("HPTUNE_ATTEMPT".to_string(), attempt.to_string()),
         ("HPTUNE_METRICS_FILE".to_string(), metrics.clone()),
         ("CLOUD_ML_HP_METRIC_FILE".to_string(), metrics),
         ("CLOUD_ML_TRIAL_ID".to_string(), number.to_string()),
-    ];
-    env.extend(template.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    env
+    ]
 }
 
 /// Checks that the worker program can be started: an existing executable file when it is a

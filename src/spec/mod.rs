@@ -5,6 +5,7 @@
 //! then every rule of meaning is checked and each broken one is reported with its field path
 //! and, through [`locate`], its position.
 
+mod executor;
 mod locate;
 mod raw;
 
@@ -17,6 +18,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::space::{Condition, Domain, Parameter, Scale, Space};
 use crate::stopping::StoppingRule;
+pub use executor::{
+    Accelerator, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings, Resources,
+    SageMakerSpec, VertexSpec,
+};
 use locate::{Locations, Position};
 use raw::{RawEarlyStopping, RawParameter, RawStudy, RawTrial, Scalar};
 
@@ -95,13 +100,6 @@ impl Algorithm {
     }
 }
 
-/// Where trial workers run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExecutorKind {
-    /// Child processes of the controller.
-    Local,
-}
-
 /// How one trial worker is started.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialTemplate {
@@ -117,7 +115,7 @@ pub struct TrialTemplate {
     /// Time between SIGTERM and SIGKILL when a worker is stopped.
     pub grace_period: Duration,
     /// Where the worker runs.
-    pub executor: ExecutorKind,
+    pub executor: ExecutorSpec,
 }
 
 /// A validated study.
@@ -231,6 +229,12 @@ pub fn parse(path: &Path, text: &str) -> Result<Study, SpecError> {
     }
     checker.issues.sort_by_key(|i| i.position);
     Err(fail(checker.issues))
+}
+
+/// Reads another YAML document (a kubeconfig) into `T`: the project's YAML parsing stays in
+/// this module.
+pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_yaml::from_str(text).map_err(|e| e.to_string())
 }
 
 fn serde_issue(error: &serde_yaml::Error) -> SpecIssue {
@@ -750,23 +754,7 @@ impl Checker {
         }
         let timeout = self.duration("trial.timeout", raw.timeout.as_deref());
         let grace = self.duration("trial.grace_period", raw.grace_period.as_deref());
-        let executor = match raw.executor.as_ref().map(|e| e.kind.as_str()) {
-            None | Some("local") => Some(ExecutorKind::Local),
-            Some(kind @ ("vertex" | "kubernetes" | "sagemaker")) => {
-                self.report(
-                    "trial.executor.kind",
-                    format!("the {kind} executor is not available in this version: use local"),
-                );
-                None
-            }
-            Some(other) => {
-                self.report(
-                    "trial.executor.kind",
-                    format!("'{other}' is not an executor: use local"),
-                );
-                None
-            }
-        };
+        let executor = self.executor(raw.executor.as_ref());
         if !ok {
             return None;
         }

@@ -99,8 +99,44 @@ pub struct RawTrial {
     pub executor: Option<RawExecutor>,
 }
 
+/// The executor block: `kind` and the fields of every engine; which ones apply to which
+/// kind is checked in `spec/executor.rs`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawExecutor {
     pub kind: String,
+    pub image: Option<String>,
+    pub endpoint: Option<String>,
+    pub poll_interval: Option<String>,
+    pub request_timeout: Option<String>,
+    pub project: Option<String>,
+    pub region: Option<String>,
+    pub machine_type: Option<String>,
+    pub accelerator: Option<RawAccelerator>,
+    pub service_account: Option<String>,
+    pub namespace: Option<String>,
+    pub resources: Option<RawResources>,
+    pub node_selector: Option<BTreeMap<String, String>>,
+    pub ttl: Option<String>,
+    pub role_arn: Option<String>,
+    pub instance_type: Option<String>,
+    pub instance_count: Option<i64>,
+    pub volume_size_gb: Option<i64>,
+    pub output_path: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAccelerator {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub count: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawResources {
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+    pub gpu: Option<i64>,
 }

@@ -2,8 +2,11 @@
 //!
 //! One database holds every study. SQLite in WAL mode is the embedded default; the schema is
 //! created by embedded migrations; every query is a constant string with bound parameters.
-//! Workers never write it: they report through files and stdout to their controller.
+//! Local workers never write it: they report through files and stdout to their controller.
+//! The relay of a remote job (PostgreSQL only) writes its attempt's measurements and
+//! heartbeats ([`relayed`]).
 
+mod relayed;
 mod rows;
 mod trials;
 mod url;

@@ -48,6 +48,14 @@ impl StorageUrl {
         Ok(StorageUrl::Sqlite(text.to_string()))
     }
 
+    /// The URL as written, password included: only for a remote job's `HPTUNE_STORAGE`,
+    /// never for a message or a log (`Display` masks the password).
+    pub fn secret_url(&self) -> &str {
+        match self {
+            StorageUrl::Sqlite(path) | StorageUrl::Postgres(path) => path,
+        }
+    }
+
     /// The URL handed to the driver.
     pub(super) fn connect_string(&self) -> String {
         match self {

@@ -1,0 +1,320 @@
+//! Trial workers as cloud jobs, whatever the engine.
+//!
+//! Each trial attempt is one job whose container runs `hptune relay ... -- <the worker's
+//! command line>`. The relay starts the worker in the container as the local executor would,
+//! and writes its measurements and heartbeats into the study's PostgreSQL database. This
+//! executor submits the job through an [`Engine`], polls the engine for the job's state and
+//! the database for the attempt's new measurements, cancels the job when the trial is
+//! stopped or times out, and turns what it sees into [`WorkerEvent`]s and a
+//! [`WorkerOutcome`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, sleep_until};
+
+use super::http::RemoteError;
+use super::{Executor, LocalExecutor, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome};
+use crate::spec::{ExecutorSpec, RemoteSettings};
+use crate::storage::{Storage, StorageUrl};
+
+/// Polls of a job's state that may fail in a row (each after its own retries) before the
+/// job is given up.
+const FAILED_POLLS: u32 = 5;
+/// Variables of the local worker protocol that the relay sets itself inside the job.
+const SET_BY_RELAY: [&str; 6] = [
+    "HPTUNE_STUDY",
+    "HPTUNE_TRIAL_ID",
+    "HPTUNE_ATTEMPT",
+    "HPTUNE_METRICS_FILE",
+    "CLOUD_ML_HP_METRIC_FILE",
+    "CLOUD_ML_TRIAL_ID",
+];
+
+/// The state of a job as its engine reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobState {
+    /// Accepted, not running yet.
+    Queued,
+    /// Running.
+    Running,
+    /// Its container exited 0.
+    Succeeded,
+    /// It failed; the engine's reason.
+    Failed(String),
+    /// Its machine was taken away; the engine's reason.
+    Preempted(String),
+    /// It was cancelled, or deleted, by someone other than this controller.
+    Cancelled(String),
+}
+
+/// What a job runs: the container's command line and environment, and a name for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Container {
+    /// A name for the job, unique enough for the engines that need one.
+    pub name: String,
+    /// `hptune relay ... -- <worker argv>`.
+    pub command: Vec<String>,
+    /// The study file's `trial.env` and `HPTUNE_STORAGE`.
+    pub env: Vec<(String, String)>,
+}
+
+/// One engine's API: submit, look at, and cancel a job.
+#[async_trait]
+pub trait Engine: Send + Sync {
+    /// Submits the job of a trial attempt; returns its handle (the engine's name of the job).
+    async fn submit(&self, job: &TrialJob, container: &Container) -> Result<String, RemoteError>;
+    /// The job's state now.
+    async fn state(&self, handle: &str) -> Result<JobState, RemoteError>;
+    /// Asks the engine to stop the job (and delete it, where that is how jobs stop).
+    async fn cancel(&self, handle: &str) -> Result<(), RemoteError>;
+}
+
+/// Runs trials as jobs of an [`Engine`], their measurements relayed through the database.
+pub struct RemoteExecutor {
+    engine: Box<dyn Engine>,
+    storage: Storage,
+    storage_url: String,
+    poll_interval: Duration,
+}
+
+/// Checks that a remote executor's jobs can reach the storage: PostgreSQL, not a SQLite file
+/// on the controller's machine.
+pub fn check_storage(executor: &ExecutorSpec, url: &StorageUrl) -> Result<(), String> {
+    if executor != &ExecutorSpec::Local && !matches!(url, StorageUrl::Postgres(_)) {
+        return Err(format!(
+            "trial.executor.kind: the {} executor needs a PostgreSQL storage that its jobs can reach (--storage postgres://... or HPTUNE_STORAGE); {url} is a file on this machine",
+            executor.kind().as_str()
+        ));
+    }
+    Ok(())
+}
+
+/// The executor of a study: local processes, or jobs of the engine its file names (the
+/// storage was checked by [`check_storage`]).
+pub fn for_study(
+    executor: &ExecutorSpec,
+    storage: &Storage,
+    url: &StorageUrl,
+) -> Result<Arc<dyn Executor>, String> {
+    let remote = |settings: &RemoteSettings, engine: Box<dyn Engine>| {
+        Arc::new(RemoteExecutor {
+            engine,
+            storage: storage.clone(),
+            storage_url: url.secret_url().to_string(),
+            poll_interval: settings.poll_interval,
+        })
+    };
+    let error = |e: RemoteError| e.to_string();
+    Ok(match executor {
+        ExecutorSpec::Local => Arc::new(LocalExecutor),
+        ExecutorSpec::Vertex(spec) => remote(
+            &spec.remote,
+            Box::new(super::vertex::Vertex::new(spec).map_err(error)?),
+        ),
+        ExecutorSpec::Kubernetes(spec) => remote(
+            &spec.remote,
+            Box::new(super::kubernetes::Kubernetes::new(spec).map_err(error)?),
+        ),
+        ExecutorSpec::SageMaker(spec) => remote(
+            &spec.remote,
+            Box::new(super::sagemaker::SageMaker::new(spec).map_err(error)?),
+        ),
+    })
+}
+
+impl RemoteExecutor {
+    /// What the job of `job` runs.
+    fn container(&self, job: &TrialJob) -> Container {
+        let mut command: Vec<String> = [
+            "hptune",
+            "relay",
+            "--study",
+            &job.study,
+            "--trial",
+            &job.number.to_string(),
+            "--attempt",
+            &job.attempt.to_string(),
+            "--metric",
+            &job.metric,
+            "--",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        command.extend(job.argv.iter().cloned());
+        let mut env: Vec<(String, String)> = job
+            .env
+            .iter()
+            .filter(|(k, _)| !SET_BY_RELAY.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        env.push(("HPTUNE_STORAGE".into(), self.storage_url.clone()));
+        Container {
+            name: job_name(&job.study, job.number, job.attempt),
+            command,
+            env,
+        }
+    }
+
+    /// Sends the attempt's measurements recorded since the last call (`seen` of them were
+    /// sent before).
+    async fn relay_measurements(
+        &self,
+        job: &TrialJob,
+        seen: &mut usize,
+        events: &mpsc::UnboundedSender<WorkerEvent>,
+    ) {
+        match self.storage.measurements(job.trial_id, job.attempt).await {
+            Ok(all) => {
+                for measurement in all.into_iter().skip(*seen) {
+                    *seen += 1;
+                    let _ = events.send(WorkerEvent::Measured {
+                        trial_id: job.trial_id,
+                        measurement,
+                        stored: true,
+                    });
+                }
+            }
+            Err(e) => tracing::warn!("trial {}: {e}", job.number),
+        }
+    }
+
+    /// Polls the job until it ends, the deadline passes or the trial is stopped.
+    async fn watch(
+        &self,
+        job: &TrialJob,
+        handle: &str,
+        events: &mpsc::UnboundedSender<WorkerEvent>,
+        mut stop: watch::Receiver<bool>,
+    ) -> WorkerEnd {
+        let deadline = job.timeout.map(|t| Instant::now() + t);
+        let mut poll = tokio::time::interval(self.poll_interval);
+        let mut seen = job.reported.len();
+        let mut failed_polls = 0;
+        let mut stop_open = true;
+        let end = loop {
+            tokio::select! {
+                _ = poll.tick() => {
+                    self.relay_measurements(job, &mut seen, events).await;
+                    match self.engine.state(handle).await {
+                        Ok(JobState::Queued | JobState::Running) => failed_polls = 0,
+                        Ok(JobState::Succeeded) => break WorkerEnd::Exited(0),
+                        Ok(JobState::Failed(reason)) => break WorkerEnd::JobFailed(reason),
+                        Ok(JobState::Preempted(reason)) => break WorkerEnd::Preempted(reason),
+                        Ok(JobState::Cancelled(reason)) => break WorkerEnd::JobFailed(reason),
+                        Err(e) => {
+                            failed_polls += 1;
+                            if failed_polls >= FAILED_POLLS {
+                                break WorkerEnd::JobFailed(format!("lost track of job {handle}: {e}"));
+                            }
+                        }
+                    }
+                }
+                _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                    self.cancel(job, handle).await;
+                    break WorkerEnd::TimedOut(job.timeout.unwrap_or_default());
+                }
+                changed = stop.changed(), if stop_open => {
+                    if changed.is_err() {
+                        stop_open = false;
+                    } else if *stop.borrow() {
+                        self.cancel(job, handle).await;
+                        break WorkerEnd::Stopped;
+                    }
+                }
+            }
+        };
+        self.relay_measurements(job, &mut seen, events).await;
+        end
+    }
+
+    async fn cancel(&self, job: &TrialJob, handle: &str) {
+        if let Err(e) = self.engine.cancel(handle).await {
+            tracing::warn!("trial {}: cannot cancel job {handle}: {e}", job.number);
+        }
+    }
+}
+
+#[async_trait]
+impl Executor for RemoteExecutor {
+    async fn run(
+        &self,
+        job: TrialJob,
+        events: mpsc::UnboundedSender<WorkerEvent>,
+        stop: watch::Receiver<bool>,
+    ) -> WorkerOutcome {
+        let outcome = |end| WorkerOutcome {
+            trial_id: job.trial_id,
+            end,
+            last_output: None,
+        };
+        let handle = match &job.adopt {
+            Some(handle) => handle.clone(),
+            None => match self.engine.submit(&job, &self.container(&job)).await {
+                Ok(handle) => handle,
+                Err(e) => {
+                    return outcome(WorkerEnd::LaunchFailed(format!(
+                        "cannot submit the job: {e}"
+                    )));
+                }
+            },
+        };
+        let _ = events.send(WorkerEvent::Started {
+            trial_id: job.trial_id,
+            handle: handle.clone(),
+        });
+        let end = self.watch(&job, &handle, &events, stop).await;
+        let last_output = match end {
+            WorkerEnd::JobFailed(_) => self
+                .storage
+                .attempt_last_output(job.trial_id, job.attempt)
+                .await
+                .ok()
+                .flatten(),
+            _ => None,
+        };
+        WorkerOutcome {
+            last_output,
+            ..outcome(end)
+        }
+    }
+}
+
+/// A job name from the study, trial and attempt, with a random suffix (a study of the same
+/// name in another database must not collide): lower-case letters, digits and `-`, at most 63
+/// characters, starting with a letter, as Kubernetes and SageMaker want.
+pub fn job_name(study: &str, number: u64, attempt: u32) -> String {
+    let suffix = format!("-{number}-{attempt}-{:05x}", rand::random::<u32>() & 0xfffff);
+    let mut stem: String = study
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9') => c,
+            _ => '-',
+        })
+        .collect();
+    stem.truncate(63 - "hptune-".len() - suffix.len());
+    let stem = stem.trim_matches('-');
+    format!("hptune-{stem}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_names_suit_kubernetes_and_sagemaker() {
+        let name = job_name("My Study_v2.long-name-that-goes-on-and-on-and-on-and-on", 12, 3);
+        assert!(name.len() <= 63, "{name}");
+        assert!(name.starts_with("hptune-my-study-v2-long"), "{name}");
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+            "{name}"
+        );
+        assert!(name.contains("-12-3-"), "{name}");
+        assert_ne!(job_name("s", 1, 1), job_name("s", 1, 1));
+    }
+}

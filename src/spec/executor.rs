@@ -1,0 +1,389 @@
+//! The `trial.executor` block: which engine runs the workers, and that engine's settings.
+//! Each field applies to some kinds only; a field of another kind is refused by name.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::Checker;
+use super::raw::RawExecutor;
+
+/// How often a remote job's state is asked for, when the file does not say.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
+/// The limit of one request to an engine's API, when the file does not say.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long Kubernetes keeps a finished Job, when the file does not say.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+
+/// The engines a trial can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutorKind {
+    /// Child processes of the controller.
+    Local,
+    /// Vertex AI CustomJobs.
+    Vertex,
+    /// Kubernetes `batch/v1` Jobs.
+    Kubernetes,
+    /// SageMaker training jobs.
+    SageMaker,
+}
+
+impl ExecutorKind {
+    /// Every kind, as written in the study file.
+    pub const NAMES: &'static str = "local, vertex, kubernetes or sagemaker";
+
+    /// The kind as written in the study file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutorKind::Local => "local",
+            ExecutorKind::Vertex => "vertex",
+            ExecutorKind::Kubernetes => "kubernetes",
+            ExecutorKind::SageMaker => "sagemaker",
+        }
+    }
+
+    /// Reads a kind as written in the study file.
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            ExecutorKind::Local,
+            ExecutorKind::Vertex,
+            ExecutorKind::Kubernetes,
+            ExecutorKind::SageMaker,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == text)
+    }
+}
+
+/// Where trial workers run, with the engine's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExecutorSpec {
+    /// Child processes of the controller.
+    Local,
+    /// One Vertex AI CustomJob per trial.
+    Vertex(VertexSpec),
+    /// One Kubernetes Job per trial.
+    Kubernetes(KubernetesSpec),
+    /// One SageMaker training job per trial.
+    SageMaker(SageMakerSpec),
+}
+
+impl ExecutorSpec {
+    /// The engine.
+    pub fn kind(&self) -> ExecutorKind {
+        match self {
+            ExecutorSpec::Local => ExecutorKind::Local,
+            ExecutorSpec::Vertex(_) => ExecutorKind::Vertex,
+            ExecutorSpec::Kubernetes(_) => ExecutorKind::Kubernetes,
+            ExecutorSpec::SageMaker(_) => ExecutorKind::SageMaker,
+        }
+    }
+}
+
+/// Settings every remote engine has.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteSettings {
+    /// The container image holding `hptune` and the worker.
+    pub image: String,
+    /// The API's base URL, when not the engine's usual one (a proxy, a test's fake).
+    pub endpoint: Option<String>,
+    /// How often the job's state and its measurements are read.
+    pub poll_interval: Duration,
+    /// The limit of one request to the engine's API.
+    pub request_timeout: Duration,
+}
+
+/// A Vertex AI CustomJob's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VertexSpec {
+    /// Image, endpoint, polling.
+    pub remote: RemoteSettings,
+    /// The Google Cloud project.
+    pub project: String,
+    /// The region (`us-central1`).
+    pub region: String,
+    /// The machine (`n1-standard-8`).
+    pub machine_type: String,
+    /// GPUs or TPUs attached to the machine.
+    pub accelerator: Option<Accelerator>,
+    /// The service account the job runs as.
+    pub service_account: Option<String>,
+}
+
+/// Accelerators of a Vertex AI machine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accelerator {
+    /// Vertex's name of the accelerator (`NVIDIA_TESLA_T4`).
+    pub kind: String,
+    /// How many.
+    pub count: u32,
+}
+
+/// A Kubernetes Job's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubernetesSpec {
+    /// Image, endpoint (the API server, instead of the kubeconfig's), polling.
+    pub remote: RemoteSettings,
+    /// The namespace; else the kubeconfig context's, else `default`.
+    pub namespace: Option<String>,
+    /// What the trial's container asks for.
+    pub resources: Resources,
+    /// Labels a node must have to run the trial.
+    pub node_selector: BTreeMap<String, String>,
+    /// The service account of the trial's pod.
+    pub service_account: Option<String>,
+    /// How long a finished Job is kept (`ttlSecondsAfterFinished`).
+    pub ttl: Duration,
+}
+
+/// Requests and limits of a trial's container.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Resources {
+    /// CPU, as Kubernetes writes it (`4`, `500m`).
+    pub cpu: Option<String>,
+    /// Memory, as Kubernetes writes it (`16Gi`).
+    pub memory: Option<String>,
+    /// NVIDIA GPUs (`nvidia.com/gpu`).
+    pub gpu: u32,
+}
+
+/// A SageMaker training job's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SageMakerSpec {
+    /// Image, endpoint, polling.
+    pub remote: RemoteSettings,
+    /// The AWS region.
+    pub region: String,
+    /// The IAM role the job runs as.
+    pub role_arn: String,
+    /// The instance type (`ml.g5.xlarge`).
+    pub instance_type: String,
+    /// Instances per job.
+    pub instance_count: u32,
+    /// The instance's storage volume, in GB.
+    pub volume_size_gb: u32,
+    /// Where SageMaker puts the job's output (`s3://bucket/prefix`).
+    pub output_path: String,
+}
+
+const REMOTE_FIELDS: [&str; 4] = ["image", "endpoint", "poll_interval", "request_timeout"];
+
+impl Checker {
+    /// Checks the executor block (absent: local).
+    pub(super) fn executor(&mut self, raw: Option<&RawExecutor>) -> Option<ExecutorSpec> {
+        let Some(raw) = raw else {
+            return Some(ExecutorSpec::Local);
+        };
+        let Some(kind) = ExecutorKind::parse(&raw.kind) else {
+            self.report(
+                "trial.executor.kind",
+                format!(
+                    "'{}' is not an executor: use {}",
+                    raw.kind,
+                    ExecutorKind::NAMES
+                ),
+            );
+            return None;
+        };
+        let own: &[&str] = match kind {
+            ExecutorKind::Local => &[],
+            ExecutorKind::Vertex => &[
+                "project",
+                "region",
+                "machine_type",
+                "accelerator",
+                "service_account",
+            ],
+            ExecutorKind::Kubernetes => &[
+                "namespace",
+                "resources",
+                "node_selector",
+                "service_account",
+                "ttl",
+            ],
+            ExecutorKind::SageMaker => &[
+                "region",
+                "role_arn",
+                "instance_type",
+                "instance_count",
+                "volume_size_gb",
+                "output_path",
+            ],
+        };
+        let mut ok = true;
+        for (name, present) in present_fields(raw) {
+            let remote = kind != ExecutorKind::Local && REMOTE_FIELDS.contains(&name);
+            if present && !remote && !own.contains(&name) {
+                self.report(
+                    format!("trial.executor.{name}"),
+                    format!("does not apply to the {} executor", kind.as_str()),
+                );
+                ok = false;
+            }
+        }
+        let spec = match kind {
+            ExecutorKind::Local => Some(ExecutorSpec::Local),
+            ExecutorKind::Vertex => {
+                let remote = self.remote_settings(raw, kind);
+                self.vertex(raw, remote).map(ExecutorSpec::Vertex)
+            }
+            ExecutorKind::Kubernetes => {
+                let remote = self.remote_settings(raw, kind);
+                self.kubernetes(raw, remote).map(ExecutorSpec::Kubernetes)
+            }
+            ExecutorKind::SageMaker => {
+                let remote = self.remote_settings(raw, kind);
+                self.sagemaker(raw, remote).map(ExecutorSpec::SageMaker)
+            }
+        };
+        spec.filter(|_| ok)
+    }
+
+    /// A field the engine cannot do without.
+    fn required(&mut self, kind: ExecutorKind, name: &str, value: &Option<String>) -> Option<String> {
+        match value.as_deref().map(str::trim) {
+            Some(text) if !text.is_empty() => Some(text.to_string()),
+            Some(_) => {
+                self.report(format!("trial.executor.{name}"), "must not be empty");
+                None
+            }
+            None => {
+                self.report(
+                    "trial.executor",
+                    format!("the {} executor needs `{name}`", kind.as_str()),
+                );
+                None
+            }
+        }
+    }
+
+    fn count(&mut self, field: &str, value: Option<i64>, default: u32, min: i64) -> Option<u32> {
+        let value = self.at_least(field, value.unwrap_or(i64::from(default)), min)?;
+        Some(value.min(i64::from(u32::MAX)) as u32)
+    }
+
+    fn remote_settings(&mut self, raw: &RawExecutor, kind: ExecutorKind) -> Option<RemoteSettings> {
+        let image = self.required(kind, "image", &raw.image);
+        if let Some(endpoint) = &raw.endpoint {
+            if !(endpoint.starts_with("https://") || endpoint.starts_with("http://")) {
+                self.report(
+                    "trial.executor.endpoint",
+                    format!("'{endpoint}' is not an http:// or https:// URL"),
+                );
+            }
+        }
+        let poll = self.duration("trial.executor.poll_interval", raw.poll_interval.as_deref());
+        let timeout = self.duration(
+            "trial.executor.request_timeout",
+            raw.request_timeout.as_deref(),
+        );
+        Some(RemoteSettings {
+            image: image?,
+            endpoint: raw.endpoint.clone().map(|e| e.trim_end_matches('/').to_string()),
+            poll_interval: poll?.unwrap_or(DEFAULT_POLL_INTERVAL),
+            request_timeout: timeout?.unwrap_or(DEFAULT_REQUEST_TIMEOUT),
+        })
+    }
+
+    fn vertex(&mut self, raw: &RawExecutor, remote: Option<RemoteSettings>) -> Option<VertexSpec> {
+        let kind = ExecutorKind::Vertex;
+        let project = self.required(kind, "project", &raw.project);
+        let region = self.required(kind, "region", &raw.region);
+        let machine_type = self.required(kind, "machine_type", &raw.machine_type);
+        let accelerator = match &raw.accelerator {
+            None => Some(None),
+            Some(a) => self
+                .count("trial.executor.accelerator.count", a.count, 1, 1)
+                .map(|count| {
+                    Some(Accelerator {
+                        kind: a.kind.clone(),
+                        count,
+                    })
+                }),
+        };
+        Some(VertexSpec {
+            remote: remote?,
+            project: project?,
+            region: region?,
+            machine_type: machine_type?,
+            accelerator: accelerator?,
+            service_account: raw.service_account.clone(),
+        })
+    }
+
+    fn kubernetes(&mut self, raw: &RawExecutor, remote: Option<RemoteSettings>) -> Option<KubernetesSpec> {
+        let resources = match &raw.resources {
+            None => Some(Resources::default()),
+            Some(r) => self
+                .count("trial.executor.resources.gpu", r.gpu, 0, 0)
+                .map(|gpu| Resources {
+                    cpu: r.cpu.clone(),
+                    memory: r.memory.clone(),
+                    gpu,
+                }),
+        };
+        let ttl = self.duration("trial.executor.ttl", raw.ttl.as_deref());
+        Some(KubernetesSpec {
+            remote: remote?,
+            namespace: raw.namespace.clone(),
+            resources: resources?,
+            node_selector: raw.node_selector.clone().unwrap_or_default(),
+            service_account: raw.service_account.clone(),
+            ttl: ttl?.unwrap_or(DEFAULT_TTL),
+        })
+    }
+
+    fn sagemaker(&mut self, raw: &RawExecutor, remote: Option<RemoteSettings>) -> Option<SageMakerSpec> {
+        let kind = ExecutorKind::SageMaker;
+        let region = self.required(kind, "region", &raw.region);
+        let role_arn = self.required(kind, "role_arn", &raw.role_arn);
+        if role_arn.as_deref().is_some_and(|r| !r.starts_with("arn:")) {
+            self.report(
+                "trial.executor.role_arn",
+                "must be an IAM role's ARN (arn:aws:iam::ACCOUNT:role/NAME)",
+            );
+        }
+        let instance_type = self.required(kind, "instance_type", &raw.instance_type);
+        let instance_count = self.count("trial.executor.instance_count", raw.instance_count, 1, 1);
+        let volume = self.count("trial.executor.volume_size_gb", raw.volume_size_gb, 30, 1);
+        let output_path = self.required(kind, "output_path", &raw.output_path);
+        if output_path.as_deref().is_some_and(|p| !p.starts_with("s3://")) {
+            self.report(
+                "trial.executor.output_path",
+                "must be an S3 URL (s3://bucket/prefix)",
+            );
+        }
+        Some(SageMakerSpec {
+            remote: remote?,
+            region: region?,
+            role_arn: role_arn.filter(|r| r.starts_with("arn:"))?,
+            instance_type: instance_type?,
+            instance_count: instance_count?,
+            volume_size_gb: volume?,
+            output_path: output_path.filter(|p| p.starts_with("s3://"))?,
+        })
+    }
+}
+
+/// Each field of the block but `kind`, and whether the file sets it.
+fn present_fields(raw: &RawExecutor) -> [(&'static str, bool); 18] {
+    [
+        ("image", raw.image.is_some()),
+        ("endpoint", raw.endpoint.is_some()),
+        ("poll_interval", raw.poll_interval.is_some()),
+        ("request_timeout", raw.request_timeout.is_some()),
+        ("project", raw.project.is_some()),
+        ("region", raw.region.is_some()),
+        ("machine_type", raw.machine_type.is_some()),
+        ("accelerator", raw.accelerator.is_some()),
+        ("service_account", raw.service_account.is_some()),
+        ("namespace", raw.namespace.is_some()),
+        ("resources", raw.resources.is_some()),
+        ("node_selector", raw.node_selector.is_some()),
+        ("ttl", raw.ttl.is_some()),
+        ("role_arn", raw.role_arn.is_some()),
+        ("instance_type", raw.instance_type.is_some()),
+        ("instance_count", raw.instance_count.is_some()),
+        ("volume_size_gb", raw.volume_size_gb.is_some()),
+        ("output_path", raw.output_path.is_some()),
+    ]
+}
