@@ -92,7 +92,8 @@ pub async fn relay(
     let log_path = worker.log_path.clone();
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let (halt, halted) = watch::channel(false);
-    let mut running = tokio::spawn(async move { LocalExecutor.run(worker, events_tx, halted).await });
+    let mut running =
+        tokio::spawn(async move { LocalExecutor.run(worker, events_tx, halted).await });
     let mut stop = stop;
     let mut stop_open = true;
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
@@ -204,7 +205,10 @@ fn conclude(
             Some(with_output(format!("the worker was killed by {signal}"))),
         ),
         WorkerEnd::Stopped => (143, Some("the worker was stopped".into())),
-        other => (1, Some(with_output(format!("the worker did not run: {other:?}")))),
+        other => (
+            1,
+            Some(with_output(format!("the worker did not run: {other:?}"))),
+        ),
     };
     RelayEnd {
         exit_code,

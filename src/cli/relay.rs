@@ -36,7 +36,10 @@ pub async fn relay(url: &StorageUrl, job: &RelayJob) -> Result<ExitCode, Failure
     copy_to(&end.log_path, &mut std::io::stdout());
     copy_to(&error_log_path(&end.log_path), &mut std::io::stderr());
     if let Some(failure) = &end.failure {
-        eprintln!("hptune relay: trial {} attempt {}: {failure}", job.number, job.attempt);
+        eprintln!(
+            "hptune relay: trial {} attempt {}: {failure}",
+            job.number, job.attempt
+        );
     }
     Ok(ExitCode::from(end.exit_code))
 }

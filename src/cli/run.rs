@@ -113,8 +113,9 @@ fn executor(
     url: &StorageUrl,
     path: &Path,
 ) -> Result<Arc<dyn Executor>, Failure> {
-    for_study(&study.trial.executor, storage, url)
-        .map_err(|message| Failure::BadInput(format!("{}: trial.executor: {message}", path.display())))
+    for_study(&study.trial.executor, storage, url).map_err(|message| {
+        Failure::BadInput(format!("{}: trial.executor: {message}", path.display()))
+    })
 }
 
 /// Runs the controller with a display, stopping workers on Ctrl-C or SIGTERM.

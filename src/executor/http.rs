@@ -70,7 +70,11 @@ impl Http {
     /// A client whose requests time out after `timeout`; `root_pem` adds a trusted CA (a
     /// cluster's own), `insecure` trusts any certificate (kubeconfig's
     /// `insecure-skip-tls-verify`).
-    pub fn new(timeout: Duration, root_pem: Option<&[u8]>, insecure: bool) -> Result<Self, RemoteError> {
+    pub fn new(
+        timeout: Duration,
+        root_pem: Option<&[u8]>,
+        insecure: bool,
+    ) -> Result<Self, RemoteError> {
         let mut builder = Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)

@@ -243,12 +243,10 @@ impl Engine for Kubernetes {
 
 /// `namespace/name` apart.
 fn split_handle(handle: &str) -> Result<(&str, &str), RemoteError> {
-    handle
-        .split_once('/')
-        .ok_or_else(|| RemoteError::Answer {
-            what: format!("the Job handle '{handle}'"),
-            detail: "not namespace/name".into(),
-        })
+    handle.split_once('/').ok_or_else(|| RemoteError::Answer {
+        what: format!("the Job handle '{handle}'"),
+        detail: "not namespace/name".into(),
+    })
 }
 
 #[cfg(test)]
@@ -262,7 +260,10 @@ mod tests {
     #[test]
     fn conditions_give_the_state() {
         assert_eq!(job_state(&job("{}")), JobState::Queued);
-        assert_eq!(job_state(&job(r#"{"status": {"active": 1}}"#)), JobState::Running);
+        assert_eq!(
+            job_state(&job(r#"{"status": {"active": 1}}"#)),
+            JobState::Running
+        );
         assert_eq!(
             job_state(&job(
                 r#"{"status": {"conditions": [{"type": "Complete", "status": "True"}]}}"#
@@ -272,6 +273,8 @@ mod tests {
         let evicted = r#"{"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": "Pod default/x has condition DisruptionTarget matching FailJob rule at index 0"}]}}"#;
         assert!(matches!(job_state(&job(evicted)), JobState::Preempted(_)));
         let exited = r#"{"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": "Container trial for pod default/x failed with exit code 3 matching FailJob rule at index 1"}]}}"#;
-        assert!(matches!(job_state(&job(exited)), JobState::Failed(m) if m.contains("exit code 3")));
+        assert!(
+            matches!(job_state(&job(exited)), JobState::Failed(m) if m.contains("exit code 3"))
+        );
     }
 }

@@ -287,7 +287,10 @@ impl Executor for RemoteExecutor {
 /// name in another database must not collide): lower-case letters, digits and `-`, at most 63
 /// characters, starting with a letter, as Kubernetes and SageMaker want.
 pub fn job_name(study: &str, number: u64, attempt: u32) -> String {
-    let suffix = format!("-{number}-{attempt}-{:05x}", rand::random::<u32>() & 0xfffff);
+    let suffix = format!(
+        "-{number}-{attempt}-{:05x}",
+        rand::random::<u32>() & 0xfffff
+    );
     let mut stem: String = study
         .chars()
         .map(|c| match c.to_ascii_lowercase() {
@@ -306,7 +309,11 @@ mod tests {
 
     #[test]
     fn job_names_suit_kubernetes_and_sagemaker() {
-        let name = job_name("My Study_v2.long-name-that-goes-on-and-on-and-on-and-on", 12, 3);
+        let name = job_name(
+            "My Study_v2.long-name-that-goes-on-and-on-and-on-and-on",
+            12,
+            3,
+        );
         assert!(name.len() <= 63, "{name}");
         assert!(name.starts_with("hptune-my-study-v2-long"), "{name}");
         assert!(

@@ -185,7 +185,10 @@ mod tests {
         assert_eq!(state("InProgress", ""), JobState::Running);
         assert_eq!(state("Completed", ""), JobState::Succeeded);
         assert!(matches!(
-            state("Failed", "CapacityError: Unable to provision requested ML compute capacity"),
+            state(
+                "Failed",
+                "CapacityError: Unable to provision requested ML compute capacity"
+            ),
             JobState::Preempted(_)
         ));
         assert!(matches!(

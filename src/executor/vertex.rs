@@ -44,9 +44,11 @@ impl Vertex {
     pub fn new(spec: &VertexSpec) -> Result<Self, RemoteError> {
         let http = Http::new(spec.remote.request_timeout, None, false)?;
         Ok(Self {
-            endpoint: spec.remote.endpoint.clone().unwrap_or_else(|| {
-                format!("https://{}-aiplatform.googleapis.com", spec.region)
-            }),
+            endpoint: spec
+                .remote
+                .endpoint
+                .clone()
+                .unwrap_or_else(|| format!("https://{}-aiplatform.googleapis.com", spec.region)),
             auth: GoogleAuth::from_environment(http.clone())?,
             http,
             spec: spec.clone(),
@@ -60,7 +62,10 @@ impl Vertex {
             machine["acceleratorType"] = json!(accelerator.kind);
             machine["acceleratorCount"] = json!(accelerator.count);
         }
-        let (program, args) = container.command.split_first().unwrap_or((&container.name, &[]));
+        let (program, args) = container
+            .command
+            .split_first()
+            .unwrap_or((&container.name, &[]));
         let env: Vec<_> = container
             .env
             .iter()
@@ -132,24 +137,27 @@ impl Engine for Vertex {
             "" => default.to_string(),
             message => message.to_string(),
         };
-        Ok(match job.state.as_deref().unwrap_or("JOB_STATE_UNSPECIFIED") {
-            "JOB_STATE_SUCCEEDED" => JobState::Succeeded,
-            "JOB_STATE_RUNNING" | "JOB_STATE_CANCELLING" | "JOB_STATE_UPDATING" => {
-                JobState::Running
-            }
-            "JOB_STATE_FAILED"
-                if error.code == UNAVAILABLE || error.message.to_lowercase().contains("preempt") =>
-            {
-                JobState::Preempted(reason("the job's machine was preempted"))
-            }
-            "JOB_STATE_FAILED" | "JOB_STATE_EXPIRED" | "JOB_STATE_PARTIALLY_SUCCEEDED" => {
-                JobState::Failed(reason(job.state.as_deref().unwrap_or_default()))
-            }
-            "JOB_STATE_CANCELLED" => {
-                JobState::Cancelled(reason("the job was cancelled outside hptune"))
-            }
-            _ => JobState::Queued,
-        })
+        Ok(
+            match job.state.as_deref().unwrap_or("JOB_STATE_UNSPECIFIED") {
+                "JOB_STATE_SUCCEEDED" => JobState::Succeeded,
+                "JOB_STATE_RUNNING" | "JOB_STATE_CANCELLING" | "JOB_STATE_UPDATING" => {
+                    JobState::Running
+                }
+                "JOB_STATE_FAILED"
+                    if error.code == UNAVAILABLE
+                        || error.message.to_lowercase().contains("preempt") =>
+                {
+                    JobState::Preempted(reason("the job's machine was preempted"))
+                }
+                "JOB_STATE_FAILED" | "JOB_STATE_EXPIRED" | "JOB_STATE_PARTIALLY_SUCCEEDED" => {
+                    JobState::Failed(reason(job.state.as_deref().unwrap_or_default()))
+                }
+                "JOB_STATE_CANCELLED" => {
+                    JobState::Cancelled(reason("the job was cancelled outside hptune"))
+                }
+                _ => JobState::Queued,
+            },
+        )
     }
 
     async fn cancel(&self, handle: &str) -> Result<(), RemoteError> {

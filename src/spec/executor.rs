@@ -239,7 +239,12 @@ impl Checker {
     }
 
     /// A field the engine cannot do without.
-    fn required(&mut self, kind: ExecutorKind, name: &str, value: &Option<String>) -> Option<String> {
+    fn required(
+        &mut self,
+        kind: ExecutorKind,
+        name: &str,
+        value: &Option<String>,
+    ) -> Option<String> {
         match value.as_deref().map(str::trim) {
             Some(text) if !text.is_empty() => Some(text.to_string()),
             Some(_) => {
@@ -278,7 +283,10 @@ impl Checker {
         );
         Some(RemoteSettings {
             image: image?,
-            endpoint: raw.endpoint.clone().map(|e| e.trim_end_matches('/').to_string()),
+            endpoint: raw
+                .endpoint
+                .clone()
+                .map(|e| e.trim_end_matches('/').to_string()),
             poll_interval: poll?.unwrap_or(DEFAULT_POLL_INTERVAL),
             request_timeout: timeout?.unwrap_or(DEFAULT_REQUEST_TIMEOUT),
         })
@@ -310,7 +318,11 @@ impl Checker {
         })
     }
 
-    fn kubernetes(&mut self, raw: &RawExecutor, remote: Option<RemoteSettings>) -> Option<KubernetesSpec> {
+    fn kubernetes(
+        &mut self,
+        raw: &RawExecutor,
+        remote: Option<RemoteSettings>,
+    ) -> Option<KubernetesSpec> {
         let resources = match &raw.resources {
             None => Some(Resources::default()),
             Some(r) => self
@@ -332,7 +344,11 @@ impl Checker {
         })
     }
 
-    fn sagemaker(&mut self, raw: &RawExecutor, remote: Option<RemoteSettings>) -> Option<SageMakerSpec> {
+    fn sagemaker(
+        &mut self,
+        raw: &RawExecutor,
+        remote: Option<RemoteSettings>,
+    ) -> Option<SageMakerSpec> {
         let kind = ExecutorKind::SageMaker;
         let region = self.required(kind, "region", &raw.region);
         let role_arn = self.required(kind, "role_arn", &raw.role_arn);
@@ -346,7 +362,10 @@ impl Checker {
         let instance_count = self.count("trial.executor.instance_count", raw.instance_count, 1, 1);
         let volume = self.count("trial.executor.volume_size_gb", raw.volume_size_gb, 30, 1);
         let output_path = self.required(kind, "output_path", &raw.output_path);
-        if output_path.as_deref().is_some_and(|p| !p.starts_with("s3://")) {
+        if output_path
+            .as_deref()
+            .is_some_and(|p| !p.starts_with("s3://"))
+        {
             self.report(
                 "trial.executor.output_path",
                 "must be an S3 URL (s3://bucket/prefix)",

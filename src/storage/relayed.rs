@@ -53,14 +53,13 @@ impl Storage {
         trial_id: i64,
         attempt: u32,
     ) -> Result<Option<String>, StorageError> {
-        let row: Option<(Option<String>,)> = sqlx::query_as(
-            "SELECT last_output FROM attempts WHERE trial_id = $1 AND attempt = $2",
-        )
-        .bind(trial_id)
-        .bind(attempt as i64)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(query_error("reading the attempt's last output"))?;
+        let row: Option<(Option<String>,)> =
+            sqlx::query_as("SELECT last_output FROM attempts WHERE trial_id = $1 AND attempt = $2")
+                .bind(trial_id)
+                .bind(attempt as i64)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(query_error("reading the attempt's last output"))?;
         Ok(row.and_then(|(line,)| line))
     }
 }

@@ -429,17 +429,26 @@ impl Storage {
         let doing = "finishing a trial";
         let finished_at = now();
         let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
-        sqlx::query(
-            "UPDATE trials SET state = $1, value = $2, error = $3, finished_at = $4 WHERE id = $5",
-        )
-        .bind(state.as_str())
-        .bind(value.filter(|v| v.is_finite()))
-        .bind(error)
-        .bind(&finished_at)
-        .bind(trial.id)
-        .execute(&mut *tx)
-        .await
-        .map_err(query_error(doing))?;
+        // sqlx 0.8's Any driver binds a NULL f64 as PostgreSQL's float4, and the statement
+        // it caches then refuses a float8: a missing value is written as NULL in the SQL.
+        let update = match value.filter(|v| v.is_finite()) {
+            Some(value) => sqlx::query(
+                "UPDATE trials SET state = $1, error = $2, finished_at = $3, value = $5 WHERE id = $4",
+            )
+            .bind(state.as_str())
+            .bind(error)
+            .bind(&finished_at)
+            .bind(trial.id)
+            .bind(value),
+            None => sqlx::query(
+                "UPDATE trials SET state = $1, error = $2, finished_at = $3, value = NULL WHERE id = $4",
+            )
+            .bind(state.as_str())
+            .bind(error)
+            .bind(&finished_at)
+            .bind(trial.id),
+        };
+        update.execute(&mut *tx).await.map_err(query_error(doing))?;
         sqlx::query(
             "UPDATE attempts SET finished_at = $1, outcome = $2, error = $3, worker = $6
              WHERE trial_id = $4 AND attempt = $5",

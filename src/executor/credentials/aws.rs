@@ -107,7 +107,8 @@ impl AwsCredentials {
             SignableBody::Bytes(body),
         )
         .map_err(|e| failed(&e))?;
-        let (instructions, _signature) = sign(request, &params).map_err(|e| failed(&e))?.into_parts();
+        let (instructions, _signature) =
+            sign(request, &params).map_err(|e| failed(&e))?.into_parts();
         Ok(instructions
             .headers()
             .map(|(k, v)| (k.to_string(), v.to_string()))

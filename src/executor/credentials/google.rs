@@ -72,9 +72,8 @@ impl GoogleAuth {
                 let text = std::fs::read_to_string(&path)
                     .map_err(|e| unreadable(format!("cannot be read ({e})")))?;
                 // serde_json's messages quote no values, only positions: no key leaks.
-                let key: ServiceAccountKey = serde_json::from_str(&text).map_err(|e| {
-                    unreadable(format!("is not a service-account key file ({e})"))
-                })?;
+                let key: ServiceAccountKey = serde_json::from_str(&text)
+                    .map_err(|e| unreadable(format!("is not a service-account key file ({e})")))?;
                 if key.kind != "service_account" {
                     return Err(unreadable(format!(
                         "holds credentials of type '{}': hptune takes a service account's key (type service_account) or the metadata server",
@@ -107,9 +106,8 @@ impl GoogleAuth {
         let answer = match &self.source {
             Source::Key(key) => self.exchange(key).await?,
             Source::Metadata(base) => {
-                let url = format!(
-                    "{base}/computeMetadata/v1/instance/service-accounts/default/token"
-                );
+                let url =
+                    format!("{base}/computeMetadata/v1/instance/service-accounts/default/token");
                 self.http
                     .json("GET the metadata server's token", |client| {
                         Ok(client.get(&url).header("Metadata-Flavor", "Google"))
@@ -144,9 +142,8 @@ impl GoogleAuth {
                     key.client_email
                 ))
             })?;
-        let assertion = jsonwebtoken::encode(&header, &claims, &signing_key).map_err(|e| {
-            RemoteError::Credentials(format!("cannot sign the token request: {e}"))
-        })?;
+        let assertion = jsonwebtoken::encode(&header, &claims, &signing_key)
+            .map_err(|e| RemoteError::Credentials(format!("cannot sign the token request: {e}")))?;
         let form = [
             ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
             ("assertion", assertion.as_str()),

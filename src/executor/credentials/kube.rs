@@ -81,7 +81,11 @@ impl KubeAccess {
     pub fn from_environment() -> Result<Self, RemoteError> {
         let configured = std::env::var_os("KUBECONFIG")
             .and_then(|paths| std::env::split_paths(&paths).find(|p| p.exists()))
-            .or_else(|| super::home().map(|h| h.join(".kube/config")).filter(|p| p.exists()));
+            .or_else(|| {
+                super::home()
+                    .map(|h| h.join(".kube/config"))
+                    .filter(|p| p.exists())
+            });
         if let Some(path) = configured {
             return Self::from_kubeconfig(&path);
         }
@@ -90,7 +94,11 @@ impl KubeAccess {
             std::env::var("KUBERNETES_SERVICE_PORT"),
         ) {
             let dir = Path::new(SERVICE_ACCOUNT_DIR);
-            let host = if host.contains(':') { format!("[{host}]") } else { host };
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host
+            };
             return Ok(Self {
                 server: format!("https://{host}:{port}"),
                 namespace: std::fs::read_to_string(dir.join("namespace"))
@@ -111,7 +119,8 @@ impl KubeAccess {
         let bad = |detail: String| {
             RemoteError::Credentials(format!("kubeconfig {}: {detail}", path.display()))
         };
-        let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
         let config: Kubeconfig = crate::spec::from_yaml(&text).map_err(bad)?;
         let current = config
             .current_context
@@ -121,9 +130,9 @@ impl KubeAccess {
         let cluster = find(&config.clusters, &context.cluster)
             .ok_or_else(|| bad(format!("has no cluster '{}'", context.cluster)))?;
         let user = match &context.user {
-            Some(name) => {
-                Some(find(&config.users, name).ok_or_else(|| bad(format!("has no user '{name}'")))?)
-            }
+            Some(name) => Some(
+                find(&config.users, name).ok_or_else(|| bad(format!("has no user '{name}'")))?,
+            ),
             None => None,
         };
         let token = match user {
@@ -140,14 +149,20 @@ impl KubeAccess {
             }
             None => None,
         };
-        let ca_pem = match (&cluster.certificate_authority_data, &cluster.certificate_authority) {
+        let ca_pem = match (
+            &cluster.certificate_authority_data,
+            &cluster.certificate_authority,
+        ) {
             (Some(data), _) => Some(
                 base64::engine::general_purpose::STANDARD
                     .decode(data.trim())
                     .map_err(|e| bad(format!("certificate-authority-data is not base64: {e}")))?,
             ),
             (None, Some(file)) => Some(std::fs::read(file).map_err(|e| {
-                bad(format!("certificate-authority {} cannot be read: {e}", file.display()))
+                bad(format!(
+                    "certificate-authority {} cannot be read: {e}",
+                    file.display()
+                ))
             })?),
             (None, None) => None,
         };
@@ -231,7 +246,10 @@ users:
             "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\nclusters: [{name: k, cluster: {server: 'https://k'}}]\nusers: [{name: u, user: {exec: {command: gcloud}}}]\n",
         )
         .unwrap();
-        let error = KubeAccess::from_kubeconfig(&path).err().unwrap().to_string();
+        let error = KubeAccess::from_kubeconfig(&path)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(error.contains("user 'u' has no token"), "{error}");
     }
 }

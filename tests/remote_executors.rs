@@ -1,0 +1,402 @@
+//! The Vertex AI, Kubernetes and SageMaker executors end to end: the real `hptune` binary
+//! against a fake of each API on 127.0.0.1 (tests/common/fake_cloud.rs) that checks every
+//! request and runs each job's container command here, so that `hptune relay` really writes
+//! the measurements into PostgreSQL. Skipped without HPTUNE_TEST_POSTGRES.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use common::fake_cloud::{Api, FakeCloud, Script, throwaway_rsa_key, write};
+use common::{Scratch, assert_success, expected_loss, stderr, stdout};
+use serde_json::Value;
+
+const STUDY: &str = r#"
+name: {name}
+objective: {metric: loss, goal: minimize}
+parameters:
+  - {id: x, type: double, min: -2.0, max: 2.0}
+  - {id: n, type: integer, min: 1, max: 5}
+algorithm: random
+max_trial_count: 6
+parallel_trial_count: 2
+max_failed_trial_count: 3
+seed: 3
+trial:
+  command: [{worker}]
+  timeout: 5m
+  executor:
+{block}
+"#;
+
+/// A fake engine, the credentials that lead to it, and the secrets among them.
+struct Cloud {
+    scratch: Scratch,
+    fake: FakeCloud,
+    env: Vec<(String, String)>,
+    block: String,
+    secrets: Vec<String>,
+}
+
+/// Sets up the fake of `api` with `script`, credentials pointing at it, and the executor
+/// block of a study file; `None` without PostgreSQL.
+fn cloud(api: Api, mut script: Script) -> Option<Cloud> {
+    let postgres = common::test_postgres()?;
+    let scratch = Scratch::on_postgres(&postgres);
+    let secret = format!("secret-{}", common::unique_name("credential"));
+    let mut env = Vec::new();
+    let mut secrets = vec![secret.clone()];
+    // The database password must never show: the URL with it is a credential.
+    if let Some((credentials, _)) = postgres.split_once('@') {
+        if credentials.matches(':').count() == 2 {
+            secrets.push(format!("{}@", &credentials["postgres://".len()..]));
+        }
+    }
+    let common_fields = "    poll_interval: 200ms\n    request_timeout: 2s\n";
+    let (fake, block) = match api {
+        Api::Vertex => {
+            let (private, public) = throwaway_rsa_key(scratch.dir.path());
+            script.credential = secret.clone();
+            script.jwt_public_key = Some(public);
+            let fake = FakeCloud::start(api, script, scratch.path("jobs"));
+            let key = serde_json::json!({
+                "type": "service_account",
+                "project_id": "test-project",
+                "private_key_id": "test-only",
+                "private_key": private,
+                "client_email": "tuner@test-project.iam.gserviceaccount.com",
+                "token_uri": format!("{}/token", fake.url),
+            });
+            let path = write(scratch.path("service-account.json"), &key.to_string());
+            env.push((
+                "GOOGLE_APPLICATION_CREDENTIALS".into(),
+                path.display().to_string(),
+            ));
+            secrets.push(private.lines().nth(5).unwrap().to_string());
+            let block = format!(
+                "    kind: vertex\n    project: test-project\n    region: europe-west4\n    image: europe-docker.pkg.dev/test-project/hptune/trainer:test\n    machine_type: n1-standard-4\n    accelerator: {{type: NVIDIA_TESLA_T4, count: 1}}\n    endpoint: {}\n{common_fields}",
+                fake.url
+            );
+            (fake, block)
+        }
+        Api::Kubernetes => {
+            script.credential = secret.clone();
+            let fake = FakeCloud::start(api, script, scratch.path("jobs"));
+            let kubeconfig = format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: test\ncontexts:\n  - name: test\n    context: {{cluster: fake, user: tuner, namespace: tuning}}\nclusters:\n  - name: fake\n    cluster: {{server: '{}'}}\nusers:\n  - name: tuner\n    user: {{token: {secret}}}\n",
+                fake.url
+            );
+            let path = write(scratch.path("kubeconfig"), &kubeconfig);
+            env.push(("KUBECONFIG".into(), path.display().to_string()));
+            let block = format!(
+                "    kind: kubernetes\n    image: ghcr.io/example/hptune:test\n    resources: {{cpu: '2', memory: 4Gi, gpu: 1}}\n    node_selector: {{cloud.google.com/gke-accelerator: nvidia-tesla-t4}}\n    service_account: trainer\n    ttl: 10m\n{common_fields}"
+            );
+            (fake, block)
+        }
+        Api::SageMaker => {
+            script.credential = "AKIDTESTONLY".into();
+            let fake = FakeCloud::start(api, script, scratch.path("jobs"));
+            let session = format!("session-{secret}");
+            env.push(("AWS_ACCESS_KEY_ID".into(), "AKIDTESTONLY".into()));
+            env.push(("AWS_SECRET_ACCESS_KEY".into(), secret.clone()));
+            env.push(("AWS_SESSION_TOKEN".into(), session.clone()));
+            secrets.push(session);
+            let block = format!(
+                "    kind: sagemaker\n    region: eu-west-1\n    image: 123456789012.dkr.ecr.eu-west-1.amazonaws.com/hptune:test\n    role_arn: arn:aws:iam::123456789012:role/SageMakerRole\n    instance_type: ml.g4dn.xlarge\n    output_path: s3://bucket/hptune\n    endpoint: {}\n{common_fields}",
+                fake.url
+            );
+            (fake, block)
+        }
+    };
+    Some(Cloud {
+        scratch,
+        fake,
+        env,
+        block,
+        secrets,
+    })
+}
+
+impl Cloud {
+    fn run(&self, study: &Path, extra: &[&str]) -> std::process::Output {
+        let mut args = vec!["-v", "run", study.to_str().unwrap()];
+        args.extend(extra);
+        self.scratch
+            .command(&args)
+            .envs(self.env.iter().cloned())
+            .output()
+            .unwrap()
+    }
+
+    /// Every text the run left: its output, the files of the controller and the jobs, the
+    /// study's rows.
+    fn everything_written(&self, name: &str, out: &std::process::Output) -> String {
+        let mut all = format!("{}\n{}\n", stdout(out), stderr(out));
+        for dir in ["hptune-logs", "jobs"] {
+            collect_files(&self.scratch.path(dir), &mut all);
+        }
+        let study = format!("(SELECT id FROM studies WHERE name = '{name}')");
+        for sql in [
+            format!("SELECT * FROM studies WHERE name = '{name}'"),
+            format!("SELECT * FROM trials WHERE study_id = {study}"),
+            format!(
+                "SELECT a.* FROM attempts a JOIN trials t ON t.id = a.trial_id WHERE t.study_id = {study}"
+            ),
+            format!(
+                "SELECT m.* FROM measurements m JOIN trials t ON t.id = m.trial_id WHERE t.study_id = {study}"
+            ),
+        ] {
+            for row in self.scratch.query(&sql) {
+                all.push_str(&format!("{row:?}\n"));
+            }
+        }
+        all
+    }
+}
+
+fn collect_files(dir: &Path, out: &mut String) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect_files(&path, out);
+        } else {
+            out.push_str(&String::from_utf8_lossy(&std::fs::read(&path).unwrap()));
+        }
+    }
+}
+
+/// A full study of 6 trials, 2 at a time, through the fake of `api`, which throttles the
+/// first submission, fails the first poll with a 500, answers one poll past the client's
+/// timeout, preempts trial 1's first attempt, and runs trial 3's worker in its failing mode.
+fn full_study_through(api: Api) {
+    let script = Script {
+        throttle_first_create: true,
+        fail_first_poll: true,
+        slow_poll: Some((6, Duration::from_secs(3))),
+        preempt: vec![1],
+        trial_env: HashMap::from([(3, vec![("MODE".to_string(), "fail".to_string())])]),
+        ..Script::default()
+    };
+    let Some(cloud) = cloud(api, script) else {
+        return;
+    };
+    let name = common::unique_name("remote");
+    let study = cloud.scratch.study(
+        "study.yaml",
+        &STUDY
+            .replace("{name}", &name)
+            .replace("{block}", &cloud.block),
+    );
+    let out = cloud.run(&study, &[]);
+    assert_success(&out);
+
+    let problems = cloud.fake.seen(|s| s.problems.clone());
+    assert!(problems.is_empty(), "requests off the API: {problems:#?}");
+    let faults = cloud.fake.seen(|s| s.faults.clone());
+    let throttled = if api == Api::SageMaker { 400 } else { 429 };
+    for fault in [throttled, 500, 0] {
+        assert!(
+            faults.contains(&fault),
+            "fault {fault} not played: {faults:?}"
+        );
+    }
+    let mut created = cloud.fake.seen(|s| s.created.clone());
+    created.sort();
+    assert_eq!(
+        created,
+        [(0, 1), (1, 1), (1, 2), (2, 1), (3, 1), (4, 1), (5, 1)],
+        "one job per attempt"
+    );
+
+    let trials = cloud.scratch.trials(&name);
+    assert_eq!(trials.len(), 6);
+    for trial in &trials {
+        let number = trial["number"].as_u64().unwrap();
+        if number == 3 {
+            assert_eq!(trial["state"], "failed", "{trial}");
+            let error = trial["error"].as_str().unwrap();
+            assert!(error.contains("the job failed"), "{error}");
+            assert!(error.contains("exit"), "{error}");
+            assert!(error.contains("ValueError: bad things happened"), "{error}");
+        } else {
+            assert_eq!(trial["state"], "succeeded", "{trial}");
+            let value = trial["value"].as_f64().unwrap();
+            assert!((value - expected_loss(trial)).abs() < 1e-9, "{trial}");
+        }
+    }
+    let attempts = cloud.scratch.query(&format!(
+        "SELECT a.attempt, a.outcome, a.error FROM attempts a JOIN trials t ON t.id = a.trial_id
+         WHERE t.study_id = (SELECT id FROM studies WHERE name = '{name}') AND t.number = 1 ORDER BY a.attempt"
+    ));
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(attempts[0][1], "retried");
+    assert!(
+        attempts[0][2].as_str().unwrap().contains("preempted"),
+        "{attempts:?}"
+    );
+    assert_eq!(attempts[1][1], "succeeded");
+    // The intermediate report of each succeeded trial's last attempt came through the relay.
+    let steps = cloud.scratch.query(&format!(
+        "SELECT COUNT(*) FROM measurements m JOIN trials t ON t.id = m.trial_id AND m.attempt = t.attempt
+         WHERE t.study_id = (SELECT id FROM studies WHERE name = '{name}') AND m.step = 1 AND m.metric = 'loss'"
+    ));
+    assert_eq!(
+        steps[0][0],
+        Value::from(5),
+        "step 1 of trials 0, 1, 2, 4, 5"
+    );
+
+    let written = cloud.everything_written(&name, &out);
+    for secret in &cloud.secrets {
+        assert!(
+            !written.contains(secret.as_str()),
+            "a credential leaked: {secret}"
+        );
+    }
+}
+
+#[test]
+fn a_study_runs_as_vertex_ai_custom_jobs() {
+    full_study_through(Api::Vertex);
+}
+
+#[test]
+fn a_study_runs_as_kubernetes_jobs() {
+    full_study_through(Api::Kubernetes);
+}
+
+#[test]
+fn a_study_runs_as_sagemaker_training_jobs() {
+    full_study_through(Api::SageMaker);
+}
+
+/// Early stopping cancels the job of an unpromising trial: ASHA with factor 2 keeps, at step
+/// 1, only the better of trial 0 (1.0) and trial 1 (5.0), so trial 1 is stopped there and its
+/// job cancelled; its relay stops the worker before its last steps.
+fn early_stopping_cancels_the_job(api: Api) {
+    let Some(cloud) = cloud(api, Script::default()) else {
+        return;
+    };
+    let curves = cloud.scratch.path("curves");
+    std::fs::create_dir(&curves).unwrap();
+    std::fs::write(curves.join("curve-1.txt"), "1.0\n0.5\n0.2\n").unwrap();
+    std::fs::write(curves.join("curve-2.txt"), "5.0\n4.0\n3.0\n2.5\n2.0\n").unwrap();
+    let worker = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/workers/curve.sh");
+    let name = common::unique_name("remote-stop");
+    let text = format!(
+        "name: {name}\nobjective: {{metric: loss, goal: minimize}}\nparameters:\n  - {{id: q, type: discrete, values: [1, 2]}}\nalgorithm: grid\nparallel_trial_count: 1\nearly_stopping: {{rule: asha, min_resource: 1, reduction_factor: 2}}\ntrial:\n  command: [{}]\n  env: {{CURVE_DIR: '{}', STEP_SLEEP: '0.5'}}\n  executor:\n{}",
+        worker.display(),
+        curves.display(),
+        cloud.block
+    );
+    let study = cloud.scratch.study("study.yaml", &text);
+    let out = cloud.run(&study, &[]);
+    assert_success(&out);
+    let problems = cloud.fake.seen(|s| s.problems.clone());
+    assert!(problems.is_empty(), "requests off the API: {problems:#?}");
+    let trials = cloud.scratch.trials(&name);
+    assert_eq!(common::states(&trials), ["succeeded", "stopped"]);
+    assert_eq!(trials[0]["value"].as_f64(), Some(0.2));
+    assert_eq!(cloud.fake.seen(|s| s.cancelled.clone()), [(1, 1)]);
+    let steps = cloud.scratch.query(&format!(
+        "SELECT MAX(m.step) FROM measurements m JOIN trials t ON t.id = m.trial_id
+         WHERE t.study_id = (SELECT id FROM studies WHERE name = '{name}') AND t.number = 1"
+    ));
+    assert!(
+        steps[0][0].as_i64().unwrap() < 5,
+        "the stopped worker ran to its end: {steps:?}"
+    );
+}
+
+#[test]
+fn early_stopping_cancels_a_vertex_ai_job() {
+    early_stopping_cancels_the_job(Api::Vertex);
+}
+
+#[test]
+fn early_stopping_deletes_a_kubernetes_job() {
+    early_stopping_cancels_the_job(Api::Kubernetes);
+}
+
+#[test]
+fn early_stopping_stops_a_sagemaker_training_job() {
+    early_stopping_cancels_the_job(Api::SageMaker);
+}
+
+/// `hptune trial` submits one trial as a job of the study's executor, or runs it here with
+/// `--executor local`.
+#[test]
+fn a_single_trial_is_submitted_by_hand() {
+    let Some(cloud) = cloud(Api::Kubernetes, Script::default()) else {
+        return;
+    };
+    let name = common::unique_name("remote-trial");
+    let study = cloud.scratch.study(
+        "study.yaml",
+        &STUDY
+            .replace("{name}", &name)
+            .replace("{block}", &cloud.block),
+    );
+    let by_hand = |extra: &[&str]| {
+        let mut args = vec![
+            "trial",
+            study.to_str().unwrap(),
+            "--param",
+            "x=0.5",
+            "--param",
+            "n=2",
+        ];
+        args.extend(extra);
+        cloud
+            .scratch
+            .command(&args)
+            .envs(cloud.env.iter().cloned())
+            .output()
+            .unwrap()
+    };
+    assert_success(&by_hand(&[]));
+    assert_eq!(cloud.fake.seen(|s| s.created.clone()), [(0, 1)]);
+    assert_success(&by_hand(&["--executor", "local"]));
+    assert_eq!(
+        cloud.fake.seen(|s| s.created.len()),
+        1,
+        "the local trial made no job"
+    );
+    let trials = cloud.scratch.trials(&name);
+    assert_eq!(common::states(&trials), ["succeeded", "succeeded"]);
+    assert!(trials.iter().all(|t| t["value"].as_f64() == Some(4.25)));
+    let wrong = by_hand(&["--executor", "vertex"]);
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(
+        stderr(&wrong).contains("--executor vertex: trial.executor configures kubernetes"),
+        "{}",
+        stderr(&wrong)
+    );
+}
+
+/// A remote executor with a SQLite storage is refused before anything runs: its jobs could
+/// not reach the file.
+#[test]
+fn remote_executors_refuse_a_sqlite_storage() {
+    let scratch = Scratch::new();
+    let study = scratch.study(
+        "study.yaml",
+        &STUDY.replace("{name}", "s").replace(
+            "{block}",
+            "    kind: vertex\n    project: p\n    region: r\n    image: i\n    machine_type: m\n",
+        ),
+    );
+    let out = scratch.hptune(&["run", study.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("the vertex executor needs a PostgreSQL storage that its jobs can reach"),
+        "{}",
+        stderr(&out)
+    );
+}
