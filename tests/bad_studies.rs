@@ -219,9 +219,64 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
                 "  timeout: 10s",
                 "  timeout: 10s\n  executor: {kind: slurm}",
             ),
-            "trial.executor.kind: 'slurm' is not an executor",
+            "trial.executor.kind: 'slurm' is not an executor: use local, vertex, kubernetes or sagemaker",
+        ),
+        (
+            "vertex executor without its project",
+            executor("kind: vertex\n    region: us-central1\n    image: i\n    machine_type: n1-standard-4"),
+            "trial.executor: the vertex executor needs `project`",
+        ),
+        (
+            "a field of another executor",
+            executor("kind: kubernetes\n    image: i\n    role_arn: arn:aws:iam::1:role/r"),
+            "trial.executor.role_arn: does not apply to the kubernetes executor",
+        ),
+        (
+            "an image for local workers",
+            executor("kind: local\n    image: i"),
+            "trial.executor.image: does not apply to the local executor",
+        ),
+        (
+            "unknown executor field",
+            executor("kind: kubernetes\n    imag: i"),
+            "trial.executor: unknown field `imag`",
+        ),
+        (
+            "endpoint not a URL",
+            executor("kind: kubernetes\n    image: i\n    endpoint: ftp://cluster"),
+            "trial.executor.endpoint: 'ftp://cluster' is not an http:// or https:// URL",
+        ),
+        (
+            "bad poll interval",
+            executor("kind: kubernetes\n    image: i\n    poll_interval: often"),
+            "trial.executor.poll_interval: 'often' is not a duration",
+        ),
+        (
+            "no accelerators",
+            executor("kind: vertex\n    project: p\n    region: r\n    image: i\n    machine_type: m\n    accelerator: {type: NVIDIA_TESLA_T4, count: 0}"),
+            "trial.executor.accelerator.count: must be >= 1, got 0",
+        ),
+        (
+            "unknown resource",
+            executor("kind: kubernetes\n    image: i\n    resources: {tpu: 1}"),
+            "unknown field `tpu`, expected one of `cpu`, `memory`, `gpu`",
+        ),
+        (
+            "role that is not an ARN",
+            executor("kind: sagemaker\n    region: r\n    image: i\n    role_arn: MyRole\n    instance_type: ml.m5.large\n    output_path: s3://b/p"),
+            "trial.executor.role_arn: must be an IAM role's ARN",
+        ),
+        (
+            "output path outside S3",
+            executor("kind: sagemaker\n    region: r\n    image: i\n    role_arn: arn:aws:iam::1:role/r\n    instance_type: ml.m5.large\n    output_path: /tmp/out"),
+            "trial.executor.output_path: must be an S3 URL",
         ),
     ]
+}
+
+/// The good study with this executor block (its fields indented under `executor:`).
+fn executor(block: &str) -> String {
+    GOOD.replacen("  timeout: 10s", &format!("  timeout: 10s\n  executor:\n    {block}"), 1)
 }
 
 #[test]
