@@ -205,6 +205,19 @@ fn full_study_through(api: Api) {
             "fault {fault} not played: {faults:?}"
         );
     }
+    // Each fault was met by the client and tried again.
+    let log = stderr(&out);
+    for retried in [
+        format!("HTTP {throttled}"),
+        "HTTP 500".to_string(),
+        "no answer within request_timeout".to_string(),
+    ] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(&retried) && l.contains("trying again")),
+            "no retry after {retried}:\n{log}"
+        );
+    }
     let mut created = cloud.fake.seen(|s| s.created.clone());
     created.sort();
     assert_eq!(

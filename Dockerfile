@@ -1,0 +1,34 @@
+# syntax=docker/dockerfile:1
+#
+# The trial image of the remote executors (Vertex AI, Kubernetes, SageMaker): `hptune`, whose
+# `hptune relay` is the command of every trial job, and `hptune-trainer` built with CUDA.
+#
+#   scripts/fetch-model.sh                       # optional: bakes models/ into the image
+#   docker build -t REGISTRY/hptune:TAG .
+#   docker push REGISTRY/hptune:TAG
+#
+# Build stage: NVIDIA's devel image (CUDA headers and libraries for burn-cuda) plus Rust.
+ARG CUDA_VERSION=12.4.1
+FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu22.04 AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates curl build-essential pkg-config \
+ && rm -rf /var/lib/apt/lists/*
+ENV RUSTUP_HOME=/usr/local/rustup CARGO_HOME=/usr/local/cargo PATH=/usr/local/cargo/bin:$PATH
+# The workspace's rust-version.
+RUN curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs \
+  | sh -s -- -y --profile minimal --default-toolchain 1.90.0
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p hptune --bin hptune \
+ && cargo build --release --locked -p hptune-trainer --features cuda \
+ && mkdir -p models
+
+# Run stage: the CUDA runtime (cudart, NVRTC, cuBLAS) and the two binaries, as a plain user.
+FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu22.04
+COPY --from=build /src/target/release/hptune /src/target/release/hptune-trainer /usr/local/bin/
+COPY --from=build /src/models /opt/hptune/models
+COPY --from=build /src/samples /opt/hptune/samples
+RUN useradd --create-home --uid 1000 hptune
+USER hptune
+WORKDIR /home/hptune
+CMD ["hptune", "--help"]
