@@ -223,7 +223,9 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
         ),
         (
             "vertex executor without its project",
-            executor("kind: vertex\n    region: us-central1\n    image: i\n    machine_type: n1-standard-4"),
+            executor(
+                "kind: vertex\n    region: us-central1\n    image: i\n    machine_type: n1-standard-4",
+            ),
             "trial.executor: the vertex executor needs `project`",
         ),
         (
@@ -253,7 +255,9 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
         ),
         (
             "no accelerators",
-            executor("kind: vertex\n    project: p\n    region: r\n    image: i\n    machine_type: m\n    accelerator: {type: NVIDIA_TESLA_T4, count: 0}"),
+            executor(
+                "kind: vertex\n    project: p\n    region: r\n    image: i\n    machine_type: m\n    accelerator: {type: NVIDIA_TESLA_T4, count: 0}",
+            ),
             "trial.executor.accelerator.count: must be >= 1, got 0",
         ),
         (
@@ -263,12 +267,16 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
         ),
         (
             "role that is not an ARN",
-            executor("kind: sagemaker\n    region: r\n    image: i\n    role_arn: MyRole\n    instance_type: ml.m5.large\n    output_path: s3://b/p"),
+            executor(
+                "kind: sagemaker\n    region: r\n    image: i\n    role_arn: MyRole\n    instance_type: ml.m5.large\n    output_path: s3://b/p",
+            ),
             "trial.executor.role_arn: must be an IAM role's ARN",
         ),
         (
             "output path outside S3",
-            executor("kind: sagemaker\n    region: r\n    image: i\n    role_arn: arn:aws:iam::1:role/r\n    instance_type: ml.m5.large\n    output_path: /tmp/out"),
+            executor(
+                "kind: sagemaker\n    region: r\n    image: i\n    role_arn: arn:aws:iam::1:role/r\n    instance_type: ml.m5.large\n    output_path: /tmp/out",
+            ),
             "trial.executor.output_path: must be an S3 URL",
         ),
     ]
@@ -276,7 +284,11 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
 
 /// The good study with this executor block (its fields indented under `executor:`).
 fn executor(block: &str) -> String {
-    GOOD.replacen("  timeout: 10s", &format!("  timeout: 10s\n  executor:\n    {block}"), 1)
+    GOOD.replacen(
+        "  timeout: 10s",
+        &format!("  timeout: 10s\n  executor:\n    {block}"),
+        1,
+    )
 }
 
 #[test]

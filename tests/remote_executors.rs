@@ -49,10 +49,10 @@ fn cloud(api: Api, mut script: Script) -> Option<Cloud> {
     let mut env = Vec::new();
     let mut secrets = vec![secret.clone()];
     // The database password must never show: the URL with it is a credential.
-    if let Some((credentials, _)) = postgres.split_once('@') {
-        if credentials.matches(':').count() == 2 {
-            secrets.push(format!("{}@", &credentials["postgres://".len()..]));
-        }
+    if let Some((credentials, _)) = postgres.split_once('@')
+        && credentials.matches(':').count() == 2
+    {
+        secrets.push(format!("{}@", &credentials["postgres://".len()..]));
     }
     let common_fields = "    poll_interval: 200ms\n    request_timeout: 2s\n";
     let (fake, block) = match api {
@@ -98,10 +98,17 @@ fn cloud(api: Api, mut script: Script) -> Option<Cloud> {
         Api::SageMaker => {
             script.credential = "AKIDTESTONLY".into();
             let fake = FakeCloud::start(api, script, scratch.path("jobs"));
+            // The shared credentials file, at a profile other than the first.
             let session = format!("session-{secret}");
-            env.push(("AWS_ACCESS_KEY_ID".into(), "AKIDTESTONLY".into()));
-            env.push(("AWS_SECRET_ACCESS_KEY".into(), secret.clone()));
-            env.push(("AWS_SESSION_TOKEN".into(), session.clone()));
+            let file = format!(
+                "[default]\naws_access_key_id = AKIDWRONG\naws_secret_access_key = wrong\n\n[tuning]\naws_access_key_id = AKIDTESTONLY\naws_secret_access_key = {secret}\naws_session_token = {session}\n"
+            );
+            let path = write(scratch.path("aws-credentials"), &file);
+            env.push((
+                "AWS_SHARED_CREDENTIALS_FILE".into(),
+                path.display().to_string(),
+            ));
+            env.push(("AWS_PROFILE".into(), "tuning".into()));
             secrets.push(session);
             let block = format!(
                 "    kind: sagemaker\n    region: eu-west-1\n    image: 123456789012.dkr.ecr.eu-west-1.amazonaws.com/hptune:test\n    role_arn: arn:aws:iam::123456789012:role/SageMakerRole\n    instance_type: ml.g4dn.xlarge\n    output_path: s3://bucket/hptune\n    endpoint: {}\n{common_fields}",
@@ -390,6 +397,42 @@ fn a_single_trial_is_submitted_by_hand() {
         "{}",
         stderr(&wrong)
     );
+}
+
+/// Without a key file, Vertex's token comes from the metadata server (`GCE_METADATA_HOST`).
+#[test]
+fn vertex_takes_its_token_from_the_metadata_server() {
+    let Some(mut cloud) = cloud(Api::Vertex, Script::default()) else {
+        return;
+    };
+    cloud.env = vec![(
+        "GCE_METADATA_HOST".into(),
+        cloud.fake.url.trim_start_matches("http://").to_string(),
+    )];
+    let name = common::unique_name("remote-metadata");
+    let study = cloud.scratch.study(
+        "study.yaml",
+        &STUDY
+            .replace("{name}", &name)
+            .replace("{block}", &cloud.block),
+    );
+    let out = cloud
+        .scratch
+        .command(&[
+            "trial",
+            study.to_str().unwrap(),
+            "--param",
+            "x=1",
+            "--param",
+            "n=1",
+        ])
+        .envs(cloud.env.iter().cloned())
+        .output()
+        .unwrap();
+    assert_success(&out);
+    assert_eq!(cloud.fake.seen(|s| s.tokens_issued), 1, "one token, cached");
+    assert!(cloud.fake.seen(|s| s.problems.is_empty()));
+    assert_eq!(cloud.scratch.trials(&name)[0]["value"].as_f64(), Some(2.0));
 }
 
 /// A remote executor with a SQLite storage is refused before anything runs: its jobs could

@@ -103,18 +103,13 @@ impl Kubernetes {
             "hptune/trial": job.number.to_string(),
             "hptune/attempt": job.attempt.to_string(),
         });
-        let env: Vec<_> = container
-            .env
-            .iter()
-            .map(|(name, value)| json!({"name": name, "value": value}))
-            .collect();
         let mut pod = json!({
             "restartPolicy": "Never",
             "containers": [{
                 "name": CONTAINER,
                 "image": self.spec.remote.image,
                 "command": container.command,
-                "env": env,
+                "env": container.env_entries(),
                 "resources": {"requests": amounts, "limits": limits},
             }],
         });

@@ -61,6 +61,16 @@ pub struct Container {
     pub env: Vec<(String, String)>,
 }
 
+impl Container {
+    /// The environment as `[{"name": ..., "value": ...}]`, as Vertex and Kubernetes take it.
+    pub fn env_entries(&self) -> Vec<serde_json::Value> {
+        self.env
+            .iter()
+            .map(|(name, value)| serde_json::json!({"name": name, "value": value}))
+            .collect()
+    }
+}
+
 /// One engine's API: submit, look at, and cancel a job.
 #[async_trait]
 pub trait Engine: Send + Sync {

@@ -66,11 +66,6 @@ impl Vertex {
             .command
             .split_first()
             .unwrap_or((&container.name, &[]));
-        let env: Vec<_> = container
-            .env
-            .iter()
-            .map(|(name, value)| json!({"name": name, "value": value}))
-            .collect();
         let mut spec = json!({
             "workerPoolSpecs": [{
                 "machineSpec": machine,
@@ -79,7 +74,7 @@ impl Vertex {
                     "imageUri": self.spec.remote.image,
                     "command": [program],
                     "args": args,
-                    "env": env,
+                    "env": container.env_entries(),
                 },
             }],
         });

@@ -268,13 +268,13 @@ impl Checker {
 
     fn remote_settings(&mut self, raw: &RawExecutor, kind: ExecutorKind) -> Option<RemoteSettings> {
         let image = self.required(kind, "image", &raw.image);
-        if let Some(endpoint) = &raw.endpoint {
-            if !(endpoint.starts_with("https://") || endpoint.starts_with("http://")) {
-                self.report(
-                    "trial.executor.endpoint",
-                    format!("'{endpoint}' is not an http:// or https:// URL"),
-                );
-            }
+        if let Some(endpoint) = &raw.endpoint
+            && !(endpoint.starts_with("https://") || endpoint.starts_with("http://"))
+        {
+            self.report(
+                "trial.executor.endpoint",
+                format!("'{endpoint}' is not an http:// or https:// URL"),
+            );
         }
         let poll = self.duration("trial.executor.poll_interval", raw.poll_interval.as_deref());
         let timeout = self.duration(

@@ -244,6 +244,16 @@ impl State {
         if self.api == Api::Vertex && request.path == "/token" {
             return self.token(request);
         }
+        if self.api == Api::Vertex
+            && request.path == "/computeMetadata/v1/instance/service-accounts/default/token"
+        {
+            if request.headers.get("metadata-flavor").map(String::as_str) != Some("Google") {
+                return self.problem("metadata server: no Metadata-Flavor: Google".into());
+            }
+            self.seen.tokens_issued += 1;
+            let token = json!({"access_token": self.script.credential, "expires_in": 3600, "token_type": "Bearer"});
+            return (200, token, None);
+        }
         if let Err(what) = self.check_auth(request) {
             return self.problem(format!("{} {}: {what}", request.method, request.path));
         }
@@ -438,12 +448,12 @@ impl State {
                 require(pool, &["machineSpec", "replicaCount"])?;
                 require(&pool["machineSpec"], &["machineType"])?;
                 require(container, &["imageUri", "command", "args", "env"])?;
-                if let Some(timeout) = body["jobSpec"]["scheduling"]["timeout"].as_str() {
-                    if !timeout.ends_with('s')
-                        || timeout[..timeout.len() - 1].parse::<u64>().is_err()
-                    {
-                        return Err(format!("scheduling.timeout '{timeout}' is not a Duration"));
-                    }
+                if let Some(timeout) = body["jobSpec"]["scheduling"]["timeout"].as_str()
+                    && timeout
+                        .strip_suffix('s')
+                        .is_none_or(|secs| secs.parse::<u64>().is_err())
+                {
+                    return Err(format!("scheduling.timeout '{timeout}' is not a Duration"));
                 }
                 let mut command = strings(&container["command"])?;
                 command.extend(strings(&container["args"])?);
@@ -620,14 +630,14 @@ impl State {
         if job.process.is_none() && job.end.is_none() && job.polls > 1 {
             job.process = Some(launch(job, &workdir, extra.get(&job.trial)));
         }
-        if job.end.is_none() {
-            if let Some(child) = &mut job.process {
-                if job.attempt == 1 && preempt.contains(&job.trial) && job.polls > 2 {
-                    terminate(child);
-                    job.end = Some(End::Preempted);
-                } else if let Ok(Some(status)) = child.try_wait() {
-                    job.end = Some(End::Exited(status.code().unwrap_or(-1)));
-                }
+        if job.end.is_none()
+            && let Some(child) = &mut job.process
+        {
+            if job.attempt == 1 && preempt.contains(&job.trial) && job.polls > 2 {
+                terminate(child);
+                job.end = Some(End::Preempted);
+            } else if let Ok(Some(status)) = child.try_wait() {
+                job.end = Some(End::Exited(status.code().unwrap_or(-1)));
             }
         }
         let running = job.process.is_some();
@@ -792,12 +802,13 @@ fn url_form(body: &[u8]) -> HashMap<String, String> {
         let bytes = s.as_bytes();
         let mut i = 0;
         while i < bytes.len() {
-            if bytes[i] == b'%' && i + 2 < bytes.len() {
-                if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                    out.push(b);
-                    i += 3;
-                    continue;
-                }
+            if bytes[i] == b'%'
+                && i + 2 < bytes.len()
+                && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+            {
+                out.push(b);
+                i += 3;
+                continue;
             }
             out.push(bytes[i]);
             i += 1;

@@ -123,10 +123,11 @@ fn profile_section(text: &str, profile: &str) -> Vec<(String, String)> {
     for line in text.lines().map(str::trim) {
         if line.starts_with('[') && line.ends_with(']') {
             inside = line[1..line.len() - 1].trim() == profile;
-        } else if inside && !line.starts_with(['#', ';']) {
-            if let Some((k, v)) = line.split_once('=') {
-                out.push((k.trim().to_string(), v.trim().to_string()));
-            }
+        } else if inside
+            && !line.starts_with(['#', ';'])
+            && let Some((k, v)) = line.split_once('=')
+        {
+            out.push((k.trim().to_string(), v.trim().to_string()));
         }
     }
     out

@@ -98,10 +98,10 @@ impl GoogleAuth {
     /// A valid access token.
     pub async fn token(&self) -> Result<String, RemoteError> {
         let mut cached = self.cached.lock().await;
-        if let Some((token, expires)) = cached.as_ref() {
-            if Instant::now() + RENEW_BEFORE < *expires {
-                return Ok(token.clone());
-            }
+        if let Some((token, expires)) = cached.as_ref()
+            && Instant::now() + RENEW_BEFORE < *expires
+        {
+            return Ok(token.clone());
         }
         let answer = match &self.source {
             Source::Key(key) => self.exchange(key).await?,
