@@ -205,10 +205,9 @@ fn conclude(
             Some(with_output(format!("the worker was killed by {signal}"))),
         ),
         WorkerEnd::Stopped => (143, Some("the worker was stopped".into())),
-        other => (
-            1,
-            Some(with_output(format!("the worker did not run: {other:?}"))),
-        ),
+        WorkerEnd::LaunchFailed(message) => (127, Some(message.clone())),
+        // A local worker watched from its start ends in none of the other ways.
+        other => (1, Some(format!("the worker ended unexpectedly: {other:?}"))),
     };
     RelayEnd {
         exit_code,

@@ -1,8 +1,11 @@
 //! Access to a Kubernetes API server: the current context of the kubeconfig (`KUBECONFIG`,
-//! default `~/.kube/config`) with a bearer token (`token` or `tokenFile`), or else the
-//! in-cluster service account (`KUBERNETES_SERVICE_HOST`, the mounted token and CA).
+//! default `~/.kube/config`) with a bearer token (`token`, `tokenFile`, or an `exec` plugin
+//! such as `gke-gcloud-auth-plugin` or `aws eks get-token`), or else the in-cluster service
+//! account (`KUBERNETES_SERVICE_HOST`, the mounted token and CA).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde::Deserialize;
@@ -12,11 +15,34 @@ use crate::executor::http::RemoteError;
 /// Where the in-cluster service account's files are mounted.
 const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-/// A bearer token, given or read from a file each time (projected tokens rotate).
+/// How long a token from an exec plugin is kept when the plugin gives no expiry.
+const EXEC_TOKEN_LIFETIME: Duration = Duration::from_secs(300);
+
+/// A bearer token: given, read from a file each time (projected tokens rotate), or printed
+/// by an exec plugin (kept until shortly before it expires).
 #[derive(Clone)]
 enum Token {
     Literal(String),
     File(PathBuf),
+    Exec(Exec, Arc<Mutex<Option<(String, Instant)>>>),
+}
+
+/// A kubeconfig user's `exec` plugin.
+#[derive(Clone, Deserialize)]
+struct Exec {
+    command: String,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: Vec<ExecEnv>,
+    #[serde(rename = "apiVersion", default)]
+    api_version: String,
+}
+
+#[derive(Clone, Deserialize)]
+struct ExecEnv {
+    name: String,
+    value: String,
 }
 
 /// How to reach and authenticate to the API server.
@@ -74,6 +100,7 @@ struct User {
     token: Option<String>,
     #[serde(rename = "tokenFile")]
     token_file: Option<PathBuf>,
+    exec: Option<Exec>,
 }
 
 impl KubeAccess {
@@ -141,9 +168,12 @@ impl KubeAccess {
                 token_file: Some(f),
                 ..
             }) => Some(Token::File(f.clone())),
+            Some(User { exec: Some(e), .. }) => {
+                Some(Token::Exec(e.clone(), Arc::new(Mutex::new(None))))
+            }
             Some(_) => {
                 return Err(bad(format!(
-                    "user '{}' has no token or tokenFile: hptune authenticates with bearer tokens (client certificates and exec plugins are not supported)",
+                    "user '{}' has no token, tokenFile or exec plugin: hptune authenticates with bearer tokens (client certificates are not supported)",
                     context.user.as_deref().unwrap_or_default()
                 )));
             }
@@ -188,7 +218,65 @@ impl KubeAccess {
                         path.display()
                     ))
                 }),
+            Some(Token::Exec(exec, cached)) => {
+                let mut cached = cached.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some((token, until)) = cached.as_ref()
+                    && Instant::now() < *until
+                {
+                    return Ok(Some(token.clone()));
+                }
+                let (token, lifetime) = exec.run()?;
+                *cached = Some((token.clone(), Instant::now() + lifetime));
+                Ok(Some(token))
+            }
         }
+    }
+}
+
+impl Exec {
+    /// Runs the plugin; its token and how long to keep it (a minute less than it lasts).
+    fn run(&self) -> Result<(String, Duration), RemoteError> {
+        let failed = |detail: String| {
+            RemoteError::Credentials(format!(
+                "the kubeconfig's exec plugin '{}' {detail}",
+                self.command
+            ))
+        };
+        let info = serde_json::json!({
+            "apiVersion": self.api_version,
+            "kind": "ExecCredential",
+            "spec": {"interactive": false},
+        });
+        let out = std::process::Command::new(&self.command)
+            .args(&self.args)
+            .envs(self.env.iter().map(|e| (&e.name, &e.value)))
+            .env("KUBERNETES_EXEC_INFO", info.to_string())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| failed(format!("cannot be started: {e}")))?;
+        if !out.status.success() {
+            // Its stderr says why (not logged in, ...); its stdout may hold a token.
+            let reason = String::from_utf8_lossy(&out.stderr);
+            return Err(failed(format!(
+                "failed ({}): {}",
+                out.status,
+                reason.trim().lines().last().unwrap_or_default()
+            )));
+        }
+        let credential: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| failed(format!("printed no ExecCredential JSON ({e})")))?;
+        let status = &credential["status"];
+        let token = status["token"]
+            .as_str()
+            .ok_or_else(|| failed("printed no status.token".into()))?;
+        let lifetime = status["expirationTimestamp"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .and_then(|t| (t.to_utc() - chrono::Utc::now()).to_std().ok())
+            .map_or(EXEC_TOKEN_LIFETIME, |left| {
+                left.saturating_sub(Duration::from_secs(60))
+            });
+        Ok((token.to_string(), lifetime))
     }
 }
 
@@ -237,19 +325,47 @@ users:
         assert_eq!(access.token().unwrap().as_deref(), Some("right"));
     }
 
+    fn kubeconfig_with_user(dir: &Path, user: &str) -> PathBuf {
+        let path = dir.join("config");
+        let text = format!(
+            "current-context: c\ncontexts: [{{name: c, context: {{cluster: k, user: u}}}}]\nclusters: [{{name: k, cluster: {{server: 'https://k'}}}}]\nusers: [{{name: u, user: {user}}}]\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     #[test]
     fn a_user_without_a_token_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config");
-        std::fs::write(
-            &path,
-            "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\nclusters: [{name: k, cluster: {server: 'https://k'}}]\nusers: [{name: u, user: {exec: {command: gcloud}}}]\n",
-        )
-        .unwrap();
+        let path = kubeconfig_with_user(dir.path(), "{client-certificate: c.pem}");
         let error = KubeAccess::from_kubeconfig(&path)
             .err()
             .unwrap()
             .to_string();
         assert!(error.contains("user 'u' has no token"), "{error}");
+    }
+
+    #[test]
+    fn an_exec_plugin_gives_the_token_once_until_it_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = dir.path().join("runs");
+        let plugin = dir.path().join("plugin.sh");
+        let script = format!(
+            "#!/bin/sh\necho run >> '{}'\necho \"$KUBERNETES_EXEC_INFO\" | grep -q ExecCredential || exit 9\nprintf '{{\"kind\": \"ExecCredential\", \"status\": {{\"token\": \"%s\"}}}}' \"$PREFIX-token\"\n",
+            runs.display()
+        );
+        std::fs::write(&plugin, script).unwrap();
+        let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(&plugin, executable).unwrap();
+        let user = format!(
+            "{{exec: {{apiVersion: client.authentication.k8s.io/v1, command: '{}', env: [{{name: PREFIX, value: gke}}]}}}}",
+            plugin.display()
+        );
+        let path = kubeconfig_with_user(dir.path(), &user);
+        let access = KubeAccess::from_kubeconfig(&path).unwrap();
+        assert_eq!(access.token().unwrap().as_deref(), Some("gke-token"));
+        assert_eq!(access.token().unwrap().as_deref(), Some("gke-token"));
+        let ran = std::fs::read_to_string(&runs).unwrap();
+        assert_eq!(ran.lines().count(), 1, "the token is kept");
     }
 }
