@@ -381,6 +381,37 @@ fn a_single_trial_is_submitted_by_hand() {
     };
     assert_success(&by_hand(&[]));
     assert_eq!(cloud.fake.seen(|s| s.created.clone()), [(0, 1)]);
+    let log = std::fs::read_to_string(
+        cloud
+            .scratch
+            .path(&format!("hptune-logs/{name}/trial-0.log")),
+    )
+    .unwrap();
+    assert!(
+        log.contains("runs as the job tuning/hptune-remote-trial-"),
+        "{log}"
+    );
+    // A relay started again for the finished attempt refuses to run its worker.
+    let late = cloud.scratch.hptune(&[
+        "relay",
+        "--study",
+        &name,
+        "--trial",
+        "0",
+        "--attempt",
+        "1",
+        "--metric",
+        "loss",
+        "--",
+        "true",
+    ]);
+    assert_eq!(late.status.code(), Some(2));
+    assert!(
+        stderr(&late).contains("trial 0 of study '")
+            && stderr(&late).contains("is succeeded at attempt 1: attempt 1 is over"),
+        "{}",
+        stderr(&late)
+    );
     assert_success(&by_hand(&["--executor", "local"]));
     assert_eq!(
         cloud.fake.seen(|s| s.created.len()),
@@ -454,5 +485,24 @@ fn remote_executors_refuse_a_sqlite_storage() {
             .contains("the vertex executor needs a PostgreSQL storage that its jobs can reach"),
         "{}",
         stderr(&out)
+    );
+    let relay = scratch.hptune(&[
+        "relay",
+        "--study",
+        "s",
+        "--trial",
+        "0",
+        "--attempt",
+        "1",
+        "--metric",
+        "loss",
+        "--",
+        "true",
+    ]);
+    assert_eq!(relay.status.code(), Some(2));
+    assert!(
+        stderr(&relay).contains("the relay writes to PostgreSQL"),
+        "{}",
+        stderr(&relay)
     );
 }

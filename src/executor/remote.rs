@@ -272,6 +272,7 @@ impl Executor for RemoteExecutor {
                 }
             },
         };
+        note_where_the_output_is(&job, &handle);
         let _ = events.send(WorkerEvent::Started {
             trial_id: job.trial_id,
             handle: handle.clone(),
@@ -290,6 +291,23 @@ impl Executor for RemoteExecutor {
             last_output,
             ..outcome(end)
         }
+    }
+}
+
+/// Writes, where a local worker's output would be, where this job's output is instead: the
+/// relay copies the worker's output to the job's own, which the engine keeps.
+fn note_where_the_output_is(job: &TrialJob, handle: &str) {
+    let note = format!(
+        "trial {} attempt {} runs as the job {handle}: its output is in the engine's logs of that job\n",
+        job.number, job.attempt
+    );
+    let written = job
+        .log_path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&job.log_path, note));
+    if let Err(e) = written {
+        tracing::warn!("cannot write {}: {e}", job.log_path.display());
     }
 }
 
