@@ -127,14 +127,24 @@ fn cloud(api: Api, mut script: Script) -> Option<Cloud> {
 }
 
 impl Cloud {
-    fn run(&self, study: &Path, extra: &[&str]) -> std::process::Output {
-        let mut args = vec!["-v", "run", study.to_str().unwrap()];
-        args.extend(extra);
+    /// `hptune ARGS` with the credentials of the fake.
+    fn hptune(&self, args: &[&str]) -> std::process::Output {
         self.scratch
-            .command(&args)
+            .command(args)
             .envs(self.env.iter().cloned())
             .output()
             .unwrap()
+    }
+
+    /// `hptune -v run STUDY`.
+    fn run(&self, study: &Path) -> std::process::Output {
+        self.hptune(&["-v", "run", study.to_str().unwrap()])
+    }
+
+    /// Checks that every request the fake got was one its API documents.
+    fn assert_requests_were_right(&self) {
+        let problems = self.fake.seen(|s| s.problems.clone());
+        assert!(problems.is_empty(), "requests off the API: {problems:#?}");
     }
 
     /// Every text the run left: its output, the files of the controller and the jobs, the
@@ -199,11 +209,10 @@ fn full_study_through(api: Api) {
             .replace("{name}", &name)
             .replace("{block}", &cloud.block),
     );
-    let out = cloud.run(&study, &[]);
+    let out = cloud.run(&study);
     assert_success(&out);
 
-    let problems = cloud.fake.seen(|s| s.problems.clone());
-    assert!(problems.is_empty(), "requests off the API: {problems:#?}");
+    cloud.assert_requests_were_right();
     let faults = cloud.fake.seen(|s| s.faults.clone());
     let throttled = if api == Api::SageMaker { 400 } else { 429 };
     for fault in [throttled, 500, 0] {
@@ -315,10 +324,9 @@ fn early_stopping_cancels_the_job(api: Api) {
         cloud.block
     );
     let study = cloud.scratch.study("study.yaml", &text);
-    let out = cloud.run(&study, &[]);
+    let out = cloud.run(&study);
     assert_success(&out);
-    let problems = cloud.fake.seen(|s| s.problems.clone());
-    assert!(problems.is_empty(), "requests off the API: {problems:#?}");
+    cloud.assert_requests_were_right();
     let trials = cloud.scratch.trials(&name);
     assert_eq!(common::states(&trials), ["succeeded", "stopped"]);
     assert_eq!(trials[0]["value"].as_f64(), Some(0.2));
@@ -372,12 +380,7 @@ fn a_single_trial_is_submitted_by_hand() {
             "n=2",
         ];
         args.extend(extra);
-        cloud
-            .scratch
-            .command(&args)
-            .envs(cloud.env.iter().cloned())
-            .output()
-            .unwrap()
+        cloud.hptune(&args)
     };
     assert_success(&by_hand(&[]));
     assert_eq!(cloud.fake.seen(|s| s.created.clone()), [(0, 1)]);
@@ -447,22 +450,17 @@ fn vertex_takes_its_token_from_the_metadata_server() {
             .replace("{name}", &name)
             .replace("{block}", &cloud.block),
     );
-    let out = cloud
-        .scratch
-        .command(&[
-            "trial",
-            study.to_str().unwrap(),
-            "--param",
-            "x=1",
-            "--param",
-            "n=1",
-        ])
-        .envs(cloud.env.iter().cloned())
-        .output()
-        .unwrap();
+    let out = cloud.hptune(&[
+        "trial",
+        study.to_str().unwrap(),
+        "--param",
+        "x=1",
+        "--param",
+        "n=1",
+    ]);
     assert_success(&out);
     assert_eq!(cloud.fake.seen(|s| s.tokens_issued), 1, "one token, cached");
-    assert!(cloud.fake.seen(|s| s.problems.is_empty()));
+    cloud.assert_requests_were_right();
     assert_eq!(cloud.scratch.trials(&name)[0]["value"].as_f64(), Some(2.0));
 }
 
