@@ -127,13 +127,21 @@ fn cloud(api: Api, mut script: Script) -> Option<Cloud> {
 }
 
 impl Cloud {
-    /// `hptune ARGS` with the credentials of the fake.
+    /// `hptune ARGS` with the credentials of the fake, and none from the test's environment.
     fn hptune(&self, args: &[&str]) -> std::process::Output {
-        self.scratch
-            .command(args)
-            .envs(self.env.iter().cloned())
-            .output()
-            .unwrap()
+        let mut command = self.scratch.command(args);
+        for name in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_PROFILE",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "GCE_METADATA_HOST",
+            "KUBERNETES_SERVICE_HOST",
+        ] {
+            command.env_remove(name);
+        }
+        command.envs(self.env.iter().cloned()).output().unwrap()
     }
 
     /// `hptune -v run STUDY`.
@@ -462,6 +470,40 @@ fn vertex_takes_its_token_from_the_metadata_server() {
     assert_eq!(cloud.fake.seen(|s| s.tokens_issued), 1, "one token, cached");
     cloud.assert_requests_were_right();
     assert_eq!(cloud.scratch.trials(&name)[0]["value"].as_f64(), Some(2.0));
+}
+
+/// Without credentials in any of the engine's usual places, the study is refused before a
+/// job is submitted, with a message that says where they were looked for.
+#[test]
+fn missing_credentials_are_bad_input() {
+    for (api, expected) in [
+        (Api::Kubernetes, "no Kubernetes credentials: set KUBECONFIG"),
+        (Api::SageMaker, "no AWS credentials: set AWS_ACCESS_KEY_ID"),
+    ] {
+        let Some(mut cloud) = cloud(api, Script::default()) else {
+            return;
+        };
+        let nowhere = cloud.scratch.path("nowhere").display().to_string();
+        cloud.env = vec![
+            ("KUBECONFIG".into(), nowhere.clone()),
+            ("AWS_SHARED_CREDENTIALS_FILE".into(), nowhere),
+            (
+                "HOME".into(),
+                cloud.scratch.dir.path().display().to_string(),
+            ),
+        ];
+        let name = common::unique_name("remote-no-credentials");
+        let study = cloud.scratch.study(
+            "study.yaml",
+            &STUDY
+                .replace("{name}", &name)
+                .replace("{block}", &cloud.block),
+        );
+        let out = cloud.run(&study);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+        assert!(cloud.fake.seen(|s| s.requests.is_empty()));
+    }
 }
 
 /// A remote executor with a SQLite storage is refused before anything runs: its jobs could
