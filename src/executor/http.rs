@@ -68,11 +68,12 @@ pub struct Http {
 
 impl Http {
     /// A client whose requests time out after `timeout`; `root_pem` adds a trusted CA (a
-    /// cluster's own), `insecure` trusts any certificate (kubeconfig's
-    /// `insecure-skip-tls-verify`).
+    /// cluster's own), `identity_pem` is a client certificate and its key to present,
+    /// `insecure` trusts any certificate (kubeconfig's `insecure-skip-tls-verify`).
     pub fn new(
         timeout: Duration,
         root_pem: Option<&[u8]>,
+        identity_pem: Option<&[u8]>,
         insecure: bool,
     ) -> Result<Self, RemoteError> {
         let mut builder = Client::builder()
@@ -85,6 +86,13 @@ impl Http {
                 RemoteError::Credentials(format!("the cluster's CA certificate does not read: {e}"))
             })?;
             builder = builder.add_root_certificate(certificate);
+        }
+        if let Some(pem) = identity_pem {
+            // reqwest's message names what is missing, never the key's content.
+            let identity = reqwest::Identity::from_pem(pem).map_err(|e| {
+                RemoteError::Credentials(format!("the client certificate and key do not read: {e}"))
+            })?;
+            builder = builder.identity(identity);
         }
         let client = builder
             .build()

@@ -65,6 +65,7 @@ impl Kubernetes {
         let http = Http::new(
             spec.remote.request_timeout,
             access.ca_pem.as_deref(),
+            access.identity_pem.as_deref(),
             access.insecure,
         )?;
         Ok(Self {

@@ -46,7 +46,7 @@ impl SageMaker {
                 .clone()
                 .unwrap_or_else(|| format!("https://api.sagemaker.{}.amazonaws.com", spec.region)),
             credentials: AwsCredentials::from_environment()?,
-            http: Http::new(spec.remote.request_timeout, None, false)?,
+            http: Http::new(spec.remote.request_timeout, None, None, false)?,
             spec: spec.clone(),
         })
     }

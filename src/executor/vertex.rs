@@ -42,7 +42,7 @@ struct Status {
 impl Vertex {
     /// The engine for `spec`, with this process's Google credentials.
     pub fn new(spec: &VertexSpec) -> Result<Self, RemoteError> {
-        let http = Http::new(spec.remote.request_timeout, None, false)?;
+        let http = Http::new(spec.remote.request_timeout, None, None, false)?;
         Ok(Self {
             endpoint: spec
                 .remote

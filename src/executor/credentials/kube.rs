@@ -1,7 +1,8 @@
 //! Access to a Kubernetes API server: the current context of the kubeconfig (`KUBECONFIG`,
 //! default `~/.kube/config`) with a bearer token (`token`, `tokenFile`, or an `exec` plugin
-//! such as `gke-gcloud-auth-plugin` or `aws eks get-token`), or else the in-cluster service
-//! account (`KUBERNETES_SERVICE_HOST`, the mounted token and CA).
+//! such as `gke-gcloud-auth-plugin` or `aws eks get-token`) or a client certificate and key,
+//! or else the in-cluster service account (`KUBERNETES_SERVICE_HOST`, the mounted token and
+//! CA).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -56,6 +57,8 @@ pub struct KubeAccess {
     pub ca_pem: Option<Vec<u8>>,
     /// Whether the server's certificate is not checked (`insecure-skip-tls-verify`).
     pub insecure: bool,
+    /// The user's client certificate and its key (PEM), when it authenticates with them.
+    pub identity_pem: Option<Vec<u8>>,
     token: Option<Token>,
 }
 
@@ -101,6 +104,14 @@ struct User {
     #[serde(rename = "tokenFile")]
     token_file: Option<PathBuf>,
     exec: Option<Exec>,
+    #[serde(rename = "client-certificate-data")]
+    client_certificate_data: Option<String>,
+    #[serde(rename = "client-certificate")]
+    client_certificate: Option<PathBuf>,
+    #[serde(rename = "client-key-data")]
+    client_key_data: Option<String>,
+    #[serde(rename = "client-key")]
+    client_key: Option<PathBuf>,
 }
 
 impl KubeAccess {
@@ -133,6 +144,7 @@ impl KubeAccess {
                     .map(|n| n.trim().to_string()),
                 ca_pem: std::fs::read(dir.join("ca.crt")).ok(),
                 insecure: false,
+                identity_pem: None,
                 token: Some(Token::File(dir.join("token"))),
             });
         }
@@ -162,6 +174,24 @@ impl KubeAccess {
             ),
             None => None,
         };
+        let identity_pem = match user {
+            Some(user) => {
+                let certificate = pem(
+                    &user.client_certificate_data,
+                    &user.client_certificate,
+                    "client-certificate",
+                )
+                .map_err(&bad)?;
+                let key =
+                    pem(&user.client_key_data, &user.client_key, "client-key").map_err(&bad)?;
+                certificate.zip(key).map(|(mut both, key)| {
+                    both.push(b'\n');
+                    both.extend(key);
+                    both
+                })
+            }
+            None => None,
+        };
         let token = match user {
             Some(User { token: Some(t), .. }) => Some(Token::Literal(t.clone())),
             Some(User {
@@ -171,36 +201,27 @@ impl KubeAccess {
             Some(User { exec: Some(e), .. }) => {
                 Some(Token::Exec(e.clone(), Arc::new(Mutex::new(None))))
             }
+            Some(_) if identity_pem.is_some() => None,
             Some(_) => {
                 return Err(bad(format!(
-                    "user '{}' has no token, tokenFile or exec plugin: hptune authenticates with bearer tokens (client certificates are not supported)",
+                    "user '{}' has no token, tokenFile, exec plugin, or client certificate and key",
                     context.user.as_deref().unwrap_or_default()
                 )));
             }
             None => None,
         };
-        let ca_pem = match (
+        let ca_pem = pem(
             &cluster.certificate_authority_data,
             &cluster.certificate_authority,
-        ) {
-            (Some(data), _) => Some(
-                base64::engine::general_purpose::STANDARD
-                    .decode(data.trim())
-                    .map_err(|e| bad(format!("certificate-authority-data is not base64: {e}")))?,
-            ),
-            (None, Some(file)) => Some(std::fs::read(file).map_err(|e| {
-                bad(format!(
-                    "certificate-authority {} cannot be read: {e}",
-                    file.display()
-                ))
-            })?),
-            (None, None) => None,
-        };
+            "certificate-authority",
+        )
+        .map_err(&bad)?;
         Ok(Self {
             server: cluster.server.trim_end_matches('/').to_string(),
             namespace: context.namespace.clone(),
             ca_pem,
             insecure: cluster.insecure_skip_tls_verify,
+            identity_pem,
             token,
         })
     }
@@ -280,6 +301,24 @@ impl Exec {
     }
 }
 
+/// A PEM given inline (`<field>-data`, base64) or as a file (`<field>`), if either is.
+fn pem(
+    data: &Option<String>,
+    file: &Option<PathBuf>,
+    field: &str,
+) -> Result<Option<Vec<u8>>, String> {
+    match (data, file) {
+        (Some(data), _) => base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map(Some)
+            .map_err(|e| format!("{field}-data is not base64: {e}")),
+        (None, Some(file)) => std::fs::read(file)
+            .map(Some)
+            .map_err(|e| format!("{field} {} cannot be read: {e}", file.display())),
+        (None, None) => Ok(None),
+    }
+}
+
 fn find<'a, T>(items: &'a [Named<T>], name: &str) -> Option<&'a T> {
     items.iter().find(|i| i.name == name).map(|i| &i.value)
 }
@@ -287,6 +326,7 @@ fn find<'a, T>(items: &'a [Named<T>], name: &str) -> Option<&'a T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::executor::http::Http;
 
     #[test]
     fn reads_the_current_context_of_a_kubeconfig() {
@@ -337,12 +377,52 @@ users:
     #[test]
     fn a_user_without_a_token_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
-        let path = kubeconfig_with_user(dir.path(), "{client-certificate: c.pem}");
+        let path = kubeconfig_with_user(dir.path(), "{username: admin}");
         let error = KubeAccess::from_kubeconfig(&path)
             .err()
             .unwrap()
             .to_string();
         assert!(error.contains("user 'u' has no token"), "{error}");
+    }
+
+    #[test]
+    fn a_client_certificate_and_key_make_an_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        let made = std::process::Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args(["-subj", "/CN=test-only", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let inline =
+            base64::engine::general_purpose::STANDARD.encode(std::fs::read(&cert).unwrap());
+        let user = format!(
+            "{{client-certificate-data: {inline}, client-key: '{}'}}",
+            key.display()
+        );
+        let access = KubeAccess::from_kubeconfig(&kubeconfig_with_user(dir.path(), &user)).unwrap();
+        assert_eq!(access.token().unwrap(), None);
+        let identity = access.identity_pem.clone().unwrap();
+        let timeout = Duration::from_secs(1);
+        assert!(Http::new(timeout, None, Some(&identity), false).is_ok());
+        let key_text = std::fs::read_to_string(&key).unwrap();
+        let broken = key_text.lines().take(3).collect::<Vec<_>>().join("\n");
+        let error = Http::new(timeout, None, Some(broken.as_bytes()), false)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.contains("client certificate and key do not read"),
+            "{error}"
+        );
+        assert!(!error.contains(key_text.lines().nth(1).unwrap()), "{error}");
     }
 
     #[test]
