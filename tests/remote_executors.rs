@@ -144,6 +144,16 @@ impl Cloud {
         command.envs(self.env.iter().cloned()).output().unwrap()
     }
 
+    /// A study of 6 trials on this cloud, its name starting with `prefix`.
+    fn study(&self, prefix: &str) -> (String, std::path::PathBuf) {
+        let name = common::unique_name(prefix);
+        let text = STUDY
+            .replace("{name}", &name)
+            .replace("{block}", &self.block);
+        let path = self.scratch.study("study.yaml", &text);
+        (name, path)
+    }
+
     /// `hptune -v run STUDY`.
     fn run(&self, study: &Path) -> std::process::Output {
         self.hptune(&["-v", "run", study.to_str().unwrap()])
@@ -210,13 +220,7 @@ fn full_study_through(api: Api) {
     let Some(cloud) = cloud(api, script) else {
         return;
     };
-    let name = common::unique_name("remote");
-    let study = cloud.scratch.study(
-        "study.yaml",
-        &STUDY
-            .replace("{name}", &name)
-            .replace("{block}", &cloud.block),
-    );
+    let (name, study) = cloud.study("remote");
     let out = cloud.run(&study);
     assert_success(&out);
 
@@ -371,13 +375,7 @@ fn a_single_trial_is_submitted_by_hand() {
     let Some(cloud) = cloud(Api::Kubernetes, Script::default()) else {
         return;
     };
-    let name = common::unique_name("remote-trial");
-    let study = cloud.scratch.study(
-        "study.yaml",
-        &STUDY
-            .replace("{name}", &name)
-            .replace("{block}", &cloud.block),
-    );
+    let (name, study) = cloud.study("remote-trial");
     let by_hand = |extra: &[&str]| {
         let mut args = vec![
             "trial",
@@ -451,13 +449,7 @@ fn vertex_takes_its_token_from_the_metadata_server() {
         "GCE_METADATA_HOST".into(),
         cloud.fake.url.trim_start_matches("http://").to_string(),
     )];
-    let name = common::unique_name("remote-metadata");
-    let study = cloud.scratch.study(
-        "study.yaml",
-        &STUDY
-            .replace("{name}", &name)
-            .replace("{block}", &cloud.block),
-    );
+    let (name, study) = cloud.study("remote-metadata");
     let out = cloud.hptune(&[
         "trial",
         study.to_str().unwrap(),
@@ -492,13 +484,7 @@ fn missing_credentials_are_bad_input() {
                 cloud.scratch.dir.path().display().to_string(),
             ),
         ];
-        let name = common::unique_name("remote-no-credentials");
-        let study = cloud.scratch.study(
-            "study.yaml",
-            &STUDY
-                .replace("{name}", &name)
-                .replace("{block}", &cloud.block),
-        );
+        let (_, study) = cloud.study("remote-no-credentials");
         let out = cloud.run(&study);
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
         assert!(stderr(&out).contains(expected), "{}", stderr(&out));
