@@ -439,6 +439,60 @@ fn a_single_trial_is_submitted_by_hand() {
     );
 }
 
+/// A controller killed while its trials run as jobs loses nothing: the next `hptune run`
+/// adopts the recorded jobs (no new job is submitted), reads the measurements their relays
+/// wrote meanwhile, and records their ends.
+#[test]
+fn a_killed_controller_s_jobs_are_adopted() {
+    let Some(cloud) = cloud(Api::Kubernetes, Script::default()) else {
+        return;
+    };
+    let name = common::unique_name("remote-adopt");
+    let text = STUDY
+        .replace("{name}", &name)
+        .replace("max_trial_count: 6", "max_trial_count: 2")
+        .replace("  timeout: 5m", "  timeout: 5m\n  env: {SLEEP: '3'}")
+        .replace("{block}", &cloud.block);
+    let study = cloud.scratch.study("study.yaml", &text);
+    let mut first = cloud
+        .scratch
+        .command(&["run", study.to_str().unwrap()])
+        .envs(cloud.env.iter().cloned())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let recorded = format!(
+        "SELECT COUNT(*) FROM trials WHERE worker IS NOT NULL AND study_id = (SELECT id FROM studies WHERE name = '{name}')"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while cloud.scratch.query(&recorded)[0][0] != Value::from(2) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the jobs were never recorded"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let out = cloud.run(&study);
+    assert_success(&out);
+    let mut created = cloud.fake.seen(|s| s.created.clone());
+    created.sort();
+    assert_eq!(
+        created,
+        [(0, 1), (1, 1)],
+        "the jobs were adopted, not submitted again"
+    );
+    let trials = cloud.scratch.trials(&name);
+    assert_eq!(common::states(&trials), ["succeeded", "succeeded"]);
+    for trial in &trials {
+        let value = trial["value"].as_f64().unwrap();
+        assert!((value - expected_loss(trial)).abs() < 1e-9, "{trial}");
+    }
+    cloud.assert_requests_were_right();
+}
+
 /// Without a key file, Vertex's token comes from the metadata server (`GCE_METADATA_HOST`).
 #[test]
 fn vertex_takes_its_token_from_the_metadata_server() {
