@@ -441,10 +441,14 @@ fn a_single_trial_is_submitted_by_hand() {
 
 /// A controller killed while its trials run as jobs loses nothing: the next `hptune run`
 /// adopts the recorded jobs (no new job is submitted), reads the measurements their relays
-/// wrote meanwhile, and records their ends.
-#[test]
-fn a_killed_controller_s_jobs_are_adopted() {
-    let Some(cloud) = cloud(Api::Kubernetes, Script::default()) else {
+/// wrote meanwhile, and records their ends; with `ttl_passed`, the Jobs end and are deleted
+/// before it runs, and the trials are judged by what their relays recorded.
+fn killed_controller(ttl_passed: bool) {
+    let script = Script {
+        ttl_passed,
+        ..Script::default()
+    };
+    let Some(cloud) = cloud(Api::Kubernetes, script) else {
         return;
     };
     let name = common::unique_name("remote-adopt");
@@ -475,6 +479,21 @@ fn a_killed_controller_s_jobs_are_adopted() {
     }
     first.kill().unwrap();
     first.wait().unwrap();
+    if ttl_passed {
+        let finals = format!(
+            "SELECT COUNT(*) FROM measurements m JOIN trials t ON t.id = m.trial_id
+             WHERE m.step IS NULL AND t.study_id = (SELECT id FROM studies WHERE name = '{name}')"
+        );
+        while cloud.scratch.query(&finals)[0][0] != Value::from(2) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the relays never finished"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // The relays are done and their Jobs are gone (each relay exits just after its row).
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let out = cloud.run(&study);
     assert_success(&out);
     let mut created = cloud.fake.seen(|s| s.created.clone());
@@ -491,6 +510,16 @@ fn a_killed_controller_s_jobs_are_adopted() {
         assert!((value - expected_loss(trial)).abs() < 1e-9, "{trial}");
     }
     cloud.assert_requests_were_right();
+}
+
+#[test]
+fn a_killed_controller_s_running_jobs_are_adopted() {
+    killed_controller(false);
+}
+
+#[test]
+fn a_killed_controller_s_deleted_jobs_are_judged_by_their_relay_s_records() {
+    killed_controller(true);
 }
 
 /// Without a key file, Vertex's token comes from the metadata server (`GCE_METADATA_HOST`).

@@ -209,9 +209,7 @@ impl Engine for Kubernetes {
             .await;
         match answer {
             Ok(job) => Ok(job_state(&job)),
-            Err(e) if e.status() == Some(404) => Ok(JobState::Cancelled(format!(
-                "Job {handle} was deleted outside hptune"
-            ))),
+            Err(e) if e.status() == Some(404) => Ok(JobState::Gone),
             Err(e) => Err(e),
         }
     }

@@ -95,7 +95,8 @@ pub enum WorkerEnd {
     Stopped,
     /// It could not be started.
     LaunchFailed(String),
-    /// An adopted worker ended; its exit status went to the controller that started it.
+    /// An adopted worker ended (its exit status went to the controller that started it), or a
+    /// remote job is no more (deleted after its TTL): how it ended is lost.
     Vanished,
     /// A remote job failed; the engine's reason.
     JobFailed(String),

@@ -46,8 +46,11 @@ pub enum JobState {
     Failed(String),
     /// Its machine was taken away; the engine's reason.
     Preempted(String),
-    /// It was cancelled, or deleted, by someone other than this controller.
+    /// It was cancelled by someone other than this controller.
     Cancelled(String),
+    /// The engine no longer knows it (a Kubernetes Job deleted after its TTL, or by hand):
+    /// how it ended is lost, and the trial is judged by what its relay recorded.
+    Gone,
 }
 
 /// What a job runs: the container's command line and environment, and a name for it.
@@ -215,6 +218,7 @@ impl RemoteExecutor {
                         Ok(JobState::Failed(reason)) => break WorkerEnd::JobFailed(reason),
                         Ok(JobState::Preempted(reason)) => break WorkerEnd::Preempted(reason),
                         Ok(JobState::Cancelled(reason)) => break WorkerEnd::JobFailed(reason),
+                        Ok(JobState::Gone) => break WorkerEnd::Vanished,
                         Err(e) => {
                             failed_polls += 1;
                             if failed_polls >= FAILED_POLLS {

@@ -44,6 +44,9 @@ pub struct Script {
     pub credential: String,
     /// The RSA public key (PEM) that signs Vertex's token requests.
     pub jwt_public_key: Option<String>,
+    /// Kubernetes: finished Jobs are deleted at once (a TTL that passed while no controller
+    /// watched): asking for one answers 404.
+    pub ttl_passed: bool,
 }
 
 /// A job the fake runs.
@@ -639,6 +642,15 @@ impl State {
             } else if let Ok(Some(status)) = child.try_wait() {
                 job.end = Some(End::Exited(status.code().unwrap_or(-1)));
             }
+        }
+        if self.api == Api::Kubernetes
+            && self.script.ttl_passed
+            && matches!(job.end, Some(End::Exited(_)))
+        {
+            return Ok((
+                404,
+                json!({"kind": "Status", "reason": "NotFound", "code": 404}),
+            ));
         }
         let running = job.process.is_some();
         Ok(match self.api {
