@@ -56,8 +56,11 @@ pub enum RelayError {
 pub struct RelayEnd {
     /// The relay's exit code: the worker's, `128 + signal` for a signal, 1 otherwise.
     pub exit_code: u8,
-    /// Why the trial failed, when it did (also recorded with the attempt).
+    /// Why the trial failed, when it did.
     pub failure: Option<String>,
+    /// What the controller is told with the job's failure (recorded with the attempt): the
+    /// worker's last line of output, or the relay's reason when it has none or exited 0.
+    pub last_output: Option<String>,
     /// The worker's stdout and stderr files.
     pub log_path: PathBuf,
 }
@@ -134,7 +137,7 @@ pub async fn relay(
     }
     let end = conclude(&outcome, &measurements, &job.metric, log_path);
     storage
-        .attempt_heartbeat(&trial, end.failure.as_deref())
+        .attempt_heartbeat(&trial, end.last_output.as_deref())
         .await?;
     Ok(end)
 }
@@ -193,7 +196,15 @@ fn conclude(
     };
     let (exit_code, failure) = match &outcome.end {
         WorkerEnd::Exited(0) => match report::final_value(measurements, metric) {
-            Err(e @ ReportError::NotFinite { .. }) => (1, Some(e.to_string())),
+            Err(e @ ReportError::NotFinite { .. }) => {
+                let reason = e.to_string();
+                return RelayEnd {
+                    exit_code: 1,
+                    failure: Some(reason.clone()),
+                    last_output: Some(reason),
+                    log_path,
+                };
+            }
             _ => (0, None),
         },
         WorkerEnd::Exited(code) => (
@@ -211,6 +222,10 @@ fn conclude(
     };
     RelayEnd {
         exit_code,
+        last_output: failure
+            .as_ref()
+            .and(outcome.last_output.clone())
+            .or(failure.clone()),
         failure,
         log_path,
     }
@@ -248,6 +263,7 @@ mod tests {
             failed.failure.as_deref(),
             Some("the worker exited with code 3 (last output: Traceback: boom)")
         );
+        assert_eq!(failed.last_output.as_deref(), Some("Traceback: boom"));
         assert_eq!(end(WorkerEnd::Killed("SIGKILL".into())).exit_code, 137);
     }
 
@@ -264,5 +280,6 @@ mod tests {
             end.failure.as_deref(),
             Some("the worker reported loss=NaN at step 2")
         );
+        assert_eq!(end.last_output, end.failure);
     }
 }

@@ -466,14 +466,17 @@ fn killed_controller(ttl_passed: bool) {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    // Both jobs run: their handles are recorded and their relays have sent a heartbeat.
     let recorded = format!(
-        "SELECT COUNT(*) FROM trials WHERE worker IS NOT NULL AND study_id = (SELECT id FROM studies WHERE name = '{name}')"
+        "SELECT COUNT(*) FROM trials t JOIN attempts a ON a.trial_id = t.id AND a.attempt = t.attempt
+         WHERE t.worker IS NOT NULL AND a.heartbeat_at IS NOT NULL
+         AND t.study_id = (SELECT id FROM studies WHERE name = '{name}')"
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while cloud.scratch.query(&recorded)[0][0] != Value::from(2) {
         assert!(
             std::time::Instant::now() < deadline,
-            "the jobs were never recorded"
+            "the jobs never ran"
         );
         std::thread::sleep(Duration::from_millis(100));
     }

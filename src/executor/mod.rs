@@ -1,5 +1,7 @@
-//! How a trial worker runs. Each engine is one file implementing [`Executor`]; the controller
-//! hands it a [`TrialJob`] and gets back events while it runs and a [`WorkerOutcome`] at the end.
+//! How a trial worker runs. The controller hands an [`Executor`] a [`TrialJob`] and gets back
+//! events while it runs and a [`WorkerOutcome`] at the end. Local processes are
+//! [`LocalExecutor`]; each cloud engine (`vertex.rs`, `kubernetes.rs`, `sagemaker.rs`) is one
+//! file implementing `remote::Engine`, driven by [`RemoteExecutor`].
 
 mod credentials;
 mod http;
