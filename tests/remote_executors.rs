@@ -473,7 +473,7 @@ fn killed_controller(ttl_passed: bool) {
          AND t.study_id = (SELECT id FROM studies WHERE name = '{name}')"
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while cloud.scratch.query(&recorded)[0][0] != Value::from(2) {
+    while cloud.scratch.query(&recorded)[0][0] != 2 {
         assert!(
             std::time::Instant::now() < deadline,
             "the jobs never ran"
@@ -487,7 +487,7 @@ fn killed_controller(ttl_passed: bool) {
             "SELECT COUNT(*) FROM measurements m JOIN trials t ON t.id = m.trial_id
              WHERE m.step IS NULL AND t.study_id = (SELECT id FROM studies WHERE name = '{name}')"
         );
-        while cloud.scratch.query(&finals)[0][0] != Value::from(2) {
+        while cloud.scratch.query(&finals)[0][0] != 2 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the relays never finished"
