@@ -96,10 +96,11 @@ fn cloud(api: Api, mut script: Script) -> Option<Cloud> {
             (fake, block)
         }
         Api::SageMaker => {
+            let session = format!("session-{secret}");
             script.credential = "AKIDTESTONLY".into();
+            script.aws_secret = Some((secret.clone(), session.clone()));
             let fake = FakeCloud::start(api, script, scratch.path("jobs"));
             // The shared credentials file, at a profile other than the first.
-            let session = format!("session-{secret}");
             let file = format!(
                 "[default]\naws_access_key_id = AKIDWRONG\naws_secret_access_key = wrong\n\n[tuning]\naws_access_key_id = AKIDTESTONLY\naws_secret_access_key = {secret}\naws_session_token = {session}\n"
             );
@@ -474,10 +475,7 @@ fn killed_controller(ttl_passed: bool) {
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while cloud.scratch.query(&recorded)[0][0] != 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the jobs never ran"
-        );
+        assert!(std::time::Instant::now() < deadline, "the jobs never ran");
         std::thread::sleep(Duration::from_millis(100));
     }
     first.kill().unwrap();

@@ -44,6 +44,9 @@ pub struct Script {
     pub credential: String,
     /// The RSA public key (PEM) that signs Vertex's token requests.
     pub jwt_public_key: Option<String>,
+    /// SageMaker: the secret key and session token; each request's signature is computed again
+    /// with them and must match.
+    pub aws_secret: Option<(String, String)>,
     /// Kubernetes: finished Jobs are deleted at once (a TTL that passed while no controller
     /// watched): asking for one answers 404.
     pub ttl_passed: bool,
@@ -403,6 +406,11 @@ impl State {
                 {
                     return Err("Content-Type is not application/x-amz-json-1.1".into());
                 }
+                if let Some((secret, session)) = &self.script.aws_secret
+                    && sigv4(request, &self.script.credential, secret, session)? != *authorization
+                {
+                    return Err("the SigV4 signature does not match the request".into());
+                }
             }
         }
         Ok(())
@@ -744,6 +752,54 @@ impl State {
         self.seen.cancelled.push((job.trial, job.attempt));
         Ok((200, json!({}), None))
     }
+}
+
+/// The Authorization header a SageMaker request signed with these credentials must carry,
+/// computed from what arrived: method, host, the signed headers, the body, X-Amz-Date.
+fn sigv4(request: &Request, id: &str, secret: &str, session: &str) -> Result<String, String> {
+    use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+    let header = |name: &str| {
+        request
+            .headers
+            .get(name)
+            .map(String::as_str)
+            .ok_or(format!("no {name} header"))
+    };
+    let date = chrono::NaiveDateTime::parse_from_str(header("x-amz-date")?, "%Y%m%dT%H%M%SZ")
+        .map_err(|e| format!("X-Amz-Date: {e}"))?;
+    let time = std::time::UNIX_EPOCH + Duration::from_secs(date.and_utc().timestamp() as u64);
+    let identity =
+        aws_credential_types::Credentials::new(id, secret, Some(session.to_string()), None, "fake")
+            .into();
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region("eu-west-1")
+        .name("sagemaker")
+        .time(time)
+        .settings(SigningSettings::default())
+        .build()
+        .map_err(|e| e.to_string())?
+        .into();
+    let url = format!("http://{}{}", header("host")?, request.path);
+    let signed = [
+        ("content-type", header("content-type")?),
+        ("x-amz-target", header("x-amz-target")?),
+    ];
+    let signable = SignableRequest::new(
+        &request.method,
+        &url,
+        signed.into_iter(),
+        SignableBody::Bytes(&request.body),
+    )
+    .map_err(|e| e.to_string())?;
+    let (instructions, _) = sign(signable, &params)
+        .map_err(|e| e.to_string())?
+        .into_parts();
+    instructions
+        .headers()
+        .find(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+        .map(|(_, value)| value.to_string())
+        .ok_or("no signature".into())
 }
 
 /// Runs the job's container command here: `hptune` is the binary under test.
