@@ -19,6 +19,7 @@ pub mod gp;
 mod kernel;
 mod lbfgs;
 pub mod search;
+pub mod trust;
 
 /// The central finite difference of `f` at `x` along coordinate `d`, for tests of gradients.
 #[cfg(test)]
@@ -38,6 +39,7 @@ use design::{initial_design_size, sobol_point};
 use encoding::Encoding;
 use gp::{Gp, GpError};
 use search::{Acquisition, maximize, stream};
+use trust::Region;
 
 /// Proposes trials by Bayesian optimisation with a Gaussian process. Given the same seed and
 /// history it proposes the same point: every random choice comes from a stream derived from
@@ -74,8 +76,8 @@ impl BayesSampler {
             .anchors
             .hyperparameters(encoding, context.goal, context.history, &data)
             .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
-        let best = data.best;
         let mut gp = Gp::new(data.x, &data.y, &hyper)?;
+        let best = gp.best_mean();
         if !context.running.is_empty() {
             // Kriging believer: each running trial as if it returned the posterior mean.
             let mut x = gp.points().to_vec();
@@ -87,6 +89,10 @@ impl BayesSampler {
             }
             gp = Gp::new(x, &y, &hyper)?;
         }
+        let dimension = context.space.dimension();
+        let design = initial_design_size(dimension) as usize;
+        let side = trust::side(&data.values, design, dimension);
+        let region = Region::around(encoding, &data.incumbents[0], side);
         let acquisition = Acquisition { gp: &gp, best };
         let mut rng = stream(self.seed, context.number);
         let sobol_seed = self.seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
@@ -94,6 +100,7 @@ impl BayesSampler {
             encoding,
             &acquisition,
             &data.incumbents,
+            &region,
             &mut rng,
             sobol_seed,
         ))
