@@ -91,7 +91,8 @@ impl BayesSampler {
         }
         let dimension = context.space.dimension();
         let design = initial_design_size(dimension) as usize;
-        let side = trust::side(&data.values, design, dimension);
+        let batch = context.running.len() + 1;
+        let side = trust::side(&data.values, design, dimension, batch);
         let region = Region::around(encoding, &data.incumbents[0], side);
         let acquisition = Acquisition { gp: &gp, best };
         let mut rng = stream(self.seed, context.number);
