@@ -4,7 +4,8 @@
 //! The first trials follow a space-filling design ([`design`]); after that every proposal
 //! comes from the model: features of each finished trial ([`encoding`]), hyperparameters
 //! fitted by maximum a posteriori ([`fit`]), the posterior ([`gp`]), and log expected
-//! improvement ([`acquisition`]) maximised over the space ([`search`]). Trials still running
+//! improvement ([`acquisition`]) maximised over a trust region around the best point
+//! ([`trust`]) that shrinks while proposals fail to improve ([`search`]). Trials still running
 //! are taken as if they had returned the model's mean there (kriging believer), so that
 //! parallel proposals spread out. Failed trials count as the worst value seen, so the model
 //! steers away from where trials fail. See `docs/bayes.md`.
