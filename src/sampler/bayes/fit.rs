@@ -203,13 +203,12 @@ mod tests {
         let y: Vec<f64> = x.iter().map(|p| (3.0 * p[0]).sin() + p[1]).collect();
         let theta = [-0.7, 0.2, 0.3, -4.0];
         let (_, gradient) = negative_log_posterior(&theta, &x, &y).unwrap();
-        for i in 0..theta.len() {
+        for (i, analytic) in gradient.iter().enumerate() {
             let value = |t: &[f64]| negative_log_posterior(t, &x, &y).unwrap().0;
             let numeric = super::super::central_difference(value, &theta, i);
             assert!(
-                (numeric - gradient[i]).abs() < 1e-5 * (1.0 + numeric.abs()),
-                "θ{i}: {numeric} vs {}",
-                gradient[i]
+                (numeric - analytic).abs() < 1e-5 * (1.0 + numeric.abs()),
+                "θ{i}: {numeric} vs {analytic}"
             );
         }
     }

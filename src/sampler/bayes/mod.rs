@@ -67,7 +67,7 @@ impl BayesSampler {
     }
 
     /// The model's proposal, as unit coordinates.
-    fn from_model(
+    fn model_proposal(
         &mut self,
         context: &ProposalContext<'_>,
         encoding: &Encoding<'_>,
@@ -120,7 +120,7 @@ impl Sampler for BayesSampler {
             Some(data) if !in_design => data,
             _ => return Ok(Some(self.design(context))),
         };
-        match self.from_model(context, &encoding, data) {
+        match self.model_proposal(context, &encoding, data) {
             Ok(unit) => Ok(Some(context.space.from_unit(&unit))),
             Err(error) => {
                 tracing::warn!(
