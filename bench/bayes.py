@@ -255,8 +255,9 @@ def main():
     parser.add_argument("--timing-at", default="10,50,100,200")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--include", type=Path, action="append", default=[],
-                        help="a results file of an earlier run whose runs of other samplers "
-                             "join the tables (e.g. Optuna's, which do not change with hptune)")
+                        help="a results file of an earlier run whose runs join the tables where "
+                             "this run and earlier --include files have none (e.g. Optuna's, "
+                             "which do not change with hptune)")
     args = parser.parse_args()
     samplers = args.samplers.split(",") if args.samplers else []
     binaries = build()
@@ -285,10 +286,14 @@ def main():
             print(f"timing {sampler}: {r['wall_seconds']:.1f} s", file=sys.stderr, flush=True)
             save()
     for path in args.include:
+        # An earlier run fills the cells (sampler, function, mode) and the timing rows that
+        # this run and the files before it left empty.
         earlier = json.loads(path.read_text())
-        timing_samplers = {r["sampler"] for r in timing_runs}
-        runs += [r for r in earlier["runs"] if r["sampler"] not in samplers]
-        timing_runs += [r for r in earlier["timing_runs"] if r["sampler"] not in timing_samplers]
+        have = {(r["sampler"], r["function"], r["parallel"]) for r in runs}
+        timed = {r["sampler"] for r in timing_runs}
+        runs += [r for r in earlier["runs"]
+                 if (r["sampler"], r["function"], r["parallel"]) not in have]
+        timing_runs += [r for r in earlier["timing_runs"] if r["sampler"] not in timed]
         samplers += sorted({r["sampler"] for r in earlier["runs"]} - set(samplers),
                            key=SAMPLERS.index)
     print(f"\nCommand: {' '.join(sys.argv)}\n")

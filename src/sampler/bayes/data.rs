@@ -17,10 +17,10 @@ pub struct TrainingData {
     pub x: Vec<Vec<f64>>,
     /// Standardised values, larger is better; failed trials at the worst value.
     pub y: Vec<f64>,
-    /// The best standardised value of a trial that succeeded.
-    pub best: f64,
     /// Unit points of the best trials, best first.
     pub incumbents: Vec<Vec<f64>>,
+    /// Every trial's value in history order, larger is better; `None` where it failed.
+    pub values: Vec<Option<f64>>,
 }
 
 impl TrainingData {
@@ -52,7 +52,6 @@ impl TrainingData {
             .filter(|&i| values[i].is_some())
             .collect();
         ranked.sort_by(|&a, &b| y[b].total_cmp(&y[a]));
-        let best = y[ranked[0]];
         let incumbents = ranked
             .iter()
             .take(search::INCUMBENTS)
@@ -62,8 +61,8 @@ impl TrainingData {
         Some(Self {
             x,
             y,
-            best,
             incumbents,
+            values,
         })
     }
 }

@@ -104,6 +104,12 @@ impl<'a> Encoding<'a> {
             .collect()
     }
 
+    /// Whether parameter `index` is numeric, so that nearness along its unit coordinate means
+    /// nearness of values (it does not for a categorical).
+    pub fn is_ordered(&self, index: usize) -> bool {
+        matches!(self.slots[index].1, Slot::Number { .. })
+    }
+
     /// The parameters that gradient refinement may move at this point: the active doubles,
     /// as `(parameter index, feature index)`; their feature is their unit coordinate.
     pub fn continuous(&self, assignment: &Assignment) -> Vec<(usize, usize)> {

@@ -1,11 +1,14 @@
 //! Hyperparameters by maximum a posteriori: the log marginal likelihood of the data plus
-//! log-normal priors, maximised by L-BFGS from a few starts in log space.
+//! priors, maximised by L-BFGS from a few starts in log space.
 //!
-//! The length-scale prior is the dimension-scaled one of Hvarfner et al. (2024), BoTorch's
-//! default: `log ℓ ~ N(√2 + ½ log D, 3)`. It favours long length scales when the data say
-//! little (five points cannot justify a wiggly model), yet a few dozen points overrule it.
-
-use std::f64::consts::{LN_2, PI, SQRT_2};
+//! Each length scale `ℓ` (in unit coordinates) has the log prior `-(ℓ² + ℓ⁻²) / 10`, the one
+//! of Optuna's GPSampler: symmetric in `log ℓ` around `ℓ = 1`, the width of the cube, with
+//! tails that fall doubly exponentially. A log-normal prior has heavy tails in `log ℓ`: with
+//! a few dozen points a fit could then buy a better likelihood with one absurdly short length
+//! scale (explaining one outlier, such as the lucky point on a rugged function) or absurdly
+//! long ones (a flat model that sees the ripples as noise); this prior prices both out
+//! (`ℓ = 0.1` costs 10 nats) while leaving `0.3 ≤ ℓ ≤ 3` nearly free.
+use std::f64::consts::{LN_2, PI};
 
 use nalgebra::DVector;
 
@@ -13,14 +16,18 @@ use super::gp::{GpError, Hyperparameters, covariance, factor};
 use super::lbfgs::minimize;
 
 /// Noise variance always present (in standardised units), to keep the matrix well
-/// conditioned; the fitted noise comes on top.
-pub const NOISE_FLOOR: f64 = 1e-6;
+/// conditioned; the fitted noise comes on top. It is small, as it sets how finely the model
+/// resolves values near the optimum: values are standardised over the whole history, so on a
+/// function with a wide range (Branin spans 0.4 to 300) a floor of 1e-6 (a standard deviation
+/// of 1e-3) hid differences below 0.05. When the matrix is too ill-conditioned for this floor,
+/// the Cholesky factor's jitter retries take over.
+pub const NOISE_FLOOR: f64 = 1e-9;
 /// Mean and standard deviation of the prior of the log signal variance.
 const SIGNAL_PRIOR: (f64, f64) = (0.0, 1.5);
 /// Mean and standard deviation of the prior of the log fitted noise variance.
 const NOISE_PRIOR: (f64, f64) = (-6.0, 2.5);
-/// Standard deviation of the prior of each log length scale.
-const LENGTH_PRIOR_SD: f64 = 1.732_050_807_568_877_2;
+/// Weight of the length-scale prior: `log p(ℓ) = -WEIGHT (ℓ² + ℓ⁻²)`.
+const LENGTH_PRIOR_WEIGHT: f64 = 0.1;
 /// Evaluations of the posterior per start of a full fit.
 const MAX_EVALUATIONS: u64 = 60;
 /// Evaluations of a refit from a previous fit.
@@ -32,9 +39,14 @@ const LOG_SIGNAL_BOUNDS: (f64, f64) = (-7.0, 7.0);
 /// Bounds of the log fitted noise variance.
 const LOG_NOISE_BOUNDS: (f64, f64) = (-16.0, 1.0);
 
-/// Mean of the prior of each log length scale for `dimension` features.
-fn length_prior_mean(dimension: usize) -> f64 {
-    SQRT_2 + 0.5 * (dimension.max(1) as f64).ln()
+/// The log prior of a length scale `ℓ = exp(t)`, without its constant, and its derivative
+/// by `t`: `-w (e^{2t} + e^{-2t})`.
+fn length_prior(t: f64) -> (f64, f64) {
+    let (up, down) = ((2.0 * t).exp(), (-2.0 * t).exp());
+    (
+        -LENGTH_PRIOR_WEIGHT * (up + down),
+        -2.0 * LENGTH_PRIOR_WEIGHT * (up - down),
+    )
 }
 
 /// Hyperparameters in the log space the optimiser works in:
@@ -101,9 +113,8 @@ pub fn negative_log_posterior(
     gradient[d + 1] = 0.5 * (hyper.noise_variance - NOISE_FLOOR) * trace;
 
     let mut log_prior = 0.0;
-    let length_prior = (length_prior_mean(d), LENGTH_PRIOR_SD);
     for (t, g) in theta[..d].iter().zip(gradient.iter_mut()) {
-        let (p, dp) = log_normal_prior(*t, length_prior);
+        let (p, dp) = length_prior(*t);
         log_prior += p;
         *g += dp;
     }
@@ -116,17 +127,16 @@ pub fn negative_log_posterior(
     Ok((value, gradient.into_iter().map(|g| -g).collect()))
 }
 
-/// The starts of the search: the prior's mode, and a shorter-scale, noisier guess that
-/// catches wiggly functions the mode would miss.
+/// The starts of the search: the prior's mode (`ℓ = 1`), and a shorter-scale, noisier guess
+/// that catches wiggly functions the mode would miss.
 fn starts(dimension: usize) -> [Vec<f64>; 2] {
-    let mode = length_prior_mean(dimension);
     let at = |length: f64, noise: f64| {
         let mut theta = vec![length; dimension];
         theta.push(SIGNAL_PRIOR.0);
         theta.push(noise);
         theta
     };
-    [at(mode, NOISE_PRIOR.0), at(-LN_2 - 0.5, -3.0)]
+    [at(0.0, NOISE_PRIOR.0), at(-LN_2 - 0.5, -3.0)]
 }
 
 /// Fits hyperparameters to standardised values `y` at points `x` (at least one point) from
@@ -193,15 +203,26 @@ mod tests {
         let y: Vec<f64> = x.iter().map(|p| (3.0 * p[0]).sin() + p[1]).collect();
         let theta = [-0.7, 0.2, 0.3, -4.0];
         let (_, gradient) = negative_log_posterior(&theta, &x, &y).unwrap();
-        for i in 0..theta.len() {
+        for (i, analytic) in gradient.iter().enumerate() {
             let value = |t: &[f64]| negative_log_posterior(t, &x, &y).unwrap().0;
             let numeric = super::super::central_difference(value, &theta, i);
             assert!(
-                (numeric - gradient[i]).abs() < 1e-5 * (1.0 + numeric.abs()),
-                "θ{i}: {numeric} vs {}",
-                gradient[i]
+                (numeric - analytic).abs() < 1e-5 * (1.0 + numeric.abs()),
+                "θ{i}: {numeric} vs {analytic}"
             );
         }
+    }
+
+    #[test]
+    fn the_length_prior_peaks_at_one_and_is_symmetric_in_log_scale() {
+        assert_eq!(length_prior(0.0), (-0.2, 0.0));
+        // ℓ = 0.1 and ℓ = 10: -0.1 (100 + 0.01).
+        let (short, slope_short) = length_prior(0.1f64.ln());
+        let (long, slope_long) = length_prior(10f64.ln());
+        assert!((short - -10.001).abs() < 1e-9 && (long - short).abs() < 1e-9);
+        assert!((slope_short + slope_long).abs() < 1e-9 && slope_short > 0.0);
+        let numeric = super::super::central_difference(|t| length_prior(t[0]).0, &[0.7], 0);
+        assert!((numeric - length_prior(0.7).1).abs() < 1e-6);
     }
 
     #[test]

@@ -136,6 +136,17 @@ impl Gp {
         DVector::from_iterator(self.x.len(), self.x.iter().map(|p| self.kernel.value(x, p)))
     }
 
+    /// The largest posterior mean at the training points: the best value the model believes
+    /// has been reached, which is the incumbent of the expected improvement when values are
+    /// noisy ("plug-in", Picheny et al., 2013). Without noise it is the best value observed;
+    /// with noise it discounts a value that stands out by luck.
+    pub fn best_mean(&self) -> f64 {
+        self.x
+            .iter()
+            .map(|p| self.cross(p).dot(&self.alpha))
+            .fold(f64::NEG_INFINITY, f64::max)
+    }
+
     /// Posterior mean and variance at `x`.
     pub fn predict(&self, x: &[f64]) -> (f64, f64) {
         let mut v = self.cross(x);
@@ -228,6 +239,24 @@ mod tests {
             assert!((mean - p.mean_gradient[d]).abs() < 1e-6);
             assert!((variance - p.variance_gradient[d]).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn the_best_mean_is_the_best_value_without_noise_and_below_it_with_noise() {
+        let x = vec![vec![0.1], vec![0.5], vec![0.9]];
+        let y = [0.0, 2.0, -1.0];
+        let at = |noise_variance| {
+            let hyper = Hyperparameters {
+                length_scales: vec![0.3],
+                signal_variance: 1.0,
+                noise_variance,
+            };
+            Gp::new(x.clone(), &y, &hyper).unwrap().best_mean()
+        };
+        assert!((at(1e-10) - 2.0).abs() < 1e-6);
+        // With noise variance 1, the single point at 0.5 is shrunk towards the prior mean 0.
+        let noisy = at(1.0);
+        assert!(noisy > 0.5 && noisy < 1.5, "{noisy}");
     }
 
     #[test]

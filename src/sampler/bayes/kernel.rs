@@ -96,12 +96,11 @@ mod tests {
         let b = [0.4, 0.1, 0.8];
         let mut gradient = vec![0.0; 3];
         k.add_gradient(&x, &b, 1.0, &mut gradient);
-        for d in 0..3 {
+        for (d, analytic) in gradient.iter().enumerate() {
             let numeric = super::super::central_difference(|x| k.value(x, &b), &x, d);
             assert!(
-                (numeric - gradient[d]).abs() < 1e-7,
-                "{d}: {numeric} vs {}",
-                gradient[d]
+                (numeric - analytic).abs() < 1e-7,
+                "{d}: {numeric} vs {analytic}"
             );
         }
     }

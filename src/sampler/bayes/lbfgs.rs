@@ -10,13 +10,16 @@ use argmin::solver::quasinewton::LBFGS;
 /// Number of past steps L-BFGS keeps.
 const MEMORY: usize = 7;
 
+/// A point, the function's value there and its gradient.
+type Evaluation = (Vec<f64>, f64, Vec<f64>);
+
 /// A function returning its value and gradient together, evaluated once per point even though
 /// argmin asks for the two separately; it remembers the best finite point it saw.
 struct Problem<'a, F> {
     function: &'a F,
     evaluations: Cell<u64>,
     max_evaluations: u64,
-    last: RefCell<Option<(Vec<f64>, f64, Vec<f64>)>>,
+    last: RefCell<Option<Evaluation>>,
     best: &'a RefCell<Option<(Vec<f64>, f64)>>,
 }
 
@@ -24,10 +27,10 @@ impl<F: Fn(&[f64]) -> Option<(f64, Vec<f64>)>> Problem<'_, F> {
     /// The value and gradient at `x`; an error once the budget of evaluations is spent,
     /// which ends argmin's run.
     fn evaluate(&self, x: &[f64]) -> Result<(f64, Vec<f64>), Error> {
-        if let Some((at, value, gradient)) = self.last.borrow().as_ref() {
-            if at == x {
-                return Ok((*value, gradient.clone()));
-            }
+        if let Some((at, value, gradient)) = self.last.borrow().as_ref()
+            && at == x
+        {
+            return Ok((*value, gradient.clone()));
         }
         if self.evaluations.get() >= self.max_evaluations {
             return Err(Error::msg("the budget of evaluations is spent"));

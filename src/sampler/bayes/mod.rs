@@ -4,7 +4,8 @@
 //! The first trials follow a space-filling design ([`design`]); after that every proposal
 //! comes from the model: features of each finished trial ([`encoding`]), hyperparameters
 //! fitted by maximum a posteriori ([`fit`]), the posterior ([`gp`]), and log expected
-//! improvement ([`acquisition`]) maximised over the space ([`search`]). Trials still running
+//! improvement ([`acquisition`]) maximised over a trust region around the best point
+//! ([`trust`]) that shrinks while proposals fail to improve ([`search`]). Trials still running
 //! are taken as if they had returned the model's mean there (kriging believer), so that
 //! parallel proposals spread out. Failed trials count as the worst value seen, so the model
 //! steers away from where trials fail. See `docs/bayes.md`.
@@ -19,6 +20,7 @@ pub mod gp;
 mod kernel;
 mod lbfgs;
 pub mod search;
+pub mod trust;
 
 /// The central finite difference of `f` at `x` along coordinate `d`, for tests of gradients.
 #[cfg(test)]
@@ -38,6 +40,7 @@ use design::{initial_design_size, sobol_point};
 use encoding::Encoding;
 use gp::{Gp, GpError};
 use search::{Acquisition, maximize, stream};
+use trust::Region;
 
 /// Proposes trials by Bayesian optimisation with a Gaussian process. Given the same seed and
 /// history it proposes the same point: every random choice comes from a stream derived from
@@ -64,7 +67,7 @@ impl BayesSampler {
     }
 
     /// The model's proposal, as unit coordinates.
-    fn from_model(
+    fn model_proposal(
         &mut self,
         context: &ProposalContext<'_>,
         encoding: &Encoding<'_>,
@@ -74,8 +77,8 @@ impl BayesSampler {
             .anchors
             .hyperparameters(encoding, context.goal, context.history, &data)
             .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
-        let best = data.best;
         let mut gp = Gp::new(data.x, &data.y, &hyper)?;
+        let best = gp.best_mean();
         if !context.running.is_empty() {
             // Kriging believer: each running trial as if it returned the posterior mean.
             let mut x = gp.points().to_vec();
@@ -87,6 +90,11 @@ impl BayesSampler {
             }
             gp = Gp::new(x, &y, &hyper)?;
         }
+        let dimension = context.space.dimension();
+        let design = initial_design_size(dimension) as usize;
+        let batch = context.running.len() + 1;
+        let side = trust::side(&data.values, design, dimension, batch);
+        let region = Region::around(encoding, &data.incumbents[0], side);
         let acquisition = Acquisition { gp: &gp, best };
         let mut rng = stream(self.seed, context.number);
         let sobol_seed = self.seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
@@ -94,6 +102,7 @@ impl BayesSampler {
             encoding,
             &acquisition,
             &data.incumbents,
+            &region,
             &mut rng,
             sobol_seed,
         ))
@@ -111,7 +120,7 @@ impl Sampler for BayesSampler {
             Some(data) if !in_design => data,
             _ => return Ok(Some(self.design(context))),
         };
-        match self.from_model(context, &encoding, data) {
+        match self.model_proposal(context, &encoding, data) {
             Ok(unit) => Ok(Some(context.space.from_unit(&unit))),
             Err(error) => {
                 tracing::warn!(

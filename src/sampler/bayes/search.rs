@@ -1,7 +1,7 @@
-//! Maximising the acquisition over the search space: many quasi-random candidates over the
-//! whole cube plus perturbations of the best points so far, each rounded to an allowed point
-//! before it is scored; then L-BFGS refines the best few along their continuous coordinates,
-//! inside the box.
+//! Maximising the acquisition over the trust region ([`super::trust`]): many quasi-random
+//! candidates over the region plus perturbations of the best points so far, each rounded to
+//! an allowed point before it is scored; then L-BFGS refines the best few along their
+//! continuous coordinates, inside the region.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -11,6 +11,7 @@ use super::design::sobol_point;
 use super::encoding::Encoding;
 use super::gp::Gp;
 use super::lbfgs::minimize;
+use super::trust::Region;
 
 /// Quasi-random candidates over the whole cube.
 const GLOBAL_CANDIDATES: u64 = 1024;
@@ -29,7 +30,8 @@ const REFINE_EVALUATIONS: u64 = 30;
 pub struct Acquisition<'a> {
     /// The posterior.
     pub gp: &'a Gp,
-    /// The best standardised value observed (maximisation).
+    /// The incumbent's standardised value (maximisation): the best posterior mean at the
+    /// observed points.
     pub best: f64,
 }
 
@@ -47,20 +49,21 @@ struct Scored {
     score: f64,
 }
 
-/// The unit point (one coordinate per parameter) where the acquisition is highest among the
-/// candidates and their refinements. `incumbents` are the unit points of the best
-/// observations, best first; `rng` drives the perturbations and `sobol_seed` the global
-/// candidates.
+/// The unit point (one coordinate per parameter) inside `region` where the acquisition is
+/// highest among the candidates and their refinements. `incumbents` are the unit points of
+/// the best observations, best first; `rng` drives the perturbations and `sobol_seed` the
+/// quasi-random candidates.
 pub fn maximize(
     encoding: &Encoding<'_>,
     acquisition: &Acquisition<'_>,
     incumbents: &[Vec<f64>],
+    region: &Region,
     rng: &mut ChaCha8Rng,
     sobol_seed: u64,
 ) -> Vec<f64> {
     let dimension = encoding.space().dimension();
     let mut candidates: Vec<Vec<f64>> = (0..GLOBAL_CANDIDATES)
-        .map(|i| sobol_point(i, dimension, sobol_seed))
+        .map(|i| region.at(&sobol_point(i, dimension, sobol_seed)))
         .collect();
     // Each perturbation moves about min(D, 4) coordinates, so that in many dimensions the
     // local candidates stay local.
@@ -70,9 +73,10 @@ pub fn maximize(
             let mut unit = incumbent.clone();
             for u in unit.iter_mut() {
                 if rng.random::<f64>() < move_probability {
-                    *u = (*u + LOCAL_SPREAD * normal(rng)).clamp(0.0, 1.0);
+                    *u += LOCAL_SPREAD * normal(rng);
                 }
             }
+            region.clamp(&mut unit);
             candidates.push(unit);
         }
     }
@@ -89,14 +93,19 @@ pub fn maximize(
     scored.truncate(REFINED);
     scored
         .into_iter()
-        .map(|start| refine(encoding, acquisition, start))
+        .map(|start| refine(encoding, acquisition, region, start))
         .reduce(|best, next| if next.score > best.score { next } else { best })
         .map(|best| best.unit)
         .unwrap_or_else(|| vec![0.5; dimension])
 }
 
-/// Climbs the acquisition from `start` along its continuous coordinates, inside the box.
-fn refine(encoding: &Encoding<'_>, acquisition: &Acquisition<'_>, start: Scored) -> Scored {
+/// Climbs the acquisition from `start` along its continuous coordinates, inside `region`.
+fn refine(
+    encoding: &Encoding<'_>,
+    acquisition: &Acquisition<'_>,
+    region: &Region,
+    start: Scored,
+) -> Scored {
     let (assignment, features) = encoding.at(&start.unit);
     let moving = encoding.continuous(&assignment);
     if moving.is_empty() {
@@ -112,7 +121,8 @@ fn refine(encoding: &Encoding<'_>, acquisition: &Acquisition<'_>, start: Scored)
             log_ei_with_gradient(&acquisition.gp.predict_with_gradient(&x), acquisition.best);
         Some((-value, moving.iter().map(|&(_, f)| -gradient[f]).collect()))
     };
-    let (lower, upper) = (vec![0.0; moving.len()], vec![1.0; moving.len()]);
+    let lower: Vec<f64> = moving.iter().map(|&(p, _)| region.lower[p]).collect();
+    let upper: Vec<f64> = moving.iter().map(|&(p, _)| region.upper[p]).collect();
     let Some((u, _)) = minimize(objective, &from, &lower, &upper, REFINE_EVALUATIONS) else {
         return start;
     };
@@ -143,4 +153,62 @@ pub fn stream(seed: u64, number: u64) -> ChaCha8Rng {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(number);
     rng
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::gp::Hyperparameters;
+    use super::*;
+    use crate::space::{Space, unit_double};
+
+    #[test]
+    fn the_proposal_stays_inside_the_region_even_when_the_acquisition_peaks_outside() {
+        let space = Space::new(vec![unit_double("a"), unit_double("b")]);
+        let encoding = Encoding::new(&space);
+        // Values rise towards (1, 1); the region is a small box near the origin.
+        let x: Vec<Vec<f64>> = (0..9)
+            .map(|i| vec![(i % 3) as f64 / 2.0, (i / 3) as f64 / 2.0])
+            .collect();
+        let y: Vec<f64> = x.iter().map(|p| p[0] + p[1] - 1.0).collect();
+        let hyper = Hyperparameters {
+            length_scales: vec![0.5, 0.5],
+            signal_variance: 1.0,
+            noise_variance: 1e-6,
+        };
+        let gp = Gp::new(x, &y, &hyper).unwrap();
+        let acquisition = Acquisition { gp: &gp, best: 1.0 };
+        let region = Region {
+            lower: vec![0.1, 0.2],
+            upper: vec![0.3, 0.25],
+        };
+        let everywhere = Region {
+            lower: vec![0.0; 2],
+            upper: vec![1.0; 2],
+        };
+        let incumbents = [vec![0.2, 0.22]];
+        let within = maximize(
+            &encoding,
+            &acquisition,
+            &incumbents,
+            &region,
+            &mut stream(1, 0),
+            7,
+        );
+        assert!(
+            (0.1..=0.3).contains(&within[0]) && (0.2..=0.25).contains(&within[1]),
+            "{within:?}"
+        );
+        // The upper corner of the box is the best point of the region; the whole cube's is
+        // far beyond it.
+        assert!(within[0] > 0.29 && within[1] > 0.24, "{within:?}");
+        let free = maximize(
+            &encoding,
+            &acquisition,
+            &incumbents,
+            &everywhere,
+            &mut stream(1, 0),
+            7,
+        );
+        assert!(free[0] + free[1] > 1.5, "{free:?}");
+    }
 }

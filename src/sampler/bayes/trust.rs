@@ -1,0 +1,183 @@
+//! The trust region: a box around the best point where the acquisition is maximised, whose
+//! side grows after repeated improvements and shrinks after repeated failures (TuRBO,
+//! Eriksson et al., 2019), counted in batches of the trials run at once. With a side of 1 or more it is the whole space and the search is
+//! global; when the model's proposals keep missing, it shrinks around the incumbent, so the
+//! search turns local where a global model of a rugged function misleads it. A box that has
+//! shrunk to nothing is reset, which restarts the search from a wide region.
+//!
+//! The side is a function of the history alone (the trials in number order after the
+//! design), so the same history gives the same region, also after a restart.
+
+use super::encoding::Encoding;
+
+/// The side of a fresh region, in unit coordinates.
+const INITIAL: f64 = 0.8;
+/// The largest side: 1.6 covers the whole cube from any centre.
+const MAX: f64 = 1.6;
+/// Below this side the region is reset to [`INITIAL`].
+const MIN: f64 = 0.5f64 * 0.5 * 0.5 * 0.5 * 0.5 * 0.5 * 0.5;
+/// Consecutive improvements that double the side.
+const SUCCESSES: usize = 3;
+/// An improvement must beat the best value by this fraction of its magnitude.
+const MARGIN: f64 = 1e-3;
+
+/// Consecutive failed batches of `batch` trials that halve the side in `dimension`
+/// dimensions: `⌈max(4, D) / batch⌉`, so that about `max(4, D)` trials fail in a row.
+fn failure_tolerance(dimension: usize, batch: usize) -> usize {
+    dimension.max(4).div_ceil(batch)
+}
+
+/// The side of the region after `values` (larger is better; `None` for a failed trial), in
+/// trial order, of which the first `design` are the initial design. The trials after it are
+/// taken in batches of `batch` (the number of trials run at once): a batch succeeds when one
+/// of its trials beats the best value before it, as with parallel trials the others of a
+/// batch were proposed before that improvement was known.
+pub fn side(values: &[Option<f64>], design: usize, dimension: usize, batch: usize) -> f64 {
+    let batch = batch.max(1);
+    let split = design.min(values.len());
+    let mut best = values[..split].iter().flatten().copied().reduce(f64::max);
+    let (mut side, mut successes, mut failures) = (INITIAL, 0, 0);
+    for chunk in values[split..].chunks(batch) {
+        let improved = chunk
+            .iter()
+            .flatten()
+            .any(|v| best.is_none_or(|b| *v > b + MARGIN * b.abs()));
+        if improved {
+            successes += 1;
+            failures = 0;
+        } else {
+            failures += 1;
+            successes = 0;
+        }
+        best = chunk.iter().flatten().copied().chain(best).reduce(f64::max);
+        if successes == SUCCESSES {
+            side = (2.0 * side).min(MAX);
+            successes = 0;
+        }
+        if failures == failure_tolerance(dimension, batch) {
+            side /= 2.0;
+            failures = 0;
+        }
+        if side < MIN {
+            side = INITIAL;
+        }
+    }
+    side
+}
+
+/// A box of unit coordinates, one interval per parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Region {
+    /// Lower ends.
+    pub lower: Vec<f64>,
+    /// Upper ends.
+    pub upper: Vec<f64>,
+}
+
+impl Region {
+    /// The box of side `side` centred on `center`, cut to the unit cube; a categorical
+    /// parameter keeps its whole range, as no value is nearer to another.
+    pub fn around(encoding: &Encoding<'_>, center: &[f64], side: f64) -> Self {
+        let (lower, upper) = center
+            .iter()
+            .enumerate()
+            .map(|(p, &c)| {
+                if encoding.is_ordered(p) {
+                    ((c - side / 2.0).max(0.0), (c + side / 2.0).min(1.0))
+                } else {
+                    (0.0, 1.0)
+                }
+            })
+            .unzip();
+        Self { lower, upper }
+    }
+
+    /// The point at relative position `t ∈ [0, 1]^D` in the box.
+    pub fn at(&self, t: &[f64]) -> Vec<f64> {
+        t.iter()
+            .zip(self.lower.iter().zip(&self.upper))
+            .map(|(t, (lo, hi))| lo + t * (hi - lo))
+            .collect()
+    }
+
+    /// `unit` moved into the box.
+    pub fn clamp(&self, unit: &mut [f64]) {
+        for (u, (lo, hi)) in unit.iter_mut().zip(self.lower.iter().zip(&self.upper)) {
+            *u = u.clamp(*lo, *hi);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::space::{Domain, Parameter, Space};
+
+    #[test]
+    fn improvements_double_the_side_and_failures_halve_it() {
+        let design = vec![Some(1.0); 5];
+        let with = |tail: &[Option<f64>]| [design.clone(), tail.to_vec()].concat();
+        assert_eq!(side(&design, 5, 2, 1), INITIAL);
+        let rising: Vec<_> = (2..=4).map(|v| Some(v as f64)).collect();
+        assert_eq!(side(&with(&rising), 5, 2, 1), 2.0 * INITIAL);
+        let six: Vec<_> = (2..=7).map(|v| Some(v as f64)).collect();
+        assert_eq!(side(&with(&six), 5, 2, 1), MAX);
+        // Four non-improvements (a tiny gain, an equal value, a failure, a worse value).
+        let flat = [Some(1.0 + 1e-9), Some(1.0), None, Some(-1.0)];
+        assert_eq!(side(&with(&flat), 5, 2, 1), INITIAL / 2.0);
+        assert_eq!(side(&with(&flat[..3]), 5, 2, 1), INITIAL);
+        // In 6 dimensions it takes 6 failures.
+        assert_eq!(side(&with(&flat), 5, 6, 1), INITIAL);
+        // An improvement breaks a run of failures.
+        let broken = [None, None, None, Some(5.0), None, None, None];
+        assert_eq!(side(&with(&broken), 5, 2, 1), INITIAL);
+    }
+
+    #[test]
+    fn in_batches_one_improvement_makes_a_success_and_failures_count_per_batch() {
+        let mut values = vec![Some(1.0); 5];
+        // Three batches of 4, each with one improvement among three misses.
+        for v in [2.0, 3.0, 4.0] {
+            values.extend([None, Some(0.0), Some(v), Some(0.5)]);
+        }
+        assert_eq!(side(&values, 5, 2, 4), 2.0 * INITIAL);
+        assert_eq!(side(&values, 5, 2, 1), INITIAL);
+        // max(4, 6) = 6 failed trials: two batches of 4 (the second one incomplete).
+        let mut failing = vec![Some(1.0); 5];
+        failing.extend([None; 5]);
+        assert_eq!(side(&failing, 5, 6, 4), INITIAL / 2.0);
+        assert_eq!(side(&failing[..9], 5, 6, 4), INITIAL);
+    }
+
+    #[test]
+    fn a_region_that_shrinks_to_nothing_is_reset() {
+        let mut values = vec![Some(0.0); 5];
+        // 7 halvings of 4 failures bring 0.8 below MIN; one more failure-run halves again.
+        values.extend(std::iter::repeat_n(None, 4 * 7));
+        assert_eq!(side(&values, 5, 2, 1), INITIAL);
+        values.extend(std::iter::repeat_n(None, 4));
+        assert_eq!(side(&values, 5, 2, 1), INITIAL / 2.0);
+    }
+
+    #[test]
+    fn the_box_is_cut_to_the_cube_and_leaves_categoricals_whole() {
+        let space = Space::new(vec![
+            crate::space::unit_double("a"),
+            Parameter {
+                id: "c".into(),
+                domain: Domain::Categorical {
+                    values: vec!["x".into(), "y".into()],
+                },
+                condition: None,
+            },
+        ]);
+        let encoding = Encoding::new(&space);
+        let region = Region::around(&encoding, &[0.9, 0.25], 0.4);
+        assert!((region.lower[0] - 0.7).abs() < 1e-12 && region.upper[0] == 1.0);
+        assert_eq!((region.lower[1], region.upper[1]), (0.0, 1.0));
+        let mut point = vec![0.2, 0.6];
+        region.clamp(&mut point);
+        assert!((point[0] - 0.7).abs() < 1e-12 && point[1] == 0.6);
+        assert!((region.at(&[0.5, 0.5])[0] - 0.85).abs() < 1e-12);
+    }
+}
