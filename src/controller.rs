@@ -114,13 +114,12 @@ impl Progress {
                 TrialState::Stopped => progress.stopped += 1,
                 TrialState::Pending | TrialState::Running => progress.running += 1,
             }
-            if let (TrialState::Succeeded, Some(value)) = (trial.state, trial.value) {
-                if progress
+            if let (TrialState::Succeeded, Some(value)) = (trial.state, trial.value)
+                && progress
                     .best
                     .is_none_or(|(_, best)| study.objective.goal.better(value, best))
-                {
-                    progress.best = Some((trial.number, value));
-                }
+            {
+                progress.best = Some((trial.number, value));
             }
         }
         progress
@@ -284,7 +283,7 @@ pub async fn run(
                 })
                 .await??;
             match claim {
-                Claim::Started(trial) => run.launch(trial, None, observer),
+                Claim::Started(trial) => run.launch(*trial, None, observer),
                 Claim::BudgetSpent => break,
                 Claim::Exhausted => {
                     exhausted = true;
@@ -571,19 +570,20 @@ impl Run<'_> {
         };
         let early_stop = self.early_stops.remove(&outcome.trial_id);
         let verdict = judge(self.study, &done.measurements, &outcome, early_stop);
-        if let Verdict::Retry(reason) = &verdict {
-            if !interrupted && done.trial.attempt <= self.plan.max_retries {
-                let trial = self.storage.retry(&done.trial, reason).await?;
-                observer.observe(
-                    RunEvent::TrialRetried {
-                        trial: &trial,
-                        reason,
-                    },
-                    &self.progress(),
-                );
-                self.launch(trial, None, observer);
-                return Ok(());
-            }
+        if let Verdict::Retry(reason) = &verdict
+            && !interrupted
+            && done.trial.attempt <= self.plan.max_retries
+        {
+            let trial = self.storage.retry(&done.trial, reason).await?;
+            observer.observe(
+                RunEvent::TrialRetried {
+                    trial: &trial,
+                    reason,
+                },
+                &self.progress(),
+            );
+            self.launch(trial, None, observer);
+            return Ok(());
         }
         let (state, value, error) = match verdict {
             Verdict::Final(state, value, error) => (state, value, error),

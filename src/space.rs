@@ -179,7 +179,7 @@ impl Scale {
     }
 
     /// Maps `u ∈ [0, 1]` to `[min, max]`.
-    fn from_unit(self, u: f64, min: f64, max: f64) -> f64 {
+    fn value_at(self, u: f64, min: f64, max: f64) -> f64 {
         // The ends exactly, whatever the rounding of the formulas below.
         if u <= 0.0 {
             return min;
@@ -202,12 +202,12 @@ impl Domain {
         match self {
             Domain::Double {
                 min, max, scale, ..
-            } => ParamValue::Float(scale.from_unit(u, *min, *max)),
+            } => ParamValue::Float(scale.value_at(u, *min, *max)),
             Domain::Integer {
                 min, max, scale, ..
             } => {
                 let (lo, hi) = integer_span(*min, *max);
-                let x = scale.from_unit(u, lo, hi).round() as i64;
+                let x = scale.value_at(u, lo, hi).round() as i64;
                 ParamValue::Int(x.clamp(*min, *max))
             }
             Domain::Discrete { values, scale } => {

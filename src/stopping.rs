@@ -242,10 +242,16 @@ mod tests {
         let q2 = curve(1, &[0.9, 0.85], false);
         // Rung 0 (step 1): {1.0, 0.9} keeps 1: 0.9 goes on; rung 1 (step 2): {0.8, 0.85}: stop.
         assert_eq!(
-            ASHA.judge(Goal::Minimize, &curve(1, &[0.9], false), &[q1.clone()]),
+            ASHA.judge(
+                Goal::Minimize,
+                &curve(1, &[0.9], false),
+                std::slice::from_ref(&q1)
+            ),
             None
         );
-        let reason = ASHA.judge(Goal::Minimize, &q2, &[q1.clone()]).unwrap();
+        let reason = ASHA
+            .judge(Goal::Minimize, &q2, std::slice::from_ref(&q1))
+            .unwrap();
         assert!(reason.contains("rung 1 (step 2)"), "{reason}");
         // Rung 0 with 4 trials keeps 2: 0.7 is the best, 0.95 among five is third.
         let q3 = curve(2, &[1.2], false);

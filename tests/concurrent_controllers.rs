@@ -103,7 +103,7 @@ fn a_running_controller_takes_over_the_trials_of_one_that_died() {
             .spawn()
             .unwrap()
     };
-    let doomed = spawn();
+    let mut doomed = spawn();
     std::thread::sleep(std::time::Duration::from_millis(700));
     let survivor = spawn();
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -112,6 +112,7 @@ fn a_running_controller_takes_over_the_trials_of_one_that_died() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
+    doomed.wait().unwrap();
     let out = survivor.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let trials = scratch.trials(&name);

@@ -115,10 +115,7 @@ fn controller_killed_at_random_moments(scratch: &Scratch) {
          WHERE t.study_id = {study_id} AND m.step IS NULL AND m.metric = 'loss' GROUP BY t.number ORDER BY t.number"
     ));
     assert_eq!(finals.len(), TRIALS);
-    assert!(
-        finals.iter().all(|row| row[1] == Value::from(1)),
-        "{finals:?}"
-    );
+    assert!(finals.iter().all(|row| row[1] == 1), "{finals:?}");
     // Every attempt ended, and no worker of any attempt still runs.
     let of_study = format!("SELECT id FROM trials WHERE study_id = {study_id}");
     let open = scratch.query(&format!(

@@ -165,10 +165,10 @@ pub(super) async fn wait_for_signal() {
 /// Prints the best trials and why the study ended; returns the exit code.
 fn conclude(summary: &RunSummary) -> ExitCode {
     let best = show::best_first(&summary.trials, summary.study.goal, TOP_TRIALS);
-    if !best.is_empty() {
-        if let Err(e) = show::print_trials(&best, &summary.study, super::TrialsFormat::Table) {
-            eprintln!("error: {e}");
-        }
+    if !best.is_empty()
+        && let Err(e) = show::print_trials(&best, &summary.study, super::TrialsFormat::Table)
+    {
+        eprintln!("error: {e}");
     }
     let name = &summary.study.name;
     let total = summary.trials.len();

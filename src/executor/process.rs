@@ -61,9 +61,7 @@ pub fn find_by_environment(vars: &[(&str, &str)]) -> Option<ProcessId> {
         .find(|pid| {
             std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
                 let entries: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
-                wanted
-                    .iter()
-                    .all(|w| entries.iter().any(|e| *e == w.as_bytes()))
+                wanted.iter().all(|w| entries.contains(&w.as_bytes()))
             })
         })
         .and_then(ProcessId::of)

@@ -222,10 +222,10 @@ pub fn parse(path: &Path, text: &str) -> Result<Study, SpecError> {
         issues: Vec::new(),
     };
     let study = checker.study(raw, text);
-    if checker.issues.is_empty() {
-        if let Some(study) = study {
-            return Ok(study);
-        }
+    if checker.issues.is_empty()
+        && let Some(study) = study
+    {
+        return Ok(study);
     }
     checker.issues.sort_by_key(|i| i.position);
     Err(fail(checker.issues))
@@ -327,10 +327,10 @@ impl Checker {
             None => Some(None),
         };
         let trial = self.trial(raw.trial, space.as_ref());
-        if let (Some(Algorithm::Grid), Some(space)) = (algorithm, &space) {
-            if let Err(e) = space.grid() {
-                self.report("parameters", e.to_string());
-            }
+        if let (Some(Algorithm::Grid), Some(space)) = (algorithm, &space)
+            && let Err(e) = space.grid()
+        {
+            self.report("parameters", e.to_string());
         }
         Some(Study {
             name: raw.name,
@@ -851,14 +851,15 @@ pub enum TemplatePart<'a> {
 
 fn check_template(template: &str, space: &Space) -> Result<(), String> {
     for part in template_parts(template)? {
-        if let TemplatePart::Placeholder(name) = part {
-            if space.get(name).is_none() && !TEMPLATE_BUILTINS.contains(&name) {
-                let ids: Vec<&str> = space.parameters().iter().map(|p| p.id.as_str()).collect();
-                return Err(format!(
-                    "'{{{name}}}' names no parameter (parameters: {}; also {{trial_id}}, {{study}})",
-                    ids.join(", ")
-                ));
-            }
+        if let TemplatePart::Placeholder(name) = part
+            && space.get(name).is_none()
+            && !TEMPLATE_BUILTINS.contains(&name)
+        {
+            let ids: Vec<&str> = space.parameters().iter().map(|p| p.id.as_str()).collect();
+            return Err(format!(
+                "'{{{name}}}' names no parameter (parameters: {}; also {{trial_id}}, {{study}})",
+                ids.join(", ")
+            ));
         }
     }
     Ok(())

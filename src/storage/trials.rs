@@ -32,7 +32,7 @@ pub struct Budget {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claim {
     /// A new trial, running, owned by the claiming controller.
-    Started(TrialRecord),
+    Started(Box<TrialRecord>),
     /// `max_trial_count` trials exist.
     BudgetSpent,
     /// `max_failed_trial_count` trials failed.
@@ -206,7 +206,7 @@ impl Storage {
         .map_err(query_error(doing))?;
         tx.commit().await.map_err(query_error(doing))?;
         view.absorb(std::slice::from_ref(&row))?;
-        Ok(Ok(Claim::Started(trial)))
+        Ok(Ok(Claim::Started(Box::new(trial))))
     }
 
     /// A transaction holding the study's lock until it ends.
