@@ -18,7 +18,8 @@ use tokio::task::JoinSet;
 
 use crate::executor::process::{controller_id, controller_is_gone};
 use crate::executor::{
-    Executor, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, command_line, worker_env,
+    Executor, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, command_line,
+    worker_env,
 };
 use crate::report::{self, Measurement};
 use crate::sampler::{ProposalContext, Sampler, SamplerError};
@@ -154,8 +155,12 @@ pub enum RunEvent<'a> {
         /// The trial in its final state.
         trial: &'a TrialRecord,
     },
-    /// The user asked to stop; running workers are being stopped.
-    Stopping,
+    /// The user asked to stop; running workers are being stopped, gracefully or (`now`) at
+    /// once.
+    Stopping {
+        /// Whether the workers are killed without waiting out their grace period.
+        now: bool,
+    },
 }
 
 /// Shows a running study (a progress bar, log lines, nothing).
@@ -196,7 +201,7 @@ pub struct RunSummary {
 /// A trial whose worker this controller watches.
 struct Running {
     trial: TrialRecord,
-    stop: watch::Sender<bool>,
+    stop: watch::Sender<StopRequest>,
     measurements: Vec<Measurement>,
 }
 
@@ -225,7 +230,7 @@ pub async fn run(
     sampler: &mut dyn Sampler,
     plan: &Plan,
     observer: &mut dyn RunObserver,
-    mut interrupt: watch::Receiver<bool>,
+    mut interrupt: watch::Receiver<StopRequest>,
 ) -> Result<RunSummary, ControllerError> {
     let record = storage.ensure_study(study).await?;
     let (events_tx, mut events) = mpsc::unbounded_channel();
@@ -261,7 +266,9 @@ pub async fn run(
 
     let mut exhausted = false;
     let mut failures = false;
-    let mut interrupted = *interrupt.borrow();
+    // How urgently the user asked to stop: Run until the first Ctrl-C, Now after the second.
+    let mut urgency = *interrupt.borrow();
+    let mut interrupted = urgency != StopRequest::Run;
     let mut interrupt_open = true;
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     loop {
@@ -339,14 +346,16 @@ pub async fn run(
                     run.take_over(orphans, observer).await?;
                 }
             }
-            changed = interrupt.changed(), if interrupt_open && !interrupted => {
+            changed = interrupt.changed(), if interrupt_open && urgency != StopRequest::Now => {
+                let request = *interrupt.borrow();
                 if changed.is_err() {
                     interrupt_open = false;
-                } else if *interrupt.borrow() {
+                } else if request > urgency {
+                    urgency = request;
                     interrupted = true;
-                    observer.observe(RunEvent::Stopping, &run.progress());
+                    observer.observe(RunEvent::Stopping { now: request == StopRequest::Now }, &run.progress());
                     for r in run.running.values() {
-                        let _ = r.stop.send(true);
+                        let _ = r.stop.send(request);
                     }
                 }
             }
@@ -427,7 +436,7 @@ impl Run<'_> {
         let job = self.job(&trial, adopt, reported.clone(), recovering);
         trial.log_path = Some(job.log_path.display().to_string());
         observer.observe(RunEvent::TrialStarted { trial: &trial }, &self.progress());
-        let (stop, stop_rx) = watch::channel(false);
+        let (stop, stop_rx) = watch::channel(StopRequest::Run);
         let executor = self.executor.clone();
         let events = self.events_tx.clone();
         let task = self
@@ -552,7 +561,7 @@ impl Run<'_> {
         };
         let others = self.storage.curves(self.study_id, metric).await?;
         if let Some(reason) = rule.judge(self.study.objective.goal, &curve, &others) {
-            let _ = r.stop.send(true);
+            let _ = r.stop.send(StopRequest::Gracefully);
             self.early_stops.insert(trial_id, reason);
         }
         Ok(())

@@ -13,7 +13,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::executor::{
-    Executor, LocalExecutor, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, protocol_env,
+    Executor, LocalExecutor, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
+    protocol_env,
 };
 use crate::report::{self, Measurement, ReportError};
 use crate::space::Assignment;
@@ -94,7 +95,7 @@ pub async fn relay(
     };
     let log_path = worker.log_path.clone();
     let (events_tx, mut events) = mpsc::unbounded_channel();
-    let (halt, halted) = watch::channel(false);
+    let (halt, halted) = watch::channel(StopRequest::Run);
     let mut running =
         tokio::spawn(async move { LocalExecutor.run(worker, events_tx, halted).await });
     let mut stop = stop;
@@ -106,7 +107,7 @@ pub async fn relay(
         tokio::select! {
             Some(event) = events.recv() => {
                 if let Err(e) = record(storage, &trial, event, &mut measurements).await {
-                    let _ = halt.send(true);
+                    let _ = halt.send(StopRequest::Gracefully);
                     failed.get_or_insert(e);
                 }
             }
@@ -119,7 +120,7 @@ pub async fn relay(
                 if changed.is_err() {
                     stop_open = false;
                 } else if *stop.borrow() {
-                    let _ = halt.send(true);
+                    let _ = halt.send(StopRequest::Gracefully);
                 }
             }
             joined = &mut running => break joined.map_err(|e| {

@@ -390,14 +390,16 @@ fn a_rerun_with_a_changed_search_space_is_refused() {
     assert_eq!(scratch.trials("quad").len(), 2);
 }
 
-#[test]
-fn ctrl_c_stops_running_workers_and_records_them_as_stopped() {
+/// Runs two workers of `env` with a grace period of `grace`, sends hptune `interrupts`
+/// SIGINTs once both run, and checks that it exits 130 with both trials `stopped` and both
+/// workers gone; returns how long it took to end after the first SIGINT.
+fn interrupt_a_study(env: &str, grace: &str, interrupts: usize) -> Duration {
     let scratch = Scratch::new();
     let text = RANDOM
         .replace("max_trial_count: 8", "max_trial_count: 4")
         .replace(
             "command: [{worker}]",
-            "command: [{worker}]\n  env: {SLEEP: '30'}\n  grace_period: 5s",
+            &format!("command: [{{worker}}]\n  env: {env}\n  grace_period: {grace}"),
         );
     let study = scratch.study("study.yaml", &text);
     let child = scratch
@@ -432,17 +434,17 @@ fn ctrl_c_stops_running_workers_and_records_them_as_stopped() {
         })
         .collect();
     let started = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
+    for _ in 0..interrupts {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let out = child.wait_with_output().unwrap();
+    let took = started.elapsed();
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "sh stops on SIGTERM at once"
-    );
     assert!(
         stderr(&out).contains("run the same command to continue"),
         "{}",
@@ -454,6 +456,22 @@ fn ctrl_c_stops_running_workers_and_records_them_as_stopped() {
         let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
         assert!(!alive, "worker {pid} still runs");
     }
+    took
+}
+
+#[test]
+fn ctrl_c_stops_running_workers_and_records_them_as_stopped() {
+    let took = interrupt_a_study("{SLEEP: '30'}", "5s", 1);
+    assert!(took < Duration::from_secs(10), "sh stops on SIGTERM at once");
+}
+
+#[test]
+fn a_second_ctrl_c_kills_workers_that_ignore_sigterm_without_waiting_out_the_grace_period() {
+    let took = interrupt_a_study("{SLEEP: '30', MODE: stubborn}", "10m", 2);
+    assert!(
+        took < Duration::from_secs(25),
+        "the workers were not killed at the second Ctrl-C: it took {took:?}"
+    );
 }
 
 #[test]

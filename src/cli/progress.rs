@@ -130,11 +130,12 @@ impl RunObserver for Display {
                     ));
                 }
             }
-            RunEvent::Stopping => {
-                self.line(
-                    "interrupted: stopping running workers (run the same command to continue)"
-                        .into(),
-                );
+            RunEvent::Stopping { now: false } => self.line(
+                "interrupted: stopping running workers (Ctrl-C again to kill them at once; run the same command to continue)"
+                    .into(),
+            ),
+            RunEvent::Stopping { now: true } => {
+                self.line("interrupted again: killing running workers".into())
             }
         }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use hptune::controller::{self, Plan, RunSummary, StudyEnd};
-use hptune::executor::{Executor, check_program, check_storage, for_study};
+use hptune::executor::{Executor, StopRequest, check_program, check_storage, for_study};
 use hptune::sampler::{self, ManualSampler};
 use hptune::spec::{self, ExecutorKind, ExecutorSpec, Study};
 use hptune::storage::{Storage, StorageUrl, TrialState};
@@ -126,10 +126,12 @@ async fn supervise(
     sampler: &mut dyn sampler::Sampler,
     plan: &Plan,
 ) -> Result<RunSummary, Failure> {
-    let (interrupt_tx, interrupt) = watch::channel(false);
+    let (interrupt_tx, interrupt) = watch::channel(StopRequest::Run);
     let signals = tokio::spawn(async move {
         wait_for_signal().await;
-        let _ = interrupt_tx.send(true);
+        let _ = interrupt_tx.send(StopRequest::Gracefully);
+        wait_for_signal().await;
+        let _ = interrupt_tx.send(StopRequest::Now);
     });
     let mut display = Display::new(study);
     let result = controller::run(

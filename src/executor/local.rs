@@ -23,7 +23,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
 use super::process::{ProcessId, find_by_environment};
-use super::{Executor, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, error_log_path};
+use super::{
+    Executor, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, error_log_path,
+};
 use crate::report::{LineParser, Measurement, MetricsFileReader};
 
 /// How often the output and metrics files are read, and an adopted worker looked at.
@@ -39,7 +41,7 @@ impl Executor for LocalExecutor {
         &self,
         job: TrialJob,
         events: mpsc::UnboundedSender<WorkerEvent>,
-        stop: watch::Receiver<bool>,
+        stop: watch::Receiver<StopRequest>,
     ) -> WorkerOutcome {
         let trial_id = job.trial_id;
         let adopt = job
@@ -159,7 +161,7 @@ impl Worker {
     async fn watch(
         mut self,
         job: &TrialJob,
-        mut stop: watch::Receiver<bool>,
+        mut stop: watch::Receiver<StopRequest>,
     ) -> (WorkerEnd, Option<String>) {
         let deadline = job.timeout.map(|t| Instant::now() + t);
         let mut poll = tokio::time::interval(POLL);
@@ -177,22 +179,33 @@ impl Worker {
                 changed = stop.changed(), if stop_open => {
                     if changed.is_err() {
                         stop_open = false;
-                    } else if *stop.borrow() {
+                    } else if *stop.borrow() != StopRequest::Run {
                         break WorkerEnd::Stopped;
                     }
                 }
             }
         };
-        self.terminate(job.grace_period).await;
+        self.terminate(job.grace_period, &mut stop).await;
         self.finish(job);
         (reason, last_output(job))
     }
 
-    /// SIGTERM to the worker's group, then SIGKILL after the grace period.
-    async fn terminate(&mut self, grace: Duration) {
+    /// SIGTERM to the worker's group, then SIGKILL after the grace period, or as soon as
+    /// the controller asks for the stop to happen now.
+    async fn terminate(&mut self, grace: Duration, stop: &mut watch::Receiver<StopRequest>) {
         let group = Pid::from_raw(self.id.pid);
-        let _ = killpg(group, Signal::SIGTERM);
-        let _ = tokio::time::timeout(grace, wait(&mut self.process)).await;
+        if *stop.borrow() != StopRequest::Now {
+            let _ = killpg(group, Signal::SIGTERM);
+            let hurried = async {
+                if stop.wait_for(|s| *s == StopRequest::Now).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::timeout(grace, wait(&mut self.process)) => {}
+                _ = hurried => {}
+            }
+        }
         let _ = killpg(group, Signal::SIGKILL);
         let _ = tokio::time::timeout(grace, wait(&mut self.process)).await;
     }

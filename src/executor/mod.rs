@@ -136,16 +136,28 @@ pub struct WorkerOutcome {
     pub last_output: Option<String>,
 }
 
+/// What the controller asks of a running worker, in increasing urgency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum StopRequest {
+    /// Let it run.
+    #[default]
+    Run,
+    /// Stop it gracefully: SIGTERM (or the engine's cancel), SIGKILL after the grace period.
+    Gracefully,
+    /// Stop it now, without waiting out the grace period (a second Ctrl-C).
+    Now,
+}
+
 /// Runs trial workers somewhere.
 #[async_trait]
 pub trait Executor: Send + Sync {
     /// Runs `job` to its end. Sends a [`WorkerEvent`] as things happen; stops the worker
-    /// (gracefully, then forcibly) when `stop` turns true.
+    /// as `stop` asks: gracefully (then forcibly after the grace period), or at once.
     async fn run(
         &self,
         job: TrialJob,
         events: mpsc::UnboundedSender<WorkerEvent>,
-        stop: watch::Receiver<bool>,
+        stop: watch::Receiver<StopRequest>,
     ) -> WorkerOutcome;
 }
 

@@ -16,7 +16,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
 use super::http::RemoteError;
-use super::{Executor, LocalExecutor, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome};
+use super::{
+    Executor, LocalExecutor, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
+};
 use crate::spec::{ExecutorSpec, RemoteSettings};
 use crate::storage::{Storage, StorageUrl};
 
@@ -201,7 +203,7 @@ impl RemoteExecutor {
         job: &TrialJob,
         handle: &str,
         events: &mpsc::UnboundedSender<WorkerEvent>,
-        mut stop: watch::Receiver<bool>,
+        mut stop: watch::Receiver<StopRequest>,
     ) -> WorkerEnd {
         let deadline = job.timeout.map(|t| Instant::now() + t);
         let mut poll = tokio::time::interval(self.poll_interval);
@@ -234,7 +236,7 @@ impl RemoteExecutor {
                 changed = stop.changed(), if stop_open => {
                     if changed.is_err() {
                         stop_open = false;
-                    } else if *stop.borrow() {
+                    } else if *stop.borrow() != StopRequest::Run {
                         self.cancel(job, handle).await;
                         break WorkerEnd::Stopped;
                     }
@@ -258,7 +260,7 @@ impl Executor for RemoteExecutor {
         &self,
         job: TrialJob,
         events: mpsc::UnboundedSender<WorkerEvent>,
-        stop: watch::Receiver<bool>,
+        stop: watch::Receiver<StopRequest>,
     ) -> WorkerOutcome {
         let outcome = |end| WorkerOutcome {
             trial_id: job.trial_id,
