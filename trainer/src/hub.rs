@@ -46,7 +46,7 @@ pub fn resolve_model_dir(model: &str) -> Result<PathBuf> {
     );
     if offline() {
         return Err(TrainerError::ModelNotFound(format!(
-            "--model {model}: not in the Hugging Face cache and HF_HUB_OFFLINE is set; {instructions}"
+            "--model {model}: no such folder, not in the Hugging Face cache, and HF_HUB_OFFLINE is set; {instructions}"
         )));
     }
     let endpoint = std::env::var("HF_ENDPOINT")
@@ -56,8 +56,8 @@ pub fn resolve_model_dir(model: &str) -> Result<PathBuf> {
     let endpoint = endpoint.trim_end_matches('/');
     download(model, endpoint, &repo).map_err(|failure| {
         TrainerError::ModelNotFound(format!(
-            "--model {model}: not in the Hugging Face cache, and downloading it from {endpoint} failed: \
-             {failure}; {instructions}"
+            "--model {model}: no such folder, not in the Hugging Face cache, and downloading it \
+             from {endpoint} failed: {failure}; {instructions}"
         ))
     })
 }
