@@ -28,7 +28,7 @@ impl BackendTask for Speed {
     fn run<B: AutodiffBackend>(self, device: B::Device) -> hptune_trainer::Result<(f64, f64)> {
         let config = BertConfig::from_file(&self.dir.join("config.json"))?;
         B::seed(&device, 0);
-        let (mut model, _) = load_classifier::<B>(&self.dir, &config, 2, None, &device)?;
+        let (mut model, _) = load_classifier::<B>(&self.dir, &config, 2, None, false, &device)?;
         let mut optimizer = GroupedAdamW::new(&model, AdamWSettings::default());
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
         let n = self.batch * self.seq;

@@ -38,7 +38,7 @@ pub enum Command {
 #[derive(Debug, Args, Clone)]
 pub struct TrainArgs {
     /// Checkpoint folder (config.json, model.safetensors, tokenizer.json or vocab.txt), or a hub
-    /// id already in the Hugging Face cache.
+    /// id (ORG/NAME) from the Hugging Face cache, downloaded into it when absent.
     #[arg(long, env = "HPTUNE_TRAINER_MODEL")]
     pub model: String,
     /// Training data: .csv, .tsv/.txt or .jsonl.
@@ -62,6 +62,10 @@ pub struct TrainArgs {
     /// The objective: the metric reported first on the final line and in the metrics file.
     #[arg(long, value_enum, default_value = "accuracy")]
     pub metric: Metric,
+    /// Re-initialise checkpoint tensors whose shape differs from the model's (e.g. a head with
+    /// another number of labels) instead of stopping, as transformers' `ignore_mismatched_sizes`.
+    #[arg(long, alias = "ignore_mismatched_sizes")]
+    pub ignore_mismatched_sizes: bool,
     /// Folder to write the fine-tuned checkpoint to (weights, config, tokenizer, labels).
     #[arg(long, alias = "output_dir")]
     pub output_dir: Option<PathBuf>,

@@ -103,7 +103,9 @@ impl BertConfig {
                 "model_type is \"{model_type}\"; hptune-trainer supports BERT-family checkpoints (model_type \"bert\")"
             ));
         }
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
             return fail(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads

@@ -46,7 +46,7 @@ pub enum TrainerError {
         "{path}: tensor `{tensor}` is missing (expected shape {expected:?}); the checkpoint has {available} tensors, e.g. {example}"
     )]
     MissingTensor {
-        /// The safetensors file.
+        /// The weights file.
         path: PathBuf,
         /// The Hugging Face key that was looked for.
         tensor: String,
@@ -60,10 +60,10 @@ pub enum TrainerError {
 
     /// A checkpoint tensor has the wrong shape for the model that config.json describes.
     #[error(
-        "{path}: tensor `{tensor}` has shape {found:?} but the model built from config.json needs {expected:?}"
+        "{path}: tensor `{tensor}` has shape {found:?} but the model built from config.json needs {expected:?}{hint}"
     )]
     ShapeMismatch {
-        /// The safetensors file.
+        /// The weights file.
         path: PathBuf,
         /// The Hugging Face key.
         tensor: String,
@@ -71,12 +71,14 @@ pub enum TrainerError {
         found: Vec<usize>,
         /// The shape the model needs.
         expected: Vec<usize>,
+        /// What to do about it, when there is something ("" otherwise).
+        hint: &'static str,
     },
 
     /// A checkpoint tensor cannot be read (bad file, unsupported dtype).
     #[error("{path}: tensor `{tensor}`: {message}")]
     BadTensor {
-        /// The safetensors file.
+        /// The weights file.
         path: PathBuf,
         /// The Hugging Face key ("" when the whole file is unreadable).
         tensor: String,

@@ -5,7 +5,8 @@
 //! (the network), [`checkpoint`] (safetensors in and out, with the key map), [`tokenize`],
 //! [`data`] (files and labels), [`batch`] (padding), [`optim`] (AdamW groups, clipping,
 //! schedule), [`train`] (the loop and evaluation), [`metrics`], [`report`] (the protocol),
-//! [`backend`] (device choice), [`pretrained`] (checkpoint folders) and [`run`] (the commands).
+//! [`backend`] (device choice), [`hub`] (hub ids: cache and download), [`pretrained`]
+//! (checkpoint folders) and [`run`] (the commands).
 
 pub mod backend;
 pub mod batch;
@@ -14,6 +15,7 @@ pub mod cli;
 pub mod config;
 pub mod data;
 pub mod error;
+pub mod hub;
 pub mod metrics;
 pub mod model;
 pub mod optim;

@@ -1,11 +1,11 @@
-//! Hugging Face checkpoint folders: finding them, building the classifier from them, and
+//! Hugging Face checkpoint folders: their weights file, building the classifier from them, and
 //! writing a fine-tuned one back in the same layout.
 
 use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::Backend;
 
-use crate::checkpoint::{LoadReport, load_safetensors, save_safetensors};
+use crate::checkpoint::{LoadReport, load_weights, save_safetensors};
 use crate::config::BertConfig;
 use crate::data::LabelMap;
 use crate::error::{Result, TrainerError};
@@ -14,6 +14,9 @@ use crate::model::{
 };
 use crate::tokenize::TextTokenizer;
 
+/// The weights files a checkpoint folder may hold, preferred first.
+pub const WEIGHT_FILES: &[&str] = &["model.safetensors", "pytorch_model.bin"];
+
 /// Files copied from the source checkpoint next to the fine-tuned weights.
 const TOKENIZER_FILES: &[&str] = &[
     "vocab.txt",
@@ -21,74 +24,47 @@ const TOKENIZER_FILES: &[&str] = &[
     "special_tokens_map.json",
 ];
 
-/// Finds the checkpoint folder for `--model`: a local folder, or a hub id already present in
-/// the Hugging Face cache (`$HF_HOME/hub`, default `~/.cache/huggingface/hub`).
-pub fn resolve_model_dir(model: &str) -> Result<PathBuf> {
-    let local = PathBuf::from(model);
-    if local.is_dir() {
-        return Ok(local);
-    }
-    if let Some(snapshot) = cached_snapshot(model) {
-        return Ok(snapshot);
-    }
-    let name = model.rsplit('/').next().unwrap_or(model);
-    Err(TrainerError::ModelNotFound(format!(
-        "--model {model}: no such folder, and no snapshot of a hub model of that id in the Hugging Face cache; \
-         this build does not download from the hub: put config.json, model.safetensors and tokenizer.json \
-         (or vocab.txt) in a folder such as models/{name} and pass that folder \
-         (scripts/fetch-model.sh does this for all-MiniLM-L6-v2)"
-    )))
-}
-
-fn cached_snapshot(id: &str) -> Option<PathBuf> {
-    if !id.contains('/') {
-        return None;
-    }
-    let hub = std::env::var_os("HF_HUB_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HF_HOME").map(|h| PathBuf::from(h).join("hub")))
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/huggingface/hub"))
-        })?;
-    let snapshots = hub
-        .join(format!("models--{}", id.replace('/', "--")))
-        .join("snapshots");
-    std::fs::read_dir(snapshots)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.join("config.json").is_file())
-}
-
-/// The weights file of a checkpoint folder.
+/// The weights file of a checkpoint folder: `model.safetensors`, else `pytorch_model.bin`.
 pub fn weights_file(dir: &Path) -> Result<PathBuf> {
-    let safetensors = dir.join("model.safetensors");
-    if safetensors.is_file() {
-        return Ok(safetensors);
+    for name in WEIGHT_FILES {
+        let path = dir.join(name);
+        if path.is_file() {
+            return Ok(path);
+        }
     }
-    if dir.join("pytorch_model.bin").is_file() {
-        return Err(TrainerError::ModelNotFound(format!(
-            "{}: only pytorch_model.bin is there; convert it to model.safetensors \
-             (python: transformers' save_pretrained(dir, safe_serialization=True))",
-            dir.display()
-        )));
-    }
+    let sharded = if dir.join("model.safetensors.index.json").is_file()
+        || dir.join("pytorch_model.bin.index.json").is_file()
+    {
+        " (sharded checkpoints are not supported: save the model as one file)"
+    } else {
+        ""
+    };
     Err(TrainerError::ModelNotFound(format!(
-        "{}: no model.safetensors in the folder",
-        dir.display()
+        "{}: neither {} in the folder{sharded}",
+        dir.display(),
+        WEIGHT_FILES.join(" nor ")
     )))
 }
 
 /// Builds the classifier described by `config` with `num_labels` classes and loads the
-/// checkpoint's weights into it (the head starts new when the checkpoint has none).
+/// checkpoint's weights into it (the head starts new when the checkpoint has none; with
+/// `ignore_mismatched_sizes`, also when it has one of another shape).
 pub fn load_classifier<B: Backend>(
     dir: &Path,
     config: &BertConfig,
     num_labels: usize,
     dropout: Option<f64>,
+    ignore_mismatched_sizes: bool,
     device: &B::Device,
 ) -> Result<(BertClassifier<B>, LoadReport)> {
     let model = classifier_config(config, num_labels, dropout).init::<B>(device);
-    let (model, report) = load_safetensors(model, &weights_file(dir)?)?;
+    let (model, report) = load_weights(model, &weights_file(dir)?, ignore_mismatched_sizes)?;
+    if !report.mismatched.is_empty() {
+        tracing::warn!(
+            "re-initialised because the checkpoint's shape differs (--ignore-mismatched-sizes): {}",
+            report.mismatched.join("; ")
+        );
+    }
     if !report.newly_initialised.is_empty() {
         tracing::info!(
             "new (randomly initialised) weights: {}",

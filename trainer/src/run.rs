@@ -9,9 +9,10 @@ use crate::cli::{PredictArgs, TrainArgs};
 use crate::config::BertConfig;
 use crate::data::{ColumnSpec, LabelMap, read_examples, stratified_split};
 use crate::error::{Result, TrainerError};
+use crate::hub::resolve_model_dir;
 use crate::metrics::EvalMetrics;
 use crate::optim::AdamWSettings;
-use crate::pretrained::{load_classifier, resolve_model_dir, save_checkpoint, saved_labels};
+use crate::pretrained::{load_classifier, save_checkpoint, saved_labels};
 use crate::report::Reporter;
 use crate::tokenize::TextTokenizer;
 use crate::train::{TrainSettings, fine_tune, predict_probabilities};
@@ -68,7 +69,7 @@ fn validate(args: &TrainArgs) -> Result<()> {
     if args.dropout.is_some_and(|d| !(0.0..1.0).contains(&d)) {
         return bad("dropout", "must be in [0, 1)");
     }
-    if !(args.max_grad_norm >= 0.0) {
+    if args.max_grad_norm.is_nan() || args.max_grad_norm < 0.0 {
         return bad("max-grad-norm", "must be 0 (off) or more");
     }
     if args.eval.is_none() && !(args.eval_split > 0.0 && args.eval_split < 1.0) {
@@ -145,8 +146,14 @@ impl BackendTask for TrainTask<'_> {
             TextTokenizer::from_dir(&dir, args.max_seq_len.min(config.max_position_embeddings))?;
         let data = prepare(args, &tokenizer)?;
         B::seed(&device, args.seed);
-        let (model, _) =
-            load_classifier::<B>(&dir, &config, data.labels.len(), args.dropout, &device)?;
+        let (model, _) = load_classifier::<B>(
+            &dir,
+            &config,
+            data.labels.len(),
+            args.dropout,
+            args.ignore_mismatched_sizes,
+            &device,
+        )?;
         let settings = TrainSettings {
             learning_rate: args.learning_rate,
             batch_size: args.batch_size,
@@ -201,8 +208,14 @@ impl BackendTask for PredictTask<'_> {
         let labels = saved_labels(dir, &config)?;
         let tokenizer =
             TextTokenizer::from_dir(dir, args.max_seq_len.min(config.max_position_embeddings))?;
-        let (model, report) =
-            load_classifier::<B::InnerBackend>(dir, &config, labels.len(), Some(0.0), &device)?;
+        let (model, report) = load_classifier::<B::InnerBackend>(
+            dir,
+            &config,
+            labels.len(),
+            Some(0.0),
+            false,
+            &device,
+        )?;
         if !report.newly_initialised.is_empty() {
             return Err(TrainerError::ModelNotFound(format!(
                 "{}: the checkpoint lacks {}; predict needs a folder written by --output-dir",

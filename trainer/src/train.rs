@@ -40,6 +40,7 @@ pub struct TrainSettings {
 
 /// Fine-tunes `model` on `train`, evaluating on `eval` after each epoch and reporting each
 /// evaluation through `reporter`; returns the model and the last evaluation.
+#[allow(clippy::too_many_arguments)] // the run's parts, each of a different kind
 pub fn fine_tune<B: AutodiffBackend, W: Write>(
     mut model: BertClassifier<B>,
     train: &[EncodedExample],

@@ -188,23 +188,6 @@ fn a_bad_flag_value_exits_non_zero_with_one_line_naming_the_flag() {
 }
 
 #[test]
-fn a_missing_model_names_the_folder_and_how_to_get_it() {
-    let output = trainer()
-        .args(["--model", "sentence-transformers/not-here"])
-        .args([
-            "--train",
-            fixtures().join("data/train.tsv").to_str().unwrap(),
-        ])
-        .env("HF_HOME", "/nonexistent")
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let message = stderr(&output);
-    assert!(message.contains("models/not-here"), "{message}");
-    assert!(message.contains("fetch-model.sh"), "{message}");
-}
-
-#[test]
 fn a_bad_data_row_fails_the_run_with_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let train = dir.path().join("train.tsv");

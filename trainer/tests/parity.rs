@@ -8,7 +8,7 @@ use burn::backend::{Autodiff, Flex};
 use burn::module::AutodiffModule;
 use burn::tensor::ElementConversion;
 use hptune_trainer::batch::{EncodedExample, collate};
-use hptune_trainer::checkpoint::overlay_safetensors;
+use hptune_trainer::checkpoint::overlay_weights;
 use hptune_trainer::config::BertConfig;
 use hptune_trainer::model::cross_entropy;
 use hptune_trainer::optim::{AdamWSettings, GroupedAdamW};
@@ -64,9 +64,9 @@ fn check_parity(dir: &Path, fixture: &str, head: Option<&Path>) {
         });
     }
 
-    let (model, _) = load_classifier::<B>(dir, &config, 3, Some(0.0), &device).unwrap();
+    let (model, _) = load_classifier::<B>(dir, &config, 3, Some(0.0), false, &device).unwrap();
     let model = match head {
-        Some(path) => overlay_safetensors(model, path).unwrap().0,
+        Some(path) => overlay_weights(model, path).unwrap().0,
         None => model,
     };
     let items: Vec<&EncodedExample> = encoded.iter().collect();

@@ -68,12 +68,13 @@ impl ParamPath {
             if i == 0 && segment == HEAD_ROOT {
                 continue;
             }
-            if i == last && self.owner == "LayerNorm" {
-                if let Some((_, hf, old)) = LAYER_NORM_PARAMS.iter().find(|(b, ..)| b == segment) {
-                    modern.push(hf.to_string());
-                    legacy.push(old.to_string());
-                    continue;
-                }
+            if i == last
+                && self.owner == "LayerNorm"
+                && let Some((_, hf, old)) = LAYER_NORM_PARAMS.iter().find(|(b, ..)| b == segment)
+            {
+                modern.push(hf.to_string());
+                legacy.push(old.to_string());
+                continue;
             }
             let mapped = SEGMENT_MAP
                 .iter()

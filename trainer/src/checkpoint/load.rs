@@ -1,13 +1,14 @@
-//! Reads a `model.safetensors` into a [`BertClassifier`], checking every tensor's shape.
+//! Fills a [`BertClassifier`] from a weights file (see [`WeightFile`]), checking every
+//! tensor's shape.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Tensor, TensorData, backend::Backend};
-use safetensors::{Dtype, SafeTensors};
 
 use super::walk::PathStack;
+use super::weights::WeightFile;
 use crate::error::{Result, TrainerError};
 use crate::model::BertClassifier;
 
@@ -18,46 +19,49 @@ pub struct LoadReport {
     pub applied: usize,
     /// Parameters the checkpoint lacked and that keep their fresh initialisation (head, pooler).
     pub newly_initialised: Vec<String>,
+    /// Tensors whose stored shape differed from the model's and that were re-initialised
+    /// instead (only with `ignore_mismatched_sizes`), as `key: stored [..], model [..]`.
+    pub mismatched: Vec<String>,
     /// Checkpoint keys that no parameter uses (e.g. `embeddings.position_ids`, MLM heads).
     pub unused: Vec<String>,
 }
 
-/// Fills `model` with the tensors of the safetensors file at `path`.
+/// Fills `model` with the tensors of the weights file at `path` (safetensors, or PyTorch's
+/// format for `.bin`).
 ///
 /// Every parameter must be present with the shape the model has, except the classification
-/// head and the pooler, which start new when absent (as in Hugging Face).
-pub fn load_safetensors<B: Backend>(
+/// head and the pooler, which start new when absent (as in Hugging Face). A tensor of another
+/// shape is an error naming it and both shapes, unless `ignore_mismatched_sizes` is set: then
+/// it keeps its fresh initialisation and is listed in [`LoadReport::mismatched`], as
+/// `from_pretrained(..., ignore_mismatched_sizes=True)` does.
+pub fn load_weights<B: Backend>(
     model: BertClassifier<B>,
     path: &Path,
+    ignore_mismatched_sizes: bool,
 ) -> Result<(BertClassifier<B>, LoadReport)> {
-    load(model, path, true)
+    load(model, path, true, ignore_mismatched_sizes)
 }
 
 /// Replaces only the parameters that the file at `path` holds (e.g. a saved head), checking
 /// their shapes; every other parameter is left as it is.
-pub fn overlay_safetensors<B: Backend>(
+pub fn overlay_weights<B: Backend>(
     model: BertClassifier<B>,
     path: &Path,
 ) -> Result<(BertClassifier<B>, LoadReport)> {
-    load(model, path, false)
+    load(model, path, false, false)
 }
 
 fn load<B: Backend>(
     model: BertClassifier<B>,
     path: &Path,
     strict: bool,
+    ignore_mismatched_sizes: bool,
 ) -> Result<(BertClassifier<B>, LoadReport)> {
-    let bytes = std::fs::read(path).map_err(|e| TrainerError::io(path, "reading", e))?;
-    let file = SafeTensors::deserialize(&bytes).map_err(|e| TrainerError::BadTensor {
-        path: path.to_path_buf(),
-        tensor: String::new(),
-        message: format!("not a safetensors file: {e}"),
-    })?;
+    let file = WeightFile::open(path)?;
     let device = model.devices().into_iter().next().ok_or_else(|| {
         TrainerError::Backend("the model has no device to load weights onto".to_string())
     })?;
     let mut mapper = LoadMapper::<B> {
-        path: path.to_path_buf(),
         file: &file,
         device,
         stack: PathStack::default(),
@@ -65,6 +69,7 @@ fn load<B: Backend>(
         report: LoadReport::default(),
         error: None,
         strict,
+        ignore_mismatched_sizes,
     };
     let model = model.map(&mut mapper);
     if let Some(error) = mapper.error {
@@ -74,17 +79,14 @@ fn load<B: Backend>(
     report.applied = mapper.used.len();
     report.unused = file
         .names()
-        .into_iter()
         .filter(|name| !mapper.used.contains(*name))
         .map(str::to_string)
         .collect();
-    report.unused.sort();
     Ok((model, report))
 }
 
 struct LoadMapper<'a, B: Backend> {
-    path: PathBuf,
-    file: &'a SafeTensors<'a>,
+    file: &'a WeightFile,
     device: B::Device,
     stack: PathStack,
     used: BTreeSet<String>,
@@ -93,43 +95,62 @@ struct LoadMapper<'a, B: Backend> {
     error: Option<TrainerError>,
     /// False to skip parameters the file lacks.
     strict: bool,
+    /// True to keep the fresh initialisation of tensors stored with another shape.
+    ignore_mismatched_sizes: bool,
 }
 
 impl<B: Backend> LoadMapper<'_, B> {
     fn read<const D: usize>(&mut self, current: &Tensor<B, D>) -> Result<Option<Tensor<B, D>>> {
         let param = self.stack.current();
         let keys = param.hf_keys();
-        let Some(key) = keys.iter().find(|k| self.file.tensor(k).is_ok()) else {
+        let expected = hf_shape(current.dims().to_vec(), param.is_linear_weight());
+        let path = &self.file.path;
+        let Some((key, stored)) = keys
+            .iter()
+            .find_map(|k| self.file.get(k).map(|stored| (k, stored)))
+        else {
             if param.may_be_new() || !self.strict {
                 self.report.newly_initialised.push(param.hf_key());
                 return Ok(None);
             }
-            let names = self.file.names();
             return Err(TrainerError::MissingTensor {
-                path: self.path.clone(),
+                path: path.clone(),
                 tensor: keys.join("` or `"),
-                expected: hf_shape(current.dims().to_vec(), param.is_linear_weight()),
-                available: names.len(),
-                example: names.first().map_or(String::new(), |n| n.to_string()),
+                expected,
+                available: self.file.len(),
+                example: self.file.names().next().unwrap_or_default().to_string(),
             });
         };
-        let view = self.file.tensor(key).expect("key was found above");
-        let expected = hf_shape(current.dims().to_vec(), param.is_linear_weight());
-        if view.shape() != expected.as_slice() {
+        self.used.insert(key.clone());
+        if stored.shape != expected {
+            if self.ignore_mismatched_sizes {
+                self.report.mismatched.push(format!(
+                    "{key}: stored {:?}, model {expected:?}",
+                    stored.shape
+                ));
+                return Ok(None);
+            }
             return Err(TrainerError::ShapeMismatch {
-                path: self.path.clone(),
+                path: path.clone(),
                 tensor: key.clone(),
-                found: view.shape().to_vec(),
+                found: stored.shape.clone(),
                 expected,
+                hint: if param.may_be_new() {
+                    "; the checkpoint's head has another number of labels than the data: \
+                     pass --ignore-mismatched-sizes to start a new head"
+                } else {
+                    ""
+                },
             });
         }
-        let values =
-            to_f32(view.dtype(), view.data()).map_err(|message| TrainerError::BadTensor {
-                path: self.path.clone(),
+        let values = stored
+            .values
+            .clone()
+            .map_err(|message| TrainerError::BadTensor {
+                path: path.clone(),
                 tensor: key.clone(),
                 message,
             })?;
-        self.used.insert(key.clone());
         let tensor = Tensor::<B, D>::from_data(TensorData::new(values, expected), &self.device);
         Ok(Some(if param.is_linear_weight() {
             tensor.transpose()
@@ -174,25 +195,4 @@ fn hf_shape(mut dims: Vec<usize>, transposed: bool) -> Vec<usize> {
         dims.reverse();
     }
     dims
-}
-
-/// Decodes little-endian F32, F16 or BF16 bytes to f32.
-fn to_f32(dtype: Dtype, bytes: &[u8]) -> std::result::Result<Vec<f32>, String> {
-    match dtype {
-        Dtype::F32 => Ok(bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()),
-        Dtype::F16 => Ok(bytes
-            .chunks_exact(2)
-            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect()),
-        Dtype::BF16 => Ok(bytes
-            .chunks_exact(2)
-            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect()),
-        other => Err(format!(
-            "dtype {other:?} is not a float type; expected F32, F16 or BF16"
-        )),
-    }
 }
