@@ -409,11 +409,12 @@ fn interrupt_a_study(env: &str, grace: &str, interrupts: usize) -> Duration {
         .unwrap();
     // Wait until both workers run.
     let deadline = Instant::now() + Duration::from_secs(20);
+    // The database may exist before its tables do: a failing query means "not yet".
     while !scratch.path("hptune.db").exists()
         || scratch
-            .query("SELECT COUNT(*) FROM trials WHERE worker IS NOT NULL")
-            .first()
-            .and_then(|r| r[0].as_i64())
+            .try_query("SELECT COUNT(*) FROM trials WHERE worker IS NOT NULL")
+            .ok()
+            .and_then(|rows| rows.first().and_then(|r| r[0].as_i64()))
             != Some(2)
     {
         assert!(Instant::now() < deadline, "the workers did not start");
@@ -462,7 +463,10 @@ fn interrupt_a_study(env: &str, grace: &str, interrupts: usize) -> Duration {
 #[test]
 fn ctrl_c_stops_running_workers_and_records_them_as_stopped() {
     let took = interrupt_a_study("{SLEEP: '30'}", "5s", 1);
-    assert!(took < Duration::from_secs(10), "sh stops on SIGTERM at once");
+    assert!(
+        took < Duration::from_secs(10),
+        "sh stops on SIGTERM at once"
+    );
 }
 
 #[test]

@@ -107,6 +107,11 @@ impl Scratch {
 
     /// Runs SQL on the database (read-only checks of what was stored).
     pub fn query(&self, sql: &str) -> Vec<Vec<Value>> {
+        self.try_query(sql).unwrap()
+    }
+
+    /// Runs SQL on the database, or says why it cannot (e.g. a database still being created).
+    pub fn try_query(&self, sql: &str) -> Result<Vec<Vec<Value>>, sqlx::Error> {
         let url = match &self.postgres {
             Some(url) => url.clone(),
             None => format!("sqlite://{}?mode=ro", self.path("hptune.db").display()),
@@ -115,9 +120,10 @@ impl Scratch {
         runtime.block_on(async {
             use sqlx::Row;
             sqlx::any::install_default_drivers();
-            let pool = sqlx::AnyPool::connect(&url).await.unwrap();
-            let rows = sqlx::query(sql).fetch_all(&pool).await.unwrap();
-            rows.iter()
+            let pool = sqlx::AnyPool::connect(&url).await?;
+            let rows = sqlx::query(sql).fetch_all(&pool).await?;
+            Ok(rows
+                .iter()
                 .map(|row| {
                     (0..row.columns().len())
                         .map(|i| {
@@ -133,7 +139,7 @@ impl Scratch {
                         })
                         .collect()
                 })
-                .collect()
+                .collect())
         })
     }
 }
