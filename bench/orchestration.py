@@ -5,7 +5,9 @@ hptune runs N trials of a worker process that reports at once (examples/objectiv
 Branin), random sampler, SQLite storage, every state change committed; Optuna runs the same
 number of trials of the same function in-process (no process per trial), RandomSampler,
 its SQLite storage. Both at parallelism 1 and 4, in the same command, so the ratio holds on
-a noisy machine. It also checks that hptune lost and duplicated no trial.
+a noisy machine. It also checks that hptune lost and duplicated no trial. As a floor, it
+times the worker alone, started N times one after another by a shell loop: what a process
+per trial costs before any orchestration (hptune's own overhead per trial is the difference).
 
     python3 bench/orchestration.py [--trials 1000] [--optuna-trials 1000]
 
@@ -98,6 +100,13 @@ def bench_hptune(hptune, worker, trials, parallel):
     return elapsed, len(listed), problems
 
 
+def bench_worker_alone(worker, trials):
+    loop = f'for i in $(seq {trials}); do "$0" --function branin --x1=1.5 --x2=2.5 >/dev/null; done'
+    start = time.perf_counter()
+    run(["bash", "-c", loop, str(worker)])
+    return time.perf_counter() - start
+
+
 def bench_optuna(python, trials, jobs):
     with tempfile.TemporaryDirectory() as tmp:
         out = run([str(python), "-c", OPTUNA, str(trials), str(jobs), f"sqlite:///{tmp}/optuna.db"])
@@ -114,6 +123,8 @@ def main():
     hptune, worker = build()
     python = ensure_optuna()
     rows = []
+    alone = bench_worker_alone(worker, args.trials)
+    alone_rate = args.trials / alone
     for parallel in (1, 4):
         h_time, h_count, problems = bench_hptune(hptune, worker, args.trials, parallel)
         o_time, o_count, version = bench_optuna(python, args.optuna_trials, parallel)
@@ -125,15 +136,21 @@ def main():
             "optuna_trials": o_count, "optuna_seconds": round(o_time, 3),
             "optuna_trials_per_s": round(o_rate, 1), "optuna_version": version,
             "ratio": round(h_rate / o_rate, 1), "problems": problems,
+            "worker_alone_per_s": round(alone_rate, 1),
+            "hptune_overhead_ms_per_trial": round(1000 * (1 / h_rate - 1 / alone_rate), 2),
         })
 
     print(f"| parallel | hptune trials/s (process per trial) | Optuna {rows[0]['optuna_version']} "
-          "trials/s (in-process) | ratio | lost or duplicated |")
-    print("|---:|---:|---:|---:|---|")
+          "trials/s (in-process) | ratio | lost or duplicated | hptune's overhead ms/trial |")
+    print("|---:|---:|---:|---:|---|---:|")
     for r in rows:
         print(f"| {r['parallel']} | {r['hptune_trials_per_s']} ({r['hptune_trials']} in "
               f"{r['hptune_seconds']} s) | {r['optuna_trials_per_s']} ({r['optuna_trials']} in "
-              f"{r['optuna_seconds']} s) | {r['ratio']}x | {', '.join(r['problems']) or 'none'} |")
+              f"{r['optuna_seconds']} s) | {r['ratio']}x | {', '.join(r['problems']) or 'none'} | "
+              f"{r['hptune_overhead_ms_per_trial']} |")
+    print(f"\nThe worker alone, {args.trials} runs one after another from a shell loop: "
+          f"{alone_rate:.1f} runs/s ({1000 / alone_rate:.2f} ms each); the overhead column is "
+          "hptune's time per trial minus that.")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "orchestration.json").write_text(json.dumps(rows, indent=2))
     if any(r["problems"] for r in rows):
