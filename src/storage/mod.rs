@@ -90,10 +90,17 @@ impl Storage {
         };
         let sqlite = matches!(url, StorageUrl::Sqlite(_));
         let pool = AnyPoolOptions::new()
-            .max_connections(4)
+            // SQLite: one connection, so its page cache stays valid (another connection's
+            // write would make it read the changed pages again) and one thread stays warm;
+            // there is a single writer anyway.
+            .max_connections(if sqlite { 1 } else { 4 })
             // An unreachable server fails in seconds; SQLite waits for its lock inside a
             // connection (busy_timeout), not here.
             .acquire_timeout(std::time::Duration::from_secs(10))
+            // A ping before each use guards against a server that dropped the connection;
+            // an embedded SQLite file has no such server, and the ping is a round trip to the
+            // connection's thread for every statement.
+            .test_before_acquire(!sqlite)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if sqlite {
