@@ -3,7 +3,7 @@
 //!
 //! burn's dropout asks the backend for a Bernoulli tensor; burn-flex draws it one element at a
 //! time from one global generator behind a lock, which took about a fifth of a CPU training
-//! step. Here the mask is filled on the host from ChaCha8 streams, in fixed chunks of
+//! step. Here the mask is filled on the host from SplitMix64 streams, in fixed chunks of
 //! [`CHUNK`] elements spread over two threads, and multiplied into the input.
 //!
 //! Each mask is a function of (seed, call number, chunk) only, so a run is reproducible for a
@@ -23,9 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Tensor, TensorData};
-use rand::{RngCore, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
 
 /// Elements drawn from one ChaCha8 stream; masks are split into chunks of this size.
 pub const CHUNK: usize = 1 << 16;
@@ -78,8 +76,7 @@ pub struct Dropout {
 impl Dropout {
     /// Applies dropout to `input` if its backend records gradients, else returns it unchanged.
     pub fn forward<B: Backend, const D: usize>(&self, input: Tensor<B, D>) -> Tensor<B, D> {
-        let device = input.device();
-        if !B::ad_enabled(&device) || self.prob == 0.0 {
+        if !B::ad_enabled(&input.device()) || self.prob == 0.0 {
             return input;
         }
         if !HOST_MASKS.load(Ordering::SeqCst) {
@@ -88,60 +85,81 @@ impl Dropout {
             return input * random * (1.0 / keep);
         }
         let call = CALLS.fetch_add(1, Ordering::SeqCst);
-        let dims = input.dims();
-        let values = keep_mask(
-            self.prob,
-            SEED.load(Ordering::SeqCst),
-            call,
-            dims.iter().product(),
-        );
-        input * Tensor::from_data(TensorData::new(values, dims), &device)
+        apply(input, self.prob, SEED.load(Ordering::SeqCst), call)
     }
 }
 
-/// The mask of call `call` under `seed`: `len` values, each `1 / (1 - prob)` with probability
-/// `1 - prob` and 0 otherwise (all 0 when `prob` is 1).
-pub fn keep_mask(prob: f64, seed: u64, call: u64, len: usize) -> Vec<f32> {
+/// Dropout with the mask of call `call` under `seed`, whatever the backend.
+///
+/// The host only fills random 32-bit words (see [`random_bits`]); the comparison with the keep
+/// threshold, the zeroing and the scaling are tensor ops, so they run in the backend's
+/// optimised kernels rather than in a per-element loop of this (unoptimised in debug) crate.
+fn apply<B: Backend, const D: usize>(
+    input: Tensor<B, D>,
+    prob: f64,
+    seed: u64,
+    call: u64,
+) -> Tensor<B, D> {
+    if prob >= 1.0 {
+        return input.mul_scalar(0.0);
+    }
     let keep = 1.0 - prob;
-    let scale = if keep > 0.0 { (1.0 / keep) as f32 } else { 0.0 };
-    // A uniform u32 `u` keeps its element when `u < threshold`, i.e. with probability `keep`.
-    let threshold = (keep * 4_294_967_296.0) as u64;
-    let mut values = vec![0.0f32; len];
-    let fill = |first_chunk: usize, part: &mut [f32]| {
-        let mut bits = vec![0u32; CHUNK];
+    let dims = input.dims();
+    let bits = random_bits(seed, call, dims.iter().product());
+    let bits = Tensor::<B, D, Int>::from_data(TensorData::new(bits, dims), &input.device());
+    // The words are uniform over i32, so `word < threshold` holds with probability `keep`.
+    let threshold = (keep * 4_294_967_296.0 - 2_147_483_648.0) as i64;
+    let dropped = bits.greater_equal_elem(threshold);
+    input.mask_fill(dropped, 0.0).mul_scalar(1.0 / keep)
+}
+
+/// `len` uniformly random words for call `call` under `seed`: chunk `i` (of [`CHUNK`] words)
+/// is the SplitMix64 sequence started from a key mixed from (seed, call, i), and the chunks
+/// are filled on two threads.
+///
+/// SplitMix64 rather than a generator from `rand`: those are generic code that this crate
+/// instantiates, and the workspace's debug profile (which the trainer binary is built with)
+/// leaves this crate unoptimised, where ChaCha8 took about 50 ns a word; SplitMix64 is a
+/// handful of integer operations, statistically sound for masks (it passes BigCrush).
+pub fn random_bits(seed: u64, call: u64, len: usize) -> Vec<i32> {
+    let mut words = vec![0i32; len];
+    let fill = |first_chunk: usize, part: &mut [i32]| {
         for (i, out) in part.chunks_mut(CHUNK).enumerate() {
-            let mut key = [0u8; 32];
-            key[..8].copy_from_slice(&seed.to_le_bytes());
-            key[8..16].copy_from_slice(&call.to_le_bytes());
-            key[16..24].copy_from_slice(&((first_chunk + i) as u64).to_le_bytes());
-            let words = &mut bits[..out.len()];
-            ChaCha8Rng::from_seed(key).fill_bytes(bytes_of(words));
-            for (v, &u) in out.iter_mut().zip(words.iter()) {
-                *v = if u64::from(u) < threshold { scale } else { 0.0 };
+            let mut state = mix(seed ^ mix(call ^ mix((first_chunk + i) as u64)));
+            for pair in out.chunks_mut(2) {
+                state = state.wrapping_add(GAMMA);
+                let z = mix(state);
+                pair[0] = z as i32;
+                if let Some(second) = pair.get_mut(1) {
+                    *second = (z >> 32) as i32;
+                }
             }
         }
     };
     let chunks = len.div_ceil(CHUNK);
     if chunks <= 1 {
-        fill(0, &mut values);
+        fill(0, &mut words);
     } else {
         let per_thread = chunks.div_ceil(THREADS);
         std::thread::scope(|s| {
-            for (t, part) in values.chunks_mut(per_thread * CHUNK).enumerate() {
+            for (t, part) in words.chunks_mut(per_thread * CHUNK).enumerate() {
                 let fill = &fill;
                 s.spawn(move || fill(t * per_thread, part));
             }
         });
     }
-    values
+    words
 }
 
-/// The bytes of `words`, for filling them from a generator in one call.
-fn bytes_of(words: &mut [u32]) -> &mut [u8] {
-    let len = std::mem::size_of_val(words);
-    // SAFETY: any byte pattern is a valid u32, u8 has alignment 1, and the slice covers
-    // exactly the memory of `words`, which it borrows mutably.
-    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), len) }
+/// SplitMix64's increment (the golden ratio in 64 bits).
+const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// SplitMix64's output function.
+#[inline(always)]
+fn mix(x: u64) -> u64 {
+    let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 #[cfg(test)]
@@ -149,13 +167,23 @@ mod tests {
     use super::*;
     use burn::backend::{Autodiff, Flex};
 
+    type Train = Autodiff<Flex>;
+
+    fn ones<B: Backend>(n: usize) -> Tensor<B, 2> {
+        Tensor::ones([n, 1000], &Default::default())
+    }
+
+    fn values<B: Backend>(t: Tensor<B, 2>) -> Vec<f32> {
+        t.into_data().to_vec::<f32>().unwrap()
+    }
+
     #[test]
     fn keep_rate_is_one_minus_p_and_kept_values_are_scaled() {
         let (p, n) = (0.1, 1_000_000);
-        let mask = keep_mask(p, 7, 0, n);
+        let out = values(apply(ones::<Flex>(n / 1000), p, 7, 0));
         let scale = (1.0 / (1.0 - p)) as f32;
-        assert!(mask.iter().all(|&v| v == 0.0 || v == scale));
-        let kept = mask.iter().filter(|&&v| v != 0.0).count() as f64;
+        assert!(out.iter().all(|&v| v == 0.0 || (v - scale).abs() < 1e-6));
+        let kept = out.iter().filter(|&&v| v != 0.0).count() as f64;
         // Binomial(n, 0.9): sd = 300; allow 6 sd.
         let sd = (n as f64 * p * (1.0 - p)).sqrt();
         assert!((kept - n as f64 * (1.0 - p)).abs() < 6.0 * sd, "kept {kept}");
@@ -163,32 +191,26 @@ mod tests {
 
     #[test]
     fn same_seed_and_call_give_the_same_mask_and_others_differ() {
-        let n = 3 * CHUNK + 5;
-        let a = keep_mask(0.5, 1, 3, n);
-        assert_eq!(a, keep_mask(0.5, 1, 3, n));
-        assert_ne!(a, keep_mask(0.5, 1, 4, n));
-        assert_ne!(a, keep_mask(0.5, 2, 3, n));
+        let mask = |seed, call| values(apply(ones::<Flex>(200), 0.5, seed, call));
+        let a = mask(1, 3);
+        assert_eq!(a, mask(1, 3));
+        assert_ne!(a, mask(1, 4));
+        assert_ne!(a, mask(2, 3));
         // Chunks draw from different streams.
         assert_ne!(a[..CHUNK], a[CHUNK..2 * CHUNK]);
     }
 
     #[test]
     fn p_one_drops_everything() {
-        assert!(keep_mask(1.0, 0, 0, 1000).iter().all(|&v| v == 0.0));
-    }
-
-    type Train = Autodiff<Flex>;
-
-    fn ones<B: Backend>() -> Tensor<B, 2> {
-        Tensor::ones([64, 100], &Default::default())
+        assert!(values(apply(ones::<Flex>(10), 1.0, 0, 0)).iter().all(|&v| v == 0.0));
     }
 
     #[test]
     fn p_zero_and_eval_are_the_identity() {
-        let input = ones::<Train>();
+        let input = ones::<Train>(64);
         let out = DropoutConfig::new(0.0).init().forward(input.clone());
         assert_eq!(out.into_data(), input.into_data());
-        let input = ones::<Flex>();
+        let input = ones::<Flex>(64);
         let out = DropoutConfig::new(0.5).init().forward(input.clone());
         assert_eq!(out.into_data(), input.into_data());
     }
@@ -196,10 +218,9 @@ mod tests {
     #[test]
     fn successive_training_calls_draw_different_masks() {
         let dropout = DropoutConfig::new(0.5).init();
-        let first = dropout.forward(ones::<Train>()).into_data();
-        let second = dropout.forward(ones::<Train>()).into_data();
+        let first = values(dropout.forward(ones::<Train>(64)));
+        let second = values(dropout.forward(ones::<Train>(64)));
         assert_ne!(first, second);
-        let values = first.to_vec::<f32>().unwrap();
-        assert!(values.iter().all(|&v| v == 0.0 || v == 2.0));
+        assert!(first.iter().all(|&v| v == 0.0 || v == 2.0));
     }
 }
