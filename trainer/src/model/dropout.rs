@@ -2,8 +2,8 @@
 //! `burn::nn::Dropout`.
 //!
 //! burn's dropout asks the backend for a Bernoulli tensor; burn-flex draws it one element at a
-//! time from one global generator behind a lock, which took about a fifth of a CPU training
-//! step. Here the mask is filled on the host from SplitMix64 streams, in fixed chunks of
+//! time from one global generator behind a lock, which took about a fifth of a profiled CPU
+//! training step (docs/trainer.md, Speed). Here the mask is filled on the host from SplitMix64 streams, in fixed chunks of
 //! [`CHUNK`] elements spread over two threads, and multiplied into the input.
 //!
 //! Each mask is a function of (seed, call number, chunk) only, so a run is reproducible for a
