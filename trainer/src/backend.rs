@@ -73,6 +73,8 @@ pub fn dispatch<T: BackendTask>(
             "{what} is not compiled into this binary; rebuild with `cargo build --release -p hptune-trainer --features {feature}`"
         ),
     };
+    // Dropout masks come from our host generator on the CPU, from the backend on a GPU.
+    crate::model::dropout::use_host_masks(device == DeviceChoice::Cpu);
     match (device, cpu) {
         #[cfg(feature = "cuda")]
         (DeviceChoice::Cuda(index), _) => {

@@ -146,6 +146,7 @@ impl BackendTask for TrainTask<'_> {
             TextTokenizer::from_dir(&dir, args.max_seq_len.min(config.max_position_embeddings))?;
         let data = prepare(args, &tokenizer)?;
         B::seed(&device, args.seed);
+        crate::model::dropout::seed(args.seed);
         let (model, _) = load_classifier::<B>(
             &dir,
             &config,

@@ -2,9 +2,10 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear};
+use burn::nn::{LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::{Tensor, activation::softmax, backend::Backend};
 
+use super::dropout::{Dropout, DropoutConfig};
 use super::init::linear;
 
 /// Sizes and dropout of one attention block.

@@ -2,10 +2,10 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{
-    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig,
-};
+use burn::nn::{Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
+
+use super::dropout::{Dropout, DropoutConfig};
 
 /// Sizes of the embedding tables.
 #[derive(Config, Debug)]

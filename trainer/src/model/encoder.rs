@@ -2,10 +2,11 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear};
+use burn::nn::{LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::{Tensor, activation::gelu, backend::Backend};
 
 use super::attention::{Attention, AttentionConfig};
+use super::dropout::{Dropout, DropoutConfig};
 use super::init::linear;
 
 /// Sizes and dropout of one encoder layer.

@@ -2,9 +2,10 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{Dropout, DropoutConfig, Linear};
+use burn::nn::Linear;
 use burn::tensor::{Tensor, backend::Backend};
 
+use super::dropout::{Dropout, DropoutConfig};
 use super::init::linear;
 
 /// Size and dropout of the classification head.

@@ -1,0 +1,226 @@
+//! Dropout whose keep-mask is drawn on the host by our own seeded generator, in place of
+//! `burn::nn::Dropout`.
+//!
+//! burn's dropout asks the backend for a Bernoulli tensor; burn-flex draws it one element at a
+//! time from one global generator behind a lock, which took about a fifth of a profiled CPU
+//! training step (docs/trainer.md, Speed). Here the mask is filled on the host from SplitMix64 streams, in fixed chunks of
+//! [`CHUNK`] elements spread over two threads, and multiplied into the input.
+//!
+//! Each mask is a function of (seed, call number, chunk) only, so a run is reproducible for a
+//! given seed whatever the thread timing: [`seed`] sets the seed and restarts the call count
+//! (the trainer calls it with `--seed` before training), and every training-mode forward pass
+//! of any [`Dropout`] takes the next call number of this process.
+//!
+//! On a GPU, drawing on the host and copying the mask would be slower than the backend's own
+//! generator, so [`crate::backend::dispatch`] calls [`use_host_masks`]`(false)` for
+//! `--device cuda` and burn's own Bernoulli sampling is used there.
+//!
+//! As with burn's, dropout only acts when the backend records gradients (training); evaluation
+//! and prediction run on the inner backend and pass the input through.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
+
+/// Elements drawn from one ChaCha8 stream; masks are split into chunks of this size.
+pub const CHUNK: usize = 1 << 16;
+
+/// Threads that fill one mask (when it has more than one chunk).
+const THREADS: usize = 2;
+
+static SEED: AtomicU64 = AtomicU64::new(0);
+static CALLS: AtomicU64 = AtomicU64::new(0);
+static HOST_MASKS: AtomicBool = AtomicBool::new(true);
+
+/// Seeds the dropout masks of this process and restarts their call count.
+pub fn seed(seed: u64) {
+    SEED.store(seed, Ordering::SeqCst);
+    CALLS.store(0, Ordering::SeqCst);
+}
+
+/// Chooses where masks come from: our host generator (`true`, the default, for CPU backends)
+/// or the backend's own Bernoulli sampling (`false`, for GPUs).
+pub fn use_host_masks(host: bool) {
+    HOST_MASKS.store(host, Ordering::SeqCst);
+}
+
+/// Configuration of a [`Dropout`].
+#[derive(Config, Debug)]
+pub struct DropoutConfig {
+    /// Probability of zeroing each element in training, in `[0, 1]`.
+    pub prob: f64,
+}
+
+impl DropoutConfig {
+    /// Builds the module; panics if the probability is outside `[0, 1]`.
+    pub fn init(&self) -> Dropout {
+        assert!(
+            (0.0..=1.0).contains(&self.prob),
+            "dropout probability must be in [0, 1], got {}",
+            self.prob
+        );
+        Dropout { prob: self.prob }
+    }
+}
+
+/// Zeroes each element with probability `prob` in training and scales the kept ones by
+/// `1 / (1 - prob)`; the identity in evaluation (see the module documentation).
+#[derive(Module, Clone, Debug)]
+pub struct Dropout {
+    prob: f64,
+}
+
+impl Dropout {
+    /// Applies dropout to `input` if its backend records gradients, else returns it unchanged.
+    pub fn forward<B: Backend, const D: usize>(&self, input: Tensor<B, D>) -> Tensor<B, D> {
+        if !B::ad_enabled(&input.device()) || self.prob == 0.0 {
+            return input;
+        }
+        if !HOST_MASKS.load(Ordering::SeqCst) {
+            let keep = 1.0 - self.prob;
+            let random = input.random_like(Distribution::Bernoulli(keep));
+            return input * random * (1.0 / keep);
+        }
+        let call = CALLS.fetch_add(1, Ordering::SeqCst);
+        apply(input, self.prob, SEED.load(Ordering::SeqCst), call)
+    }
+}
+
+/// Dropout with the mask of call `call` under `seed`, whatever the backend.
+///
+/// The host only fills random 32-bit words (see [`random_bits`]); the comparison with the keep
+/// threshold, the zeroing and the scaling are tensor ops, so they run in the backend's
+/// optimised kernels rather than in a per-element loop of this (unoptimised in debug) crate.
+fn apply<B: Backend, const D: usize>(
+    input: Tensor<B, D>,
+    prob: f64,
+    seed: u64,
+    call: u64,
+) -> Tensor<B, D> {
+    if prob >= 1.0 {
+        return input.mul_scalar(0.0);
+    }
+    let keep = 1.0 - prob;
+    let dims = input.dims();
+    let bits = random_bits(seed, call, dims.iter().product());
+    let bits = Tensor::<B, D, Int>::from_data(TensorData::new(bits, dims), &input.device());
+    // The words are uniform over i32, so `word < threshold` holds with probability `keep`.
+    let threshold = (keep * 4_294_967_296.0 - 2_147_483_648.0) as i64;
+    let dropped = bits.greater_equal_elem(threshold);
+    input.mask_fill(dropped, 0.0).mul_scalar(1.0 / keep)
+}
+
+/// `len` uniformly random words for call `call` under `seed`: chunk `i` (of [`CHUNK`] words)
+/// is the SplitMix64 sequence started from a key mixed from (seed, call, i), and the chunks
+/// are filled on two threads.
+///
+/// SplitMix64 rather than a generator from `rand`: those are generic code that this crate
+/// instantiates, and the workspace's debug profile (which the trainer binary is built with)
+/// leaves this crate unoptimised, where ChaCha8 took about 50 ns a word; SplitMix64 is a
+/// handful of integer operations, statistically sound for masks (it passes BigCrush).
+pub fn random_bits(seed: u64, call: u64, len: usize) -> Vec<i32> {
+    let mut words = vec![0i32; len];
+    let fill = |first_chunk: usize, part: &mut [i32]| {
+        for (i, out) in part.chunks_mut(CHUNK).enumerate() {
+            let mut state = mix(seed ^ mix(call ^ mix((first_chunk + i) as u64)));
+            for pair in out.chunks_mut(2) {
+                state = state.wrapping_add(GAMMA);
+                let z = mix(state);
+                pair[0] = z as i32;
+                if let Some(second) = pair.get_mut(1) {
+                    *second = (z >> 32) as i32;
+                }
+            }
+        }
+    };
+    let chunks = len.div_ceil(CHUNK);
+    if chunks <= 1 {
+        fill(0, &mut words);
+    } else {
+        let per_thread = chunks.div_ceil(THREADS);
+        std::thread::scope(|s| {
+            for (t, part) in words.chunks_mut(per_thread * CHUNK).enumerate() {
+                let fill = &fill;
+                s.spawn(move || fill(t * per_thread, part));
+            }
+        });
+    }
+    words
+}
+
+/// SplitMix64's increment (the golden ratio in 64 bits).
+const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// SplitMix64's output function.
+#[inline(always)]
+fn mix(x: u64) -> u64 {
+    let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, Flex};
+
+    type Train = Autodiff<Flex>;
+
+    fn ones<B: Backend>(n: usize) -> Tensor<B, 2> {
+        Tensor::ones([n, 1000], &Default::default())
+    }
+
+    fn values<B: Backend>(t: Tensor<B, 2>) -> Vec<f32> {
+        t.into_data().to_vec::<f32>().unwrap()
+    }
+
+    #[test]
+    fn keep_rate_is_one_minus_p_and_kept_values_are_scaled() {
+        let (p, n) = (0.1, 1_000_000);
+        let out = values(apply(ones::<Flex>(n / 1000), p, 7, 0));
+        let scale = (1.0 / (1.0 - p)) as f32;
+        assert!(out.iter().all(|&v| v == 0.0 || (v - scale).abs() < 1e-6));
+        let kept = out.iter().filter(|&&v| v != 0.0).count() as f64;
+        // Binomial(n, 0.9): sd = 300; allow 6 sd.
+        let sd = (n as f64 * p * (1.0 - p)).sqrt();
+        assert!((kept - n as f64 * (1.0 - p)).abs() < 6.0 * sd, "kept {kept}");
+    }
+
+    #[test]
+    fn same_seed_and_call_give_the_same_mask_and_others_differ() {
+        let mask = |seed, call| values(apply(ones::<Flex>(200), 0.5, seed, call));
+        let a = mask(1, 3);
+        assert_eq!(a, mask(1, 3));
+        assert_ne!(a, mask(1, 4));
+        assert_ne!(a, mask(2, 3));
+        // Chunks draw from different streams.
+        assert_ne!(a[..CHUNK], a[CHUNK..2 * CHUNK]);
+    }
+
+    #[test]
+    fn p_one_drops_everything() {
+        assert!(values(apply(ones::<Flex>(10), 1.0, 0, 0)).iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn p_zero_and_eval_are_the_identity() {
+        let input = ones::<Train>(64);
+        let out = DropoutConfig::new(0.0).init().forward(input.clone());
+        assert_eq!(out.into_data(), input.into_data());
+        let input = ones::<Flex>(64);
+        let out = DropoutConfig::new(0.5).init().forward(input.clone());
+        assert_eq!(out.into_data(), input.into_data());
+    }
+
+    #[test]
+    fn successive_training_calls_draw_different_masks() {
+        let dropout = DropoutConfig::new(0.5).init();
+        let first = values(dropout.forward(ones::<Train>(64)));
+        let second = values(dropout.forward(ones::<Train>(64)));
+        assert_ne!(first, second);
+        assert!(first.iter().all(|&v| v == 0.0 || v == 2.0));
+    }
+}
