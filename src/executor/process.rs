@@ -153,7 +153,16 @@ mod tests {
             .process_group(0)
             .spawn()
             .unwrap();
-        let found = find_by_environment(&[("HPTUNE_TEST_TOKEN", &token)]);
+        // Until the child has called exec, /proc shows this process's environment: look again
+        // for a while.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let found = loop {
+            let found = find_by_environment(&[("HPTUNE_TEST_TOKEN", &token)]);
+            if found.is_some() || std::time::Instant::now() > deadline {
+                break found;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(found.map(|p| p.pid), Some(child.id() as i32));

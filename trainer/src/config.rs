@@ -123,6 +123,7 @@ impl BertConfig {
                 "attention_probs_dropout_prob",
                 self.attention_probs_dropout_prob,
             ),
+            ("classifier_dropout", self.classifier_dropout_prob()),
         ] {
             if !(0.0..1.0).contains(&p) {
                 return fail(format!("{name} is {p}; it must be in [0, 1)"));

@@ -3,8 +3,9 @@
 //!
 //! burn's dropout asks the backend for a Bernoulli tensor; burn-flex draws it one element at a
 //! time from one global generator behind a lock, which took about a fifth of a profiled CPU
-//! training step (docs/trainer.md, Speed). Here the mask is filled on the host from SplitMix64 streams, in fixed chunks of
-//! [`CHUNK`] elements spread over two threads, and multiplied into the input.
+//! training step (docs/trainer.md, Speed). Here the mask is filled on the host from SplitMix64
+//! streams, in fixed chunks of [`CHUNK`] elements spread over two threads, and applied to the
+//! input with burn's tensor operations.
 //!
 //! Each mask is a function of (seed, call number, chunk) only, so a run is reproducible for a
 //! given seed whatever the thread timing: [`seed`] sets the seed and restarts the call count
@@ -25,7 +26,7 @@ use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 
-/// Elements drawn from one ChaCha8 stream; masks are split into chunks of this size.
+/// Elements drawn from one SplitMix64 stream; masks are split into chunks of this size.
 pub const CHUNK: usize = 1 << 16;
 
 /// Threads that fill one mask (when it has more than one chunk).
@@ -186,7 +187,10 @@ mod tests {
         let kept = out.iter().filter(|&&v| v != 0.0).count() as f64;
         // Binomial(n, 0.9): sd = 300; allow 6 sd.
         let sd = (n as f64 * p * (1.0 - p)).sqrt();
-        assert!((kept - n as f64 * (1.0 - p)).abs() < 6.0 * sd, "kept {kept}");
+        assert!(
+            (kept - n as f64 * (1.0 - p)).abs() < 6.0 * sd,
+            "kept {kept}"
+        );
     }
 
     #[test]
@@ -202,7 +206,11 @@ mod tests {
 
     #[test]
     fn p_one_drops_everything() {
-        assert!(values(apply(ones::<Flex>(10), 1.0, 0, 0)).iter().all(|&v| v == 0.0));
+        assert!(
+            values(apply(ones::<Flex>(10), 1.0, 0, 0))
+                .iter()
+                .all(|&v| v == 0.0)
+        );
     }
 
     #[test]
