@@ -663,25 +663,20 @@ fn judge(
 ) -> Verdict {
     let metric = &study.objective.metric;
     let failed = |message: String| Verdict::Final(TrialState::Failed, None, Some(message));
-    let with_output = |message: String| match &outcome.last_output {
-        Some(line) => format!("{message} (last output: {line})"),
-        None => message,
-    };
+    let with_output = |message: String| outcome.with_last_output(message);
     let reported = || report::final_value(measurements, metric);
+    let finished = || match reported() {
+        Ok(value) => Verdict::Final(TrialState::Succeeded, Some(value), None),
+        Err(e) => failed(e.to_string()),
+    };
     match &outcome.end {
-        WorkerEnd::Exited(0) => match reported() {
-            Ok(value) => Verdict::Final(TrialState::Succeeded, Some(value), None),
-            Err(e) => failed(e.to_string()),
-        },
+        WorkerEnd::Exited(0) => finished(),
         WorkerEnd::Vanished
             if measurements
                 .iter()
                 .any(|m| m.metric == *metric && m.step.is_none()) =>
         {
-            match reported() {
-                Ok(value) => Verdict::Final(TrialState::Succeeded, Some(value), None),
-                Err(e) => failed(e.to_string()),
-            }
+            finished()
         }
         WorkerEnd::Vanished => Verdict::Retry(
             "the worker ended while no controller watched it, without a final value".into(),

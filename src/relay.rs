@@ -191,10 +191,7 @@ fn conclude(
     metric: &str,
     log_path: PathBuf,
 ) -> RelayEnd {
-    let with_output = |message: String| match &outcome.last_output {
-        Some(line) => format!("{message} (last output: {line})"),
-        None => message,
-    };
+    let with_output = |message: String| outcome.with_last_output(message);
     let (exit_code, failure) = match &outcome.end {
         WorkerEnd::Exited(0) => match report::final_value(measurements, metric) {
             Err(e @ ReportError::NotFinite { .. }) => {

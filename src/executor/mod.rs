@@ -136,6 +136,16 @@ pub struct WorkerOutcome {
     pub last_output: Option<String>,
 }
 
+impl WorkerOutcome {
+    /// `message`, followed by the worker's last line of output when there is one.
+    pub fn with_last_output(&self, message: String) -> String {
+        match &self.last_output {
+            Some(line) => format!("{message} (last output: {line})"),
+            None => message,
+        }
+    }
+}
+
 /// What the controller asks of a running worker, in increasing urgency.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum StopRequest {
