@@ -103,27 +103,15 @@ impl Progress {
         self.succeeded + self.failed + self.stopped
     }
 
-    fn of(view: &StudyView, study: &Study, budget: Option<u64>) -> Self {
-        let mut progress = Progress {
+    fn of(view: &StudyView, budget: Option<u64>) -> Self {
+        Progress {
             budget,
-            ..Progress::default()
-        };
-        for trial in view.trials() {
-            match trial.state {
-                TrialState::Succeeded => progress.succeeded += 1,
-                TrialState::Failed => progress.failed += 1,
-                TrialState::Stopped => progress.stopped += 1,
-                TrialState::Pending | TrialState::Running => progress.running += 1,
-            }
-            if let (TrialState::Succeeded, Some(value)) = (trial.state, trial.value)
-                && progress
-                    .best
-                    .is_none_or(|(_, best)| study.objective.goal.better(value, best))
-            {
-                progress.best = Some((trial.number, value));
-            }
+            succeeded: view.count(TrialState::Succeeded),
+            failed: view.count(TrialState::Failed),
+            stopped: view.count(TrialState::Stopped),
+            running: view.count(TrialState::Pending) + view.count(TrialState::Running),
+            best: view.best(),
         }
-        progress
     }
 }
 
@@ -241,7 +229,7 @@ pub async fn run(
         plan,
         study_id: record.id,
         owner: controller_id(),
-        view: StudyView::new(record.id),
+        view: StudyView::new(record.id, study.objective.goal),
         events_tx,
         workers: JoinSet::new(),
         tasks: HashMap::new(),
@@ -415,7 +403,7 @@ impl Run<'_> {
     }
 
     fn progress(&self) -> Progress {
-        Progress::of(&self.view, self.study, self.plan.max_trial_count)
+        Progress::of(&self.view, self.plan.max_trial_count)
     }
 
     /// Starts the trial's worker, or adopts it when the trial was taken over from a

@@ -78,6 +78,9 @@ pub fn now() -> String {
 #[derive(Debug, Clone)]
 pub struct Storage {
     pool: AnyPool,
+    /// Whether the database is SQLite (else PostgreSQL): they take the study's lock
+    /// differently.
+    sqlite: bool,
 }
 
 impl Storage {
@@ -121,7 +124,7 @@ impl Storage {
             sqlx::migrate!("./migrations/postgres")
         };
         migrate(&pool, &migrator).await.map_err(open_error)?;
-        Ok(Self { pool })
+        Ok(Self { pool, sqlite })
     }
 
     /// The record of `study`, created on first run. A rerun must keep the objective and the

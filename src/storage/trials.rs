@@ -1,13 +1,17 @@
 //! The life of a trial in the database: claimed (numbered and proposed under the study's
 //! lock), its attempts, measurements and heartbeats, and its end.
 //!
-//! Several controllers may run one study. Claiming a trial happens inside a transaction whose
-//! first statement writes the study's row: SQLite then holds its write lock, PostgreSQL a row
-//! lock on the study, so counting the trials, choosing the next number, proposing and
-//! inserting are one step for every controller: each number is taken once and the budget is
-//! honoured exactly.
+//! Several controllers may run one study. Claiming a trial happens inside a transaction that
+//! first takes the study's lock (SQLite's write lock by `BEGIN IMMEDIATE`, in PostgreSQL a
+//! row lock on the study by writing its row), so counting the trials, choosing the next
+//! number, proposing and inserting are one step for every controller: each number is taken
+//! once and the budget is honoured exactly.
+//!
+//! The `attempts` rows follow the trial's row by triggers (migration 0004): inserting a trial
+//! or raising its attempt number opens an attempt, finishing the trial closes it. Only a
+//! retry, whose outcome is not a trial state, closes its attempt itself.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use sqlx::any::AnyRow;
 use sqlx::{Any, Transaction};
@@ -16,6 +20,7 @@ use super::rows::{TrialRecord, TrialState, trial_columns};
 use super::{Storage, StorageError, now, query_error};
 use crate::report::Measurement;
 use crate::sampler::Observation;
+use crate::spec::Goal;
 use crate::space::Assignment;
 use crate::stopping::Curve;
 
@@ -42,21 +47,33 @@ pub enum Claim {
 }
 
 /// What a controller knows of a study's trials, kept up to date incrementally: finished
-/// trials never change, so only new rows and unfinished ones are read again.
-#[derive(Debug, Clone, Default)]
+/// trials never change, so only new rows and unfinished ones are read again, and the counts,
+/// the best trial and the unfinished ones are kept as rows come in (every question a
+/// controller asks per trial costs the number of running trials, not the number of trials).
+#[derive(Debug, Clone)]
 pub struct StudyView {
     study_id: i64,
+    goal: Goal,
     trials: BTreeMap<u64, TrialRecord>,
     history: Vec<Observation>,
     newest_id: i64,
+    counts: HashMap<TrialState, usize>,
+    unfinished: BTreeSet<u64>,
+    best: Option<(u64, f64)>,
 }
 
 impl StudyView {
-    /// An empty view of a study.
-    pub fn new(study_id: i64) -> Self {
+    /// An empty view of a study whose objective has `goal`.
+    pub fn new(study_id: i64, goal: Goal) -> Self {
         Self {
             study_id,
-            ..Self::default()
+            goal,
+            trials: BTreeMap::new(),
+            history: Vec::new(),
+            newest_id: 0,
+            counts: HashMap::new(),
+            unfinished: BTreeSet::new(),
+            best: None,
         }
     }
 
@@ -72,15 +89,21 @@ impl StudyView {
 
     /// The parameters of the trials not finished yet.
     pub fn unfinished_params(&self) -> Vec<Assignment> {
-        self.trials
-            .values()
-            .filter(|t| !t.state.is_finished())
-            .map(|t| t.params.clone())
-            .collect()
+        self.unfinished_trials().map(|t| t.params.clone()).collect()
     }
 
-    fn count(&self, state: TrialState) -> usize {
-        self.trials.values().filter(|t| t.state == state).count()
+    /// How many trials are in `state`.
+    pub fn count(&self, state: TrialState) -> usize {
+        self.counts.get(&state).copied().unwrap_or(0)
+    }
+
+    /// The number and value of the best succeeded trial, if any.
+    pub fn best(&self) -> Option<(u64, f64)> {
+        self.best
+    }
+
+    fn unfinished_trials(&self) -> impl Iterator<Item = &TrialRecord> {
+        self.unfinished.iter().filter_map(|n| self.trials.get(n))
     }
 
     fn next_number(&self) -> u64 {
@@ -90,9 +113,7 @@ impl StudyView {
     /// The first row id that may have changed since the view was read: the oldest
     /// unfinished trial's, or else the first id after the newest seen.
     fn first_changed_id(&self) -> i64 {
-        self.trials
-            .values()
-            .filter(|t| !t.state.is_finished())
+        self.unfinished_trials()
             .map(|t| t.id)
             .min()
             .unwrap_or(self.newest_id + 1)
@@ -108,19 +129,32 @@ impl StudyView {
     /// Puts the trial as it now is into the view.
     pub fn update(&mut self, trial: TrialRecord) {
         self.newest_id = self.newest_id.max(trial.id);
-        let newly_finished = trial.state.is_finished()
-            && self
-                .trials
-                .get(&trial.number)
-                .is_none_or(|old| !old.state.is_finished());
+        let old = self.trials.get(&trial.number);
+        if let Some(old) = old {
+            *self.counts.entry(old.state).or_default() -= 1;
+        }
+        let newly_finished =
+            trial.state.is_finished() && old.is_none_or(|old| !old.state.is_finished());
+        *self.counts.entry(trial.state).or_default() += 1;
+        if trial.state.is_finished() {
+            self.unfinished.remove(&trial.number);
+        } else {
+            self.unfinished.insert(trial.number);
+        }
         if newly_finished {
+            let value = trial.value.filter(|_| trial.state == TrialState::Succeeded);
+            if let Some(v) = value
+                && self.best.is_none_or(|(_, best)| self.goal.better(v, best))
+            {
+                self.best = Some((trial.number, v));
+            }
             let at = self.history.partition_point(|o| o.number < trial.number);
             self.history.insert(
                 at,
                 Observation {
                     number: trial.number,
                     params: trial.params.clone(),
-                    value: trial.value.filter(|_| trial.state == TrialState::Succeeded),
+                    value,
                 },
             );
         }
@@ -195,23 +229,22 @@ impl Storage {
         .await
         .map_err(query_error(doing))?;
         let trial = TrialRecord::from_row(&row)?;
-        sqlx::query(
-            "INSERT INTO attempts (trial_id, attempt, owner, started_at) VALUES ($1, 1, $2, $3)",
-        )
-        .bind(trial.id)
-        .bind(owner)
-        .bind(&started)
-        .execute(&mut *tx)
-        .await
-        .map_err(query_error(doing))?;
         tx.commit().await.map_err(query_error(doing))?;
         view.absorb(std::slice::from_ref(&row))?;
         Ok(Ok(Claim::Started(Box::new(trial))))
     }
 
-    /// A transaction holding the study's lock until it ends.
+    /// A transaction holding the study's lock until it ends: SQLite's write lock, taken by
+    /// `BEGIN IMMEDIATE` (one statement), or a row lock on the study in PostgreSQL.
     async fn lock_study(&self, study_id: i64) -> Result<Transaction<'static, Any>, StorageError> {
         let doing = "locking the study";
+        if self.sqlite {
+            return self
+                .pool
+                .begin_with("BEGIN IMMEDIATE")
+                .await
+                .map_err(query_error(doing));
+        }
         let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
         sqlx::query("UPDATE studies SET id = id WHERE id = $1")
             .bind(study_id)
@@ -391,16 +424,6 @@ impl Storage {
         .await
         .map_err(query_error(doing))?;
         sqlx::query(
-            "INSERT INTO attempts (trial_id, attempt, owner, started_at) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(trial.id)
-        .bind(next as i64)
-        .bind(trial.owner.as_deref())
-        .bind(&at)
-        .execute(&mut *tx)
-        .await
-        .map_err(query_error(doing))?;
-        sqlx::query(
             "UPDATE trials SET attempt = $1, worker = NULL, started_at = $2, heartbeat_at = $2 WHERE id = $3",
         )
         .bind(next as i64)
@@ -417,8 +440,8 @@ impl Storage {
         Ok(retried)
     }
 
-    /// Puts a trial and its current attempt in their final state; returns the time recorded
-    /// as the end.
+    /// Puts a trial and its current attempt in their final state (one statement: a trigger
+    /// closes the attempt); returns the time recorded as the end.
     pub async fn finish_trial(
         &self,
         trial: &TrialRecord,
@@ -426,9 +449,7 @@ impl Storage {
         value: Option<f64>,
         error: Option<&str>,
     ) -> Result<String, StorageError> {
-        let doing = "finishing a trial";
         let finished_at = now();
-        let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
         // sqlx 0.8's Any driver binds a NULL f64 as PostgreSQL's float4, and the statement
         // it caches then refuses a float8: a missing value is written as NULL in the SQL.
         let update = match value.filter(|v| v.is_finite()) {
@@ -448,21 +469,64 @@ impl Storage {
             .bind(&finished_at)
             .bind(trial.id),
         };
-        update.execute(&mut *tx).await.map_err(query_error(doing))?;
-        sqlx::query(
-            "UPDATE attempts SET finished_at = $1, outcome = $2, error = $3, worker = $6
-             WHERE trial_id = $4 AND attempt = $5",
-        )
-        .bind(&finished_at)
-        .bind(state.as_str())
-        .bind(error)
-        .bind(trial.id)
-        .bind(trial.attempt as i64)
-        .bind(trial.worker.as_deref())
-        .execute(&mut *tx)
-        .await
-        .map_err(query_error(doing))?;
-        tx.commit().await.map_err(query_error(doing))?;
+        update
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("finishing a trial"))?;
         Ok(finished_at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(number: u64, state: TrialState, value: Option<f64>) -> TrialRecord {
+        TrialRecord {
+            id: number as i64 + 100,
+            number,
+            state,
+            params: Assignment::default(),
+            value,
+            error: None,
+            worker: None,
+            log_path: None,
+            started_at: None,
+            finished_at: None,
+            attempt: 1,
+            owner: None,
+        }
+    }
+
+    #[test]
+    fn the_view_keeps_counts_best_and_unfinished_trials_as_rows_change() {
+        let mut view = StudyView::new(1, Goal::Minimize);
+        for n in 0..4 {
+            view.update(trial(n, TrialState::Running, None));
+        }
+        assert_eq!(view.count(TrialState::Running), 4);
+        assert_eq!(view.first_changed_id(), 100);
+        view.update(trial(2, TrialState::Succeeded, Some(3.0)));
+        view.update(trial(0, TrialState::Failed, None));
+        view.update(trial(3, TrialState::Succeeded, Some(1.5)));
+        // A row read again after it finished changes nothing.
+        view.update(trial(3, TrialState::Succeeded, Some(1.5)));
+        view.update(trial(4, TrialState::Running, None));
+        assert_eq!(view.count(TrialState::Running), 2);
+        assert_eq!(view.count(TrialState::Succeeded), 2);
+        assert_eq!(view.count(TrialState::Failed), 1);
+        assert_eq!(view.best(), Some((3, 1.5)));
+        assert_eq!(view.unfinished_params().len(), 2);
+        assert_eq!(view.first_changed_id(), 101);
+        let numbers: Vec<u64> = view.history().iter().map(|o| o.number).collect();
+        assert_eq!(numbers, [0, 2, 3]);
+        assert_eq!(view.history()[0].value, None);
+        view.update(trial(1, TrialState::Stopped, Some(0.5)));
+        view.update(trial(4, TrialState::Succeeded, Some(2.0)));
+        // A stopped trial's last value is not a result: the best stays trial 3.
+        assert_eq!(view.best(), Some((3, 1.5)));
+        assert_eq!(view.count(TrialState::Running), 0);
+        assert_eq!(view.first_changed_id(), 105);
+        assert_eq!(view.next_number(), 5);
     }
 }
