@@ -8,7 +8,9 @@ pub mod classifier;
 pub mod dropout;
 pub mod embeddings;
 pub mod encoder;
+pub mod fused;
 pub mod head;
+pub mod layer_norm;
 mod init;
 
 pub use attention::{Attention, AttentionConfig, AttentionOutput, SelfAttention};
@@ -16,4 +18,6 @@ pub use bert::{BertModel, BertModelConfig, Encoder, Pooler};
 pub use classifier::{BertClassifier, BertClassifierConfig, ModelInput, cross_entropy};
 pub use embeddings::{Embeddings, EmbeddingsConfig};
 pub use encoder::{EncoderLayer, EncoderLayerConfig, Intermediate, Output};
+pub use fused::FusedOps;
 pub use head::{ClassificationHead, ClassificationHeadConfig};
+pub use layer_norm::LayerNorm;
