@@ -5,6 +5,7 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::{Tensor, backend::Backend};
 
+use super::dense::dense;
 use super::dropout::{Dropout, DropoutConfig};
 use super::fused::{FusedOps, softmax};
 use super::init::linear;
@@ -94,9 +95,9 @@ impl<B: FusedOps> SelfAttention<B> {
         // Scaling the contiguous [batch, seq, hidden] projection is cheaper than scaling the
         // [batch, heads, seq, seq] scores, and equal up to rounding.
         let scale = 1.0 / (head_dim as f64).sqrt();
-        let query = heads(self.query.forward(hidden.clone()).mul_scalar(scale));
-        let key = heads(self.key.forward(hidden.clone()));
-        let value = heads(self.value.forward(hidden));
+        let query = heads(dense(&self.query, hidden.clone()).mul_scalar(scale));
+        let key = heads(dense(&self.key, hidden.clone()));
+        let value = heads(dense(&self.value, hidden));
 
         let scores = query.matmul(key.transpose()) + mask_bias;
         let probs = self.dropout.forward(softmax(scores));
@@ -110,7 +111,7 @@ impl<B: FusedOps> SelfAttention<B> {
 impl<B: FusedOps> AttentionOutput<B> {
     /// Projects the attention result and adds it to the block's input.
     pub fn forward(&self, attended: Tensor<B, 3>, input: Tensor<B, 3>) -> Tensor<B, 3> {
-        let projected = self.dropout.forward(self.dense.forward(attended));
+        let projected = self.dropout.forward(dense(&self.dense, attended));
         self.layer_norm.forward(projected + input)
     }
 }

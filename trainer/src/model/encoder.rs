@@ -6,6 +6,7 @@ use burn::nn::Linear;
 use burn::tensor::{Tensor, activation::gelu, backend::Backend};
 
 use super::attention::{Attention, AttentionConfig};
+use super::dense::dense;
 use super::dropout::{Dropout, DropoutConfig};
 use super::fused::FusedOps;
 use super::init::linear;
@@ -80,11 +81,11 @@ impl<B: FusedOps> EncoderLayer<B> {
     /// Transforms `[batch, seq, hidden]` states; see [`super::SelfAttention::forward`] for the mask.
     pub fn forward(&self, hidden: Tensor<B, 3>, mask_bias: Tensor<B, 4>) -> Tensor<B, 3> {
         let attended = self.attention.forward(hidden, mask_bias);
-        let expanded = gelu(self.intermediate.dense.forward(attended.clone()));
+        let expanded = gelu(dense(&self.intermediate.dense, attended.clone()));
         let contracted = self
             .output
             .dropout
-            .forward(self.output.dense.forward(expanded));
+            .forward(dense(&self.output.dense, expanded));
         self.output.layer_norm.forward(contracted + attended)
     }
 }

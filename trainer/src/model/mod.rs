@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod bert;
 pub mod classifier;
+mod dense;
 pub mod dropout;
 pub mod embeddings;
 pub mod encoder;

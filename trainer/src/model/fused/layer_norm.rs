@@ -11,7 +11,10 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, TensorMetadata, backend::Backend};
 
-/// The op's backward step; its state is `(n, r, gamma)` (see the module documentation).
+use super::rows::as_rows;
+
+/// The op's backward step; its state is `(n, r, gamma)` (see the module documentation), `n`
+/// as `[rows, width]` and `r` as `[rows, 1]`.
 #[derive(Debug)]
 struct LayerNormLast;
 
@@ -26,6 +29,8 @@ impl<B: Backend> Backward<B, 3> for LayerNormLast {
     ) {
         let (normalized, inv_std, gamma) = ops.state;
         let grad = grads.consume::<B>(&ops.node);
+        let shape = grad.shape();
+        let grad = as_rows::<B>(grad);
         let [input, gamma_node, beta_node] = ops.parents;
         if let Some(node) = beta_node {
             grads.register::<B>(node.id, sum_rows::<B>(grad.clone()));
@@ -35,57 +40,49 @@ impl<B: Backend> Backward<B, 3> for LayerNormLast {
             grads.register::<B>(node.id, sum_rows::<B>(scaled));
         }
         if let Some(node) = input {
-            let grad_normalized = B::float_mul(grad, row_view::<B>(gamma, &normalized));
-            grads.register::<B>(
-                node.id,
-                input_grad::<B>(grad_normalized, normalized, inv_std),
-            );
+            let grad_normalized = B::float_mul(grad, row_view::<B>(gamma));
+            let grad_input = input_grad::<B>(grad_normalized, normalized, inv_std);
+            grads.register::<B>(node.id, B::float_reshape(grad_input, shape));
         }
     }
 }
 
-/// `r * (g - mean(g) - n * mean(g * n))`, every broadcast operand on the right.
+/// `r * (g - mean(g) - n * mean(g * n))` on `[rows, width]`, every broadcast operand on the
+/// right.
 fn input_grad<B: Backend>(
     grad_normalized: FloatTensor<B>,
     normalized: FloatTensor<B>,
     inv_std: FloatTensor<B>,
 ) -> FloatTensor<B> {
-    let last = normalized.rank() - 1;
-    let mean_grad = B::float_mean_dim(grad_normalized.clone(), last);
+    let mean_grad = B::float_mean_dim(grad_normalized.clone(), 1);
     let mean_dot = B::float_mean_dim(
         B::float_mul(grad_normalized.clone(), normalized.clone()),
-        last,
+        1,
     );
-    let centered = B::float_sub(B::float_sub(grad_normalized, mean_grad), {
-        B::float_mul(normalized, mean_dot)
-    });
+    let centered = B::float_sub(
+        B::float_sub(grad_normalized, mean_grad),
+        B::float_mul(normalized, mean_dot),
+    );
     B::float_mul(centered, inv_std)
 }
 
-/// Sums `[..., width]` over every dimension but the last, giving `[width]`.
+/// Sums `[rows, width]` over its rows, giving `[width]`.
 fn sum_rows<B: Backend>(tensor: FloatTensor<B>) -> FloatTensor<B> {
-    let shape = tensor.shape();
-    let width = shape[shape.num_dims() - 1];
-    let rows = B::float_reshape(tensor, Shape::new([shape.num_elements() / width, width]));
-    B::float_reshape(B::float_sum_dim(rows, 0), Shape::new([width]))
+    let width = tensor.shape()[1];
+    B::float_reshape(B::float_sum_dim(tensor, 0), Shape::new([width]))
 }
 
-/// `[width]` reshaped to `[1, ..., 1, width]`, the rank of `like`.
-fn row_view<B: Backend>(row: FloatTensor<B>, like: &FloatTensor<B>) -> FloatTensor<B> {
-    let rank = like.rank();
+/// `[width]` reshaped to `[1, width]`.
+fn row_view<B: Backend>(row: FloatTensor<B>) -> FloatTensor<B> {
     let width = row.shape()[0];
-    let dims: Vec<usize> = (0..rank)
-        .map(|d| if d + 1 == rank { width } else { 1 })
-        .collect();
-    B::float_reshape(row, Shape::from(dims))
+    B::float_reshape(row, Shape::new([1, width]))
 }
 
-/// `(n, r)` of `tensor` (see the module documentation).
-fn normalize<B: Backend>(tensor: FloatTensor<B>, epsilon: f64) -> (FloatTensor<B>, FloatTensor<B>) {
-    let last = tensor.rank() - 1;
-    let mean = B::float_mean_dim(tensor.clone(), last);
-    let centered = B::float_sub(tensor, mean);
-    let var = B::float_mean_dim(B::float_mul(centered.clone(), centered.clone()), last);
+/// `(n, r)` of `[rows, width]` rows (see the module documentation).
+fn normalize<B: Backend>(rows: FloatTensor<B>, epsilon: f64) -> (FloatTensor<B>, FloatTensor<B>) {
+    let mean = B::float_mean_dim(rows.clone(), 1);
+    let centered = B::float_sub(rows, mean);
+    let var = B::float_mean_dim(B::float_mul(centered.clone(), centered.clone()), 1);
     let inv_std = B::float_recip(B::float_sqrt(B::float_add_scalar(var, epsilon.into())));
     (B::float_mul(centered, inv_std.clone()), inv_std)
 }
@@ -104,13 +101,14 @@ pub(super) fn layer_norm_last<B: Backend, C: CheckpointStrategy>(
         .stateful()
     {
         OpsKind::Tracked(prep) => {
-            let (normalized, inv_std) = normalize::<B>(tensor.primitive, epsilon);
-            let scaled = B::float_mul(
-                normalized.clone(),
-                row_view::<B>(gamma.primitive.clone(), &normalized),
-            );
-            let output = B::float_add(scaled, row_view::<B>(beta.primitive, &normalized));
-            prep.finish((normalized, inv_std, gamma.primitive), output)
+            let shape = tensor.shape();
+            let (normalized, inv_std) = normalize::<B>(as_rows::<B>(tensor.primitive), epsilon);
+            let scaled = B::float_mul(normalized.clone(), row_view::<B>(gamma.primitive.clone()));
+            let output = B::float_add(scaled, row_view::<B>(beta.primitive));
+            prep.finish(
+                (normalized, inv_std, gamma.primitive),
+                B::float_reshape(output, shape),
+            )
         }
         OpsKind::UnTracked(prep) => prep.finish(B::layer_norm(
             tensor.primitive,

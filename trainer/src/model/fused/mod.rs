@@ -5,9 +5,11 @@
 //! fallback. [`FusedOps`] gives the model one op for each: on a backend that records gradients
 //! ([`Autodiff`], whatever its inner backend) the op keeps what its backward needs and computes
 //! the gradient directly, with the inner backend's contiguous kernels; on the inner backends
-//! themselves (evaluation, prediction) it is burn's own op.
+//! themselves (evaluation, prediction) it is burn's own op. The gradients are computed on
+//! `[rows, width]` views (see [`rows`]).
 
 mod layer_norm;
+mod rows;
 mod softmax;
 
 use burn::backend::Autodiff;

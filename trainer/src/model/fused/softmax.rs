@@ -7,6 +7,8 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{TensorMetadata, backend::Backend};
 
+use super::rows::as_rows;
+
 /// The op's backward step; its state is the softmax output.
 #[derive(Debug)]
 struct SoftmaxLast;
@@ -27,12 +29,12 @@ impl<B: Backend> Backward<B, 1> for SoftmaxLast {
     }
 }
 
-/// `y * (g - sum(g * y))` over the last dimension. Every broadcast operand is the right-hand
-/// one and a per-row scalar, which burn-flex computes with its contiguous kernels.
+/// `y * (g - sum(g * y))` over the last dimension, on `[rows, width]` views.
 fn softmax_backward<B: Backend>(output: FloatTensor<B>, grad: FloatTensor<B>) -> FloatTensor<B> {
-    let last = output.rank() - 1;
-    let dot = B::float_sum_dim(B::float_mul(grad.clone(), output.clone()), last);
-    B::float_mul(B::float_sub(grad, dot), output)
+    let shape = output.shape();
+    let (output, grad) = (as_rows::<B>(output), as_rows::<B>(grad));
+    let dot = B::float_sum_dim(B::float_mul(grad.clone(), output.clone()), 1);
+    B::float_reshape(B::float_mul(B::float_sub(grad, dot), output), shape)
 }
 
 /// Softmax over the last dimension of `tensor`, computed by the inner backend's own softmax and
