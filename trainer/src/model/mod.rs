@@ -11,8 +11,8 @@ pub mod embeddings;
 pub mod encoder;
 pub mod fused;
 pub mod head;
-pub mod layer_norm;
 mod init;
+pub mod layer_norm;
 
 pub use attention::{Attention, AttentionConfig, AttentionOutput, SelfAttention};
 pub use bert::{BertModel, BertModelConfig, Encoder, Pooler};

@@ -55,10 +55,7 @@ fn input_grad<B: Backend>(
     inv_std: FloatTensor<B>,
 ) -> FloatTensor<B> {
     let mean_grad = B::float_mean_dim(grad_normalized.clone(), 1);
-    let mean_dot = B::float_mean_dim(
-        B::float_mul(grad_normalized.clone(), normalized.clone()),
-        1,
-    );
+    let mean_dot = B::float_mean_dim(B::float_mul(grad_normalized.clone(), normalized.clone()), 1);
     let centered = B::float_sub(
         B::float_sub(grad_normalized, mean_grad),
         B::float_mul(normalized, mean_dot),
@@ -148,8 +145,8 @@ mod tests {
     ) -> [Vec<f32>; 4] {
         let x = Tensor::from_inner(sample::<Flex, 3>(shape, 1).mul_scalar(3.0).add_scalar(0.5))
             .require_grad();
-        let gamma = Tensor::from_inner(sample::<Flex, 1>([shape[2]], 2).add_scalar(1.0))
-            .require_grad();
+        let gamma =
+            Tensor::from_inner(sample::<Flex, 1>([shape[2]], 2).add_scalar(1.0)).require_grad();
         let beta = sample::<B, 1>([shape[2]], 3).require_grad();
         let weights = sample::<B, 3>(shape, 4);
         let y = f(x.clone(), gamma.clone(), beta.clone());
