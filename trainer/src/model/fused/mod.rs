@@ -6,7 +6,7 @@
 //! ([`Autodiff`], whatever its inner backend) the op keeps what its backward needs and computes
 //! the gradient directly, with the inner backend's contiguous kernels; on the inner backends
 //! themselves (evaluation, prediction) it is burn's own op. The gradients are computed on
-//! `[rows, width]` views (see [`rows`]).
+//! `[rows, width]` views (see `rows.rs`).
 
 mod layer_norm;
 mod rows;
