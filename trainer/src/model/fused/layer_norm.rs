@@ -175,6 +175,22 @@ mod tests {
     }
 
     #[test]
+    fn with_constant_gamma_and_beta_the_input_gradient_matches() {
+        let grad_of_input = |f: &dyn Fn(Tensor<B, 3>) -> Tensor<B, 3>| {
+            let x = sample::<B, 3>([2, 3, 8], 1).require_grad();
+            let grads = (f(x.clone()) * sample::<B, 3>([2, 3, 8], 4))
+                .sum()
+                .backward();
+            let grad: Vec<f32> = x.grad(&grads).unwrap().into_data().to_vec().unwrap();
+            grad
+        };
+        let (gamma, beta) = (sample::<B, 1>([8], 2), sample::<B, 1>([8], 3));
+        let ours = grad_of_input(&|x| layer_norm(x, gamma.clone(), beta.clone(), EPSILON));
+        let burns = grad_of_input(&|x| burns(x, gamma.clone(), beta.clone()));
+        assert_close(&ours, &burns, 1e-5);
+    }
+
+    #[test]
     fn an_untracked_input_gives_the_same_values() {
         let x = sample::<B, 3>([2, 3, 8], 1);
         let gamma = sample::<B, 1>([8], 2);
