@@ -6,9 +6,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
-use hptune_trainer::backend::{BackendTask, CpuBackend, DeviceChoice, dispatch};
+use hptune_trainer::backend::{BackendTask, CpuBackend, DeviceChoice, TrainBackend, dispatch};
 use hptune_trainer::config::BertConfig;
 use hptune_trainer::model::{ModelInput, cross_entropy};
 use hptune_trainer::optim::{AdamWSettings, GroupedAdamW};
@@ -25,7 +24,7 @@ struct Speed {
 impl BackendTask for Speed {
     type Output = (f64, f64);
 
-    fn run<B: AutodiffBackend>(self, device: B::Device) -> hptune_trainer::Result<(f64, f64)> {
+    fn run<B: TrainBackend>(self, device: B::Device) -> hptune_trainer::Result<(f64, f64)> {
         let config = BertConfig::from_file(&self.dir.join("config.json"))?;
         B::seed(&device, 0);
         let (mut model, _) = load_classifier::<B>(&self.dir, &config, 2, None, false, &device)?;

@@ -6,6 +6,7 @@ use burn::backend::Autodiff;
 use burn::tensor::backend::AutodiffBackend;
 
 use crate::error::{Result, TrainerError};
+use crate::model::FusedOps;
 
 /// Where to compute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,12 +51,18 @@ pub enum CpuBackend {
     Candle,
 }
 
+/// A backend the model trains on: it records gradients, and it and its inner backend (for
+/// evaluation) have the model's fused ops.
+pub trait TrainBackend: AutodiffBackend<InnerBackend: FusedOps> + FusedOps {}
+
+impl<B: AutodiffBackend<InnerBackend: FusedOps> + FusedOps> TrainBackend for B {}
+
 /// Work that runs on whichever backend is chosen at run time.
 pub trait BackendTask {
     /// What the work returns.
     type Output;
-    /// Runs the work on autodiff backend `B` and its device.
-    fn run<B: AutodiffBackend>(self, device: B::Device) -> Result<Self::Output>;
+    /// Runs the work on training backend `B` and its device.
+    fn run<B: TrainBackend>(self, device: B::Device) -> Result<Self::Output>;
 }
 
 /// Runs `task` on the backend for `device` (and, on the CPU, `cpu`).

@@ -1,9 +1,8 @@
 //! The two commands as library functions: `train` (the trial worker) and `predict`.
 
 use burn::module::AutodiffModule;
-use burn::tensor::backend::AutodiffBackend;
 
-use crate::backend::{BackendTask, DeviceChoice, dispatch};
+use crate::backend::{BackendTask, DeviceChoice, TrainBackend, dispatch};
 use crate::batch::{EncodedExample, encode_all};
 use crate::cli::{PredictArgs, TrainArgs};
 use crate::config::BertConfig;
@@ -138,7 +137,7 @@ struct TrainTask<'a>(&'a TrainArgs);
 impl BackendTask for TrainTask<'_> {
     type Output = EvalMetrics;
 
-    fn run<B: AutodiffBackend>(self, device: B::Device) -> Result<EvalMetrics> {
+    fn run<B: TrainBackend>(self, device: B::Device) -> Result<EvalMetrics> {
         let args = self.0;
         let dir = resolve_model_dir(&args.model)?;
         let config = BertConfig::from_file(&dir.join("config.json"))?;
@@ -201,7 +200,7 @@ struct PredictTask<'a>(&'a PredictArgs);
 impl BackendTask for PredictTask<'_> {
     type Output = Vec<Prediction>;
 
-    fn run<B: AutodiffBackend>(self, device: B::Device) -> Result<Vec<Prediction>> {
+    fn run<B: TrainBackend>(self, device: B::Device) -> Result<Vec<Prediction>> {
         let args = self.0;
         let texts = collect_texts(args)?;
         let dir = &args.model_dir;

@@ -4,17 +4,16 @@
 use std::io::Write;
 
 use burn::module::AutodiffModule;
-use burn::tensor::{
-    ElementConversion, Tensor, activation::softmax, backend::AutodiffBackend, backend::Backend,
-};
+use burn::tensor::{ElementConversion, Tensor, activation::softmax};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
+use crate::backend::TrainBackend;
 use crate::batch::{EncodedExample, collate};
 use crate::error::{Result, TrainerError};
 use crate::metrics::EvalMetrics;
-use crate::model::{BertClassifier, cross_entropy};
+use crate::model::{BertClassifier, FusedOps, cross_entropy};
 use crate::optim::{AdamWSettings, GroupedAdamW, LinearSchedule};
 use crate::progress::EpochProgress;
 use crate::report::Reporter;
@@ -41,7 +40,7 @@ pub struct TrainSettings {
 /// Fine-tunes `model` on `train`, evaluating on `eval` after each epoch and reporting each
 /// evaluation through `reporter`; returns the model and the last evaluation.
 #[allow(clippy::too_many_arguments)] // the run's parts, each of a different kind
-pub fn fine_tune<B: AutodiffBackend, W: Write>(
+pub fn fine_tune<B: TrainBackend, W: Write>(
     mut model: BertClassifier<B>,
     train: &[EncodedExample],
     eval: &[EncodedExample],
@@ -110,7 +109,7 @@ pub fn fine_tune<B: AutodiffBackend, W: Write>(
 }
 
 /// Loss, accuracy, macro-F1 and MCC of `model` on `data`.
-pub fn evaluate<B: Backend>(
+pub fn evaluate<B: FusedOps>(
     model: &BertClassifier<B>,
     data: &[EncodedExample],
     batch_size: usize,
@@ -150,7 +149,7 @@ pub fn evaluate<B: Backend>(
 }
 
 /// Class probabilities `[batch][class]` for already encoded texts.
-pub fn predict_probabilities<B: Backend>(
+pub fn predict_probabilities<B: FusedOps>(
     model: &BertClassifier<B>,
     data: &[EncodedExample],
     batch_size: usize,

@@ -2,11 +2,14 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{LayerNorm, LayerNormConfig, Linear};
-use burn::tensor::{Tensor, activation::softmax, backend::Backend};
+use burn::nn::Linear;
+use burn::tensor::{Tensor, backend::Backend};
 
+use super::dense::dense;
 use super::dropout::{Dropout, DropoutConfig};
+use super::fused::{FusedOps, softmax};
 use super::init::linear;
+use super::layer_norm::LayerNorm;
 
 /// Sizes and dropout of one attention block.
 #[derive(Config, Debug)]
@@ -72,16 +75,14 @@ impl AttentionConfig {
             },
             output: AttentionOutput {
                 dense: dense(),
-                layer_norm: LayerNormConfig::new(h)
-                    .with_epsilon(self.layer_norm_eps)
-                    .init(device),
+                layer_norm: LayerNorm::new(h, self.layer_norm_eps, device),
                 dropout: DropoutConfig::new(self.hidden_dropout).init(),
             },
         }
     }
 }
 
-impl<B: Backend> SelfAttention<B> {
+impl<B: FusedOps> SelfAttention<B> {
     /// Attends `[batch, seq, hidden]` states to each other; `mask_bias` is `[batch, 1, 1, seq]`,
     /// 0 for real tokens and a large negative number for padding.
     pub fn forward(&self, hidden: Tensor<B, 3>, mask_bias: Tensor<B, 4>) -> Tensor<B, 3> {
@@ -94,12 +95,12 @@ impl<B: Backend> SelfAttention<B> {
         // Scaling the contiguous [batch, seq, hidden] projection is cheaper than scaling the
         // [batch, heads, seq, seq] scores, and equal up to rounding.
         let scale = 1.0 / (head_dim as f64).sqrt();
-        let query = heads(self.query.forward(hidden.clone()).mul_scalar(scale));
-        let key = heads(self.key.forward(hidden.clone()));
-        let value = heads(self.value.forward(hidden));
+        let query = heads(dense(&self.query, hidden.clone()).mul_scalar(scale));
+        let key = heads(dense(&self.key, hidden.clone()));
+        let value = heads(dense(&self.value, hidden));
 
         let scores = query.matmul(key.transpose()) + mask_bias;
-        let probs = self.dropout.forward(softmax(scores, 3));
+        let probs = self.dropout.forward(softmax(scores));
         probs
             .matmul(value)
             .swap_dims(1, 2)
@@ -107,15 +108,15 @@ impl<B: Backend> SelfAttention<B> {
     }
 }
 
-impl<B: Backend> AttentionOutput<B> {
+impl<B: FusedOps> AttentionOutput<B> {
     /// Projects the attention result and adds it to the block's input.
     pub fn forward(&self, attended: Tensor<B, 3>, input: Tensor<B, 3>) -> Tensor<B, 3> {
-        let projected = self.dropout.forward(self.dense.forward(attended));
+        let projected = self.dropout.forward(dense(&self.dense, attended));
         self.layer_norm.forward(projected + input)
     }
 }
 
-impl<B: Backend> Attention<B> {
+impl<B: FusedOps> Attention<B> {
     /// Self-attention with residual connection and LayerNorm.
     pub fn forward(&self, hidden: Tensor<B, 3>, mask_bias: Tensor<B, 4>) -> Tensor<B, 3> {
         let attended = self.self_attention.forward(hidden.clone(), mask_bias);

@@ -8,6 +8,7 @@ use burn::tensor::{Int, Tensor, activation::tanh, backend::Backend};
 use super::attention::AttentionConfig;
 use super::embeddings::{Embeddings, EmbeddingsConfig};
 use super::encoder::{EncoderLayer, EncoderLayerConfig};
+use super::fused::FusedOps;
 use super::init::linear;
 use crate::config::BertConfig;
 
@@ -95,7 +96,7 @@ impl BertModelConfig {
     }
 }
 
-impl<B: Backend> BertModel<B> {
+impl<B: FusedOps> BertModel<B> {
     /// Encodes a padded batch; returns the pooled `[batch, hidden]` representation.
     ///
     /// `attention_mask` is `[batch, seq]` with 1 for real tokens and 0 for padding.

@@ -5,6 +5,7 @@ use burn::module::Module;
 use burn::tensor::{Int, Tensor, activation::log_softmax, backend::Backend};
 
 use super::bert::{BertModel, BertModelConfig};
+use super::fused::FusedOps;
 use super::head::{ClassificationHead, ClassificationHeadConfig};
 
 /// The classifier's parts.
@@ -46,7 +47,7 @@ impl BertClassifierConfig {
     }
 }
 
-impl<B: Backend> BertClassifier<B> {
+impl<B: FusedOps> BertClassifier<B> {
     /// Computes `[batch, num_labels]` logits.
     pub fn forward(&self, input: ModelInput<B>) -> Tensor<B, 2> {
         let pooled = self

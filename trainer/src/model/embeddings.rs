@@ -2,10 +2,12 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig};
+use burn::nn::{Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{Int, Tensor, backend::Backend};
 
 use super::dropout::{Dropout, DropoutConfig};
+use super::fused::FusedOps;
+use super::layer_norm::LayerNorm;
 
 /// Sizes of the embedding tables.
 #[derive(Config, Debug)]
@@ -55,15 +57,13 @@ impl EmbeddingsConfig {
             word_embeddings: table(self.vocab_size),
             position_embeddings: table(self.max_position_embeddings),
             token_type_embeddings: table(self.type_vocab_size),
-            layer_norm: LayerNormConfig::new(self.hidden_size)
-                .with_epsilon(self.layer_norm_eps)
-                .init(device),
+            layer_norm: LayerNorm::new(self.hidden_size, self.layer_norm_eps, device),
             dropout: DropoutConfig::new(self.dropout).init(),
         }
     }
 }
 
-impl<B: Backend> Embeddings<B> {
+impl<B: FusedOps> Embeddings<B> {
     /// Embeds `[batch, seq]` token ids and token types into `[batch, seq, hidden]`.
     pub fn forward(
         &self,

@@ -2,12 +2,15 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{LayerNorm, LayerNormConfig, Linear};
+use burn::nn::Linear;
 use burn::tensor::{Tensor, activation::gelu, backend::Backend};
 
 use super::attention::{Attention, AttentionConfig};
+use super::dense::dense;
 use super::dropout::{Dropout, DropoutConfig};
+use super::fused::FusedOps;
 use super::init::linear;
+use super::layer_norm::LayerNorm;
 
 /// Sizes and dropout of one encoder layer.
 #[derive(Config, Debug)]
@@ -67,24 +70,22 @@ impl EncoderLayerConfig {
                     a.initializer_range,
                     device,
                 ),
-                layer_norm: LayerNormConfig::new(a.hidden_size)
-                    .with_epsilon(a.layer_norm_eps)
-                    .init(device),
+                layer_norm: LayerNorm::new(a.hidden_size, a.layer_norm_eps, device),
                 dropout: DropoutConfig::new(a.hidden_dropout).init(),
             },
         }
     }
 }
 
-impl<B: Backend> EncoderLayer<B> {
+impl<B: FusedOps> EncoderLayer<B> {
     /// Transforms `[batch, seq, hidden]` states; see [`super::SelfAttention::forward`] for the mask.
     pub fn forward(&self, hidden: Tensor<B, 3>, mask_bias: Tensor<B, 4>) -> Tensor<B, 3> {
         let attended = self.attention.forward(hidden, mask_bias);
-        let expanded = gelu(self.intermediate.dense.forward(attended.clone()));
+        let expanded = gelu(dense(&self.intermediate.dense, attended.clone()));
         let contracted = self
             .output
             .dropout
-            .forward(self.output.dense.forward(expanded));
+            .forward(dense(&self.output.dense, expanded));
         self.output.layer_norm.forward(contracted + attended)
     }
 }

@@ -1,0 +1,108 @@
+//! Softmax and LayerNorm as single ops with hand-written gradients.
+//!
+//! burn 0.21 differentiates `softmax` and `layer_norm` as compositions of element-wise ops and
+//! reductions, whose gradients are broadcast views that burn-flex walks with its scalar strided
+//! fallback. [`FusedOps`] gives the model one op for each: on a backend that records gradients
+//! ([`Autodiff`], whatever its inner backend) the op keeps what its backward needs and computes
+//! the gradient directly, with the inner backend's contiguous kernels; on the inner backends
+//! themselves (evaluation, prediction) it is burn's own op. The gradients are computed on
+//! `[rows, width]` views (see `rows.rs`).
+
+mod layer_norm;
+mod rows;
+mod softmax;
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
+
+/// A backend with the model's fused ops; the default methods are burn's.
+pub trait FusedOps: Backend {
+    /// Softmax over the last dimension.
+    fn softmax_last(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let last = tensor.rank() - 1;
+        Self::softmax(tensor, last)
+    }
+
+    /// LayerNorm over the last dimension: `(x - mean) / sqrt(var + epsilon) * gamma + beta`.
+    fn layer_norm_last(
+        tensor: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
+        Self::layer_norm(tensor, gamma, Some(beta), epsilon)
+    }
+}
+
+impl<B: Backend, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
+    fn softmax_last(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        softmax::softmax_last::<B, C>(tensor)
+    }
+
+    fn layer_norm_last(
+        tensor: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
+        layer_norm::layer_norm_last::<B, C>(tensor, gamma, beta, epsilon)
+    }
+}
+
+#[cfg(feature = "flex")]
+impl FusedOps for burn::backend::Flex {}
+#[cfg(feature = "ndarray")]
+impl FusedOps for burn::backend::NdArray {}
+#[cfg(feature = "candle")]
+impl FusedOps for burn::backend::Candle {}
+#[cfg(feature = "cuda")]
+impl FusedOps for burn::backend::Cuda {}
+
+/// Softmax of `tensor` over its last dimension, through [`FusedOps::softmax_last`].
+pub fn softmax<B: FusedOps, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::softmax_last(
+        tensor.into_primitive().tensor(),
+    )))
+}
+
+/// LayerNorm of `tensor` over its last dimension, through [`FusedOps::layer_norm_last`].
+pub fn layer_norm<B: FusedOps, const D: usize>(
+    tensor: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    epsilon: f64,
+) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::layer_norm_last(
+        tensor.into_primitive().tensor(),
+        gamma.into_primitive().tensor(),
+        beta.into_primitive().tensor(),
+        epsilon,
+    )))
+}
+
+#[cfg(test)]
+mod test_util {
+    use burn::tensor::{Tensor, TensorData, backend::Backend};
+
+    /// A deterministic tensor of values in (-1, 1), different for each `seed`.
+    pub fn sample<B: Backend, const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = (0..n)
+            .map(|i| ((i as f64 + 1.0) * (seed as f64 * 0.7548776662 + 0.5698402910)).sin() as f32)
+            .collect();
+        Tensor::from_data(TensorData::new(values, shape), &Default::default())
+    }
+
+    /// Asserts `|a - b| <= tolerance * (1 + |b|)` element by element.
+    pub fn assert_close(actual: &[f32], expected: &[f32], tolerance: f32) {
+        assert_eq!(actual.len(), expected.len());
+        for (i, (a, b)) in actual.iter().zip(expected).enumerate() {
+            assert!(
+                (a - b).abs() <= tolerance * (1.0 + b.abs()),
+                "element {i}: {a} vs {b}"
+            );
+        }
+    }
+}
