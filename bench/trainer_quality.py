@@ -12,9 +12,9 @@ AdamW with no decay on biases and LayerNorm, linear warmup/decay, gradient clipp
 dynamic padding, evaluation after every epoch) on the same rows with the same flags, and prints
 a Markdown table: dev accuracy after the last epoch, wall time of the whole run (loading,
 training, evaluations), training samples/s (training time only), and the difference in points.
-`--hf-seeds` adds Hugging Face runs with other seeds, to show how far apart two runs of the
-same implementation land (the two implementations draw different random numbers for the head
-and dropout, so one seed each cannot tell less than that spread). Everything goes to
+`--seeds` runs both implementations once per seed: the two draw different random numbers for
+the head and dropout, so one run each cannot tell a difference smaller than the spread between
+seeds; the summary compares the implementations' mean accuracies over the seeds. Everything goes to
 bench/results/trainer_quality-<timestamp>.json.
 
 Needs torch, transformers and accelerate in bench/.venv (or the interpreter running it).
@@ -53,11 +53,10 @@ def parse_args():
     p.add_argument("--warmup-ratio", type=float, default=0.1)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--max-seq-len", type=int, default=128)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--hf-seeds", type=int, nargs="*", default=[],
-                   help="extra seeds for Hugging Face runs (the spread between seeds)")
-    p.add_argument("--skip-hptune", action="store_true",
-                   help="only the Hugging Face runs (e.g. to measure the seed spread)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[42],
+                   help="one run of each implementation per seed")
+    p.add_argument("--skip-hptune", action="store_true", help="only the Hugging Face runs")
+    p.add_argument("--skip-hf", action="store_true", help="only the hptune-trainer runs")
     p.add_argument("--no-build", action="store_true", help="use the binary as it is")
     return p.parse_args()
 
@@ -70,18 +69,16 @@ def read_rows(path, limit=None):
     return rows[:limit] if limit is not None else rows
 
 
-def run_hptune(args):
+def run_hptune(args, seed):
     """Runs the trainer binary; returns its result record."""
     binary = TARGET / "debug" / "hptune-trainer"
-    if not args.no_build:
-        subprocess.run(["cargo", "build", "--quiet", "-p", "hptune-trainer"], cwd=ROOT, check=True)
     command = [
         str(binary), "--model", args.model, "--train", args.train, "--eval", args.dev,
         "--max-train-samples", str(args.train_samples),
         "--learning-rate", str(args.learning_rate), "--batch-size", str(args.batch_size),
         "--epochs", str(args.epochs), "--warmup-ratio", str(args.warmup_ratio),
         "--weight-decay", str(args.weight_decay), "--max-seq-len", str(args.max_seq_len),
-        "--seed", str(args.seed),
+        "--seed", str(seed),
     ]
     print("$ " + " ".join(command), file=sys.stderr, flush=True)
     start = time.perf_counter()
@@ -99,7 +96,7 @@ def run_hptune(args):
     train_s = sum(args.train_samples / r for r in rates) if rates else float("nan")
     return {
         "implementation": "hptune-trainer (burn-flex)",
-        "seed": args.seed,
+        "seed": seed,
         "accuracy": float(final["accuracy"]),
         "eval_loss": float(final["loss"]),
         "per_epoch_accuracy": [float(e["accuracy"]) for e in epochs],
@@ -185,7 +182,7 @@ def run_hf(args, seed):
 
 def table(runs, reference):
     lines = [
-        "| implementation | seed | dev accuracy | vs HF (points) | wall s | training samples/s | speed vs HF |",
+        "| implementation | seed | dev accuracy | vs HF mean (points) | wall s | training samples/s | speed vs HF |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in runs:
@@ -197,29 +194,38 @@ def table(runs, reference):
     return "\n".join(lines)
 
 
+def mean_of(runs):
+    """The mean accuracy and training speed of runs (one implementation, several seeds)."""
+    return {"accuracy": statistics.mean(r["accuracy"] for r in runs),
+            "train_samples_per_s": statistics.mean(r["train_samples_per_s"] for r in runs)}
+
+
 def main():
     args = parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     dev_rows = len(read_rows(args.dev))
-    runs = []
-    if not args.skip_hptune:
-        runs.append(run_hptune(args))
-    reference = run_hf(args, args.seed)
-    runs.append(reference)
-    runs.extend(run_hf(args, seed) for seed in args.hf_seeds if seed != args.seed)
-    hf_accuracies = [r["accuracy"] for r in runs if r["implementation"].startswith("HF")]
+    if not args.skip_hptune and not args.no_build:
+        subprocess.run(["cargo", "build", "--quiet", "-p", "hptune-trainer"], cwd=ROOT, check=True)
+    ours = [] if args.skip_hptune else [run_hptune(args, seed) for seed in args.seeds]
+    hf = [] if args.skip_hf else [run_hf(args, seed) for seed in args.seeds]
     summary = (f"all-MiniLM-L6-v2 on the first {args.train_samples} rows of SST-2 train, "
                f"full dev set ({dev_rows} rows); lr {args.learning_rate}, batch {args.batch_size}, "
                f"{args.epochs} epochs, warmup ratio {args.warmup_ratio}, weight decay "
                f"{args.weight_decay}, max_seq_len {args.max_seq_len}; {os.cpu_count()} cores")
     print(summary)
     print()
-    print(table(runs, reference))
-    if len(hf_accuracies) > 1:
-        print(f"\nHF over {len(hf_accuracies)} seeds: mean {statistics.mean(hf_accuracies):.4f}, "
-              f"min {min(hf_accuracies):.4f}, max {max(hf_accuracies):.4f}")
+    if hf:
+        print(table(ours + hf, mean_of(hf)))
+    for name, runs in (("hptune-trainer", ours), ("HF Trainer", hf)):
+        if runs:
+            accuracies = [r["accuracy"] for r in runs]
+            print(f"\n{name} over {len(runs)} seeds: mean {statistics.mean(accuracies):.4f}, "
+                  f"min {min(accuracies):.4f}, max {max(accuracies):.4f}")
+    if ours and hf:
+        gap = 100 * (mean_of(ours)["accuracy"] - mean_of(hf)["accuracy"])
+        print(f"\nmean accuracy, hptune-trainer minus HF Trainer: {gap:+.2f} points")
     path = RESULTS / f"trainer_quality-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps({"settings": vars(args), "summary": summary, "runs": runs},
+    path.write_text(json.dumps({"settings": vars(args), "summary": summary, "runs": ours + hf},
                                indent=2) + "\n")
     print(f"\nresults: {path.relative_to(ROOT)}")
 
