@@ -6,7 +6,8 @@
 //! fitted by maximum a posteriori ([`fit`]), the posterior ([`gp`]), and log expected
 //! improvement ([`acquisition`]) maximised over a trust region around the best point
 //! ([`trust`]) that shrinks while proposals fail to improve ([`search`]). Trials still running
-//! are taken as if they had returned the model's mean there (kriging believer), so that
+//! are taken as if they had returned the model's mean there (kriging believer), and while
+//! they run a proposal is the best point of one posterior draw ([`thompson`]), so that
 //! parallel proposals spread out. Failed trials count as the worst value seen, so the model
 //! steers away from where trials fail. See `docs/bayes.md`.
 
@@ -20,6 +21,7 @@ pub mod gp;
 mod kernel;
 mod lbfgs;
 pub mod search;
+pub mod thompson;
 pub mod trust;
 
 /// The central finite difference of `f` at `x` along coordinate `d`, for tests of gradients.
@@ -95,9 +97,22 @@ impl BayesSampler {
         let batch = context.running.len() + 1;
         let side = trust::side(&data.values, design, dimension, batch);
         let region = Region::around(encoding, &data.incumbents[0], side);
-        let acquisition = Acquisition { gp: &gp, best };
         let mut rng = stream(self.seed, context.number);
         let sobol_seed = self.seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
+        if !context.running.is_empty() {
+            // With trials running, one posterior draw instead of the expected improvement:
+            // the proposals made before their results are known spread over the places that
+            // could be best.
+            return thompson::propose(
+                encoding,
+                &gp,
+                &data.incumbents,
+                &region,
+                &mut rng,
+                sobol_seed,
+            );
+        }
+        let acquisition = Acquisition { gp: &gp, best };
         Ok(maximize(
             encoding,
             &acquisition,
@@ -253,6 +268,16 @@ mod tests {
             + (x(&first, "b") - x(&second, "b")).powi(2))
         .sqrt();
         assert!(distance > 1e-3, "{first:?} then {second:?}");
+    }
+
+    #[test]
+    fn proposals_beside_running_trials_are_repeatable() {
+        let space = square();
+        let history = run(&space, 2, 12, bowl);
+        let running = [propose(&mut BayesSampler::new(2), &space, &history, &[])];
+        let again = |seed| propose(&mut BayesSampler::new(seed), &space, &history, &running);
+        assert_eq!(again(2), again(2));
+        assert_ne!(again(2), again(3));
     }
 
     #[test]
