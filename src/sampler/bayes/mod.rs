@@ -99,10 +99,12 @@ impl BayesSampler {
         let region = Region::around(encoding, &data.incumbents[0], side);
         let mut rng = stream(self.seed, context.number);
         let sobol_seed = self.seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
-        if !context.running.is_empty() {
-            // With trials running, one posterior draw instead of the expected improvement:
-            // the proposals made before their results are known spread over the places that
-            // could be best.
+        // The trials after the design go in batches of `batch`, as the trust region counts
+        // them: the first of a batch maximises the expected improvement, the others (made
+        // while it runs) take the best point of one posterior draw, so that they spread over
+        // the places that could be best.
+        let first_of_batch = (context.number as usize).saturating_sub(design) % batch == 0;
+        if !first_of_batch {
             return thompson::propose(
                 encoding,
                 &gp,
