@@ -87,8 +87,7 @@ mod tests {
         let (gp, points) = (gp(), grid(41));
         let draw = |stream_number| argmax_of_draw(&gp, &points, &mut stream(3, stream_number));
         assert_eq!(draw(7), draw(7));
-        let picks: std::collections::BTreeSet<usize> =
-            (0..40).map(|n| draw(n).unwrap()).collect();
+        let picks: std::collections::BTreeSet<usize> = (0..40).map(|n| draw(n).unwrap()).collect();
         assert!(picks.len() > 1, "{picks:?}");
     }
 
@@ -123,7 +122,16 @@ mod tests {
             lower: vec![0.3],
             upper: vec![0.6],
         };
-        let pick = |n| propose(&encoding, &gp(), &[vec![0.5]], &region, &mut stream(4, n), 9);
+        let pick = |n| {
+            propose(
+                &encoding,
+                &gp(),
+                &[vec![0.5]],
+                &region,
+                &mut stream(4, n),
+                9,
+            )
+        };
         let unit = pick(0).unwrap();
         assert!((0.3..=0.6).contains(&unit[0]), "{unit:?}");
         assert_eq!(pick(0), Ok(unit));

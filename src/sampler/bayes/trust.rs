@@ -38,7 +38,7 @@ pub fn side(values: &[Option<f64>], design: usize, dimension: usize, batch: usiz
     // known[i]: the best of the first i values.
     let known: Vec<Option<f64>> = std::iter::once(None)
         .chain(values.iter().scan(None, |best: &mut Option<f64>, v| {
-            *best = v.into_iter().copied().chain(*best).reduce(f64::max);
+            *best = v.iter().copied().chain(*best).reduce(f64::max);
             Some(*best)
         }))
         .collect();
