@@ -6,9 +6,9 @@
 //! fitted by maximum a posteriori ([`fit`]), the posterior ([`gp`]), and log expected
 //! improvement ([`acquisition`]) maximised over a trust region around the best point
 //! ([`trust`]) that shrinks while proposals fail to improve ([`search`]). Trials still running
-//! are taken as if they had returned the model's mean there (kriging believer), and while
-//! they run a proposal is the best point of one posterior draw ([`thompson`]), so that
-//! parallel proposals spread out. Failed trials count as the worst value seen, so the model
+//! are taken as if they had returned the model's mean there (kriging believer), and of each
+//! batch of trials run at once all but the first take the best point of one posterior draw
+//! ([`thompson`]), so that parallel proposals spread out. Failed trials count as the worst value seen, so the model
 //! steers away from where trials fail. See `docs/bayes.md`.
 
 pub mod acquisition;
