@@ -158,6 +158,21 @@ impl Gp {
         (mean, variance)
     }
 
+    /// The joint posterior of the latent function at `points`: its mean vector and its
+    /// covariance matrix.
+    pub fn joint(&self, points: &[Vec<f64>]) -> (DVector<f64>, DMatrix<f64>) {
+        let cross = DMatrix::from_fn(self.x.len(), points.len(), |i, j| {
+            self.kernel.value(&self.x[i], &points[j])
+        });
+        let mean = cross.tr_mul(&self.alpha);
+        let mut v = cross;
+        self.cholesky
+            .l_dirty()
+            .solve_lower_triangular_unchecked_mut(&mut v);
+        let covariance = covariance(&self.kernel, points, 0.0) - v.tr_mul(&v);
+        (mean, covariance)
+    }
+
     /// Posterior mean and variance at `x`, with their gradients.
     pub fn predict_with_gradient(&self, x: &[f64]) -> Prediction {
         let k = self.cross(x);

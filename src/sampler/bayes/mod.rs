@@ -6,8 +6,9 @@
 //! fitted by maximum a posteriori ([`fit`]), the posterior ([`gp`]), and log expected
 //! improvement ([`acquisition`]) maximised over a trust region around the best point
 //! ([`trust`]) that shrinks while proposals fail to improve ([`search`]). Trials still running
-//! are taken as if they had returned the model's mean there (kriging believer), so that
-//! parallel proposals spread out. Failed trials count as the worst value seen, so the model
+//! are taken as if they had returned the model's mean there (kriging believer), and of each
+//! batch of trials run at once all but the first take the best point of one posterior draw
+//! ([`thompson`]), so that parallel proposals spread out. Failed trials count as the worst value seen, so the model
 //! steers away from where trials fail. See `docs/bayes.md`.
 
 pub mod acquisition;
@@ -20,6 +21,7 @@ pub mod gp;
 mod kernel;
 mod lbfgs;
 pub mod search;
+pub mod thompson;
 pub mod trust;
 
 /// The central finite difference of `f` at `x` along coordinate `d`, for tests of gradients.
@@ -95,9 +97,26 @@ impl BayesSampler {
         let batch = context.running.len() + 1;
         let side = trust::side(&data.values, design, dimension, batch);
         let region = Region::around(encoding, &data.incumbents[0], side);
-        let acquisition = Acquisition { gp: &gp, best };
         let mut rng = stream(self.seed, context.number);
         let sobol_seed = self.seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
+        // The trials after the design go in batches of `batch`, as the trust region counts
+        // them: the first of a batch maximises the expected improvement, the others (made
+        // while it runs) take the best point of one posterior draw, so that they spread over
+        // the places that could be best.
+        let first_of_batch = (context.number as usize)
+            .saturating_sub(design)
+            .is_multiple_of(batch);
+        if !first_of_batch {
+            return thompson::propose(
+                encoding,
+                &gp,
+                &data.incumbents,
+                &region,
+                &mut rng,
+                sobol_seed,
+            );
+        }
+        let acquisition = Acquisition { gp: &gp, best };
         Ok(maximize(
             encoding,
             &acquisition,
@@ -253,6 +272,17 @@ mod tests {
             + (x(&first, "b") - x(&second, "b")).powi(2))
         .sqrt();
         assert!(distance > 1e-3, "{first:?} then {second:?}");
+    }
+
+    #[test]
+    fn proposals_beside_running_trials_are_repeatable() {
+        let space = square();
+        // Trial 12 is the second of a batch of two after the design of 5: a Thompson draw.
+        let history = run(&space, 2, 11, bowl);
+        let running = [propose(&mut BayesSampler::new(2), &space, &history, &[])];
+        let again = |seed| propose(&mut BayesSampler::new(seed), &space, &history, &running);
+        assert_eq!(again(2), again(2));
+        assert_ne!(again(2), again(3));
     }
 
     #[test]

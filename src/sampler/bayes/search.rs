@@ -62,24 +62,14 @@ pub fn maximize(
     sobol_seed: u64,
 ) -> Vec<f64> {
     let dimension = encoding.space().dimension();
-    let mut candidates: Vec<Vec<f64>> = (0..GLOBAL_CANDIDATES)
-        .map(|i| region.at(&sobol_point(i, dimension, sobol_seed)))
-        .collect();
-    // Each perturbation moves about min(D, 4) coordinates, so that in many dimensions the
-    // local candidates stay local.
-    let move_probability = (4.0 / dimension.max(1) as f64).min(1.0);
-    for incumbent in incumbents.iter().take(INCUMBENTS) {
-        for _ in 0..LOCAL_CANDIDATES {
-            let mut unit = incumbent.clone();
-            for u in unit.iter_mut() {
-                if rng.random::<f64>() < move_probability {
-                    *u += LOCAL_SPREAD * normal(rng);
-                }
-            }
-            region.clamp(&mut unit);
-            candidates.push(unit);
-        }
-    }
+    let candidates = candidates(
+        dimension,
+        incumbents,
+        region,
+        rng,
+        sobol_seed,
+        GLOBAL_CANDIDATES,
+    );
     let mut scored: Vec<Scored> = candidates
         .into_iter()
         .map(|unit| {
@@ -97,6 +87,38 @@ pub fn maximize(
         .reduce(|best, next| if next.score > best.score { next } else { best })
         .map(|best| best.unit)
         .unwrap_or_else(|| vec![0.5; dimension])
+}
+
+/// Unit points inside `region` for `dimension` parameters: `global` scrambled-Sobol points
+/// over it (from `sobol_seed`), then Gaussian perturbations of each of the best
+/// `incumbents` (drawn from `rng`), moved into it.
+pub fn candidates(
+    dimension: usize,
+    incumbents: &[Vec<f64>],
+    region: &Region,
+    rng: &mut ChaCha8Rng,
+    sobol_seed: u64,
+    global: u64,
+) -> Vec<Vec<f64>> {
+    let mut candidates: Vec<Vec<f64>> = (0..global)
+        .map(|i| region.at(&sobol_point(i, dimension, sobol_seed)))
+        .collect();
+    // Each perturbation moves about min(D, 4) coordinates, so that in many dimensions the
+    // local candidates stay local.
+    let move_probability = (4.0 / dimension.max(1) as f64).min(1.0);
+    for incumbent in incumbents.iter().take(INCUMBENTS) {
+        for _ in 0..LOCAL_CANDIDATES {
+            let mut unit = incumbent.clone();
+            for u in unit.iter_mut() {
+                if rng.random::<f64>() < move_probability {
+                    *u += LOCAL_SPREAD * normal(rng);
+                }
+            }
+            region.clamp(&mut unit);
+            candidates.push(unit);
+        }
+    }
+    candidates
 }
 
 /// Climbs the acquisition from `start` along its continuous coordinates, inside `region`.

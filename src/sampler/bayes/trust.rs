@@ -30,26 +30,33 @@ fn failure_tolerance(dimension: usize, batch: usize) -> usize {
 /// The side of the region after `values` (larger is better; `None` for a failed trial), in
 /// trial order, of which the first `design` are the initial design. The trials after it are
 /// taken in batches of `batch` (the number of trials run at once): a batch succeeds when one
-/// of its trials beats the best value before it, as with parallel trials the others of a
-/// batch were proposed before that improvement was known.
+/// of its trials beats the best value known when it was proposed, that of the trials before
+/// the `batch - 1` that were still running then.
 pub fn side(values: &[Option<f64>], design: usize, dimension: usize, batch: usize) -> f64 {
     let batch = batch.max(1);
     let split = design.min(values.len());
-    let mut best = values[..split].iter().flatten().copied().reduce(f64::max);
+    // known[i]: the best of the first i values.
+    let known: Vec<Option<f64>> = std::iter::once(None)
+        .chain(values.iter().scan(None, |best: &mut Option<f64>, v| {
+            *best = v.iter().copied().chain(*best).reduce(f64::max);
+            Some(*best)
+        }))
+        .collect();
+    let improves = |i: usize| {
+        values[i].is_some_and(|v| {
+            known[(i + 1).saturating_sub(batch)].is_none_or(|b| v > b + MARGIN * b.abs())
+        })
+    };
     let (mut side, mut successes, mut failures) = (INITIAL, 0, 0);
-    for chunk in values[split..].chunks(batch) {
-        let improved = chunk
-            .iter()
-            .flatten()
-            .any(|v| best.is_none_or(|b| *v > b + MARGIN * b.abs()));
-        if improved {
+    let trials: Vec<usize> = (split..values.len()).collect();
+    for chunk in trials.chunks(batch) {
+        if chunk.iter().any(|&i| improves(i)) {
             successes += 1;
             failures = 0;
         } else {
             failures += 1;
             successes = 0;
         }
-        best = chunk.iter().flatten().copied().chain(best).reduce(f64::max);
         if successes == SUCCESSES {
             side = (2.0 * side).min(MAX);
             successes = 0;
@@ -147,6 +154,17 @@ mod tests {
         failing.extend([None; 5]);
         assert_eq!(side(&failing, 5, 6, 4), INITIAL / 2.0);
         assert_eq!(side(&failing[..9], 5, 6, 4), INITIAL);
+    }
+
+    #[test]
+    fn a_trial_is_judged_against_the_best_value_known_when_it_was_proposed() {
+        let mut values = vec![Some(1.0); 5];
+        // In batches of 2, trial 7 was proposed while trial 6 (3.0) was running: its 2.0
+        // beats the 1.0 known then, and trial 10's 4.0 the 3.0 known then.
+        values.extend([None, Some(3.0), Some(2.0), None, None, Some(4.0)]);
+        assert_eq!(side(&values, 5, 2, 2), 2.0 * INITIAL);
+        // One at a time, trial 7 knew of the 3.0 and failed.
+        assert_eq!(side(&values, 5, 2, 1), INITIAL);
     }
 
     #[test]
