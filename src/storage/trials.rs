@@ -20,8 +20,8 @@ use super::rows::{TrialRecord, TrialState, trial_columns};
 use super::{Storage, StorageError, now, query_error};
 use crate::report::Measurement;
 use crate::sampler::Observation;
-use crate::spec::Goal;
 use crate::space::Assignment;
+use crate::spec::Goal;
 use crate::stopping::Curve;
 
 /// The limits a claim checks.
