@@ -47,7 +47,13 @@ fn study_text() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(CASES))]
+    // A failing case is printed with its input and shrunk; it is not saved to a file (the
+    // default looks for the crate's lib.rs next to this file, and warns when it finds none).
+    #![proptest_config(ProptestConfig {
+        cases: CASES,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn the_study_parser_never_panics(text in study_text()) {
