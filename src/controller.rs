@@ -191,6 +191,10 @@ struct Running {
     trial: TrialRecord,
     stop: watch::Sender<StopRequest>,
     measurements: Vec<Measurement>,
+    /// Whether the worker's handle (and log path) is known here but not yet written.
+    handle_unsaved: bool,
+    /// Measurements of the worker that ended, to be written with the trial's end.
+    unsaved: Vec<Measurement>,
 }
 
 /// The state of one run of the loop.
@@ -307,7 +311,9 @@ pub async fn run(
             continue;
         }
         tokio::select! {
-            Some(event) = events.recv() => run.record(event).await?,
+            // A worker's end first: its last measurements, still in the channel, are then
+            // written with its end in one round trip (below) rather than one by one.
+            biased;
             Some(joined) = run.workers.join_next_with_id() => {
                 let outcome = match joined {
                     Ok((id, outcome)) => {
@@ -322,12 +328,17 @@ pub async fn run(
                 };
                 // Events the worker sent before it ended come first.
                 while let Ok(event) = events.try_recv() {
-                    run.record(event).await?;
+                    run.record(event, Some(outcome.trial_id)).await?;
                 }
                 run.conclude(outcome, interrupted, observer).await?;
             }
+            Some(event) = events.recv() => run.record(event, None).await?,
             _ = heartbeat.tick() => {
                 storage.heartbeat(&run.owner).await?;
+                let unsaved: Vec<i64> = run.running.iter().filter(|(_, r)| r.handle_unsaved).map(|(id, _)| *id).collect();
+                for trial_id in unsaved {
+                    run.save_handle(trial_id).await?;
+                }
                 // A controller of the same study may have died meanwhile.
                 if !interrupted {
                     let orphans = storage.adopt_orphans(run.study_id, &run.owner, is_orphan).await?;
@@ -437,6 +448,8 @@ impl Run<'_> {
                 trial,
                 stop,
                 measurements: reported,
+                handle_unsaved: false,
+                unsaved: Vec::new(),
             },
         );
     }
@@ -489,13 +502,21 @@ impl Run<'_> {
         }
     }
 
-    async fn record(&mut self, event: WorkerEvent) -> Result<(), StorageError> {
+    /// Records what a worker reported. `ended` is the trial whose worker has just ended: its
+    /// measurements are kept to be written with its end.
+    async fn record(&mut self, event: WorkerEvent, ended: Option<i64>) -> Result<(), StorageError> {
         match event {
-            WorkerEvent::Started { trial_id, handle } => {
+            WorkerEvent::Started {
+                trial_id,
+                handle,
+                findable_without_handle,
+            } => {
                 if let Some(r) = self.running.get_mut(&trial_id) {
-                    let log = r.trial.log_path.clone().unwrap_or_default();
-                    self.storage.set_worker(&r.trial, &handle, &log).await?;
                     r.trial.worker = Some(handle);
+                    r.handle_unsaved = true;
+                    if !findable_without_handle {
+                        self.save_handle(trial_id).await?;
+                    }
                 }
             }
             WorkerEvent::Measured {
@@ -506,18 +527,35 @@ impl Run<'_> {
                 let Some(r) = self.running.get_mut(&trial_id) else {
                     return Ok(());
                 };
-                if !stored {
+                let ending = ended == Some(trial_id);
+                if ending && !stored {
+                    r.unsaved.push(measurement.clone());
+                } else if !stored {
                     self.storage
                         .record_measurement(&r.trial, &measurement)
                         .await?;
                 }
-                let judge_now =
-                    measurement.step.is_some() && measurement.metric == self.study.objective.metric;
+                let judge_now = !ending
+                    && measurement.step.is_some()
+                    && measurement.metric == self.study.objective.metric;
                 r.measurements.push(measurement);
                 if judge_now {
                     self.apply_stopping_rule(trial_id).await?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Writes the handle and log path of a running trial's worker, if not written yet.
+    async fn save_handle(&mut self, trial_id: i64) -> Result<(), StorageError> {
+        if let Some(r) = self.running.get_mut(&trial_id)
+            && r.handle_unsaved
+            && let Some(handle) = &r.trial.worker
+        {
+            let log = r.trial.log_path.as_deref().unwrap_or_default();
+            self.storage.set_worker(&r.trial, handle, log).await?;
+            r.handle_unsaved = false;
         }
         Ok(())
     }
@@ -571,6 +609,11 @@ impl Run<'_> {
             && !interrupted
             && done.trial.attempt <= self.plan.max_retries
         {
+            for measurement in &done.unsaved {
+                self.storage
+                    .record_measurement(&done.trial, measurement)
+                    .await?;
+            }
             let trial = self.storage.retry(&done.trial, reason).await?;
             observer.observe(
                 RunEvent::TrialRetried {
@@ -601,7 +644,7 @@ impl Run<'_> {
         let mut trial = done.trial;
         trial.finished_at = Some(
             self.storage
-                .finish_trial(&trial, state, value, error.as_deref())
+                .finish_trial(&trial, state, value, error.as_deref(), &done.unsaved)
                 .await?,
         );
         trial.state = state;

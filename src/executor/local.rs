@@ -139,6 +139,7 @@ impl Worker {
         let _ = events.send(WorkerEvent::Started {
             trial_id: job.trial_id,
             handle: format!("pid:{id}"),
+            findable_without_handle: true,
         });
         let seen = job
             .reported

@@ -72,6 +72,12 @@ pub enum WorkerEvent {
         trial_id: i64,
         /// The worker's handle.
         handle: String,
+        /// Whether a controller that takes the trial over finds the worker without its
+        /// handle (a local process, by its environment). The handle is then written with
+        /// the trial's next change (its end, or the next heartbeat) instead of at once,
+        /// which saves short trials a database round trip; a remote job's handle is written
+        /// before anything else happens, or the job would be submitted again.
+        findable_without_handle: bool,
     },
     /// The worker reported a measurement (each one once, whichever way it came).
     Measured {

@@ -282,6 +282,7 @@ impl Executor for RemoteExecutor {
         let _ = events.send(WorkerEvent::Started {
             trial_id: job.trial_id,
             handle: handle.clone(),
+            findable_without_handle: false,
         });
         let end = self.watch(&job, &handle, &events, stop).await;
         let last_output = match end {

@@ -119,6 +119,16 @@ impl StudyView {
             .unwrap_or(self.newest_id + 1)
     }
 
+    /// How many trials of the view have a row id from `since` on, and how many of those
+    /// are unfinished. Ids grow with numbers, so only the newest trials are looked at (were
+    /// they not to, the count would fall short and a guarded claim would take the lock).
+    fn rows_since(&self, since: i64) -> (usize, usize) {
+        let from = self.trials.values().rev().take_while(|t| t.id >= since);
+        from.fold((0, 0), |(rows, unfinished), t| {
+            (rows + 1, unfinished + usize::from(!t.state.is_finished()))
+        })
+    }
+
     fn absorb(&mut self, rows: &[AnyRow]) -> Result<(), StorageError> {
         for row in rows {
             self.update(TrialRecord::from_row(row)?);
@@ -167,16 +177,52 @@ async fn changed_rows<'e>(
     executor: impl sqlx::Executor<'e, Database = Any>,
     view: &StudyView,
 ) -> Result<Vec<AnyRow>, StorageError> {
+    // `+study_id`: the rows are found by the range of ids (a few rows), not by the study's
+    // index, which would walk every trial of the study on each read.
     sqlx::query(concat!(
         "SELECT ",
         trial_columns!(),
-        " FROM trials WHERE study_id = $1 AND id >= $2 ORDER BY id"
+        " FROM trials WHERE +study_id = $1 AND id >= $2 ORDER BY id"
     ))
     .bind(view.study_id)
     .bind(view.first_changed_id())
     .fetch_all(executor)
     .await
     .map_err(query_error("reading trials"))
+}
+
+/// What a claim decides on a view of the study.
+enum Decision {
+    /// Run trial `number` with these parameters.
+    Run(u64, Assignment),
+    /// Claim nothing, for this reason.
+    Not(Claim),
+}
+
+/// Checks the budget on `view`, then asks `propose` for the next number's parameters.
+fn decide<E>(
+    view: &StudyView,
+    budget: Budget,
+    propose: &mut impl FnMut(u64, &StudyView) -> Result<Option<Assignment>, E>,
+) -> Result<Decision, E> {
+    if view.count(TrialState::Failed) as u64 >= budget.max_failed_trial_count {
+        return Ok(Decision::Not(Claim::TooManyFailures));
+    }
+    if budget
+        .max_trial_count
+        .is_some_and(|max| view.trials.len() as u64 >= max)
+    {
+        return Ok(Decision::Not(Claim::BudgetSpent));
+    }
+    let number = view.next_number();
+    Ok(match propose(number, view)? {
+        Some(params) => Decision::Run(number, params),
+        None => Decision::Not(Claim::Exhausted),
+    })
+}
+
+fn params_json(params: &Assignment) -> String {
+    serde_json::to_string(params).expect("parameters serialise")
 }
 
 impl Storage {
@@ -186,34 +232,40 @@ impl Storage {
         view.absorb(&rows)
     }
 
-    /// Claims the next trial of a study for `owner`: under the study's lock, brings `view` up
-    /// to date, checks the budget, asks `propose` for the parameters of the next number, and
-    /// records the trial as running with its first attempt.
+    /// Claims the next trial of a study for `owner`: brings `view` up to date, checks the
+    /// budget, asks `propose` for the parameters of the next number, and records the trial as
+    /// running with its first attempt, all as one step for every controller of the study.
+    ///
+    /// On SQLite the claim is first tried in one statement, on the view as it is: the insert
+    /// is guarded by the condition that no trial of the study was added or finished since the
+    /// view was read, so it succeeds exactly when the locked claim would have decided the
+    /// same. Only when another controller changed the study (or the study ends) does the
+    /// claim take the lock, read the changes and decide again: a lone controller pays one
+    /// round trip per claim instead of four.
     pub async fn claim_trial<E>(
         &self,
         view: &mut StudyView,
         budget: Budget,
         owner: &str,
-        propose: impl FnOnce(u64, &StudyView) -> Result<Option<Assignment>, E>,
+        mut propose: impl FnMut(u64, &StudyView) -> Result<Option<Assignment>, E>,
     ) -> Result<Result<Claim, E>, StorageError> {
+        if self.sqlite
+            && let Ok(Decision::Run(number, params)) = decide(view, budget, &mut propose)
+            && let Some(trial) = self
+                .insert_if_unchanged(view, number, &params, owner)
+                .await?
+        {
+            return Ok(Ok(Claim::Started(Box::new(trial))));
+        }
         let doing = "claiming a trial";
         let mut tx = self.lock_study(view.study_id).await?;
         let rows = changed_rows(&mut *tx, view).await?;
         view.absorb(&rows)?;
-        let count = view.trials.len() as u64;
-        if view.count(TrialState::Failed) as u64 >= budget.max_failed_trial_count {
-            return Ok(Ok(Claim::TooManyFailures));
-        }
-        if budget.max_trial_count.is_some_and(|max| count >= max) {
-            return Ok(Ok(Claim::BudgetSpent));
-        }
-        let number = view.next_number();
-        let params = match propose(number, view) {
-            Ok(Some(params)) => params,
-            Ok(None) => return Ok(Ok(Claim::Exhausted)),
+        let (number, params) = match decide(view, budget, &mut propose) {
+            Ok(Decision::Run(number, params)) => (number, params),
+            Ok(Decision::Not(claim)) => return Ok(Ok(claim)),
             Err(e) => return Ok(Err(e)),
         };
-        let params_json = serde_json::to_string(&params).expect("parameters serialise");
         let started = now();
         let row = sqlx::query(concat!(
             "INSERT INTO trials (study_id, number, state, params, created_at, started_at, heartbeat_at, attempt, owner)
@@ -222,7 +274,7 @@ impl Storage {
         ))
         .bind(view.study_id)
         .bind(number as i64)
-        .bind(&params_json)
+        .bind(params_json(&params))
         .bind(&started)
         .bind(owner)
         .fetch_one(&mut *tx)
@@ -232,6 +284,43 @@ impl Storage {
         tx.commit().await.map_err(query_error(doing))?;
         view.absorb(std::slice::from_ref(&row))?;
         Ok(Ok(Claim::Started(Box::new(trial))))
+    }
+
+    /// Inserts trial `number` as running, in one statement, only if the study's rows from
+    /// the view's first changeable one on are still the ones the view holds (none added, none
+    /// of its unfinished ones finished); `None` when they are not.
+    async fn insert_if_unchanged(
+        &self,
+        view: &mut StudyView,
+        number: u64,
+        params: &Assignment,
+        owner: &str,
+    ) -> Result<Option<TrialRecord>, StorageError> {
+        let since = view.first_changed_id();
+        let (rows, unfinished) = view.rows_since(since);
+        let row = sqlx::query(concat!(
+            "INSERT INTO trials (study_id, number, state, params, created_at, started_at, heartbeat_at, attempt, owner)
+             SELECT $1, $2, 'running', $3, $4, $4, $4, 1, $5
+             WHERE (SELECT COUNT(*) FROM trials WHERE +study_id = $1 AND id >= $6) = $7
+               AND (SELECT COUNT(*) FROM trials WHERE +study_id = $1 AND id >= $6
+                    AND state IN ('pending', 'running')) = $8
+             RETURNING ",
+            trial_columns!()
+        ))
+        .bind(view.study_id)
+        .bind(number as i64)
+        .bind(params_json(params))
+        .bind(now())
+        .bind(owner)
+        .bind(since)
+        .bind(rows as i64)
+        .bind(unfinished as i64)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error("claiming a trial"))?;
+        let Some(row) = row else { return Ok(None) };
+        view.absorb(std::slice::from_ref(&row))?;
+        TrialRecord::from_row(&row).map(Some)
     }
 
     /// A transaction holding the study's lock until it ends: SQLite's write lock, taken by
@@ -440,39 +529,76 @@ impl Storage {
         Ok(retried)
     }
 
-    /// Puts a trial and its current attempt in their final state (one statement: a trigger
-    /// closes the attempt); returns the time recorded as the end.
+    /// Puts a trial and its current attempt in their final state (a trigger closes the
+    /// attempt), with the worker's handle and log path as `trial` holds them (a local
+    /// worker's may not be written yet) and the attempt's `measurements` not written yet,
+    /// all in one statement; returns the time recorded as the end.
     pub async fn finish_trial(
         &self,
         trial: &TrialRecord,
         state: TrialState,
         value: Option<f64>,
         error: Option<&str>,
+        measurements: &[Measurement],
     ) -> Result<String, StorageError> {
         let finished_at = now();
+        let value = value.filter(|v| v.is_finite());
+        let measurements: Vec<&Measurement> = measurements
+            .iter()
+            .filter(|m| m.value.is_finite())
+            .collect();
         // sqlx 0.8's Any driver binds a NULL f64 as PostgreSQL's float4, and the statement
         // it caches then refuses a float8: a missing value is written as NULL in the SQL.
-        let update = match value.filter(|v| v.is_finite()) {
-            Some(value) => sqlx::query(
-                "UPDATE trials SET state = $1, error = $2, finished_at = $3, value = $5 WHERE id = $4",
-            )
+        let (value_sql, first_free) = match value {
+            Some(_) => ("$7", 8),
+            None => ("NULL", 7),
+        };
+        let update = format!(
+            "UPDATE trials SET state = $1, error = $2, finished_at = $3, value = {value_sql}, \
+             worker = COALESCE($5, worker), log_path = COALESCE($6, log_path) WHERE id = $4"
+        );
+        // The measurements' rows: trial ($4), attempt, step, metric, value, time ($3).
+        let attempt = first_free;
+        let rows: Vec<String> = (0..measurements.len())
+            .map(|i| {
+                let p = attempt + 1 + 3 * i;
+                format!("($4, ${attempt}, ${p}, ${}, ${}, $3)", p + 1, p + 2)
+            })
+            .collect();
+        let insert = format!(
+            "INSERT INTO measurements (trial_id, attempt, step, metric, value, recorded_at) VALUES {}",
+            rows.join(", ")
+        );
+        let sql = match (measurements.is_empty(), self.sqlite) {
+            (true, _) => update,
+            // One call, one transaction: SQLite runs the statements of a string in turn.
+            (false, true) => format!("BEGIN IMMEDIATE; {insert}; {update}; COMMIT"),
+            // PostgreSQL prepares one statement: the insert is a data-modifying CTE.
+            (false, false) => format!("WITH recorded AS ({insert}) {update}"),
+        };
+        let mut query = sqlx::query(&sql)
             .bind(state.as_str())
             .bind(error)
             .bind(&finished_at)
             .bind(trial.id)
-            .bind(value),
-            None => sqlx::query(
-                "UPDATE trials SET state = $1, error = $2, finished_at = $3, value = NULL WHERE id = $4",
-            )
-            .bind(state.as_str())
-            .bind(error)
-            .bind(&finished_at)
-            .bind(trial.id),
-        };
-        update
-            .execute(&self.pool)
-            .await
-            .map_err(query_error("finishing a trial"))?;
+            .bind(trial.worker.as_deref())
+            .bind(trial.log_path.as_deref());
+        if let Some(value) = value {
+            query = query.bind(value);
+        }
+        if !measurements.is_empty() {
+            query = query.bind(trial.attempt as i64);
+        }
+        for m in &measurements {
+            query = query.bind(m.step).bind(m.metric.as_str()).bind(m.value);
+        }
+        if let Err(e) = query.execute(&self.pool).await {
+            if self.sqlite && !measurements.is_empty() {
+                // Whatever statement failed, the transaction must not stay open.
+                let _ = sqlx::query("ROLLBACK").execute(&self.pool).await;
+            }
+            return Err(query_error("finishing a trial")(e));
+        }
         Ok(finished_at)
     }
 }
@@ -528,5 +654,105 @@ mod tests {
         assert_eq!(view.count(TrialState::Running), 0);
         assert_eq!(view.first_changed_id(), 105);
         assert_eq!(view.next_number(), 5);
+    }
+
+    /// Two controllers on one SQLite file, each with its own view: a claim on a view that
+    /// another controller made stale must read the change before it proposes (the one-statement
+    /// claim is refused), and a finish writes the measurements, the handle and the state.
+    #[tokio::test]
+    async fn a_claim_on_a_stale_view_reads_what_another_controller_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let storage = Storage::open(&super::super::StorageUrl::parse(&url).unwrap())
+            .await
+            .unwrap();
+        let yaml = "name: s\nmax_trial_count: 3\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\ntrial: {command: [w]}\n";
+        let study = crate::spec::parse(std::path::Path::new("s.yaml"), yaml).unwrap();
+        let id = storage.ensure_study(&study).await.unwrap().id;
+        let budget = Budget {
+            max_trial_count: Some(3),
+            max_failed_trial_count: 1,
+        };
+        let (mut a, mut b) = (
+            StudyView::new(id, Goal::Minimize),
+            StudyView::new(id, Goal::Minimize),
+        );
+        // What each proposal saw: (number, finished trials, running trials).
+        let mut seen = Vec::new();
+        let claim = async |view: &mut StudyView, seen: &mut Vec<(u64, usize, usize)>| {
+            let claimed = storage
+                .claim_trial(view, budget, "me", |number, view| {
+                    seen.push((number, view.history().len(), view.unfinished_params().len()));
+                    Ok::<_, ()>(Some(Assignment::default()))
+                })
+                .await
+                .unwrap()
+                .unwrap();
+            match claimed {
+                Claim::Started(trial) => Some(*trial),
+                _ => None,
+            }
+        };
+        let mut first = claim(&mut a, &mut seen).await.unwrap();
+        first.worker = Some("pid:1@2".into());
+        first.log_path = Some("trial-0.log".into());
+        let reported = [
+            Measurement {
+                step: Some(1),
+                metric: "loss".into(),
+                value: 2.0,
+            },
+            Measurement {
+                step: None,
+                metric: "loss".into(),
+                value: 1.5,
+            },
+            Measurement {
+                step: None,
+                metric: "acc".into(),
+                value: f64::NAN,
+            },
+        ];
+        storage
+            .finish_trial(&first, TrialState::Succeeded, Some(1.5), None, &reported)
+            .await
+            .unwrap();
+        // B has read nothing: its claim must see trial 0 finished, and take number 1.
+        assert_eq!(claim(&mut b, &mut seen).await.unwrap().number, 1);
+        // A's view misses trial 1: its claim reads it and takes number 2.
+        assert_eq!(claim(&mut a, &mut seen).await.unwrap().number, 2);
+        assert!(claim(&mut b, &mut seen).await.is_none(), "the budget is 3");
+        // Each stale proposal is followed by one on the view brought up to date.
+        let expected = [
+            (0, 0, 0), // A, on an empty study: claimed in one statement
+            (0, 0, 0), // B, stale: refused
+            (1, 1, 0), // B, having read trial 0's end
+            (1, 0, 1), // A, stale (trial 0 finished, trial 1 new): refused
+            (2, 1, 1), // A, up to date
+            (2, 1, 1), // B, stale: refused; up to date the budget is spent
+        ];
+        assert_eq!(seen, expected);
+        let rows: Vec<(Option<i64>, String, f64)> = sqlx::query_as(
+            "SELECT step, metric, value FROM measurements WHERE trial_id = $1 ORDER BY id",
+        )
+        .bind(first.id)
+        .fetch_all(&storage.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            rows,
+            [(Some(1), "loss".into(), 2.0), (None, "loss".into(), 1.5)]
+        );
+        let trials = storage.trials(id).await.unwrap();
+        assert_eq!(trials[0].state, TrialState::Succeeded);
+        assert_eq!(trials[0].worker.as_deref(), Some("pid:1@2"));
+        assert_eq!(trials[0].log_path.as_deref(), Some("trial-0.log"));
+        let attempt: (String, Option<String>) =
+            sqlx::query_as("SELECT outcome, worker FROM attempts WHERE trial_id = $1")
+                .bind(first.id)
+                .fetch_one(&storage.pool)
+                .await
+                .unwrap();
+        assert_eq!(attempt, ("succeeded".into(), Some("pid:1@2".into())));
     }
 }
