@@ -3,12 +3,12 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::Linear;
-use burn::tensor::{Tensor, activation::gelu, backend::Backend};
+use burn::tensor::{Tensor, backend::Backend};
 
 use super::attention::{Attention, AttentionConfig};
 use super::dense::dense;
 use super::dropout::{Dropout, DropoutConfig};
-use super::fused::FusedOps;
+use super::fused::{FusedOps, gelu};
 use super::init::linear;
 use super::layer_norm::LayerNorm;
 

@@ -1,4 +1,4 @@
-//! Softmax and LayerNorm as single ops with hand-written gradients.
+//! Softmax, LayerNorm and GELU as single ops with hand-written gradients.
 //!
 //! burn 0.21 differentiates `softmax` and `layer_norm` as compositions of element-wise ops and
 //! reductions, whose gradients are broadcast views that burn-flex walks with its scalar strided
@@ -6,8 +6,9 @@
 //! ([`Autodiff`], whatever its inner backend) the op keeps what its backward needs and computes
 //! the gradient directly, with the inner backend's contiguous kernels; on the inner backends
 //! themselves (evaluation, prediction) it is burn's own op. The gradients are computed on
-//! `[rows, width]` views (see `rows.rs`).
+//! `[rows, width]` views (see `rows.rs`). GELU also has its own kernels on burn-flex (`gelu.rs`).
 
+mod gelu;
 mod layer_norm;
 mod rows;
 mod softmax;
@@ -34,9 +35,19 @@ pub trait FusedOps: Backend {
     ) -> FloatTensor<Self> {
         Self::layer_norm(tensor, gamma, Some(beta), epsilon)
     }
+
+    /// GELU in its erf form: `x * (1 + erf(x / sqrt 2)) / 2`.
+    fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::gelu(tensor)
+    }
+
+    /// The gradient of [`FusedOps::gelu_erf`] at `input`, times `grad`.
+    fn gelu_erf_backward(input: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::gelu_backward(input, grad)
+    }
 }
 
-impl<B: Backend, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
+impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
     fn softmax_last(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         softmax::softmax_last::<B, C>(tensor)
     }
@@ -49,10 +60,22 @@ impl<B: Backend, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
     ) -> FloatTensor<Self> {
         layer_norm::layer_norm_last::<B, C>(tensor, gamma, beta, epsilon)
     }
+
+    fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        gelu::gelu::<B, C>(tensor)
+    }
 }
 
 #[cfg(feature = "flex")]
-impl FusedOps for burn::backend::Flex {}
+impl FusedOps for burn::backend::Flex {
+    fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        gelu::flex::gelu(tensor)
+    }
+
+    fn gelu_erf_backward(input: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        gelu::flex::gelu_backward(input, grad)
+    }
+}
 #[cfg(feature = "ndarray")]
 impl FusedOps for burn::backend::NdArray {}
 #[cfg(feature = "candle")]
@@ -63,6 +86,13 @@ impl FusedOps for burn::backend::Cuda {}
 /// Softmax of `tensor` over its last dimension, through [`FusedOps::softmax_last`].
 pub fn softmax<B: FusedOps, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(B::softmax_last(
+        tensor.into_primitive().tensor(),
+    )))
+}
+
+/// GELU (erf form) of `tensor`, through [`FusedOps::gelu_erf`].
+pub fn gelu<B: FusedOps, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::gelu_erf(
         tensor.into_primitive().tensor(),
     )))
 }
