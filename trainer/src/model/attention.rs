@@ -7,7 +7,7 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use super::dense::dense;
 use super::dropout::{Dropout, DropoutConfig};
-use super::fused::{FusedOps, softmax};
+use super::fused::{FusedOps, masked_softmax};
 use super::init::linear;
 use super::layer_norm::LayerNorm;
 
@@ -99,8 +99,8 @@ impl<B: FusedOps> SelfAttention<B> {
         let key = heads(dense(&self.key, hidden.clone()));
         let value = heads(dense(&self.value, hidden));
 
-        let scores = query.matmul(key.transpose()) + mask_bias;
-        let probs = self.dropout.forward(softmax(scores));
+        let scores = query.matmul(key.transpose());
+        let probs = self.dropout.forward(masked_softmax(scores, mask_bias));
         probs
             .matmul(value)
             .swap_dims(1, 2)

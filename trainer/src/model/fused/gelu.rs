@@ -57,7 +57,7 @@ pub(super) fn gelu<B: FusedOps, C: CheckpointStrategy>(
 /// `exp(r)` by its Taylor polynomial of degree 6, and `2^k` put in the exponent bits. Every
 /// step is arithmetic the compiler vectorises (the rounding is the add-and-subtract of 1.5 * 2^23).
 #[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
+pub(super) fn exp_nonpositive(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0;
     // Below -87, exp(x) is under f32's smallest normal number (and 2^k would not fit the
     // exponent bits): it is taken as 0.
@@ -80,7 +80,10 @@ fn exp_nonpositive(x: f32) -> f32 {
 /// `Phi(x)` and `phi(x)` (see the module documentation), both from one exponential.
 #[inline(always)]
 fn cdf_and_pdf(x: f32) -> (f32, f32) {
+    // The published constants, digits as printed (more than f32 holds).
+    #[allow(clippy::excessive_precision)]
     const P: f32 = 0.327_591_1;
+    #[allow(clippy::excessive_precision)]
     const A: [f32; 5] = [
         0.254_829_592,
         -0.284_496_736,

@@ -1,12 +1,13 @@
-//! Softmax, LayerNorm and GELU as single ops with hand-written gradients.
+//! Attention's masked softmax, LayerNorm and GELU as single ops with hand-written gradients.
 //!
 //! burn 0.21 differentiates `softmax` and `layer_norm` as compositions of element-wise ops and
 //! reductions, whose gradients are broadcast views that burn-flex walks with its scalar strided
 //! fallback. [`FusedOps`] gives the model one op for each: on a backend that records gradients
 //! ([`Autodiff`], whatever its inner backend) the op keeps what its backward needs and computes
 //! the gradient directly, with the inner backend's contiguous kernels; on the inner backends
-//! themselves (evaluation, prediction) it is burn's own op. The gradients are computed on
-//! `[rows, width]` views (see `rows.rs`). GELU also has its own kernels on burn-flex (`gelu.rs`).
+//! themselves (evaluation, prediction) it is the backend's own. Those are burn's ops, except on
+//! burn-flex, where GELU and the masked softmax have kernels of their own (`gelu.rs`,
+//! `softmax.rs`). The gradients are computed on `[rows, width]` views (see `rows.rs`).
 
 mod gelu;
 mod layer_norm;
@@ -20,10 +21,11 @@ use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
 
 /// A backend with the model's fused ops; the default methods are burn's.
 pub trait FusedOps: Backend {
-    /// Softmax over the last dimension.
-    fn softmax_last(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let last = tensor.rank() - 1;
-        Self::softmax(tensor, last)
+    /// Softmax of `scores + bias` over the last dimension, `bias` broadcast to `scores`
+    /// (attention's padding mask: `[batch, 1, 1, seq]` against `[batch, heads, seq, seq]`).
+    fn masked_softmax(scores: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        let last = scores.rank() - 1;
+        Self::softmax(Self::float_add(scores, bias), last)
     }
 
     /// LayerNorm over the last dimension: `(x - mean) / sqrt(var + epsilon) * gamma + beta`.
@@ -48,8 +50,8 @@ pub trait FusedOps: Backend {
 }
 
 impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
-    fn softmax_last(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        softmax::softmax_last::<B, C>(tensor)
+    fn masked_softmax(scores: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        softmax::masked_softmax::<B, C>(scores, bias)
     }
 
     fn layer_norm_last(
@@ -68,6 +70,10 @@ impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
 
 #[cfg(feature = "flex")]
 impl FusedOps for burn::backend::Flex {
+    fn masked_softmax(scores: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        softmax::flex::masked_softmax(scores, bias)
+    }
+
     fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         gelu::flex::gelu(tensor)
     }
@@ -83,10 +89,15 @@ impl FusedOps for burn::backend::Candle {}
 #[cfg(feature = "cuda")]
 impl FusedOps for burn::backend::Cuda {}
 
-/// Softmax of `tensor` over its last dimension, through [`FusedOps::softmax_last`].
-pub fn softmax<B: FusedOps, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(B::softmax_last(
-        tensor.into_primitive().tensor(),
+/// Softmax of `scores + bias` over the last dimension, through [`FusedOps::masked_softmax`]; the
+/// bias is a constant (no gradient flows to it).
+pub fn masked_softmax<B: FusedOps, const D: usize>(
+    scores: Tensor<B, D>,
+    bias: Tensor<B, D>,
+) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::masked_softmax(
+        scores.into_primitive().tensor(),
+        bias.into_primitive().tensor(),
     )))
 }
 

@@ -1,4 +1,11 @@
-//! Softmax over the last dimension as one autodiff op: `y = softmax(x)`, `dx = y * (dy - sum(dy * y))`.
+//! Attention's softmax as one autodiff op: `y = softmax(x + bias)` over the last dimension,
+//! `bias` a constant (the padding mask) shared by the rows of a sequence, and
+//! `dx = y * (dy - sum(dy * y))`.
+//!
+//! burn-flex adds a `[batch, 1, 1, seq]` bias to `[batch, heads, seq, seq]` scores by walking
+//! the broadcast one element at a time, and its softmax takes libm's scalar `expf` per element;
+//! on burn-flex the forward pass here is one kernel that adds the bias row, subtracts the
+//! row's maximum and exponentiates in loops the compiler vectorises, on two threads.
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::{base::Checkpointer, strategy::CheckpointStrategy};
@@ -7,13 +14,14 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{TensorMetadata, backend::Backend};
 
+use super::FusedOps;
 use super::rows::as_rows;
 
 /// The op's backward step; its state is the softmax output.
 #[derive(Debug)]
-struct SoftmaxLast;
+struct MaskedSoftmax;
 
-impl<B: Backend> Backward<B, 1> for SoftmaxLast {
+impl<B: Backend> Backward<B, 1> for MaskedSoftmax {
     type State = FloatTensor<B>;
 
     fn backward(
@@ -37,43 +45,116 @@ fn softmax_backward<B: Backend>(output: FloatTensor<B>, grad: FloatTensor<B>) ->
     B::float_reshape(B::float_mul(B::float_sub(grad, dot), output), shape)
 }
 
-/// Softmax over the last dimension of `tensor`, computed by the inner backend's own softmax and
-/// differentiated by [`SoftmaxLast`].
-pub(super) fn softmax_last<B: Backend, C: CheckpointStrategy>(
-    tensor: FloatTensor<Autodiff<B, C>>,
+/// `softmax(scores + bias)` by the inner backend's [`FusedOps::masked_softmax`], differentiated
+/// by [`MaskedSoftmax`] with respect to `scores` only.
+pub(super) fn masked_softmax<B: FusedOps, C: CheckpointStrategy>(
+    scores: FloatTensor<Autodiff<B, C>>,
+    bias: FloatTensor<Autodiff<B, C>>,
 ) -> FloatTensor<Autodiff<B, C>> {
-    let last = tensor.rank() - 1;
-    match SoftmaxLast
-        .prepare::<C>([tensor.node.clone()])
+    match MaskedSoftmax
+        .prepare::<C>([scores.node.clone()])
         .compute_bound()
         .stateful()
     {
         OpsKind::Tracked(prep) => {
-            let output = B::softmax(tensor.primitive, last);
+            let output = B::masked_softmax(scores.primitive, bias.primitive);
             prep.finish(output.clone(), output)
         }
-        OpsKind::UnTracked(prep) => prep.finish(B::softmax(tensor.primitive, last)),
+        OpsKind::UnTracked(prep) => {
+            prep.finish(B::masked_softmax(scores.primitive, bias.primitive))
+        }
+    }
+}
+
+/// The forward kernel on burn-flex, for contiguous `f32` operands (others get burn-flex's own
+/// ops).
+#[cfg(feature = "flex")]
+pub(super) mod flex {
+    use burn::backend::Flex;
+    use burn::tensor::DType;
+    use burn::tensor::ops::{ActivationOps, FloatTensor, FloatTensorOps};
+    use burn_flex::FlexTensor;
+
+    use super::super::gelu::exp_nonpositive;
+
+    /// `softmax(scores + bias)` over the last dimension; `scores` is `[batch, heads, seq, width]`
+    /// and `bias` `[batch, 1, 1, width]`.
+    pub fn masked_softmax(scores: FloatTensor<Flex>, bias: FloatTensor<Flex>) -> FloatTensor<Flex> {
+        let shape = scores.layout().shape().clone();
+        let (Some(x), Some(b)) = (scores.as_slice::<f32>(), bias.as_slice::<f32>()) else {
+            let last = shape.num_dims() - 1;
+            return Flex::softmax(Flex::float_add(scores, bias), last);
+        };
+        let width = shape[shape.num_dims() - 1];
+        if width == 0 || b.is_empty() || b.len() % width != 0 || x.len() % b.len() != 0 {
+            let last = shape.num_dims() - 1;
+            return Flex::softmax(Flex::float_add(scores, bias), last);
+        }
+        let rows_per_sequence = x.len() / b.len();
+        let mut output = FlexTensor::empty(shape, DType::F32);
+        let out = output.storage_mut::<f32>();
+        let rows = x.len() / width;
+        let mid = (rows / 2) * width;
+        let (x_low, x_high) = x.split_at(mid);
+        let (out_low, out_high) = out.split_at_mut(mid);
+        let fill = |first_row: usize, x: &[f32], out: &mut [f32]| {
+            for (i, (x, y)) in x.chunks(width).zip(out.chunks_mut(width)).enumerate() {
+                let sequence = (first_row + i) / rows_per_sequence;
+                softmax_row(x, &b[sequence * width..(sequence + 1) * width], y);
+            }
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| fill(rows / 2, x_high, out_high));
+            fill(0, x_low, out_low);
+        });
+        output
+    }
+
+    /// `y = softmax(x + bias)` of one row.
+    fn softmax_row(x: &[f32], bias: &[f32], y: &mut [f32]) {
+        for ((y, &x), &b) in y.iter_mut().zip(x).zip(bias) {
+            *y = x + b;
+        }
+        let max = y.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let mut sum = 0.0;
+        for y in y.iter_mut() {
+            *y = exp_nonpositive(*y - max);
+            sum += *y;
+        }
+        let scale = 1.0 / sum;
+        for y in y.iter_mut() {
+            *y *= scale;
+        }
     }
 }
 
 #[cfg(all(test, feature = "flex"))]
 mod tests {
     use burn::backend::{Autodiff, Flex};
-    use burn::tensor::{Tensor, activation};
+    use burn::tensor::{Tensor, TensorData, activation};
 
-    use super::super::softmax;
+    use super::super::masked_softmax;
     use super::super::test_util::{assert_close, sample};
 
     type B = Autodiff<Flex>;
 
-    /// The value and gradient of `sum(softmax(x) * weights)` by `f`.
+    /// A padding mask's bias for 2 sequences of width 5: the second has 2 padding positions.
+    fn bias() -> Tensor<B, 4> {
+        let values = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, f32::MIN, f32::MIN];
+        Tensor::from_data(
+            TensorData::new(values.to_vec(), [2, 1, 1, 5]),
+            &Default::default(),
+        )
+    }
+
+    /// The value and gradient (with respect to the scores) of `sum(f(x, bias) * weights)`.
     fn value_and_grad(
-        f: impl Fn(Tensor<B, 3>) -> Tensor<B, 3>,
-        shape: [usize; 3],
+        f: impl Fn(Tensor<B, 4>, Tensor<B, 4>) -> Tensor<B, 4>,
     ) -> (Vec<f32>, Vec<f32>) {
-        let x = sample::<B, 3>(shape, 1).require_grad();
-        let weights = sample::<B, 3>(shape, 2);
-        let y = f(x.clone());
+        let shape = [2, 3, 4, 5];
+        let x = sample::<B, 4>(shape, 1).mul_scalar(4.0).require_grad();
+        let weights = sample::<B, 4>(shape, 2);
+        let y = f(x.clone(), bias());
         let grads = (y.clone() * weights).sum().backward();
         let grad = x.grad(&grads).unwrap();
         (
@@ -83,20 +164,30 @@ mod tests {
     }
 
     #[test]
-    fn matches_burns_composed_softmax_and_its_gradient() {
-        for shape in [[2, 3, 5], [1, 4, 17], [3, 1, 1]] {
-            let (ours, our_grad) = value_and_grad(softmax, shape);
-            let (burns, burn_grad) = value_and_grad(|x| activation::softmax(x, 2), shape);
-            assert_close(&ours, &burns, 1e-6);
-            assert_close(&our_grad, &burn_grad, 1e-6);
-        }
+    fn matches_burns_softmax_of_the_biased_scores_and_its_gradient() {
+        let (ours, our_grad) = value_and_grad(masked_softmax);
+        let (burns, burn_grad) = value_and_grad(|x, bias| activation::softmax(x + bias, 3));
+        assert_close(&ours, &burns, 1e-6);
+        assert_close(&our_grad, &burn_grad, 1e-6);
+        // Padding positions of the second sequence get nothing.
+        assert!(
+            ours[60..]
+                .chunks(5)
+                .all(|row| row[3] == 0.0 && row[4] == 0.0)
+        );
     }
 
     #[test]
     fn an_untracked_input_gives_the_same_values() {
-        let x = sample::<B, 3>([2, 3, 5], 1);
-        let ours: Vec<f32> = softmax(x.clone()).into_data().to_vec().unwrap();
-        let burns: Vec<f32> = activation::softmax(x, 2).into_data().to_vec().unwrap();
+        let x = sample::<B, 4>([2, 3, 4, 5], 1);
+        let ours: Vec<f32> = masked_softmax(x.clone(), bias())
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let burns: Vec<f32> = activation::softmax(x + bias(), 3)
+            .into_data()
+            .to_vec()
+            .unwrap();
         assert_close(&ours, &burns, 1e-6);
     }
 }
