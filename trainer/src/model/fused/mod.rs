@@ -6,10 +6,11 @@
 //! ([`Autodiff`], whatever its inner backend) the op keeps what its backward needs and computes
 //! the gradient directly, with the inner backend's contiguous kernels; on the inner backends
 //! themselves (evaluation, prediction) it is the backend's own. Those are burn's ops, except on
-//! burn-flex, where GELU and the masked softmax have kernels of their own (`gelu.rs`,
-//! `softmax.rs`). The gradients are computed on `[rows, width]` views (see `rows.rs`).
+//! burn-flex, where GELU and the masked softmax have kernels of their own (`kernels.rs`). The gradients are computed on `[rows, width]` views (see `rows.rs`).
 
 mod gelu;
+#[cfg(feature = "flex")]
+mod kernels;
 mod layer_norm;
 mod rows;
 mod softmax;

@@ -4,8 +4,8 @@
 //!
 //! burn-flex adds a `[batch, 1, 1, seq]` bias to `[batch, heads, seq, seq]` scores by walking
 //! the broadcast one element at a time, and its softmax takes libm's scalar `expf` per element;
-//! on burn-flex the forward pass here is one kernel that adds the bias row, subtracts the
-//! row's maximum and exponentiates in loops the compiler vectorises, on two threads.
+//! on burn-flex the forward pass here is one loop of `kernels.rs` that adds the bias row,
+//! subtracts the row's maximum and exponentiates.
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::{base::Checkpointer, strategy::CheckpointStrategy};
@@ -75,8 +75,6 @@ pub(super) mod flex {
     use burn::tensor::ops::{ActivationOps, FloatTensor, FloatTensorOps};
     use burn_flex::FlexTensor;
 
-    use super::super::gelu::exp_nonpositive;
-
     /// `softmax(scores + bias)` over the last dimension; `scores` is `[batch, heads, seq, width]`
     /// and `bias` `[batch, 1, 1, width]`.
     pub fn masked_softmax(scores: FloatTensor<Flex>, bias: FloatTensor<Flex>) -> FloatTensor<Flex> {
@@ -90,41 +88,9 @@ pub(super) mod flex {
             let last = shape.num_dims() - 1;
             return Flex::softmax(Flex::float_add(scores, bias), last);
         }
-        let rows_per_sequence = x.len() / b.len();
         let mut output = FlexTensor::empty(shape, DType::F32);
-        let out = output.storage_mut::<f32>();
-        let rows = x.len() / width;
-        let mid = (rows / 2) * width;
-        let (x_low, x_high) = x.split_at(mid);
-        let (out_low, out_high) = out.split_at_mut(mid);
-        let fill = |first_row: usize, x: &[f32], out: &mut [f32]| {
-            for (i, (x, y)) in x.chunks(width).zip(out.chunks_mut(width)).enumerate() {
-                let sequence = (first_row + i) / rows_per_sequence;
-                softmax_row(x, &b[sequence * width..(sequence + 1) * width], y);
-            }
-        };
-        std::thread::scope(|s| {
-            s.spawn(|| fill(rows / 2, x_high, out_high));
-            fill(0, x_low, out_low);
-        });
+        super::super::kernels::masked_softmax(x, b, width, output.storage_mut::<f32>());
         output
-    }
-
-    /// `y = softmax(x + bias)` of one row.
-    fn softmax_row(x: &[f32], bias: &[f32], y: &mut [f32]) {
-        for ((y, &x), &b) in y.iter_mut().zip(x).zip(bias) {
-            *y = x + b;
-        }
-        let max = y.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        let mut sum = 0.0;
-        for y in y.iter_mut() {
-            *y = exp_nonpositive(*y - max);
-            sum += *y;
-        }
-        let scale = 1.0 / sum;
-        for y in y.iter_mut() {
-            *y *= scale;
-        }
     }
 }
 

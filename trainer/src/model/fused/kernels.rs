@@ -1,0 +1,189 @@
+//! The `f32` loops behind burn-flex's GELU and masked softmax (`gelu.rs`, `softmax.rs`).
+//!
+//! Each loop is straight-line arithmetic that the compiler vectorises, compiled twice: for
+//! AVX-512 (16 lanes), chosen at run time when the CPU has it, and for the target's baseline
+//! (4 lanes on x86-64). Each call splits its rows in two halves, one per thread. The exponential
+//! is computed here too: libm's `expf` is a call per element, which stops vectorisation.
+
+/// `fn NAME(ARGS) BODY`, with `BODY` compiled for AVX-512 and used when the CPU has it.
+macro_rules! with_avx512 {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$doc])*
+        fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                fn avx512($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has the feature `avx512` is compiled for.
+                    return unsafe { avx512($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+
+/// `exp(x)` for `x <= 0`, relative error below 3e-7: `x = k ln 2 + r` with `|r| <= ln 2 / 2`,
+/// `exp(r)` by its Taylor polynomial of degree 6, and `2^k` put in the exponent bits. `k` is
+/// rounded by adding and subtracting 1.5 * 2^23, and read from the sum's low bits.
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    const ROUND: f32 = 12_582_912.0;
+    // Below -87, exp(x) is under f32's smallest normal number (and 2^k would not fit the
+    // exponent bits): it is taken as 0.
+    const LOWEST: f32 = -87.0;
+    // ln 2 in two parts (Cody and Waite): `k * LN2_HIGH` is exact, so `r` keeps its digits.
+    const LN2_HIGH: f32 = 0.693_359_4;
+    const LN2_LOW: f32 = -2.121_944_4e-4;
+    let small = x < LOWEST;
+    let x = x.max(LOWEST);
+    let shifted = x * std::f32::consts::LOG2_E + ROUND;
+    let k = shifted - ROUND;
+    // Wrapping: an overflow check (on in the dev profile) would be a branch per element,
+    // which stops vectorisation; `k` is within [-126, 0] here.
+    let k_bits = (shifted.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
+    let r = (x - k * LN2_HIGH) - k * LN2_LOW;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    let value = p * f32::from_bits((k_bits.wrapping_add(127) << 23) as u32);
+    if small { 0.0 } else { value }
+}
+
+/// `Phi(x) = (1 + erf(x / sqrt 2)) / 2` and `phi(x) = exp(-x^2 / 2) / sqrt(2 pi)`, from one
+/// exponential, erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7, the
+/// approximation of PyTorch's vectorised CPU kernel).
+#[inline(always)]
+fn cdf_and_pdf(x: f32) -> (f32, f32) {
+    // The published constants, digits as printed (more than f32 holds).
+    #[allow(clippy::excessive_precision)]
+    const P: f32 = 0.327_591_1;
+    #[allow(clippy::excessive_precision)]
+    const A: [f32; 5] = [
+        0.254_829_592,
+        -0.284_496_736,
+        1.421_413_741,
+        -1.453_152_027,
+        1.061_405_429,
+    ];
+    let z = x.abs() * std::f32::consts::FRAC_1_SQRT_2;
+    let gauss = exp_nonpositive(-z * z);
+    let t = 1.0 / (1.0 + P * z);
+    let poly = t * (A[0] + t * (A[1] + t * (A[2] + t * (A[3] + t * A[4]))));
+    let erf = (1.0 - poly * gauss).copysign(x);
+    let inv_sqrt_2pi = 0.5 * std::f32::consts::FRAC_2_SQRT_PI * std::f32::consts::FRAC_1_SQRT_2;
+    (0.5 * (1.0 + erf), inv_sqrt_2pi * gauss)
+}
+
+with_avx512! {
+    /// GELU of each element.
+    fn gelu_loop(input: &[f32], output: &mut [f32]) {
+        for (y, &x) in output.iter_mut().zip(input) {
+            *y = x * cdf_and_pdf(x).0;
+        }
+    }
+}
+
+with_avx512! {
+    /// GELU's derivative at each element of `input`, times `grad`.
+    fn gelu_grad_loop(input: &[f32], grad: &[f32], output: &mut [f32]) {
+        for ((y, &x), &g) in output.iter_mut().zip(input).zip(grad) {
+            let (cdf, pdf) = cdf_and_pdf(x);
+            *y = g * (cdf + x * pdf);
+        }
+    }
+}
+
+with_avx512! {
+    /// `softmax(x + bias)` of each row of `width` (a multiple of it) in `x`; row `r` takes
+    /// row `r / rows_per_bias` of `bias`.
+    fn masked_softmax_loop(
+        x: &[f32],
+        bias: &[f32],
+        width: usize,
+        rows_per_bias: usize,
+        first_row: usize,
+        output: &mut [f32],
+    ) {
+        for (i, (x, y)) in x.chunks(width).zip(output.chunks_mut(width)).enumerate() {
+            let b = (first_row + i) / rows_per_bias;
+            let bias = &bias[b * width..(b + 1) * width];
+            for ((y, &x), &b) in y.iter_mut().zip(x).zip(bias) {
+                *y = x + b;
+            }
+            let max = y.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            for y in y.iter_mut() {
+                *y = exp_nonpositive(*y - max);
+            }
+            let scale = 1.0 / y.iter().sum::<f32>();
+            for y in y.iter_mut() {
+                *y *= scale;
+            }
+        }
+    }
+}
+
+/// Runs `run(first_row, rows of a, rows of b, rows of output)` on the two halves of the rows of
+/// `width`, one per thread.
+fn on_two_threads(
+    a: &[f32],
+    b: &[f32],
+    width: usize,
+    output: &mut [f32],
+    run: impl Fn(usize, &[f32], &[f32], &mut [f32]) + Sync,
+) {
+    let rows = a.len() / width.max(1);
+    let mid = (rows / 2) * width;
+    let (a_low, a_high) = a.split_at(mid);
+    let (out_low, out_high) = output.split_at_mut(mid);
+    let (b_low, b_high) = if b.is_empty() {
+        (b, b)
+    } else {
+        b.split_at(mid)
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| run(rows / 2, a_high, b_high, out_high));
+        run(0, a_low, b_low, out_low);
+    });
+}
+
+/// GELU of each element of `input`, into `output` (as long).
+pub(super) fn gelu(input: &[f32], output: &mut [f32]) {
+    on_two_threads(input, &[], 1, output, |_, x, _, y| gelu_loop(x, y));
+}
+
+/// GELU's derivative at each element of `input` times `grad`, into `output` (all as long).
+pub(super) fn gelu_grad(input: &[f32], grad: &[f32], output: &mut [f32]) {
+    on_two_threads(input, grad, 1, output, |_, x, g, y| gelu_grad_loop(x, g, y));
+}
+
+/// `softmax(x + bias)` over rows of `width`: `x` holds `bias.len() / width` groups of rows,
+/// group `i` biased by row `i` of `bias` (a padding mask per sequence, shared by its heads).
+pub(super) fn masked_softmax(x: &[f32], bias: &[f32], width: usize, output: &mut [f32]) {
+    let rows_per_bias = x.len() / bias.len();
+    on_two_threads(x, &[], width, output, |first_row, x, _, y| {
+        masked_softmax_loop(x, bias, width, rows_per_bias, first_row, y)
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_nonpositive;
+
+    #[test]
+    fn the_exponential_is_within_3e_7_of_std() {
+        for i in 0..=100_000 {
+            let x = -90.0 * i as f32 / 100_000.0;
+            let (ours, std) = (exp_nonpositive(x), x.exp());
+            let close = (ours - std).abs() <= 3e-7 * std;
+            let flushed = x < -87.0 && ours == 0.0;
+            assert!(close || flushed, "exp({x}): {ours} vs {std}");
+        }
+    }
+}
