@@ -65,6 +65,20 @@ pub trait BackendTask {
     fn run<B: TrainBackend>(self, device: B::Device) -> Result<Self::Output>;
 }
 
+/// Makes glibc keep freed blocks of up to 32 MiB for the next allocations, instead of mapping
+/// each block over 128 KiB afresh and returning it when freed: a training step allocates and
+/// frees the same tensors again and again, and every fresh page costs a page fault and the
+/// kernel's zeroing (6 % of a MiniLM step on the CPU). The process keeps its peak memory.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; it is called before the training threads
+    // allocate, and an out-of-range value is refused (returns 0), not applied.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+    }
+}
+
 /// Runs `task` on the backend for `device` (and, on the CPU, `cpu`).
 pub fn dispatch<T: BackendTask>(
     device: DeviceChoice,
@@ -82,6 +96,9 @@ pub fn dispatch<T: BackendTask>(
     };
     // Dropout masks come from our host generator on the CPU, from the backend on a GPU.
     crate::model::dropout::use_host_masks(device == DeviceChoice::Cpu);
+    if device == DeviceChoice::Cpu {
+        keep_freed_memory();
+    }
     match (device, cpu) {
         #[cfg(feature = "cuda")]
         (DeviceChoice::Cuda(index), _) => {
