@@ -7,48 +7,22 @@
 //! vectorised loops of `kernels.rs` instead.
 
 use burn::backend::Autodiff;
-use burn::backend::autodiff::checkpoint::{base::Checkpointer, strategy::CheckpointStrategy};
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::tensor::ops::FloatTensor;
 
 use super::FusedOps;
+use super::unary::unary_op;
 
-/// The op's backward step; its state is the input.
-#[derive(Debug)]
-struct Gelu;
-
-impl<B: FusedOps> Backward<B, 1> for Gelu {
-    type State = FloatTensor<B>;
-
-    fn backward(
-        self,
-        ops: Ops<Self::State, 1>,
-        grads: &mut Gradients,
-        _checkpointer: &mut Checkpointer,
-    ) {
-        let input = ops.state;
-        unary::<B, _>(ops.parents, ops.node, grads, |grad| {
-            B::gelu_erf_backward(input, grad)
-        });
-    }
-}
-
-/// GELU of `tensor` by the inner backend's [`FusedOps::gelu_erf`], differentiated by [`Gelu`].
+/// GELU of `tensor` by the inner backend's [`FusedOps::gelu_erf`], differentiated by
+/// [`FusedOps::gelu_erf_backward`] at the kept input.
 pub(super) fn gelu<B: FusedOps, C: CheckpointStrategy>(
     tensor: FloatTensor<Autodiff<B, C>>,
 ) -> FloatTensor<Autodiff<B, C>> {
-    match Gelu
-        .prepare::<C>([tensor.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => {
-            let output = B::gelu_erf(tensor.primitive.clone());
-            prep.finish(tensor.primitive, output)
-        }
-        OpsKind::UnTracked(prep) => prep.finish(B::gelu_erf(tensor.primitive)),
-    }
+    unary_op::<B, C>(
+        tensor,
+        |x| (B::gelu_erf(x.clone()), x),
+        B::gelu_erf_backward,
+    )
 }
 
 /// The kernels on burn-flex's tensors, for contiguous `f32` tensors (others get burn-flex's own).

@@ -14,6 +14,7 @@ mod kernels;
 mod layer_norm;
 mod rows;
 mod softmax;
+mod unary;
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;

@@ -8,34 +8,13 @@
 //! subtracts the row's maximum and exponentiates.
 
 use burn::backend::Autodiff;
-use burn::backend::autodiff::checkpoint::{base::Checkpointer, strategy::CheckpointStrategy};
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{TensorMetadata, backend::Backend};
 
 use super::FusedOps;
 use super::rows::as_rows;
-
-/// The op's backward step; its state is the softmax output.
-#[derive(Debug)]
-struct MaskedSoftmax;
-
-impl<B: Backend> Backward<B, 1> for MaskedSoftmax {
-    type State = FloatTensor<B>;
-
-    fn backward(
-        self,
-        ops: Ops<Self::State, 1>,
-        grads: &mut Gradients,
-        _checkpointer: &mut Checkpointer,
-    ) {
-        let output = ops.state;
-        unary::<B, _>(ops.parents, ops.node, grads, |grad| {
-            softmax_backward::<B>(output, grad)
-        });
-    }
-}
+use super::unary::unary_op;
 
 /// `y * (g - sum(g * y))` over the last dimension, on `[rows, width]` views.
 fn softmax_backward<B: Backend>(output: FloatTensor<B>, grad: FloatTensor<B>) -> FloatTensor<B> {
@@ -46,24 +25,20 @@ fn softmax_backward<B: Backend>(output: FloatTensor<B>, grad: FloatTensor<B>) ->
 }
 
 /// `softmax(scores + bias)` by the inner backend's [`FusedOps::masked_softmax`], differentiated
-/// by [`MaskedSoftmax`] with respect to `scores` only.
+/// with respect to `scores` only, from the kept output.
 pub(super) fn masked_softmax<B: FusedOps, C: CheckpointStrategy>(
     scores: FloatTensor<Autodiff<B, C>>,
     bias: FloatTensor<Autodiff<B, C>>,
 ) -> FloatTensor<Autodiff<B, C>> {
-    match MaskedSoftmax
-        .prepare::<C>([scores.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => {
-            let output = B::masked_softmax(scores.primitive, bias.primitive);
-            prep.finish(output.clone(), output)
-        }
-        OpsKind::UnTracked(prep) => {
-            prep.finish(B::masked_softmax(scores.primitive, bias.primitive))
-        }
-    }
+    let bias = bias.primitive;
+    unary_op::<B, C>(
+        scores,
+        |x| {
+            let y = B::masked_softmax(x, bias);
+            (y.clone(), y)
+        },
+        softmax_backward::<B>,
+    )
 }
 
 /// The forward kernel on burn-flex, for contiguous `f32` operands (others get burn-flex's own
