@@ -311,8 +311,10 @@ pub async fn run(
             continue;
         }
         tokio::select! {
-            // A worker's end first: its last measurements, still in the channel, are then
-            // written with its end in one round trip (below) rather than one by one.
+            // In this order: a worker's end first, so that its last measurements, still in
+            // the channel, are written with its end in one round trip (below) rather than one
+            // by one; events last, so that a worker reporting without pause holds back neither
+            // the heartbeat nor an interrupt.
             biased;
             Some(joined) = run.workers.join_next_with_id() => {
                 let outcome = match joined {
@@ -332,7 +334,6 @@ pub async fn run(
                 }
                 run.conclude(outcome, interrupted, observer).await?;
             }
-            Some(event) = events.recv() => run.record(event, None).await?,
             _ = heartbeat.tick() => {
                 storage.heartbeat(&run.owner).await?;
                 let unsaved: Vec<i64> = run.running.iter().filter(|(_, r)| r.handle_unsaved).map(|(id, _)| *id).collect();
@@ -358,6 +359,7 @@ pub async fn run(
                     }
                 }
             }
+            Some(event) = events.recv() => run.record(event, None).await?,
         }
     }
 
