@@ -407,19 +407,38 @@ fn interrupt_a_study(env: &str, grace: &str, interrupts: usize) -> Duration {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until both workers run.
+    // Wait until both trials run (a local worker's handle is written with its trial's end or
+    // at the next heartbeat, so the workers are found by their trials' log files).
     let deadline = Instant::now() + Duration::from_secs(20);
     // The database may exist before its tables do: a failing query means "not yet".
     while !scratch.path("hptune.db").exists()
         || scratch
-            .try_query("SELECT COUNT(*) FROM trials WHERE worker IS NOT NULL")
+            .try_query("SELECT COUNT(*) FROM trials WHERE state = 'running'")
             .ok()
             .and_then(|rows| rows.first().and_then(|r| r[0].as_i64()))
             != Some(2)
+        || !(0..2).all(|n| {
+            scratch
+                .path(&format!("hptune-logs/quad/trial-{n}.log"))
+                .exists()
+        })
     {
         assert!(Instant::now() < deadline, "the workers did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    for _ in 0..interrupts {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let out = child.wait_with_output().unwrap();
+    let took = started.elapsed();
+    // The trials' ends recorded their workers.
     let pids: Vec<i32> = scratch
         .query("SELECT worker FROM trials")
         .iter()
@@ -434,17 +453,7 @@ fn interrupt_a_study(env: &str, grace: &str, interrupts: usize) -> Duration {
                 .unwrap()
         })
         .collect();
-    let started = Instant::now();
-    for _ in 0..interrupts {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGINT,
-        )
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let out = child.wait_with_output().unwrap();
-    let took = started.elapsed();
+    assert_eq!(pids.len(), 2);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("run the same command to continue"),
