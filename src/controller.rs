@@ -336,10 +336,7 @@ pub async fn run(
             }
             _ = heartbeat.tick() => {
                 storage.heartbeat(&run.owner).await?;
-                let unsaved: Vec<i64> = run.running.iter().filter(|(_, r)| r.handle_unsaved).map(|(id, _)| *id).collect();
-                for trial_id in unsaved {
-                    run.save_handle(trial_id).await?;
-                }
+                run.save_handles().await?;
                 // A controller of the same study may have died meanwhile.
                 if !interrupted {
                     let orphans = storage.adopt_orphans(run.study_id, &run.owner, is_orphan).await?;
@@ -545,6 +542,20 @@ impl Run<'_> {
                     self.apply_stopping_rule(trial_id).await?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Writes the handles (and log paths) of the running trials' workers not written yet.
+    async fn save_handles(&mut self) -> Result<(), StorageError> {
+        let unsaved: Vec<i64> = self
+            .running
+            .iter()
+            .filter(|(_, r)| r.handle_unsaved)
+            .map(|(id, _)| *id)
+            .collect();
+        for trial_id in unsaved {
+            self.save_handle(trial_id).await?;
         }
         Ok(())
     }
