@@ -282,7 +282,7 @@ impl Storage {
         .map_err(query_error(doing))?;
         let trial = TrialRecord::from_row(&row)?;
         tx.commit().await.map_err(query_error(doing))?;
-        view.absorb(std::slice::from_ref(&row))?;
+        view.update(trial.clone());
         Ok(Ok(Claim::Started(Box::new(trial))))
     }
 
@@ -319,8 +319,9 @@ impl Storage {
         .await
         .map_err(query_error("claiming a trial"))?;
         let Some(row) = row else { return Ok(None) };
-        view.absorb(std::slice::from_ref(&row))?;
-        TrialRecord::from_row(&row).map(Some)
+        let trial = TrialRecord::from_row(&row)?;
+        view.update(trial.clone());
+        Ok(Some(trial))
     }
 
     /// A transaction holding the study's lock until it ends: SQLite's write lock, taken by

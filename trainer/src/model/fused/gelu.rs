@@ -60,7 +60,7 @@ mod tests {
     use burn::tensor::{Tensor, TensorData, activation};
 
     use super::super::gelu;
-    use super::super::test_util::assert_close;
+    use super::super::test_util::{assert_close, value_and_grad};
 
     type B = Autodiff<Flex>;
 
@@ -72,30 +72,12 @@ mod tests {
         Tensor::from_data(TensorData::new(values, [1, n]), &Default::default())
     }
 
-    /// The value and gradient of `sum(f(x) * w)` at `x`, for weights `w` in [-1, 1].
-    fn value_and_grad(
-        f: impl Fn(Tensor<B, 2>) -> Tensor<B, 2>,
-        x: Tensor<B, 2>,
-    ) -> (Vec<f32>, Vec<f32>) {
-        let x = x.require_grad();
-        let n = x.dims()[1];
-        let w: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.37).sin()).collect();
-        let w = Tensor::<B, 2>::from_data(TensorData::new(w, [1, n]), &Default::default());
-        let y = f(x.clone());
-        let grads = (y.clone() * w).sum().backward();
-        let grad = x.grad(&grads).unwrap();
-        (
-            y.into_data().to_vec().unwrap(),
-            grad.into_data().to_vec().unwrap(),
-        )
-    }
-
     #[test]
     fn matches_burns_gelu_and_its_gradient() {
         // 2,001 points put x = 0 exactly on one of them; an odd count splits unevenly in two.
         for n in [2001, 7, 2] {
-            let (ours, our_grad) = value_and_grad(gelu, inputs(n));
-            let (burns, burn_grad) = value_and_grad(activation::gelu, inputs(n));
+            let (ours, our_grad) = value_and_grad(inputs(n), gelu);
+            let (burns, burn_grad) = value_and_grad(inputs(n), activation::gelu);
             assert_close(&ours, &burns, 1e-6);
             assert_close(&our_grad, &burn_grad, 1e-6);
         }

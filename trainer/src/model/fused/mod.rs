@@ -127,7 +127,8 @@ pub fn layer_norm<B: FusedOps, const D: usize>(
 
 #[cfg(test)]
 mod test_util {
-    use burn::tensor::{Tensor, TensorData, backend::Backend};
+    use burn::tensor::backend::{AutodiffBackend, Backend};
+    use burn::tensor::{Tensor, TensorData};
 
     /// A deterministic tensor of values in (-1, 1), different for each `seed`.
     pub fn sample<B: Backend, const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
@@ -136,6 +137,23 @@ mod test_util {
             .map(|i| ((i as f64 + 1.0) * (seed as f64 * 0.7548776662 + 0.5698402910)).sin() as f32)
             .collect();
         Tensor::from_data(TensorData::new(values, shape), &Default::default())
+    }
+
+    /// `f(x)` and the gradient at `x` of `sum(f(x) * w)`, `w` a [`sample`] of `f(x)`'s shape
+    /// (weights, so that every output element's gradient counts), under burn's autodiff.
+    pub fn value_and_grad<B: AutodiffBackend, const D: usize>(
+        x: Tensor<B, D>,
+        f: impl FnOnce(Tensor<B, D>) -> Tensor<B, D>,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let x = x.require_grad();
+        let y = f(x.clone());
+        let weights = sample::<B, D>(y.dims(), 2);
+        let grads = (y.clone() * weights).sum().backward();
+        let grad = x.grad(&grads).unwrap();
+        (
+            y.into_data().to_vec().unwrap(),
+            grad.into_data().to_vec().unwrap(),
+        )
     }
 
     /// Asserts `|a - b| <= tolerance * (1 + |b|)` element by element.

@@ -75,7 +75,7 @@ mod tests {
     use burn::tensor::{Tensor, TensorData, activation};
 
     use super::super::masked_softmax;
-    use super::super::test_util::{assert_close, sample};
+    use super::super::test_util::{assert_close, sample, value_and_grad};
 
     type B = Autodiff<Flex>;
 
@@ -88,26 +88,15 @@ mod tests {
         )
     }
 
-    /// The value and gradient (with respect to the scores) of `sum(f(x, bias) * weights)`.
-    fn value_and_grad(
-        f: impl Fn(Tensor<B, 4>, Tensor<B, 4>) -> Tensor<B, 4>,
-    ) -> (Vec<f32>, Vec<f32>) {
-        let shape = [2, 3, 4, 5];
-        let x = sample::<B, 4>(shape, 1).mul_scalar(4.0).require_grad();
-        let weights = sample::<B, 4>(shape, 2);
-        let y = f(x.clone(), bias());
-        let grads = (y.clone() * weights).sum().backward();
-        let grad = x.grad(&grads).unwrap();
-        (
-            y.into_data().to_vec().unwrap(),
-            grad.into_data().to_vec().unwrap(),
-        )
+    /// Scores in (-4, 4) for 2 sequences, 3 heads, 4 queries and 5 keys.
+    fn scores() -> Tensor<B, 4> {
+        sample::<B, 4>([2, 3, 4, 5], 1).mul_scalar(4.0)
     }
 
     #[test]
     fn matches_burns_softmax_of_the_biased_scores_and_its_gradient() {
-        let (ours, our_grad) = value_and_grad(masked_softmax);
-        let (burns, burn_grad) = value_and_grad(|x, bias| activation::softmax(x + bias, 3));
+        let (ours, our_grad) = value_and_grad(scores(), |x| masked_softmax(x, bias()));
+        let (burns, burn_grad) = value_and_grad(scores(), |x| activation::softmax(x + bias(), 3));
         assert_close(&ours, &burns, 1e-6);
         assert_close(&our_grad, &burn_grad, 1e-6);
         // Padding positions of the second sequence get nothing.
