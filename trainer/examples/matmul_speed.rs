@@ -8,6 +8,7 @@
 use std::time::Instant;
 
 use burn::tensor::{Distribution, Tensor};
+use hptune_trainer::model::fused::matmul;
 
 type B = burn::backend::Flex;
 
@@ -35,19 +36,19 @@ fn main() {
         let (a, b) = (random([m, k]), random([k, n]));
         let (a_t, b_t) = (random([k, m]), random([n, k]));
         time(&format!("{m}x{k}.{k}x{n}"), flops, || {
-            a.clone().matmul(b.clone())
+            matmul(a.clone(), b.clone())
         });
         time(&format!("{m}x{k}.({n}x{k})^T"), flops, || {
-            a.clone().matmul(b_t.clone().transpose())
+            matmul(a.clone(), b_t.clone().transpose())
         });
         time(&format!("({k}x{m})^T.{k}x{n}"), flops, || {
-            a_t.clone().transpose().matmul(b.clone())
+            matmul(a_t.clone().transpose(), b.clone())
         });
     }
     let heads = |_| Tensor::<B, 4>::random([32, 12, 128, 32], Distribution::Default, &device);
     let (q, k) = (heads(0), heads(1));
     let flops = 2.0 * (32 * 12 * 128 * 128 * 32) as f64;
     time("[32,12,128,32].[32,12,128,32]^T", flops, || {
-        q.clone().matmul(k.clone().swap_dims(2, 3))
+        matmul(q.clone(), k.clone().swap_dims(2, 3))
     });
 }

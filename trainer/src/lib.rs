@@ -5,11 +5,12 @@
 //! (the network), [`checkpoint`] (safetensors in and out, with the key map), [`tokenize`],
 //! [`data`] (files and labels), [`batch`] (padding), [`optim`] (AdamW groups, clipping,
 //! schedule), [`train`] (the loop and evaluation), [`metrics`], [`report`] (the protocol),
-//! [`backend`] (device choice), [`hub`] (hub ids: cache and download), [`pretrained`]
+//! [`backend`] (device choice), [`blas`] (the system's BLAS for CPU products), [`hub`] (hub ids: cache and download), [`pretrained`]
 //! (checkpoint folders) and [`run`] (the commands).
 
 pub mod backend;
 pub mod batch;
+pub mod blas;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;

@@ -7,7 +7,7 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use super::dense::dense;
 use super::dropout::{Dropout, DropoutConfig};
-use super::fused::{FusedOps, masked_softmax};
+use super::fused::{FusedOps, masked_softmax, matmul};
 use super::init::linear;
 use super::layer_norm::LayerNorm;
 
@@ -99,10 +99,9 @@ impl<B: FusedOps> SelfAttention<B> {
         let key = heads(dense(&self.key, hidden.clone()));
         let value = heads(dense(&self.value, hidden));
 
-        let scores = query.matmul(key.transpose());
+        let scores = matmul(query, key.transpose());
         let probs = self.dropout.forward(masked_softmax(scores, mask_bias));
-        probs
-            .matmul(value)
+        matmul(probs, value)
             .swap_dims(1, 2)
             .reshape([batch, seq, width])
     }

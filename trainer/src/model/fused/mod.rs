@@ -12,6 +12,7 @@ mod gelu;
 #[cfg(feature = "flex")]
 mod kernels;
 mod layer_norm;
+mod matmul;
 mod rows;
 mod softmax;
 mod unary;
@@ -40,6 +41,11 @@ pub trait FusedOps: Backend {
         Self::layer_norm(tensor, gamma, Some(beta), epsilon)
     }
 
+    /// The matrix product over the last two dimensions, batch dimensions equal.
+    fn matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::float_matmul(lhs, rhs)
+    }
+
     /// GELU in its erf form: `x * (1 + erf(x / sqrt 2)) / 2`.
     fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::gelu(tensor)
@@ -65,6 +71,10 @@ impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
         layer_norm::layer_norm_last::<B, C>(tensor, gamma, beta, epsilon)
     }
 
+    fn matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        matmul::matmul::<B, C>(lhs, rhs)
+    }
+
     fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         gelu::gelu::<B, C>(tensor)
     }
@@ -74,6 +84,10 @@ impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
 impl FusedOps for burn::backend::Flex {
     fn masked_softmax(scores: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
         softmax::flex::masked_softmax(scores, bias)
+    }
+
+    fn matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        matmul::flex::matmul(lhs, rhs)
     }
 
     fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -100,6 +114,15 @@ pub fn masked_softmax<B: FusedOps, const D: usize>(
     Tensor::from_primitive(TensorPrimitive::Float(B::masked_softmax(
         scores.into_primitive().tensor(),
         bias.into_primitive().tensor(),
+    )))
+}
+
+/// `lhs · rhs` over the last two dimensions, through [`FusedOps::matmul`] when the batch
+/// dimensions are equal (burn's broadcasting matmul otherwise).
+pub fn matmul<B: FusedOps, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::matmul(
+        lhs.into_primitive().tensor(),
+        rhs.into_primitive().tensor(),
     )))
 }
 

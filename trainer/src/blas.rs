@@ -1,0 +1,349 @@
+//! The machine's CBLAS library (OpenBLAS), opened at run time for the CPU's matrix products.
+//!
+//! burn-flex multiplies with the `gemm` crate, which runs at about half of OpenBLAS's speed on
+//! MiniLM's shapes on this project's machines (`cargo run --release --example matmul_speed -p
+//! hptune-trainer`), and matrix products are half of a training step. The trainer therefore
+//! uses the system's OpenBLAS when it finds one, and burn's own products otherwise: the library
+//! is a speed-up, never a requirement (no link-time dependency; Debian's `libopenblas0` package,
+//! which `scripts/install-blas.sh` installs, is enough).
+//!
+//! `HPTUNE_BLAS` chooses: a library's file name or path, or `none` for burn's products; unset,
+//! the usual names of OpenBLAS are tried. The library runs single-threaded: [`Cblas::sgemm`]
+//! splits a product's rows over rayon's threads (burn-flex's), so no BLAS thread pool spins
+//! beside them.
+
+use std::mem::MaybeUninit;
+use std::sync::OnceLock;
+
+use libloading::Library;
+use rayon::prelude::*;
+
+/// The names tried when `HPTUNE_BLAS` is unset.
+const DEFAULT_NAMES: [&str; 3] = ["libopenblas.so.0", "libopenblas.so", "libopenblas.dylib"];
+
+/// Products below this many multiply-adds run on the calling thread.
+const PARALLEL_WORK: usize = 1 << 18;
+
+/// `cblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)`.
+type Sgemm = unsafe extern "C" fn(
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+    f32,
+    *const f32,
+    i32,
+    *const f32,
+    i32,
+    f32,
+    *mut f32,
+    i32,
+);
+
+/// `openblas_set_num_threads(n)` and its equivalents.
+type SetThreads = unsafe extern "C" fn(i32);
+
+const ROW_MAJOR: i32 = 101;
+const NO_TRANSPOSE: i32 = 111;
+const TRANSPOSE: i32 = 112;
+
+/// An opened CBLAS library.
+pub struct Cblas {
+    sgemm: Sgemm,
+    name: String,
+    _library: Library,
+}
+
+/// A matrix operand: `rows x cols` elements of `data`, element `(i, j)` at
+/// `i * row_stride + j * col_stride`, one of the two strides 1 (a row-major matrix or the
+/// transpose of one, as BLAS reads them).
+#[derive(Debug, Clone, Copy)]
+pub struct Matrix<'a> {
+    /// The elements, from the first one on.
+    pub data: &'a [f32],
+    /// Number of rows.
+    pub rows: usize,
+    /// Number of columns.
+    pub cols: usize,
+    /// Distance between rows.
+    pub row_stride: usize,
+    /// Distance between columns.
+    pub col_stride: usize,
+}
+
+impl<'a> Matrix<'a> {
+    /// The matrix, or `None` when BLAS cannot read it (neither stride 1, strides that do not fit
+    /// BLAS's 32-bit integers, or elements beyond `data`).
+    pub fn new(
+        data: &'a [f32],
+        rows: usize,
+        cols: usize,
+        row_stride: usize,
+        col_stride: usize,
+    ) -> Option<Self> {
+        let matrix = Self {
+            data,
+            rows,
+            cols,
+            row_stride,
+            col_stride,
+        };
+        let last = (rows.max(1) - 1) * row_stride + (cols.max(1) - 1) * col_stride;
+        let fits = [rows, cols, matrix.leading_dimension()]
+            .iter()
+            .all(|&n| i32::try_from(n).is_ok());
+        (matrix.transposed().is_some() && fits && (rows * cols == 0 || last < data.len()))
+            .then_some(matrix)
+    }
+
+    /// Whether BLAS reads it transposed (column stride not 1), or `None` if it cannot read it.
+    fn transposed(&self) -> Option<bool> {
+        // Stored rows (or columns) must not overlap: a broadcast view's stride 0 cannot be read.
+        let rows_apart = self.rows <= 1 || self.row_stride >= self.cols;
+        let cols_apart = self.cols <= 1 || self.col_stride >= self.rows;
+        if (self.col_stride == 1 || self.cols == 1) && rows_apart {
+            Some(false)
+        } else if (self.row_stride == 1 || self.rows == 1) && cols_apart {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
+    /// BLAS's leading dimension: the distance between stored rows, at least their length.
+    fn leading_dimension(&self) -> usize {
+        match self.transposed() {
+            Some(false) => self.row_stride.max(self.cols).max(1),
+            _ => self.col_stride.max(self.rows).max(1),
+        }
+    }
+
+    /// Rows `start..start + count`.
+    fn rows_from(&self, start: usize, count: usize) -> Self {
+        let offset = (start * self.row_stride).min(self.data.len());
+        Self {
+            data: &self.data[offset..],
+            rows: count,
+            ..*self
+        }
+    }
+}
+
+impl Cblas {
+    /// The library chosen by `HPTUNE_BLAS` (see the module documentation), opened on first use;
+    /// `None` when there is none.
+    pub fn get() -> Option<&'static Cblas> {
+        static LIBRARY: OnceLock<Option<Cblas>> = OnceLock::new();
+        LIBRARY
+            .get_or_init(|| {
+                let choice = std::env::var("HPTUNE_BLAS").ok();
+                let library = match choice.as_deref() {
+                    Some("none") => None,
+                    Some(name) => Self::open(name),
+                    None => DEFAULT_NAMES.iter().find_map(|name| Self::open(name)),
+                };
+                match (&library, &choice) {
+                    (Some(blas), _) => tracing::debug!("matrix products by {}", blas.name),
+                    (None, Some(name)) if name != "none" => tracing::warn!(
+                        "HPTUNE_BLAS={name}: no CBLAS library with cblas_sgemm found there; \
+                         matrix products by burn"
+                    ),
+                    _ => tracing::debug!("no BLAS library; matrix products by burn"),
+                }
+                library
+            })
+            .as_ref()
+    }
+
+    /// Opens `name` if it is a library with `cblas_sgemm`, and makes it single-threaded.
+    fn open(name: &str) -> Option<Self> {
+        // SAFETY: loading runs the library's initialisers; a BLAS library's only set up its
+        // thread pool and CPU detection.
+        let library = unsafe { Library::new(name) }.ok()?;
+        // SAFETY: the symbol has the type of the CBLAS standard's declaration.
+        let sgemm = *unsafe { library.get::<Sgemm>(b"cblas_sgemm\0") }.ok()?;
+        for setter in [&b"openblas_set_num_threads\0"[..], b"MKL_Set_Num_Threads\0"] {
+            // SAFETY: both take the number of threads as a C int.
+            if let Ok(set_threads) = unsafe { library.get::<SetThreads>(setter) } {
+                unsafe { set_threads(1) };
+            }
+        }
+        Some(Self {
+            sgemm,
+            name: name.to_string(),
+            _library: library,
+        })
+    }
+
+    /// The library's name as it was opened.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `output = a · b`, `output` row-major `a.rows x b.cols`, every element written (its
+    /// previous contents are never read: it may be uninitialised); the rows are split over
+    /// rayon's threads when the product is large enough.
+    ///
+    /// # Panics
+    /// If the shapes do not match or `output` has the wrong length.
+    pub fn sgemm(&self, a: Matrix, b: Matrix, output: &mut [MaybeUninit<f32>]) {
+        assert_eq!(a.cols, b.rows, "sgemm: inner dimensions differ");
+        assert_eq!(output.len(), a.rows * b.cols, "sgemm: output size");
+        let work = a.rows * a.cols * b.cols;
+        let threads = rayon::current_num_threads();
+        if work < PARALLEL_WORK || threads < 2 || a.rows < 2 * threads {
+            return self.sgemm_on_this_thread(a, b, output);
+        }
+        let rows_per_part = a.rows.div_ceil(threads);
+        output
+            .par_chunks_mut(rows_per_part * b.cols)
+            .enumerate()
+            .for_each(|(part, output)| {
+                let rows = output.len() / b.cols;
+                self.sgemm_on_this_thread(a.rows_from(part * rows_per_part, rows), b, output);
+            });
+    }
+
+    /// [`Cblas::sgemm`] by one call of `cblas_sgemm` on the calling thread.
+    ///
+    /// # Panics
+    /// If the shapes do not match or `output` has the wrong length.
+    pub fn sgemm_on_this_thread(&self, a: Matrix, b: Matrix, output: &mut [MaybeUninit<f32>]) {
+        let (m, n, k) = (a.rows, b.cols, a.cols);
+        assert_eq!(k, b.rows, "sgemm: inner dimensions differ");
+        assert_eq!(output.len(), m * n, "sgemm: output size");
+        if m * n == 0 {
+            return;
+        }
+        if k == 0 {
+            output.fill(MaybeUninit::new(0.0));
+            return;
+        }
+        let transpose = |matrix: &Matrix| match matrix.transposed() {
+            Some(true) => TRANSPOSE,
+            _ => NO_TRANSPOSE,
+        };
+        // SAFETY: `Matrix::new` checked that every element BLAS reads lies in `data` and that
+        // the sizes fit an i32; `output` holds `m x n` elements with `n` between rows, which
+        // BLAS writes without reading them (beta is 0).
+        unsafe {
+            (self.sgemm)(
+                ROW_MAJOR,
+                transpose(&a),
+                transpose(&b),
+                m as i32,
+                n as i32,
+                k as i32,
+                1.0,
+                a.data.as_ptr(),
+                a.leading_dimension() as i32,
+                b.data.as_ptr(),
+                b.leading_dimension() as i32,
+                0.0,
+                output.as_mut_ptr().cast::<f32>(),
+                n as i32,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::MaybeUninit;
+
+    use super::{Cblas, Matrix};
+
+    /// The library, or `None` (and a note) where none is installed; `HPTUNE_TEST_BLAS=required`
+    /// (set by `.ci/run`, which installs OpenBLAS) makes its absence a failure.
+    pub(crate) fn library_for_test() -> Option<&'static Cblas> {
+        let library = Cblas::get();
+        if library.is_none() {
+            assert_ne!(
+                std::env::var("HPTUNE_TEST_BLAS").as_deref(),
+                Ok("required"),
+                "HPTUNE_TEST_BLAS=required but no BLAS library was found (scripts/install-blas.sh)"
+            );
+            eprintln!("no BLAS library here: its products are not tested");
+        }
+        library
+    }
+
+    /// `a · b` by the definition, for `a` and `b` given by element functions.
+    fn reference(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: impl Fn(usize, usize) -> f32,
+        b: impl Fn(usize, usize) -> f32,
+    ) -> Vec<f32> {
+        let mut c = vec![0.0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|p| f64::from(a(i, p)) * f64::from(b(p, j))).sum::<f64>()
+                    as f32;
+            }
+        }
+        c
+    }
+
+    fn value(seed: usize, i: usize) -> f32 {
+        ((i as f64 + 1.0) * (0.754877 * seed as f64 + 0.569840)).sin() as f32
+    }
+
+    #[test]
+    fn products_of_plain_transposed_and_strided_operands_match_the_definition() {
+        let Some(blas) = library_for_test() else {
+            return;
+        };
+        // Large enough to be split over threads (600 rows) and small; operands stored
+        // row-major, transposed, and as every other row of a wider buffer.
+        for (m, k, n) in [(600, 70, 90), (3, 5, 2), (1, 4, 1)] {
+            let a_data: Vec<f32> = (0..2 * m * k).map(|i| value(1, i)).collect();
+            let b_data: Vec<f32> = (0..2 * k * n).map(|i| value(2, i)).collect();
+            let a_plain = |i: usize, p: usize| a_data[i * k + p];
+            let b_plain = |p: usize, j: usize| b_data[p * n + j];
+            let expected = reference(m, k, n, a_plain, b_plain);
+            let a_transposed: Vec<f32> = (0..k * m).map(|x| a_plain(x % m, x / m)).collect();
+            let b_transposed: Vec<f32> = (0..n * k).map(|x| b_plain(x % k, x / k)).collect();
+            let a_wide: Vec<f32> = (0..m * 2 * k)
+                .map(|x| if x % (2 * k) < k { a_plain(x / (2 * k), x % (2 * k)) } else { 9.0 })
+                .collect();
+            let a_forms = [
+                Matrix::new(&a_data, m, k, k, 1).unwrap(),
+                Matrix::new(&a_transposed, m, k, 1, m).unwrap(),
+                Matrix::new(&a_wide, m, k, 2 * k, 1).unwrap(),
+            ];
+            let b_forms = [
+                Matrix::new(&b_data, k, n, n, 1).unwrap(),
+                Matrix::new(&b_transposed, k, n, 1, k).unwrap(),
+            ];
+            for a in a_forms {
+                for b in b_forms {
+                    let mut output = vec![MaybeUninit::new(f32::NAN); m * n];
+                    blas.sgemm(a, b, &mut output);
+                    // SAFETY: sgemm wrote every element.
+                    let output: Vec<f32> = output.iter().map(|x| unsafe { x.assume_init() }).collect();
+                    for (got, want) in output.iter().zip(&expected) {
+                        assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "{got} vs {want}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn operands_blas_cannot_read_are_refused() {
+        let data = vec![0.0f32; 100];
+        // Neither stride 1 (every other element of every other row).
+        assert!(Matrix::new(&data, 4, 4, 20, 2).is_none());
+        // The last element beyond the data.
+        assert!(Matrix::new(&data, 10, 11, 10, 1).is_none());
+        assert!(Matrix::new(&data, 10, 10, 10, 1).is_some());
+        // A broadcast row (stride 0) cannot be read.
+        assert!(Matrix::new(&data, 4, 4, 0, 1).is_none());
+        // One row: any stride of the other dimension is fine.
+        assert!(Matrix::new(&data, 1, 10, 7, 3).is_some());
+    }
+}
