@@ -120,6 +120,17 @@ impl<'a> Matrix<'a> {
         }
     }
 
+    /// The transposed matrix (a view: the strides swapped).
+    pub fn transpose(self) -> Self {
+        Self {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+
     /// Rows `start..start + count`.
     fn rows_from(&self, start: usize, count: usize) -> Self {
         let offset = (start * self.row_stride).min(self.data.len());
@@ -189,36 +200,50 @@ impl Cblas {
     /// # Panics
     /// If the shapes do not match or `output` has the wrong length.
     pub fn sgemm(&self, a: Matrix, b: Matrix, output: &mut [MaybeUninit<f32>]) {
-        assert_eq!(a.cols, b.rows, "sgemm: inner dimensions differ");
         assert_eq!(output.len(), a.rows * b.cols, "sgemm: output size");
-        let work = a.rows * a.cols * b.cols;
-        let threads = rayon::current_num_threads();
-        if work < PARALLEL_WORK || threads < 2 || a.rows < 2 * threads {
-            return self.sgemm_on_this_thread(a, b, output);
-        }
-        let rows_per_part = a.rows.div_ceil(threads);
-        output
-            .par_chunks_mut(rows_per_part * b.cols)
-            .enumerate()
-            .for_each(|(part, output)| {
-                let rows = output.len() / b.cols;
-                self.sgemm_on_this_thread(a.rows_from(part * rows_per_part, rows), b, output);
-            });
+        // SAFETY: `output` holds the `a.rows` rows of `b.cols` elements, and is borrowed
+        // mutably for the call.
+        unsafe { self.sgemm_to(a, b, output.as_mut_ptr().cast(), b.cols, true) }
     }
 
-    /// [`Cblas::sgemm`] by one call of `cblas_sgemm` on the calling thread.
+    /// `a · b` written to `output`: `a.rows` rows of `b.cols` elements, row `i` from
+    /// `output + i * ldc`. Previous contents are never read. With `split`, the rows are split
+    /// over rayon's threads when the product is large enough; otherwise it is one call of
+    /// `cblas_sgemm` on the calling thread.
+    ///
+    /// # Safety
+    /// Those elements of `output` must be valid for writes, and nothing else may access them
+    /// during the call.
     ///
     /// # Panics
-    /// If the shapes do not match or `output` has the wrong length.
-    pub fn sgemm_on_this_thread(&self, a: Matrix, b: Matrix, output: &mut [MaybeUninit<f32>]) {
+    /// If the inner dimensions differ, `ldc < b.cols`, or `ldc` exceeds an i32.
+    pub unsafe fn sgemm_to(&self, a: Matrix, b: Matrix, output: *mut f32, ldc: usize, split: bool) {
         let (m, n, k) = (a.rows, b.cols, a.cols);
         assert_eq!(k, b.rows, "sgemm: inner dimensions differ");
-        assert_eq!(output.len(), m * n, "sgemm: output size");
+        assert!(ldc >= n && i32::try_from(ldc).is_ok(), "sgemm: output stride {ldc}");
         if m * n == 0 {
             return;
         }
+        let threads = rayon::current_num_threads();
+        if split && m * n * k >= PARALLEL_WORK && threads > 1 && m >= 2 * threads {
+            let rows_per_part = m.div_ceil(threads);
+            let output = SharedOutput(output);
+            (0..m.div_ceil(rows_per_part)).into_par_iter().for_each(|part| {
+                let start = part * rows_per_part;
+                let rows = rows_per_part.min(m - start);
+                // SAFETY: the parts' rows are disjoint, and within the caller's rows.
+                unsafe {
+                    let part_output = output.at(start * ldc);
+                    self.sgemm_to(a.rows_from(start, rows), b, part_output, ldc, false);
+                }
+            });
+            return;
+        }
         if k == 0 {
-            output.fill(MaybeUninit::new(0.0));
+            for i in 0..m {
+                // SAFETY: row `i` of the caller's output.
+                unsafe { std::ptr::write_bytes(output.add(i * ldc), 0, n) };
+            }
             return;
         }
         let transpose = |matrix: &Matrix| match matrix.transposed() {
@@ -226,8 +251,8 @@ impl Cblas {
             _ => NO_TRANSPOSE,
         };
         // SAFETY: `Matrix::new` checked that every element BLAS reads lies in `data` and that
-        // the sizes fit an i32; `output` holds `m x n` elements with `n` between rows, which
-        // BLAS writes without reading them (beta is 0).
+        // the sizes fit an i32; the caller vouches for the output rows, which BLAS writes
+        // without reading them (beta is 0).
         unsafe {
             (self.sgemm)(
                 ROW_MAJOR,
@@ -242,33 +267,52 @@ impl Cblas {
                 b.data.as_ptr(),
                 b.leading_dimension() as i32,
                 0.0,
-                output.as_mut_ptr().cast::<f32>(),
-                n as i32,
+                output,
+                ldc as i32,
             );
         }
     }
+}
+
+/// An output pointer that the threads of one product share, each writing its own elements.
+#[derive(Clone, Copy)]
+pub struct SharedOutput(pub *mut f32);
+
+// SAFETY: the products that share it write disjoint elements (see their callers).
+unsafe impl Send for SharedOutput {}
+unsafe impl Sync for SharedOutput {}
+
+impl SharedOutput {
+    /// The element `offset` elements on.
+    ///
+    /// # Safety
+    /// It must lie in the same allocation.
+    pub unsafe fn at(self, offset: usize) -> *mut f32 {
+        unsafe { self.0.add(offset) }
+    }
+}
+
+/// The library, or `None` (and a note) where none is installed; `HPTUNE_TEST_BLAS=required`
+/// (set by `.ci/run`, which installs OpenBLAS) makes its absence a failure.
+#[cfg(test)]
+pub(crate) fn library_for_test() -> Option<&'static Cblas> {
+    let library = Cblas::get();
+    if library.is_none() {
+        assert_ne!(
+            std::env::var("HPTUNE_TEST_BLAS").as_deref(),
+            Ok("required"),
+            "HPTUNE_TEST_BLAS=required but no BLAS library was found (scripts/install-blas.sh)"
+        );
+        eprintln!("no BLAS library here: its products are not tested");
+    }
+    library
 }
 
 #[cfg(test)]
 mod tests {
     use std::mem::MaybeUninit;
 
-    use super::{Cblas, Matrix};
-
-    /// The library, or `None` (and a note) where none is installed; `HPTUNE_TEST_BLAS=required`
-    /// (set by `.ci/run`, which installs OpenBLAS) makes its absence a failure.
-    pub(crate) fn library_for_test() -> Option<&'static Cblas> {
-        let library = Cblas::get();
-        if library.is_none() {
-            assert_ne!(
-                std::env::var("HPTUNE_TEST_BLAS").as_deref(),
-                Ok("required"),
-                "HPTUNE_TEST_BLAS=required but no BLAS library was found (scripts/install-blas.sh)"
-            );
-            eprintln!("no BLAS library here: its products are not tested");
-        }
-        library
-    }
+    use super::{Matrix, library_for_test};
 
     /// `a · b` by the definition, for `a` and `b` given by element functions.
     fn reference(

@@ -7,7 +7,7 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use super::dense::dense;
 use super::dropout::{Dropout, DropoutConfig};
-use super::fused::{FusedOps, masked_softmax, matmul};
+use super::fused::{FusedOps, masked_softmax, matmul, matmul_like};
 use super::init::linear;
 use super::layer_norm::LayerNorm;
 
@@ -101,7 +101,9 @@ impl<B: FusedOps> SelfAttention<B> {
 
         let scores = matmul(query, key.transpose());
         let probs = self.dropout.forward(masked_softmax(scores, mask_bias));
-        matmul(probs, value)
+        // The context laid out as the values, [batch, seq, heads, head_dim] in memory: the
+        // heads merge back into [batch, seq, width] without a copy.
+        matmul_like(probs, value.clone(), value)
             .swap_dims(1, 2)
             .reshape([batch, seq, width])
     }

@@ -24,7 +24,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Int, Tensor, TensorData};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{
+    Distribution, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive,
+};
+
+use super::fused::{self, FusedOps};
 
 /// Elements drawn from one SplitMix64 stream; masks are split into chunks of this size.
 pub const CHUNK: usize = 1 << 16;
@@ -76,7 +81,7 @@ pub struct Dropout {
 
 impl Dropout {
     /// Applies dropout to `input` if its backend records gradients, else returns it unchanged.
-    pub fn forward<B: Backend, const D: usize>(&self, input: Tensor<B, D>) -> Tensor<B, D> {
+    pub fn forward<B: FusedOps, const D: usize>(&self, input: Tensor<B, D>) -> Tensor<B, D> {
         if !B::ad_enabled(&input.device()) || self.prob == 0.0 {
             return input;
         }
@@ -86,15 +91,35 @@ impl Dropout {
             return input * random * (1.0 / keep);
         }
         let call = CALLS.fetch_add(1, Ordering::SeqCst);
-        apply(input, self.prob, SEED.load(Ordering::SeqCst), call)
+        fused::dropout(input, self.prob, SEED.load(Ordering::SeqCst), call)
     }
 }
 
-/// Dropout with the mask of call `call` under `seed`, whatever the backend.
+/// [`apply`] on a tensor primitive of any rank: the default of [`FusedOps::dropout`].
+pub(crate) fn composed<B: Backend>(
+    tensor: FloatTensor<B>,
+    prob: f64,
+    seed: u64,
+    call: u64,
+) -> FloatTensor<B> {
+    let shape = tensor.shape();
+    let flat = B::float_reshape(tensor, Shape::new([shape.num_elements()]));
+    let flat = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(flat));
+    let dropped = apply(flat, prob, seed, call).into_primitive().tensor();
+    B::float_reshape(dropped, shape)
+}
+
+/// The keep threshold for `prob`: a random word (uniform over i32) keeps its element when it
+/// is below it, which happens with probability `1 - prob`.
+pub(crate) fn keep_threshold(prob: f64) -> i64 {
+    ((1.0 - prob) * 4_294_967_296.0 - 2_147_483_648.0) as i64
+}
+
+/// Dropout with the mask of call `call` under `seed`, whatever the backend (burn-flex has a
+/// one-pass kernel instead: `fused/dropout.rs`).
 ///
 /// The host only fills random 32-bit words (see [`random_bits`]); the comparison with the keep
-/// threshold, the zeroing and the scaling are tensor ops, so they run in the backend's
-/// optimised kernels rather than in a per-element loop of this (unoptimised in debug) crate.
+/// threshold, the zeroing and the scaling are tensor ops.
 fn apply<B: Backend, const D: usize>(
     input: Tensor<B, D>,
     prob: f64,
@@ -104,13 +129,15 @@ fn apply<B: Backend, const D: usize>(
     if prob >= 1.0 {
         return input.mul_scalar(0.0);
     }
+    if prob <= 0.0 {
+        // (The threshold, 2^31, would not fit the i32 words it is compared with.)
+        return input;
+    }
     let keep = 1.0 - prob;
     let dims = input.dims();
     let bits = random_bits(seed, call, dims.iter().product());
     let bits = Tensor::<B, D, Int>::from_data(TensorData::new(bits, dims), &input.device());
-    // The words are uniform over i32, so `word < threshold` holds with probability `keep`.
-    let threshold = (keep * 4_294_967_296.0 - 2_147_483_648.0) as i64;
-    let dropped = bits.greater_equal_elem(threshold);
+    let dropped = bits.greater_equal_elem(keep_threshold(prob));
     input.mask_fill(dropped, 0.0).mul_scalar(1.0 / keep)
 }
 
@@ -126,7 +153,7 @@ pub fn random_bits(seed: u64, call: u64, len: usize) -> Vec<i32> {
     let mut words = vec![0i32; len];
     let fill = |first_chunk: usize, part: &mut [i32]| {
         for (i, out) in part.chunks_mut(CHUNK).enumerate() {
-            let mut state = mix(seed ^ mix(call ^ mix((first_chunk + i) as u64)));
+            let mut state = chunk_key(seed, call, first_chunk + i);
             for pair in out.chunks_mut(2) {
                 state = state.wrapping_add(GAMMA);
                 let z = mix(state);
@@ -152,12 +179,17 @@ pub fn random_bits(seed: u64, call: u64, len: usize) -> Vec<i32> {
     words
 }
 
+/// The SplitMix64 state that chunk `chunk` of call `call`'s mask starts from.
+pub(crate) fn chunk_key(seed: u64, call: u64, chunk: usize) -> u64 {
+    mix(seed ^ mix(call ^ mix(chunk as u64)))
+}
+
 /// SplitMix64's increment (the golden ratio in 64 bits).
-const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+pub(crate) const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// SplitMix64's output function.
 #[inline(always)]
-fn mix(x: u64) -> u64 {
+pub(crate) fn mix(x: u64) -> u64 {
     let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)

@@ -6,6 +6,7 @@ use burn::nn::Linear;
 use burn::tensor::{Tensor, backend::Backend};
 
 use super::dropout::{Dropout, DropoutConfig};
+use super::fused::FusedOps;
 use super::init::linear;
 
 /// Size and dropout of the classification head.
@@ -44,7 +45,7 @@ impl ClassificationHeadConfig {
     }
 }
 
-impl<B: Backend> ClassificationHead<B> {
+impl<B: FusedOps> ClassificationHead<B> {
     /// Maps `[batch, hidden]` to `[batch, num_labels]` logits.
     pub fn forward(&self, pooled: Tensor<B, 2>) -> Tensor<B, 2> {
         self.classifier.forward(self.dropout.forward(pooled))

@@ -5,7 +5,12 @@
 //! (4 lanes on x86-64). Each call splits its rows in two halves, one per thread. The exponential
 //! is computed here too: libm's `expf` is a call per element, which stops vectorisation.
 
-/// `fn NAME(ARGS) BODY`, with `BODY` compiled for AVX-512 and used when the CPU has it.
+use rayon::prelude::*;
+
+use crate::model::dropout::{CHUNK, GAMMA, chunk_key, keep_threshold, mix};
+
+/// `fn NAME(ARGS) BODY`, with `BODY` compiled for AVX-512 (F and DQ: dropout's generator
+/// multiplies 64-bit lanes) and used when the CPU has it.
 macro_rules! with_avx512 {
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
         $(#[$doc])*
@@ -14,11 +19,13 @@ macro_rules! with_avx512 {
             fn body($($arg: $ty),*) $body
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx512f")]
+                #[target_feature(enable = "avx512f,avx512dq")]
                 fn avx512($($arg: $ty),*) {
                     body($($arg),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx512f") {
+                if std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+                {
                     // SAFETY: the CPU has the feature `avx512` is compiled for.
                     return unsafe { avx512($($arg),*) };
                 }
@@ -127,6 +134,44 @@ with_avx512! {
             }
         }
     }
+}
+
+/// Pairs of elements whose random words [`dropout_loop`] draws at a time.
+const WORDS: usize = 128;
+
+with_avx512! {
+    /// Dropout of `input` (chunk `chunk` of a mask, or its start) into `output`: elements `2j`
+    /// and `2j + 1` are kept, times `scale`, when the low and the high half of the `j`-th
+    /// SplitMix64 word from `key` are below `threshold` (as `random_bits` draws them). The
+    /// words of a block are drawn first and applied after: two loops that vectorise.
+    fn dropout_loop(input: &[f32], output: &mut [f32], key: u64, threshold: i32, scale: f32) {
+        let mut halves = [0i32; 2 * WORDS];
+        for (block, (y, x)) in output.chunks_mut(2 * WORDS).zip(input.chunks(2 * WORDS)).enumerate() {
+            let first = (block * WORDS) as u64 + 1;
+            for (j, pair) in halves.chunks_exact_mut(2).enumerate() {
+                let word = mix(key.wrapping_add((first + j as u64).wrapping_mul(GAMMA)));
+                pair[0] = word as i32;
+                pair[1] = (word >> 32) as i32;
+            }
+            for ((y, &x), &half) in y.iter_mut().zip(x).zip(&halves) {
+                *y = if half < threshold { x * scale } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// Dropout of `input` with the mask of `(seed, call)` into `output` (as long), its chunks
+/// spread over rayon's threads. `prob` is in `(0, 1]`: the threshold of 0 would not fit an i32.
+pub(super) fn dropout(input: &[f32], output: &mut [f32], prob: f64, seed: u64, call: u64) {
+    let threshold = keep_threshold(prob) as i32;
+    let scale = if prob < 1.0 { (1.0 / (1.0 - prob)) as f32 } else { 0.0 };
+    output
+        .par_chunks_mut(CHUNK)
+        .zip(input.par_chunks(CHUNK))
+        .enumerate()
+        .for_each(|(chunk, (y, x))| {
+            dropout_loop(x, y, chunk_key(seed, call, chunk), threshold, scale)
+        });
 }
 
 /// Runs `run(first_row, rows of a, rows of b, rows of output)` on the two halves of the rows of

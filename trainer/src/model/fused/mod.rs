@@ -8,6 +8,7 @@
 //! themselves (evaluation, prediction) it is the backend's own. Those are burn's ops, except on
 //! burn-flex, where GELU and the masked softmax have kernels of their own (`kernels.rs`). The gradients are computed on `[rows, width]` views (see `rows.rs`).
 
+mod dropout;
 mod gelu;
 #[cfg(feature = "flex")]
 mod kernels;
@@ -41,9 +42,22 @@ pub trait FusedOps: Backend {
         Self::layer_norm(tensor, gamma, Some(beta), epsilon)
     }
 
-    /// The matrix product over the last two dimensions, batch dimensions equal.
-    fn matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+    /// The matrix product over the last two dimensions, batch dimensions equal; laid out in
+    /// memory as `like` (a tensor of the product's shape) where the backend can, row-major
+    /// otherwise.
+    fn matmul(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        _like: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
         Self::float_matmul(lhs, rhs)
+    }
+
+    /// Dropout with the keep-mask of `(seed, call)` (see [`crate::model::dropout`]): each
+    /// element zeroed with probability `prob`, the others scaled by `1 / (1 - prob)`. The same
+    /// arguments give the same mask, so applied to a gradient it is the op's backward pass.
+    fn dropout(tensor: FloatTensor<Self>, prob: f64, seed: u64, call: u64) -> FloatTensor<Self> {
+        crate::model::dropout::composed::<Self>(tensor, prob, seed, call)
     }
 
     /// GELU in its erf form: `x * (1 + erf(x / sqrt 2)) / 2`.
@@ -71,8 +85,16 @@ impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
         layer_norm::layer_norm_last::<B, C>(tensor, gamma, beta, epsilon)
     }
 
-    fn matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        matmul::matmul::<B, C>(lhs, rhs)
+    fn matmul(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        like: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        matmul::matmul::<B, C>(lhs, rhs, like)
+    }
+
+    fn dropout(tensor: FloatTensor<Self>, prob: f64, seed: u64, call: u64) -> FloatTensor<Self> {
+        dropout::dropout::<B, C>(tensor, prob, seed, call)
     }
 
     fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -86,8 +108,16 @@ impl FusedOps for burn::backend::Flex {
         softmax::flex::masked_softmax(scores, bias)
     }
 
-    fn matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        matmul::flex::matmul(lhs, rhs)
+    fn matmul(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        like: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        matmul::flex::matmul(lhs, rhs, like)
+    }
+
+    fn dropout(tensor: FloatTensor<Self>, prob: f64, seed: u64, call: u64) -> FloatTensor<Self> {
+        dropout::flex::dropout(tensor, prob, seed, call)
     }
 
     fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -120,9 +150,43 @@ pub fn masked_softmax<B: FusedOps, const D: usize>(
 /// `lhs · rhs` over the last two dimensions, through [`FusedOps::matmul`] when the batch
 /// dimensions are equal (burn's broadcasting matmul otherwise).
 pub fn matmul<B: FusedOps, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {
+    product(lhs, rhs, None)
+}
+
+/// [`matmul`] laid out in memory as `like`, a tensor of the product's shape, where the backend
+/// can: attention's context, of the shape of its values, keeps their layout.
+pub fn matmul_like<B: FusedOps, const D: usize>(
+    lhs: Tensor<B, D>,
+    rhs: Tensor<B, D>,
+    like: Tensor<B, D>,
+) -> Tensor<B, D> {
+    product(lhs, rhs, Some(like))
+}
+
+fn product<B: FusedOps, const D: usize>(
+    lhs: Tensor<B, D>,
+    rhs: Tensor<B, D>,
+    like: Option<Tensor<B, D>>,
+) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(B::matmul(
         lhs.into_primitive().tensor(),
         rhs.into_primitive().tensor(),
+        like.map(|tensor| tensor.into_primitive().tensor()),
+    )))
+}
+
+/// Dropout of `tensor` with the mask of `(seed, call)`, through [`FusedOps::dropout`].
+pub fn dropout<B: FusedOps, const D: usize>(
+    tensor: Tensor<B, D>,
+    prob: f64,
+    seed: u64,
+    call: u64,
+) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::dropout(
+        tensor.into_primitive().tensor(),
+        prob,
+        seed,
+        call,
     )))
 }
 
