@@ -1,4 +1,5 @@
-//! The `f32` loops behind burn-flex's GELU and masked softmax (`gelu.rs`, `softmax.rs`).
+//! The `f32` loops behind burn-flex's GELU, masked softmax and dropout (`gelu.rs`,
+//! `softmax.rs`, `dropout.rs`).
 //!
 //! Each loop is straight-line arithmetic that the compiler vectorises, compiled twice: for
 //! AVX-512 (16 lanes), chosen at run time when the CPU has it, and for the target's baseline
@@ -136,6 +137,20 @@ with_avx512! {
     }
 }
 
+with_avx512! {
+    /// The softmax's gradient `y * (g - sum(g * y))` of each row of `width` in `output` (`y`),
+    /// `grad` (`g`) and `input_grad`.
+    fn softmax_grad_loop(output: &[f32], grad: &[f32], width: usize, input_grad: &mut [f32]) {
+        let rows = output.chunks(width).zip(grad.chunks(width));
+        for ((y, g), dx) in rows.zip(input_grad.chunks_mut(width)) {
+            let dot: f32 = y.iter().zip(g).map(|(y, g)| y * g).sum();
+            for ((dx, &y), &g) in dx.iter_mut().zip(y).zip(g) {
+                *dx = y * (g - dot);
+            }
+        }
+    }
+}
+
 /// Pairs of elements whose random words [`dropout_loop`] draws at a time.
 const WORDS: usize = 128;
 
@@ -214,6 +229,14 @@ pub(super) fn masked_softmax(x: &[f32], bias: &[f32], width: usize, output: &mut
     let rows_per_bias = x.len() / bias.len();
     on_two_threads(x, &[], width, output, |first_row, x, _, y| {
         masked_softmax_loop(x, bias, width, rows_per_bias, first_row, y)
+    });
+}
+
+/// The gradient of a softmax over rows of `width`, from its `output` and the output's `grad`,
+/// into `input_grad` (all as long).
+pub(super) fn softmax_grad(output: &[f32], grad: &[f32], width: usize, input_grad: &mut [f32]) {
+    on_two_threads(output, grad, width, input_grad, |_, y, g, dx| {
+        softmax_grad_loop(y, g, width, dx)
     });
 }
 

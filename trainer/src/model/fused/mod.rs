@@ -32,6 +32,12 @@ pub trait FusedOps: Backend {
         Self::softmax(Self::float_add(scores, bias), last)
     }
 
+    /// The gradient of a softmax over the last dimension, from its `output` and the output's
+    /// `grad`: `y * (g - sum(g * y))`.
+    fn softmax_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        softmax::softmax_backward::<Self>(output, grad)
+    }
+
     /// LayerNorm over the last dimension: `(x - mean) / sqrt(var + epsilon) * gamma + beta`.
     fn layer_norm_last(
         tensor: FloatTensor<Self>,
@@ -106,6 +112,10 @@ impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
 impl FusedOps for burn::backend::Flex {
     fn masked_softmax(scores: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
         softmax::flex::masked_softmax(scores, bias)
+    }
+
+    fn softmax_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        softmax::flex::softmax_backward(output, grad)
     }
 
     fn matmul(

@@ -16,8 +16,12 @@ use super::FusedOps;
 use super::rows::as_rows;
 use super::unary::unary_op;
 
-/// `y * (g - sum(g * y))` over the last dimension, on `[rows, width]` views.
-fn softmax_backward<B: Backend>(output: FloatTensor<B>, grad: FloatTensor<B>) -> FloatTensor<B> {
+/// `y * (g - sum(g * y))` over the last dimension, on `[rows, width]` views: the default of
+/// [`FusedOps::softmax_backward`].
+pub(super) fn softmax_backward<B: Backend>(
+    output: FloatTensor<B>,
+    grad: FloatTensor<B>,
+) -> FloatTensor<B> {
     let shape = output.shape();
     let (output, grad) = (as_rows::<B>(output), as_rows::<B>(grad));
     let dot = B::float_sum_dim(B::float_mul(grad.clone(), output.clone()), 1);
@@ -37,7 +41,7 @@ pub(super) fn masked_softmax<B: FusedOps, C: CheckpointStrategy>(
             let y = B::masked_softmax(x, bias);
             (y.clone(), y)
         },
-        softmax_backward::<B>,
+        B::softmax_backward,
     )
 }
 
@@ -66,6 +70,20 @@ pub(super) mod flex {
         let mut output = FlexTensor::empty(shape, DType::F32);
         super::super::kernels::masked_softmax(x, b, width, output.storage_mut::<f32>());
         output
+    }
+
+    /// The softmax's gradient from its `output` and the output's `grad` (same shapes).
+    pub fn softmax_backward(output: FloatTensor<Flex>, grad: FloatTensor<Flex>) -> FloatTensor<Flex> {
+        let shape = output.layout().shape().clone();
+        let width = shape[shape.num_dims() - 1];
+        match (output.as_slice::<f32>(), grad.as_slice::<f32>()) {
+            (Some(y), Some(g)) if width > 0 && y.len() == g.len() => {
+                let mut input_grad = FlexTensor::empty(shape, DType::F32);
+                super::super::kernels::softmax_grad(y, g, width, input_grad.storage_mut::<f32>());
+                input_grad
+            }
+            _ => super::softmax_backward::<Flex>(output, grad),
+        }
     }
 }
 
