@@ -1,5 +1,5 @@
-//! The `f32` loops behind burn-flex's GELU, masked softmax and dropout (`gelu.rs`,
-//! `softmax.rs`, `dropout.rs`).
+//! The `f32` loops behind burn-flex's GELU, masked softmax, dropout and LayerNorm (`gelu.rs`,
+//! `softmax.rs`, `dropout.rs`, `layer_norm.rs`).
 //!
 //! Each loop is straight-line arithmetic that the compiler vectorises, compiled twice: for
 //! AVX-512 (16 lanes), chosen at run time when the CPU has it, and for the target's baseline
@@ -151,6 +151,63 @@ with_avx512! {
     }
 }
 
+with_avx512! {
+    /// LayerNorm of each row of `x` (rows of `gamma.len()`): `output`, the normalized rows
+    /// `normalized` and each row's `1 / sqrt(var + epsilon)` in `inv_std`.
+    fn layer_norm_loop(
+        x: &[f32],
+        gamma: &[f32],
+        beta: &[f32],
+        epsilon: f32,
+        output: &mut [f32],
+        normalized: &mut [f32],
+        inv_std: &mut [f32],
+    ) {
+        let width = gamma.len();
+        let rows = x.chunks(width).zip(output.chunks_mut(width)).zip(normalized.chunks_mut(width));
+        for (((x, y), n), r) in rows.zip(inv_std.iter_mut()) {
+            let mean = x.iter().sum::<f32>() / width as f32;
+            let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / width as f32;
+            *r = 1.0 / (var + epsilon).sqrt();
+            for ((((y, n), &x), &g), &b) in y.iter_mut().zip(n.iter_mut()).zip(x).zip(gamma).zip(beta) {
+                *n = (x - mean) * *r;
+                *y = *n * g + b;
+            }
+        }
+    }
+}
+
+with_avx512! {
+    /// LayerNorm's input gradient of each row (see `layer_norm.rs`), from the output's
+    /// gradient `dy`, the normalized rows `n` and `r`, with `gamma`; adds the rows'
+    /// contributions to `gamma_grad` (`dy * n`) and `beta_grad` (`dy`).
+    fn layer_norm_grad_loop(
+        dy: &[f32],
+        n: &[f32],
+        r: &[f32],
+        gamma: &[f32],
+        input_grad: &mut [f32],
+        gamma_grad: &mut [f32],
+        beta_grad: &mut [f32],
+    ) {
+        let width = gamma.len();
+        let rows = dy.chunks(width).zip(n.chunks(width)).zip(input_grad.chunks_mut(width));
+        for (((dy, n), dx), &r) in rows.zip(r) {
+            let (mut mean_g, mut mean_gn) = (0.0f32, 0.0f32);
+            for (((&dy, &n), &g), (dg, db)) in dy.iter().zip(n).zip(gamma).zip(gamma_grad.iter_mut().zip(beta_grad.iter_mut())) {
+                mean_g += dy * g;
+                mean_gn += dy * g * n;
+                *dg += dy * n;
+                *db += dy;
+            }
+            let (mean_g, mean_gn) = (mean_g / width as f32, mean_gn / width as f32);
+            for (((dx, &dy), &n), &g) in dx.iter_mut().zip(dy).zip(n).zip(gamma) {
+                *dx = r * (dy * g - mean_g - n * mean_gn);
+            }
+        }
+    }
+}
+
 /// Pairs of elements whose random words [`dropout_loop`] draws at a time.
 const WORDS: usize = 128;
 
@@ -238,6 +295,55 @@ pub(super) fn softmax_grad(output: &[f32], grad: &[f32], width: usize, input_gra
     on_two_threads(output, grad, width, input_grad, |_, y, g, dx| {
         softmax_grad_loop(y, g, width, dx)
     });
+}
+
+/// Rows of a LayerNorm that one task of rayon's takes.
+const LAYER_NORM_ROWS: usize = 64;
+
+/// LayerNorm of the rows of `x` (of `gamma.len()`), into `output` and `normalized` (as long)
+/// and `inv_std` (one per row), on rayon's threads.
+pub(super) fn layer_norm(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    epsilon: f32,
+    output: &mut [f32],
+    normalized: &mut [f32],
+    inv_std: &mut [f32],
+) {
+    let block = LAYER_NORM_ROWS * gamma.len();
+    x.par_chunks(block)
+        .zip(output.par_chunks_mut(block))
+        .zip(normalized.par_chunks_mut(block))
+        .zip(inv_std.par_chunks_mut(LAYER_NORM_ROWS))
+        .for_each(|(((x, y), n), r)| layer_norm_loop(x, gamma, beta, epsilon, y, n, r));
+}
+
+/// LayerNorm's gradients: the input's into `input_grad` (as long as `dy`), and those of gamma
+/// and beta (summed over the rows), returned; on rayon's threads, each summing its rows.
+pub(super) fn layer_norm_grad(
+    dy: &[f32],
+    n: &[f32],
+    r: &[f32],
+    gamma: &[f32],
+    input_grad: &mut [f32],
+) -> (Vec<f32>, Vec<f32>) {
+    let width = gamma.len();
+    let block = LAYER_NORM_ROWS * width;
+    let zeros = || (vec![0.0f32; width], vec![0.0f32; width]);
+    dy.par_chunks(block)
+        .zip(n.par_chunks(block))
+        .zip(r.par_chunks(LAYER_NORM_ROWS))
+        .zip(input_grad.par_chunks_mut(block))
+        .fold(zeros, |(mut dg, mut db), (((dy, n), r), dx)| {
+            layer_norm_grad_loop(dy, n, r, gamma, dx, &mut dg, &mut db);
+            (dg, db)
+        })
+        .reduce(zeros, |(mut dg, mut db), (dg2, db2)| {
+            dg.iter_mut().zip(dg2).for_each(|(a, b)| *a += b);
+            db.iter_mut().zip(db2).for_each(|(a, b)| *a += b);
+            (dg, db)
+        })
 }
 
 #[cfg(test)]

@@ -11,14 +11,22 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, TensorMetadata, backend::Backend};
 
+use super::FusedOps;
 use super::rows::as_rows;
 
-/// The op's backward step; its state is `(n, r, gamma)` (see the module documentation), `n`
-/// as `[rows, width]` and `r` as `[rows, 1]`.
+/// What [`FusedOps::layer_norm_rows`] gives: the output, and `n` and `r` for the backward pass
+/// (see the module documentation), `n` as `[rows, width]` and `r` as `[rows, 1]`.
+pub type Normalized<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
+
+/// What [`FusedOps::layer_norm_rows_backward`] gives: the gradients of the input, `gamma` and
+/// `beta`.
+pub type LayerNormGrads<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
+
+/// The op's backward step; its state is `(n, r, gamma)`.
 #[derive(Debug)]
 struct LayerNormLast;
 
-impl<B: Backend> Backward<B, 3> for LayerNormLast {
+impl<B: FusedOps> Backward<B, 3> for LayerNormLast {
     type State = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
 
     fn backward(
@@ -30,37 +38,54 @@ impl<B: Backend> Backward<B, 3> for LayerNormLast {
         let (normalized, inv_std, gamma) = ops.state;
         let grad = grads.consume::<B>(&ops.node);
         let shape = grad.shape();
-        let grad = as_rows::<B>(grad);
+        let (input_grad, gamma_grad, beta_grad) =
+            B::layer_norm_rows_backward(as_rows::<B>(grad), normalized, inv_std, gamma);
         let [input, gamma_node, beta_node] = ops.parents;
         if let Some(node) = beta_node {
-            grads.register::<B>(node.id, sum_rows::<B>(grad.clone()));
+            grads.register::<B>(node.id, beta_grad);
         }
         if let Some(node) = gamma_node {
-            let scaled = B::float_mul(grad.clone(), normalized.clone());
-            grads.register::<B>(node.id, sum_rows::<B>(scaled));
+            grads.register::<B>(node.id, gamma_grad);
         }
         if let Some(node) = input {
-            let grad_normalized = B::float_mul(grad, row_view::<B>(gamma));
-            let grad_input = input_grad::<B>(grad_normalized, normalized, inv_std);
-            grads.register::<B>(node.id, B::float_reshape(grad_input, shape));
+            grads.register::<B>(node.id, B::float_reshape(input_grad, shape));
         }
     }
 }
 
-/// `r * (g - mean(g) - n * mean(g * n))` on `[rows, width]`, every broadcast operand on the
-/// right.
-fn input_grad<B: Backend>(
-    grad_normalized: FloatTensor<B>,
+/// LayerNorm's forward pass on `[rows, width]` composed of burn's ops: the default of
+/// [`FusedOps::layer_norm_rows`].
+pub(super) fn layer_norm_rows<B: Backend>(
+    rows: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    epsilon: f64,
+) -> Normalized<B> {
+    let mean = B::float_mean_dim(rows.clone(), 1);
+    let centered = B::float_sub(rows, mean);
+    let var = B::float_mean_dim(B::float_mul(centered.clone(), centered.clone()), 1);
+    let inv_std = B::float_recip(B::float_sqrt(B::float_add_scalar(var, epsilon.into())));
+    let normalized = B::float_mul(centered, inv_std.clone());
+    let scaled = B::float_mul(normalized.clone(), row_view::<B>(gamma));
+    let output = B::float_add(scaled, row_view::<B>(beta));
+    (output, normalized, inv_std)
+}
+
+/// LayerNorm's backward pass on `[rows, width]` composed of burn's ops: the default of
+/// [`FusedOps::layer_norm_rows_backward`].
+pub(super) fn layer_norm_rows_backward<B: Backend>(
+    grad: FloatTensor<B>,
     normalized: FloatTensor<B>,
     inv_std: FloatTensor<B>,
-) -> FloatTensor<B> {
-    let mean_grad = B::float_mean_dim(grad_normalized.clone(), 1);
-    let mean_dot = B::float_mean_dim(B::float_mul(grad_normalized.clone(), normalized.clone()), 1);
-    let centered = B::float_sub(
-        B::float_sub(grad_normalized, mean_grad),
-        B::float_mul(normalized, mean_dot),
-    );
-    B::float_mul(centered, inv_std)
+    gamma: FloatTensor<B>,
+) -> LayerNormGrads<B> {
+    let beta_grad = sum_rows::<B>(grad.clone());
+    let gamma_grad = sum_rows::<B>(B::float_mul(grad.clone(), normalized.clone()));
+    let g = B::float_mul(grad, row_view::<B>(gamma));
+    let mean_grad = B::float_mean_dim(g.clone(), 1);
+    let mean_dot = B::float_mean_dim(B::float_mul(g.clone(), normalized.clone()), 1);
+    let centered = B::float_sub(B::float_sub(g, mean_grad), B::float_mul(normalized, mean_dot));
+    (B::float_mul(centered, inv_std), gamma_grad, beta_grad)
 }
 
 /// Sums `[rows, width]` over its rows, giving `[width]`.
@@ -75,44 +100,104 @@ fn row_view<B: Backend>(row: FloatTensor<B>) -> FloatTensor<B> {
     B::float_reshape(row, Shape::new([1, width]))
 }
 
-/// `(n, r)` of `[rows, width]` rows (see the module documentation).
-fn normalize<B: Backend>(rows: FloatTensor<B>, epsilon: f64) -> (FloatTensor<B>, FloatTensor<B>) {
-    let mean = B::float_mean_dim(rows.clone(), 1);
-    let centered = B::float_sub(rows, mean);
-    let var = B::float_mean_dim(B::float_mul(centered.clone(), centered.clone()), 1);
-    let inv_std = B::float_recip(B::float_sqrt(B::float_add_scalar(var, epsilon.into())));
-    (B::float_mul(centered, inv_std.clone()), inv_std)
-}
-
-/// LayerNorm over the last dimension of `tensor`, differentiated by [`LayerNormLast`]; without
-/// a gradient to record it is the inner backend's own `layer_norm`.
-pub(super) fn layer_norm_last<B: Backend, C: CheckpointStrategy>(
+/// LayerNorm over the last dimension of `tensor` by the inner backend's
+/// [`FusedOps::layer_norm_rows`], differentiated by [`LayerNormLast`].
+pub(super) fn layer_norm_last<B: FusedOps, C: CheckpointStrategy>(
     tensor: FloatTensor<Autodiff<B, C>>,
     gamma: FloatTensor<Autodiff<B, C>>,
     beta: FloatTensor<Autodiff<B, C>>,
     epsilon: f64,
 ) -> FloatTensor<Autodiff<B, C>> {
+    let shape = tensor.shape();
+    let forward = |tensor: FloatTensor<B>, gamma: FloatTensor<B>, beta| {
+        B::layer_norm_rows(as_rows::<B>(tensor), gamma, beta, epsilon)
+    };
     match LayerNormLast
         .prepare::<C>([tensor.node.clone(), gamma.node.clone(), beta.node.clone()])
         .compute_bound()
         .stateful()
     {
         OpsKind::Tracked(prep) => {
-            let shape = tensor.shape();
-            let (normalized, inv_std) = normalize::<B>(as_rows::<B>(tensor.primitive), epsilon);
-            let scaled = B::float_mul(normalized.clone(), row_view::<B>(gamma.primitive.clone()));
-            let output = B::float_add(scaled, row_view::<B>(beta.primitive));
+            let (output, normalized, inv_std) =
+                forward(tensor.primitive, gamma.primitive.clone(), beta.primitive);
             prep.finish(
                 (normalized, inv_std, gamma.primitive),
                 B::float_reshape(output, shape),
             )
         }
-        OpsKind::UnTracked(prep) => prep.finish(B::layer_norm(
-            tensor.primitive,
-            gamma.primitive,
-            Some(beta.primitive),
-            epsilon,
-        )),
+        OpsKind::UnTracked(prep) => {
+            let (output, _, _) = forward(tensor.primitive, gamma.primitive, beta.primitive);
+            prep.finish(B::float_reshape(output, shape))
+        }
+    }
+}
+
+/// The kernels on burn-flex's tensors, for contiguous `f32` tensors (others get the composed
+/// passes).
+#[cfg(feature = "flex")]
+pub(super) mod flex {
+    use burn::backend::Flex;
+    use burn::tensor::ops::FloatTensor;
+    use burn::tensor::{Bytes, DType, Shape};
+    use burn_flex::{FlexTensor, Layout};
+
+    use super::{LayerNormGrads, Normalized};
+    use crate::model::fused::kernels;
+
+    /// A contiguous `f32` tensor of `shape` holding `values`.
+    fn tensor(values: Vec<f32>, shape: Shape) -> FlexTensor {
+        FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(shape), DType::F32)
+    }
+
+    /// LayerNorm's forward pass on `[rows, width]`.
+    pub fn layer_norm_rows(
+        rows: FloatTensor<Flex>,
+        gamma: FloatTensor<Flex>,
+        beta: FloatTensor<Flex>,
+        epsilon: f64,
+    ) -> Normalized<Flex> {
+        let shape = rows.layout().shape().clone();
+        let (Some(x), Some(g), Some(b)) =
+            (rows.as_slice::<f32>(), gamma.as_slice::<f32>(), beta.as_slice::<f32>())
+        else {
+            return super::layer_norm_rows::<Flex>(rows, gamma, beta, epsilon);
+        };
+        let count = shape[0];
+        let (mut output, mut normalized) = (vec![0.0; x.len()], vec![0.0; x.len()]);
+        let mut inv_std = vec![0.0; count];
+        kernels::layer_norm(x, g, b, epsilon as f32, &mut output, &mut normalized, &mut inv_std);
+        (
+            tensor(output, shape.clone()),
+            tensor(normalized, shape),
+            tensor(inv_std, Shape::new([count, 1])),
+        )
+    }
+
+    /// LayerNorm's backward pass on `[rows, width]`.
+    pub fn layer_norm_rows_backward(
+        grad: FloatTensor<Flex>,
+        normalized: FloatTensor<Flex>,
+        inv_std: FloatTensor<Flex>,
+        gamma: FloatTensor<Flex>,
+    ) -> LayerNormGrads<Flex> {
+        let shape = grad.layout().shape().clone();
+        let slices = (
+            grad.as_slice::<f32>(),
+            normalized.as_slice::<f32>(),
+            inv_std.as_slice::<f32>(),
+            gamma.as_slice::<f32>(),
+        );
+        let (Some(dy), Some(n), Some(r), Some(g)) = slices else {
+            return super::layer_norm_rows_backward::<Flex>(grad, normalized, inv_std, gamma);
+        };
+        let mut input_grad = vec![0.0; dy.len()];
+        let (gamma_grad, beta_grad) = kernels::layer_norm_grad(dy, n, r, g, &mut input_grad);
+        let width = Shape::new([g.len()]);
+        (
+            tensor(input_grad, shape),
+            tensor(gamma_grad, width.clone()),
+            tensor(beta_grad, width),
+        )
     }
 }
 
@@ -161,7 +246,9 @@ mod tests {
 
     #[test]
     fn matches_burns_composed_layer_norm_and_its_gradients() {
-        for shape in [[2, 3, 8], [1, 5, 33], [4, 1, 2]] {
+        // Rows in one task of the kernel's, and in three (150 rows: partial sums of gamma's
+        // and beta's gradients added up).
+        for shape in [[2, 3, 8], [1, 5, 33], [4, 1, 2], [3, 50, 16]] {
             let ours = value_and_grads(|x, g, b| layer_norm(x, g, b, EPSILON), shape);
             let burns = value_and_grads(burns, shape);
             for (what, (ours, burns)) in ["output", "dx", "dgamma", "dbeta"]

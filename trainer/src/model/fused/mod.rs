@@ -1,12 +1,15 @@
-//! Attention's masked softmax, LayerNorm and GELU as single ops with hand-written gradients.
+//! The model's heavy ops as single autodiff ops with hand-written gradients: matrix products,
+//! attention's masked softmax, LayerNorm, GELU and dropout.
 //!
 //! burn 0.21 differentiates `softmax` and `layer_norm` as compositions of element-wise ops and
 //! reductions, whose gradients are broadcast views that burn-flex walks with its scalar strided
-//! fallback. [`FusedOps`] gives the model one op for each: on a backend that records gradients
-//! ([`Autodiff`], whatever its inner backend) the op keeps what its backward needs and computes
-//! the gradient directly, with the inner backend's contiguous kernels; on the inner backends
-//! themselves (evaluation, prediction) it is the backend's own. Those are burn's ops, except on
-//! burn-flex, where GELU and the masked softmax have kernels of their own (`kernels.rs`). The gradients are computed on `[rows, width]` views (see `rows.rs`).
+//! fallback, and every op of a composition writes a new tensor. [`FusedOps`] gives the model
+//! one op for each: on a backend that records gradients ([`Autodiff`], whatever its inner
+//! backend) the op keeps what its backward needs and computes the gradient directly, with the
+//! inner backend's ops; on the inner backends themselves (evaluation, prediction) it is the
+//! backend's own. Those are burn's ops (or compositions of them), except on burn-flex, where
+//! each has a kernel of its own (`kernels.rs`; matrix products by the system's BLAS,
+//! [`crate::blas`]). The gradients are computed on `[rows, width]` views (see `rows.rs`).
 
 mod dropout;
 mod gelu;
@@ -45,7 +48,31 @@ pub trait FusedOps: Backend {
         beta: FloatTensor<Self>,
         epsilon: f64,
     ) -> FloatTensor<Self> {
-        Self::layer_norm(tensor, gamma, Some(beta), epsilon)
+        let shape = tensor.shape();
+        let rows = rows::as_rows::<Self>(tensor);
+        let (output, _, _) = Self::layer_norm_rows(rows, gamma, beta, epsilon);
+        Self::float_reshape(output, shape)
+    }
+
+    /// LayerNorm of `[rows, width]`, with what its backward pass needs (see `layer_norm.rs`).
+    fn layer_norm_rows(
+        rows: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> layer_norm::Normalized<Self> {
+        layer_norm::layer_norm_rows::<Self>(rows, gamma, beta, epsilon)
+    }
+
+    /// The gradients of [`FusedOps::layer_norm_rows`] from its output's `grad` and what it
+    /// kept.
+    fn layer_norm_rows_backward(
+        grad: FloatTensor<Self>,
+        normalized: FloatTensor<Self>,
+        inv_std: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+    ) -> layer_norm::LayerNormGrads<Self> {
+        layer_norm::layer_norm_rows_backward::<Self>(grad, normalized, inv_std, gamma)
     }
 
     /// The matrix product over the last two dimensions, batch dimensions equal; laid out in
@@ -116,6 +143,24 @@ impl FusedOps for burn::backend::Flex {
 
     fn softmax_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         softmax::flex::softmax_backward(output, grad)
+    }
+
+    fn layer_norm_rows(
+        rows: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> layer_norm::Normalized<Self> {
+        layer_norm::flex::layer_norm_rows(rows, gamma, beta, epsilon)
+    }
+
+    fn layer_norm_rows_backward(
+        grad: FloatTensor<Self>,
+        normalized: FloatTensor<Self>,
+        inv_std: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+    ) -> layer_norm::LayerNormGrads<Self> {
+        layer_norm::flex::layer_norm_rows_backward(grad, normalized, inv_std, gamma)
     }
 
     fn matmul(
