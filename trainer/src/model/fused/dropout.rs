@@ -58,9 +58,9 @@ pub(super) fn dropout<B: FusedOps, C: CheckpointStrategy>(
 pub(super) mod flex {
     use burn::backend::Flex;
     use burn::tensor::ops::FloatTensor;
-    use burn::tensor::{Bytes, DType};
-    use burn_flex::{FlexTensor, Layout};
 
+    use super::super::kernels;
+    use super::super::output::filled;
     use crate::model::dropout::composed;
 
     /// Dropout of `tensor` with the mask of `(seed, call)`.
@@ -71,10 +71,9 @@ pub(super) mod flex {
         let Some(input) = tensor.as_slice::<f32>() else {
             return composed::<Flex>(tensor, prob, seed, call);
         };
-        let mut output = vec![0.0f32; input.len()];
-        super::super::kernels::dropout(input, &mut output, prob, seed, call);
-        let layout = Layout::contiguous(tensor.layout().shape().clone());
-        FlexTensor::new(Bytes::from_elems(output), layout, DType::F32)
+        let shape = tensor.layout().shape().clone();
+        // SAFETY: the kernel writes every element.
+        unsafe { filled(shape, |y| kernels::dropout(input, y, prob, seed, call)) }
     }
 }
 

@@ -29,18 +29,18 @@ pub(super) fn gelu<B: FusedOps, C: CheckpointStrategy>(
 #[cfg(feature = "flex")]
 pub(super) mod flex {
     use burn::backend::Flex;
-    use burn::tensor::DType;
     use burn::tensor::ops::{ActivationOps, FloatTensor};
-    use burn_flex::FlexTensor;
+
+    use super::super::kernels;
+    use super::super::output::filled;
 
     /// GELU of each element.
     pub fn gelu(tensor: FloatTensor<Flex>) -> FloatTensor<Flex> {
         let Some(input) = tensor.as_slice::<f32>() else {
             return Flex::gelu(tensor);
         };
-        let mut output = FlexTensor::empty(tensor.layout().shape().clone(), DType::F32);
-        super::super::kernels::gelu(input, output.storage_mut::<f32>());
-        output
+        // SAFETY: the kernel writes every element.
+        unsafe { filled(tensor.layout().shape().clone(), |y| kernels::gelu(input, y)) }
     }
 
     /// The gradient of GELU at `input` times `grad`.
@@ -48,9 +48,8 @@ pub(super) mod flex {
         let (Some(x), Some(g)) = (input.as_slice::<f32>(), grad.as_slice::<f32>()) else {
             return Flex::gelu_backward(input, grad);
         };
-        let mut output = FlexTensor::empty(input.layout().shape().clone(), DType::F32);
-        super::super::kernels::gelu_grad(x, g, output.storage_mut::<f32>());
-        output
+        // SAFETY: the kernel writes every element.
+        unsafe { filled(input.layout().shape().clone(), |y| kernels::gelu_grad(x, g, y)) }
     }
 }
 

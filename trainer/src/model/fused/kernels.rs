@@ -6,9 +6,26 @@
 //! (4 lanes on x86-64). Each call splits its rows in two halves, one per thread. The exponential
 //! is computed here too: libm's `expf` is a call per element, which stops vectorisation.
 
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
 use crate::model::dropout::{CHUNK, GAMMA, chunk_key, keep_threshold, mix};
+
+/// An output element: each kernel writes every element of its outputs without reading them
+/// first, so outputs are not zeroed before (for a tensor of a training step, zeroing is a pass
+/// over its memory as long as the kernel's own; see `output.rs`).
+pub(super) type Uninit = MaybeUninit<f32>;
+
+/// `slice` as the values written to it.
+///
+/// # Safety
+/// Every element must have been written.
+#[inline(always)]
+unsafe fn assume_written(slice: &mut [Uninit]) -> &mut [f32] {
+    // SAFETY: MaybeUninit<f32> has f32's layout, and the caller vouches for the values.
+    unsafe { &mut *(slice as *mut [Uninit] as *mut [f32]) }
+}
 
 /// `fn NAME(ARGS) BODY`, with `BODY` compiled for AVX-512 (F and DQ: dropout's generator
 /// multiplies 64-bit lanes) and used when the CPU has it.
@@ -91,19 +108,19 @@ fn cdf_and_pdf(x: f32) -> (f32, f32) {
 
 with_avx512! {
     /// GELU of each element.
-    fn gelu_loop(input: &[f32], output: &mut [f32]) {
+    fn gelu_loop(input: &[f32], output: &mut [Uninit]) {
         for (y, &x) in output.iter_mut().zip(input) {
-            *y = x * cdf_and_pdf(x).0;
+            y.write(x * cdf_and_pdf(x).0);
         }
     }
 }
 
 with_avx512! {
     /// GELU's derivative at each element of `input`, times `grad`.
-    fn gelu_grad_loop(input: &[f32], grad: &[f32], output: &mut [f32]) {
+    fn gelu_grad_loop(input: &[f32], grad: &[f32], output: &mut [Uninit]) {
         for ((y, &x), &g) in output.iter_mut().zip(input).zip(grad) {
             let (cdf, pdf) = cdf_and_pdf(x);
-            *y = g * (cdf + x * pdf);
+            y.write(g * (cdf + x * pdf));
         }
     }
 }
@@ -117,14 +134,16 @@ with_avx512! {
         width: usize,
         rows_per_bias: usize,
         first_row: usize,
-        output: &mut [f32],
+        output: &mut [Uninit],
     ) {
         for (i, (x, y)) in x.chunks(width).zip(output.chunks_mut(width)).enumerate() {
             let b = (first_row + i) / rows_per_bias;
             let bias = &bias[b * width..(b + 1) * width];
             for ((y, &x), &b) in y.iter_mut().zip(x).zip(bias) {
-                *y = x + b;
+                y.write(x + b);
             }
+            // SAFETY: the loop above wrote every element of the row.
+            let y = unsafe { assume_written(y) };
             let max = y.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
             for y in y.iter_mut() {
                 *y = exp_nonpositive(*y - max);
@@ -140,12 +159,12 @@ with_avx512! {
 with_avx512! {
     /// The softmax's gradient `y * (g - sum(g * y))` of each row of `width` in `output` (`y`),
     /// `grad` (`g`) and `input_grad`.
-    fn softmax_grad_loop(output: &[f32], grad: &[f32], width: usize, input_grad: &mut [f32]) {
+    fn softmax_grad_loop(output: &[f32], grad: &[f32], width: usize, input_grad: &mut [Uninit]) {
         let rows = output.chunks(width).zip(grad.chunks(width));
         for ((y, g), dx) in rows.zip(input_grad.chunks_mut(width)) {
             let dot: f32 = y.iter().zip(g).map(|(y, g)| y * g).sum();
             for ((dx, &y), &g) in dx.iter_mut().zip(y).zip(g) {
-                *dx = y * (g - dot);
+                dx.write(y * (g - dot));
             }
         }
     }
@@ -159,19 +178,21 @@ with_avx512! {
         gamma: &[f32],
         beta: &[f32],
         epsilon: f32,
-        output: &mut [f32],
-        normalized: &mut [f32],
-        inv_std: &mut [f32],
+        output: &mut [Uninit],
+        normalized: &mut [Uninit],
+        inv_std: &mut [Uninit],
     ) {
         let width = gamma.len();
         let rows = x.chunks(width).zip(output.chunks_mut(width)).zip(normalized.chunks_mut(width));
         for (((x, y), n), r) in rows.zip(inv_std.iter_mut()) {
             let mean = x.iter().sum::<f32>() / width as f32;
             let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / width as f32;
-            *r = 1.0 / (var + epsilon).sqrt();
+            let inv = 1.0 / (var + epsilon).sqrt();
+            r.write(inv);
             for ((((y, n), &x), &g), &b) in y.iter_mut().zip(n.iter_mut()).zip(x).zip(gamma).zip(beta) {
-                *n = (x - mean) * *r;
-                *y = *n * g + b;
+                let normal = (x - mean) * inv;
+                n.write(normal);
+                y.write(normal * g + b);
             }
         }
     }
@@ -186,7 +207,7 @@ with_avx512! {
         n: &[f32],
         r: &[f32],
         gamma: &[f32],
-        input_grad: &mut [f32],
+        input_grad: &mut [Uninit],
         gamma_grad: &mut [f32],
         beta_grad: &mut [f32],
     ) {
@@ -202,7 +223,7 @@ with_avx512! {
             }
             let (mean_g, mean_gn) = (mean_g / width as f32, mean_gn / width as f32);
             for (((dx, &dy), &n), &g) in dx.iter_mut().zip(dy).zip(n).zip(gamma) {
-                *dx = r * (dy * g - mean_g - n * mean_gn);
+                dx.write(r * (dy * g - mean_g - n * mean_gn));
             }
         }
     }
@@ -216,7 +237,7 @@ with_avx512! {
     /// and `2j + 1` are kept, times `scale`, when the low and the high half of the `j`-th
     /// SplitMix64 word from `key` are below `threshold` (as `random_bits` draws them). The
     /// words of a block are drawn first and applied after: two loops that vectorise.
-    fn dropout_loop(input: &[f32], output: &mut [f32], key: u64, threshold: i32, scale: f32) {
+    fn dropout_loop(input: &[f32], output: &mut [Uninit], key: u64, threshold: i32, scale: f32) {
         let mut halves = [0i32; 2 * WORDS];
         for (block, (y, x)) in output.chunks_mut(2 * WORDS).zip(input.chunks(2 * WORDS)).enumerate() {
             let first = (block * WORDS) as u64 + 1;
@@ -226,7 +247,7 @@ with_avx512! {
                 pair[1] = (word >> 32) as i32;
             }
             for ((y, &x), &half) in y.iter_mut().zip(x).zip(&halves) {
-                *y = if half < threshold { x * scale } else { 0.0 };
+                y.write(if half < threshold { x * scale } else { 0.0 });
             }
         }
     }
@@ -234,7 +255,7 @@ with_avx512! {
 
 /// Dropout of `input` with the mask of `(seed, call)` into `output` (as long), its chunks
 /// spread over rayon's threads. `prob` is in `(0, 1]`: the threshold of 0 would not fit an i32.
-pub(super) fn dropout(input: &[f32], output: &mut [f32], prob: f64, seed: u64, call: u64) {
+pub(super) fn dropout(input: &[f32], output: &mut [Uninit], prob: f64, seed: u64, call: u64) {
     let threshold = keep_threshold(prob) as i32;
     let scale = if prob < 1.0 { (1.0 / (1.0 - prob)) as f32 } else { 0.0 };
     output
@@ -252,8 +273,8 @@ fn on_two_threads(
     a: &[f32],
     b: &[f32],
     width: usize,
-    output: &mut [f32],
-    run: impl Fn(usize, &[f32], &[f32], &mut [f32]) + Sync,
+    output: &mut [Uninit],
+    run: impl Fn(usize, &[f32], &[f32], &mut [Uninit]) + Sync,
 ) {
     let rows = a.len() / width.max(1);
     let mid = (rows / 2) * width;
@@ -271,18 +292,18 @@ fn on_two_threads(
 }
 
 /// GELU of each element of `input`, into `output` (as long).
-pub(super) fn gelu(input: &[f32], output: &mut [f32]) {
+pub(super) fn gelu(input: &[f32], output: &mut [Uninit]) {
     on_two_threads(input, &[], 1, output, |_, x, _, y| gelu_loop(x, y));
 }
 
 /// GELU's derivative at each element of `input` times `grad`, into `output` (all as long).
-pub(super) fn gelu_grad(input: &[f32], grad: &[f32], output: &mut [f32]) {
+pub(super) fn gelu_grad(input: &[f32], grad: &[f32], output: &mut [Uninit]) {
     on_two_threads(input, grad, 1, output, |_, x, g, y| gelu_grad_loop(x, g, y));
 }
 
 /// `softmax(x + bias)` over rows of `width`: `x` holds `bias.len() / width` groups of rows,
 /// group `i` biased by row `i` of `bias` (a padding mask per sequence, shared by its heads).
-pub(super) fn masked_softmax(x: &[f32], bias: &[f32], width: usize, output: &mut [f32]) {
+pub(super) fn masked_softmax(x: &[f32], bias: &[f32], width: usize, output: &mut [Uninit]) {
     let rows_per_bias = x.len() / bias.len();
     on_two_threads(x, &[], width, output, |first_row, x, _, y| {
         masked_softmax_loop(x, bias, width, rows_per_bias, first_row, y)
@@ -291,7 +312,7 @@ pub(super) fn masked_softmax(x: &[f32], bias: &[f32], width: usize, output: &mut
 
 /// The gradient of a softmax over rows of `width`, from its `output` and the output's `grad`,
 /// into `input_grad` (all as long).
-pub(super) fn softmax_grad(output: &[f32], grad: &[f32], width: usize, input_grad: &mut [f32]) {
+pub(super) fn softmax_grad(output: &[f32], grad: &[f32], width: usize, input_grad: &mut [Uninit]) {
     on_two_threads(output, grad, width, input_grad, |_, y, g, dx| {
         softmax_grad_loop(y, g, width, dx)
     });
@@ -307,9 +328,9 @@ pub(super) fn layer_norm(
     gamma: &[f32],
     beta: &[f32],
     epsilon: f32,
-    output: &mut [f32],
-    normalized: &mut [f32],
-    inv_std: &mut [f32],
+    output: &mut [Uninit],
+    normalized: &mut [Uninit],
+    inv_std: &mut [Uninit],
 ) {
     let block = LAYER_NORM_ROWS * gamma.len();
     x.par_chunks(block)
@@ -326,7 +347,7 @@ pub(super) fn layer_norm_grad(
     n: &[f32],
     r: &[f32],
     gamma: &[f32],
-    input_grad: &mut [f32],
+    input_grad: &mut [Uninit],
 ) -> (Vec<f32>, Vec<f32>) {
     let width = gamma.len();
     let block = LAYER_NORM_ROWS * width;

@@ -137,17 +137,12 @@ pub(super) fn layer_norm_last<B: FusedOps, C: CheckpointStrategy>(
 #[cfg(feature = "flex")]
 pub(super) mod flex {
     use burn::backend::Flex;
+    use burn::tensor::Shape;
     use burn::tensor::ops::FloatTensor;
-    use burn::tensor::{Bytes, DType, Shape};
-    use burn_flex::{FlexTensor, Layout};
 
+    use super::super::kernels;
+    use super::super::output::{tensor, written};
     use super::{LayerNormGrads, Normalized};
-    use crate::model::fused::kernels;
-
-    /// A contiguous `f32` tensor of `shape` holding `values`.
-    fn tensor(values: Vec<f32>, shape: Shape) -> FlexTensor {
-        FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(shape), DType::F32)
-    }
 
     /// LayerNorm's forward pass on `[rows, width]`.
     pub fn layer_norm_rows(
@@ -163,9 +158,18 @@ pub(super) mod flex {
             return super::layer_norm_rows::<Flex>(rows, gamma, beta, epsilon);
         };
         let count = shape[0];
-        let (mut output, mut normalized) = (vec![0.0; x.len()], vec![0.0; x.len()]);
-        let mut inv_std = vec![0.0; count];
-        kernels::layer_norm(x, g, b, epsilon as f32, &mut output, &mut normalized, &mut inv_std);
+        let mut inv_std = Vec::new();
+        let mut normalized = Vec::new();
+        // SAFETY: the kernel writes every element of its three outputs.
+        let output = unsafe {
+            written(x.len(), |y| {
+                normalized = written(x.len(), |n| {
+                    inv_std = written(count, |r| {
+                        kernels::layer_norm(x, g, b, epsilon as f32, y, n, r);
+                    });
+                });
+            })
+        };
         (
             tensor(output, shape.clone()),
             tensor(normalized, shape),
@@ -190,8 +194,13 @@ pub(super) mod flex {
         let (Some(dy), Some(n), Some(r), Some(g)) = slices else {
             return super::layer_norm_rows_backward::<Flex>(grad, normalized, inv_std, gamma);
         };
-        let mut input_grad = vec![0.0; dy.len()];
-        let (gamma_grad, beta_grad) = kernels::layer_norm_grad(dy, n, r, g, &mut input_grad);
+        let (mut gamma_grad, mut beta_grad) = (Vec::new(), Vec::new());
+        // SAFETY: the kernel writes every element.
+        let input_grad = unsafe {
+            written(dy.len(), |dx| {
+                (gamma_grad, beta_grad) = kernels::layer_norm_grad(dy, n, r, g, dx);
+            })
+        };
         let width = Shape::new([g.len()]);
         (
             tensor(input_grad, shape),

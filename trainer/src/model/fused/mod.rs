@@ -17,6 +17,8 @@ mod gelu;
 mod kernels;
 mod layer_norm;
 mod matmul;
+#[cfg(feature = "flex")]
+mod output;
 mod rows;
 mod softmax;
 mod unary;

@@ -50,9 +50,10 @@ pub(super) fn masked_softmax<B: FusedOps, C: CheckpointStrategy>(
 #[cfg(feature = "flex")]
 pub(super) mod flex {
     use burn::backend::Flex;
-    use burn::tensor::DType;
     use burn::tensor::ops::{ActivationOps, FloatTensor, FloatTensorOps};
-    use burn_flex::FlexTensor;
+
+    use super::super::kernels;
+    use super::super::output::filled;
 
     /// `softmax(scores + bias)` over the last dimension; `scores` is `[batch, heads, seq, width]`
     /// and `bias` `[batch, 1, 1, width]`.
@@ -67,9 +68,8 @@ pub(super) mod flex {
             let last = shape.num_dims() - 1;
             return Flex::softmax(Flex::float_add(scores, bias), last);
         }
-        let mut output = FlexTensor::empty(shape, DType::F32);
-        super::super::kernels::masked_softmax(x, b, width, output.storage_mut::<f32>());
-        output
+        // SAFETY: the kernel writes every element.
+        unsafe { filled(shape, |y| kernels::masked_softmax(x, b, width, y)) }
     }
 
     /// The softmax's gradient from its `output` and the output's `grad` (same shapes).
@@ -78,9 +78,8 @@ pub(super) mod flex {
         let width = shape[shape.num_dims() - 1];
         match (output.as_slice::<f32>(), grad.as_slice::<f32>()) {
             (Some(y), Some(g)) if width > 0 && y.len() == g.len() => {
-                let mut input_grad = FlexTensor::empty(shape, DType::F32);
-                super::super::kernels::softmax_grad(y, g, width, input_grad.storage_mut::<f32>());
-                input_grad
+                // SAFETY: the kernel writes every element.
+                unsafe { filled(shape, |dx| kernels::softmax_grad(y, g, width, dx)) }
             }
             _ => super::softmax_backward::<Flex>(output, grad),
         }
