@@ -23,8 +23,12 @@ RUN cargo build --release --locked -p hptune --bin hptune \
  && cargo build --release --locked -p hptune-trainer --features cuda \
  && mkdir -p models
 
-# Run stage: the CUDA runtime (cudart, NVRTC, cuBLAS) and the two binaries, as a plain user.
+# Run stage: the CUDA runtime (cudart, NVRTC, cuBLAS), OpenBLAS for `--device cpu` trials (the
+# trainer opens it at run time), and the two binaries, as a plain user.
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu22.04
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libopenblas0-pthread \
+ && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/hptune /src/target/release/hptune-trainer /usr/local/bin/
 COPY --from=build /src/models /opt/hptune/models
 COPY --from=build /src/samples /opt/hptune/samples

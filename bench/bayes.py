@@ -14,8 +14,9 @@ Markdown tables:
 
 hptune runs through the real controller: `hptune run` on a generated study file, with
 `examples/objective.rs` as the worker; its proposal times come from the sampler's debug log.
-Optuna runs in-process through ask/tell; with 4 parallel trials, 4 are asked before the
-oldest is told (the controller's order when trials take equal time).
+Optuna runs in-process through ask/tell, in the controller's order when trials take equal
+time: with 4 parallel trials, 4 are asked, then all 4 are told (a batch's trials end together,
+and the controller records every ended trial before it proposes the next).
 
 Results (every run, with its trajectory and timings) go to bench/results/<timestamp>.json.
 """
@@ -169,18 +170,19 @@ def run_optuna(binaries, sampler, function, trials, parallel, seed):
         timings[trial.number] = time.perf_counter() - start
         pending.append(trial)
 
-    def tell():
-        trial = pending.pop(0)
-        value = evaluate(binaries[1], function, trial.params)
-        values[trial.number] = value
-        study.tell(trial, value)
+    def tell_all():
+        while pending:
+            trial = pending.pop(0)
+            value = evaluate(binaries[1], function, trial.params)
+            values[trial.number] = value
+            study.tell(trial, value)
 
     asked = 0
     while asked < trials or pending:
         while asked < trials and len(pending) < parallel:
             ask()
             asked += 1
-        tell()
+        tell_all()
     return values, timings
 
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinSet;
+use tokio::task::{self, JoinError, JoinSet};
 
 use crate::executor::process::{controller_id, controller_is_gone};
 use crate::executor::{
@@ -208,7 +208,7 @@ struct Run<'a> {
     view: StudyView,
     events_tx: mpsc::UnboundedSender<WorkerEvent>,
     workers: JoinSet<WorkerOutcome>,
-    tasks: HashMap<tokio::task::Id, i64>,
+    tasks: HashMap<task::Id, i64>,
     running: HashMap<i64, Running>,
     /// Trials being stopped by the early-stopping rule, and why.
     early_stops: HashMap<i64, String>,
@@ -317,22 +317,19 @@ pub async fn run(
             // the heartbeat nor an interrupt.
             biased;
             Some(joined) = run.workers.join_next_with_id() => {
-                let outcome = match joined {
-                    Ok((id, outcome)) => {
-                        run.tasks.remove(&id);
-                        outcome
+                // Every worker that has ended by now is recorded before the next proposal:
+                // trials of equal length end together, and a proposal made while the others'
+                // results wait unread would treat them as still running.
+                let mut next = Some(joined);
+                while let Some(joined) = next {
+                    let outcome = run.outcome(joined);
+                    // Events the worker sent before it ended come first.
+                    while let Ok(event) = events.try_recv() {
+                        run.record(event, Some(outcome.trial_id)).await?;
                     }
-                    Err(e) => WorkerOutcome {
-                        trial_id: run.tasks.remove(&e.id()).unwrap_or_default(),
-                        end: WorkerEnd::LaunchFailed(format!("the task watching the worker failed: {e}")),
-                        last_output: None,
-                    },
-                };
-                // Events the worker sent before it ended come first.
-                while let Ok(event) = events.try_recv() {
-                    run.record(event, Some(outcome.trial_id)).await?;
+                    run.conclude(outcome, interrupted, observer).await?;
+                    next = run.workers.try_join_next_with_id();
                 }
-                run.conclude(outcome, interrupted, observer).await?;
             }
             _ = heartbeat.tick() => {
                 storage.heartbeat(&run.owner).await?;
@@ -604,6 +601,21 @@ impl Run<'_> {
             self.early_stops.insert(trial_id, reason);
         }
         Ok(())
+    }
+
+    /// What the task watching a worker returned, its trial's id found when the task failed.
+    fn outcome(&mut self, joined: Result<(task::Id, WorkerOutcome), JoinError>) -> WorkerOutcome {
+        match joined {
+            Ok((id, outcome)) => {
+                self.tasks.remove(&id);
+                outcome
+            }
+            Err(e) => WorkerOutcome {
+                trial_id: self.tasks.remove(&e.id()).unwrap_or_default(),
+                end: WorkerEnd::LaunchFailed(format!("the task watching the worker failed: {e}")),
+                last_output: None,
+            },
+        }
     }
 
     /// Judges how a worker ended: retries the trial, or records its end.

@@ -98,6 +98,8 @@ pub fn dispatch<T: BackendTask>(
     crate::model::dropout::use_host_masks(device == DeviceChoice::Cpu);
     if device == DeviceChoice::Cpu {
         keep_freed_memory();
+        // Opened now, so that the log says at the start which library multiplies.
+        crate::blas::Cblas::get();
     }
     match (device, cpu) {
         #[cfg(feature = "cuda")]

@@ -155,13 +155,17 @@ impl Cblas {
                     Some(name) => Self::open(name),
                     None => DEFAULT_NAMES.iter().find_map(|name| Self::open(name)),
                 };
-                match (&library, &choice) {
-                    (Some(blas), _) => tracing::debug!("matrix products by {}", blas.name),
-                    (None, Some(name)) if name != "none" => tracing::warn!(
+                match (&library, choice.as_deref()) {
+                    (Some(blas), _) => tracing::info!("matrix products by {}", blas.name),
+                    (None, Some("none")) => tracing::info!("matrix products by burn (HPTUNE_BLAS=none)"),
+                    (None, Some(name)) => tracing::warn!(
                         "HPTUNE_BLAS={name}: no CBLAS library with cblas_sgemm found there; \
-                         matrix products by burn"
+                         matrix products by burn, about half as fast"
                     ),
-                    _ => tracing::debug!("no BLAS library; matrix products by burn"),
+                    (None, None) => tracing::info!(
+                        "no OpenBLAS found (scripts/install-blas.sh installs it): matrix \
+                         products by burn, about half as fast"
+                    ),
                 }
                 library
             })

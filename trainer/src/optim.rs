@@ -1,15 +1,19 @@
 //! What Hugging Face's Trainer does around AdamW: parameter groups without weight decay on
 //! biases and LayerNorm, global gradient-norm clipping, and the linear warmup/decay schedule.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use burn::module::{ModuleVisitor, Param, ParamId};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
-use burn::tensor::{ElementConversion, Tensor, backend::AutodiffBackend, backend::Backend};
+use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{
+    ElementConversion, Tensor, TensorPrimitive, backend::AutodiffBackend, backend::Backend,
+};
 
+use crate::backend::TrainBackend;
 use crate::checkpoint::walk::PathStack;
-use crate::model::BertClassifier;
+use crate::model::fused::AdamWStep;
+use crate::model::{BertClassifier, FusedOps};
 
 /// AdamW's settings (PyTorch's / Hugging Face's defaults apart from the rate).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,36 +66,37 @@ impl LinearSchedule {
     }
 }
 
-type Adaptor<B> = OptimizerAdaptor<AdamW, BertClassifier<B>, B>;
-
-/// AdamW over two parameter groups, with global gradient clipping.
-pub struct GroupedAdamW<B: AutodiffBackend> {
-    decay: Adaptor<B>,
-    no_decay: Adaptor<B>,
-    decay_ids: Vec<ParamId>,
-    no_decay_ids: Vec<ParamId>,
-    max_grad_norm: Option<f64>,
+/// A parameter's AdamW moments and its number of updates so far.
+struct Moments<B: Backend> {
+    first: FloatTensor<B>,
+    second: FloatTensor<B>,
+    time: i32,
 }
 
-impl<B: AutodiffBackend> GroupedAdamW<B> {
+/// AdamW over two parameter groups, with global gradient clipping.
+///
+/// Each parameter's update is one [`FusedOps::adamw`] of the inner backend (one pass on
+/// burn-flex), and clipping is folded into it as the gradient's factor; the update is burn's
+/// and PyTorch's AdamW (decoupled weight decay, bias-corrected moments).
+pub struct GroupedAdamW<B: TrainBackend> {
+    settings: AdamWSettings,
+    decay_ids: Vec<ParamId>,
+    no_decay_ids: Vec<ParamId>,
+    no_decay: HashSet<ParamId>,
+    moments: HashMap<ParamId, Moments<B::InnerBackend>>,
+}
+
+impl<B: TrainBackend> GroupedAdamW<B> {
     /// Builds the optimiser for `model`'s parameters.
     pub fn new(model: &BertClassifier<B>, settings: AdamWSettings) -> Self {
         let mut groups = Groups::default();
         burn::module::Module::visit(model, &mut groups);
-        let config = |decay: f64| {
-            AdamWConfig::new()
-                .with_beta_1(settings.beta_1 as f32)
-                .with_beta_2(settings.beta_2 as f32)
-                .with_epsilon(settings.epsilon as f32)
-                .with_weight_decay(decay as f32)
-                .init()
-        };
         GroupedAdamW {
-            decay: config(settings.weight_decay),
-            no_decay: config(0.0),
+            settings,
+            no_decay: groups.no_decay.iter().copied().collect(),
             decay_ids: groups.decay,
             no_decay_ids: groups.no_decay,
-            max_grad_norm: settings.max_grad_norm.filter(|n| *n > 0.0),
+            moments: HashMap::new(),
         }
     }
 
@@ -100,38 +105,89 @@ impl<B: AutodiffBackend> GroupedAdamW<B> {
         &self.no_decay_ids
     }
 
+    /// Parameters with weight decay (weight matrices and embeddings), for inspection.
+    pub fn decay_ids(&self) -> &[ParamId] {
+        &self.decay_ids
+    }
+
     /// Applies one step at rate `lr` from the gradients of a backward pass; returns the global
     /// gradient norm before clipping.
     pub fn step(
         &mut self,
         lr: f64,
         model: BertClassifier<B>,
-        mut grads: B::Gradients,
+        grads: B::Gradients,
     ) -> (BertClassifier<B>, f64) {
-        let mut decay = GradientsParams::from_params(&mut grads, &model, &self.decay_ids);
-        let mut no_decay = GradientsParams::from_params(&mut grads, &model, &self.no_decay_ids);
+        let mut grads = GradientsParams::from_grads(grads, &model);
         let norm = {
             let mut sum = SquaredNorm {
-                containers: [&decay, &no_decay],
+                grads: &grads,
                 total: 0.0,
             };
             burn::module::Module::visit(&model, &mut sum);
             sum.total.sqrt()
         };
-        if let Some(max) = self.max_grad_norm {
-            // torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when that is below 1.
-            let factor = max / (norm + 1e-6);
-            if factor < 1.0 {
-                let mut scale = Scale {
-                    containers: [&mut decay, &mut no_decay],
-                    factor,
-                };
-                burn::module::Module::visit(&model, &mut scale);
-            }
+        // torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when that is below 1.
+        let grad_scale = match self.settings.max_grad_norm.filter(|max| *max > 0.0) {
+            Some(max) => (max / (norm + 1e-6)).min(1.0),
+            None => 1.0,
+        };
+        let mut update = Update {
+            optimizer: self,
+            grads: &mut grads,
+            lr,
+            grad_scale,
+        };
+        (burn::module::Module::map(model, &mut update), norm)
+    }
+}
+
+/// Replaces each parameter that has a gradient by its AdamW update.
+struct Update<'a, B: TrainBackend> {
+    optimizer: &'a mut GroupedAdamW<B>,
+    grads: &'a mut GradientsParams,
+    lr: f64,
+    grad_scale: f64,
+}
+
+impl<B: TrainBackend> ModuleMapper<B> for Update<'_, B> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(id) else {
+            return Param::from_mapped_value(id, tensor, mapper);
+        };
+        let settings = &self.optimizer.settings;
+        let previous = self.optimizer.moments.remove(&id);
+        let step = AdamWStep {
+            lr: self.lr,
+            weight_decay: match self.optimizer.no_decay.contains(&id) {
+                true => 0.0,
+                false => settings.weight_decay,
+            },
+            beta_1: settings.beta_1,
+            beta_2: settings.beta_2,
+            epsilon: settings.epsilon,
+            time: previous.as_ref().map_or(1, |m| m.time + 1),
+            grad_scale: self.grad_scale,
+        };
+        let require_grad = tensor.is_require_grad();
+        let (updated, first, second) = B::InnerBackend::adamw(
+            tensor.inner().into_primitive().tensor(),
+            grad.into_primitive().tensor(),
+            previous.map(|m| (m.first, m.second)),
+            &step,
+        );
+        let moments = Moments {
+            first,
+            second,
+            time: step.time,
+        };
+        self.optimizer.moments.insert(id, moments);
+        let mut tensor = Tensor::from_inner(Tensor::from_primitive(TensorPrimitive::Float(updated)));
+        if require_grad {
+            tensor = tensor.require_grad();
         }
-        let model = self.decay.step(lr, model, decay);
-        let model = self.no_decay.step(lr, model, no_decay);
-        (model, norm)
+        Param::from_mapped_value(id, tensor, mapper)
     }
 }
 
@@ -159,32 +215,16 @@ impl<B: Backend> ModuleVisitor<B> for Groups {
     }
 }
 
+/// Sums the squares of every parameter's gradient.
 struct SquaredNorm<'a> {
-    containers: [&'a GradientsParams; 2],
+    grads: &'a GradientsParams,
     total: f64,
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        for container in self.containers {
-            if let Some(grad) = container.get::<B::InnerBackend, D>(param.id) {
-                self.total += grad.square().sum().into_scalar().elem::<f64>();
-            }
-        }
-    }
-}
-
-struct Scale<'a> {
-    containers: [&'a mut GradientsParams; 2],
-    factor: f64,
-}
-
-impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        for container in self.containers.iter_mut() {
-            if let Some(grad) = container.remove::<B::InnerBackend, D>(param.id) {
-                container.register(param.id, grad.mul_scalar(self.factor));
-            }
+        if let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) {
+            self.total += grad.square().sum().into_scalar().elem::<f64>();
         }
     }
 }
@@ -251,8 +291,8 @@ mod tests {
         // Per layer 6 biases + 2 LayerNorms x 2; embeddings' LayerNorm 2; pooler and head biases.
         assert_eq!(optimizer.no_decay_ids().len(), 6 + 4 + 2 + 1 + 1);
         // 3 embedding tables, 6 linear weights per layer, pooler and classifier weights.
-        assert_eq!(optimizer.decay_ids.len(), 3 + 6 + 1 + 1);
-        let mut grouped: HashSet<ParamId> = optimizer.decay_ids.iter().copied().collect();
+        assert_eq!(optimizer.decay_ids().len(), 3 + 6 + 1 + 1);
+        let mut grouped: HashSet<ParamId> = optimizer.decay_ids().iter().copied().collect();
         grouped.extend(optimizer.no_decay_ids().iter().copied());
         assert_eq!(grouped, all_param_ids::<B, _>(&model));
     }

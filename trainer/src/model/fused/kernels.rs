@@ -1,5 +1,5 @@
-//! The `f32` loops behind burn-flex's GELU, masked softmax, dropout and LayerNorm (`gelu.rs`,
-//! `softmax.rs`, `dropout.rs`, `layer_norm.rs`).
+//! The `f32` loops behind burn-flex's GELU, masked softmax, dropout, LayerNorm and AdamW
+//! (`gelu.rs`, `softmax.rs`, `dropout.rs`, `layer_norm.rs`, `adamw.rs`).
 //!
 //! Each loop is straight-line arithmetic that the compiler vectorises, compiled twice: for
 //! AVX-512 (16 lanes), chosen at run time when the CPU has it, and for the target's baseline
@@ -229,6 +229,64 @@ with_avx512! {
     }
 }
 
+/// The per-element constants of one AdamW update (see `adamw.rs`).
+pub(super) struct AdamWCoefficients {
+    /// The gradient's factor (clipping).
+    pub grad_scale: f32,
+    /// First-moment decay.
+    pub beta_1: f32,
+    /// Second-moment decay.
+    pub beta_2: f32,
+    /// `lr / (1 - b1^t)`.
+    pub step_size: f32,
+    /// `1 / sqrt(1 - b2^t)`.
+    pub inv_sqrt_correction_2: f32,
+    /// Added to the denominator.
+    pub epsilon: f32,
+    /// `1 - lr wd`.
+    pub decay: f32,
+}
+
+with_avx512! {
+    /// One AdamW update of each element; `moments` are the previous ones (zero when `None`).
+    fn adamw_loop(
+        p: &[f32],
+        g: &[f32],
+        moments: Option<(&[f32], &[f32])>,
+        c: &AdamWCoefficients,
+        p_new: &mut [Uninit],
+        m_new: &mut [Uninit],
+        v_new: &mut [Uninit],
+    ) {
+        let update = |p: f32, g: f32, m: f32, v: f32| {
+            let g = g * c.grad_scale;
+            let m = c.beta_1 * m + (1.0 - c.beta_1) * g;
+            let v = c.beta_2 * v + (1.0 - c.beta_2) * g * g;
+            let denominator = v.sqrt() * c.inv_sqrt_correction_2 + c.epsilon;
+            (p * c.decay - c.step_size * m / denominator, m, v)
+        };
+        let outputs = p_new.iter_mut().zip(m_new.iter_mut()).zip(v_new.iter_mut());
+        match moments {
+            Some((m, v)) => {
+                for ((((pn, mn), vn), (&p, &g)), (&m, &v)) in outputs.zip(p.iter().zip(g)).zip(m.iter().zip(v)) {
+                    let (p, m, v) = update(p, g, m, v);
+                    pn.write(p);
+                    mn.write(m);
+                    vn.write(v);
+                }
+            }
+            None => {
+                for (((pn, mn), vn), (&p, &g)) in outputs.zip(p.iter().zip(g)) {
+                    let (p, m, v) = update(p, g, 0.0, 0.0);
+                    pn.write(p);
+                    mn.write(m);
+                    vn.write(v);
+                }
+            }
+        }
+    }
+}
+
 /// Pairs of elements whose random words [`dropout_loop`] draws at a time.
 const WORDS: usize = 128;
 
@@ -365,6 +423,32 @@ pub(super) fn layer_norm_grad(
             db.iter_mut().zip(db2).for_each(|(a, b)| *a += b);
             (dg, db)
         })
+}
+
+/// Parameters of an AdamW update that one task of rayon's takes.
+const ADAMW_ELEMENTS: usize = 1 << 15;
+
+/// One AdamW update of every element of `p` into `p_new`, `m_new` and `v_new` (all as long),
+/// on rayon's threads.
+pub(super) fn adamw(
+    p: &[f32],
+    g: &[f32],
+    moments: Option<(&[f32], &[f32])>,
+    c: &AdamWCoefficients,
+    p_new: &mut [Uninit],
+    m_new: &mut [Uninit],
+    v_new: &mut [Uninit],
+) {
+    let outputs = p_new
+        .par_chunks_mut(ADAMW_ELEMENTS)
+        .zip(m_new.par_chunks_mut(ADAMW_ELEMENTS))
+        .zip(v_new.par_chunks_mut(ADAMW_ELEMENTS))
+        .enumerate();
+    outputs.for_each(|(i, ((pn, mn), vn))| {
+        let range = i * ADAMW_ELEMENTS..(i * ADAMW_ELEMENTS + pn.len());
+        let moments = moments.map(|(m, v)| (&m[range.clone()], &v[range.clone()]));
+        adamw_loop(&p[range.clone()], &g[range], moments, c, pn, mn, vn);
+    });
 }
 
 #[cfg(test)]

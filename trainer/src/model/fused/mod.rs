@@ -11,6 +11,7 @@
 //! each has a kernel of its own (`kernels.rs`; matrix products by the system's BLAS,
 //! [`crate::blas`]). The gradients are computed on `[rows, width]` views (see `rows.rs`).
 
+mod adamw;
 mod dropout;
 mod gelu;
 #[cfg(feature = "flex")]
@@ -22,6 +23,8 @@ mod output;
 mod rows;
 mod softmax;
 mod unary;
+
+pub use adamw::{AdamWStep, Updated};
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -93,6 +96,17 @@ pub trait FusedOps: Backend {
     /// arguments give the same mask, so applied to a gradient it is the op's backward pass.
     fn dropout(tensor: FloatTensor<Self>, prob: f64, seed: u64, call: u64) -> FloatTensor<Self> {
         crate::model::dropout::composed::<Self>(tensor, prob, seed, call)
+    }
+
+    /// One AdamW update of `param` from its gradient and its moments (`None` before the first
+    /// step): the new parameter and moments (see `adamw.rs`).
+    fn adamw(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        moments: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        step: &AdamWStep,
+    ) -> Updated<Self> {
+        adamw::adamw::<Self>(param, grad, moments, step)
     }
 
     /// GELU in its erf form: `x * (1 + erf(x / sqrt 2)) / 2`.
@@ -175,6 +189,15 @@ impl FusedOps for burn::backend::Flex {
 
     fn dropout(tensor: FloatTensor<Self>, prob: f64, seed: u64, call: u64) -> FloatTensor<Self> {
         dropout::flex::dropout(tensor, prob, seed, call)
+    }
+
+    fn adamw(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        moments: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        step: &AdamWStep,
+    ) -> Updated<Self> {
+        adamw::flex::adamw(param, grad, moments, step)
     }
 
     fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
