@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Matrix products at MiniLM's training shapes: burn (hptune-trainer's CPU backend) beside
-PyTorch, in the same command, on the same cores.
+"""Matrix products at MiniLM's training shapes: hptune-trainer's (OpenBLAS when the system has
+it, burn-flex's with HPTUNE_BLAS=none) beside PyTorch, in the same command, on the same cores.
 
     bench/.venv/bin/python bench/matmul_speed.py
 

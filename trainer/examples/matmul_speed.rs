@@ -1,6 +1,7 @@
-//! Speed of burn's matrix products on the CPU backend at the shapes of a MiniLM training step
-//! (batch 32, sequence 128: 4,096 token rows, width 384, feed-forward 1,536, 12 heads of 32),
-//! plain and with either operand transposed as the backward pass multiplies them.
+//! Speed of the trainer's matrix products on the CPU (`model::fused::matmul`: OpenBLAS when the
+//! system has it, burn-flex's own with `HPTUNE_BLAS=none`) at the shapes of a MiniLM training
+//! step (batch 32, sequence 128: 4,096 token rows, width 384, feed-forward 1,536, 12 heads of
+//! 32), plain and with either operand transposed as the backward pass multiplies them.
 //!
 //! `cargo run --example matmul_speed -p hptune-trainer` prints one line per product:
 //! `product=… ms=… gflops=…` (bench/matmul_speed.py puts PyTorch's beside it).
