@@ -157,7 +157,9 @@ impl Cblas {
                 };
                 match (&library, choice.as_deref()) {
                     (Some(blas), _) => tracing::info!("matrix products by {}", blas.name),
-                    (None, Some("none")) => tracing::info!("matrix products by burn (HPTUNE_BLAS=none)"),
+                    (None, Some("none")) => {
+                        tracing::info!("matrix products by burn (HPTUNE_BLAS=none)")
+                    }
                     (None, Some(name)) => tracing::warn!(
                         "HPTUNE_BLAS={name}: no CBLAS library with cblas_sgemm found there; \
                          matrix products by burn, about half as fast"
@@ -192,11 +194,6 @@ impl Cblas {
         })
     }
 
-    /// The library's name as it was opened.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// `output = a · b`, `output` row-major `a.rows x b.cols`, every element written (its
     /// previous contents are never read: it may be uninitialised); the rows are split over
     /// rayon's threads when the product is large enough.
@@ -224,7 +221,10 @@ impl Cblas {
     pub unsafe fn sgemm_to(&self, a: Matrix, b: Matrix, output: *mut f32, ldc: usize, split: bool) {
         let (m, n, k) = (a.rows, b.cols, a.cols);
         assert_eq!(k, b.rows, "sgemm: inner dimensions differ");
-        assert!(ldc >= n && i32::try_from(ldc).is_ok(), "sgemm: output stride {ldc}");
+        assert!(
+            ldc >= n && i32::try_from(ldc).is_ok(),
+            "sgemm: output stride {ldc}"
+        );
         if m * n == 0 {
             return;
         }
@@ -232,15 +232,17 @@ impl Cblas {
         if split && m * n * k >= PARALLEL_WORK && threads > 1 && m >= 2 * threads {
             let rows_per_part = m.div_ceil(threads);
             let output = SharedOutput(output);
-            (0..m.div_ceil(rows_per_part)).into_par_iter().for_each(|part| {
-                let start = part * rows_per_part;
-                let rows = rows_per_part.min(m - start);
-                // SAFETY: the parts' rows are disjoint, and within the caller's rows.
-                unsafe {
-                    let part_output = output.at(start * ldc);
-                    self.sgemm_to(a.rows_from(start, rows), b, part_output, ldc, false);
-                }
-            });
+            (0..m.div_ceil(rows_per_part))
+                .into_par_iter()
+                .for_each(|part| {
+                    let start = part * rows_per_part;
+                    let rows = rows_per_part.min(m - start);
+                    // SAFETY: the parts' rows are disjoint, and within the caller's rows.
+                    unsafe {
+                        let part_output = output.at(start * ldc);
+                        self.sgemm_to(a.rows_from(start, rows), b, part_output, ldc, false);
+                    }
+                });
             return;
         }
         if k == 0 {
@@ -329,8 +331,9 @@ mod tests {
         let mut c = vec![0.0f32; m * n];
         for i in 0..m {
             for j in 0..n {
-                c[i * n + j] = (0..k).map(|p| f64::from(a(i, p)) * f64::from(b(p, j))).sum::<f64>()
-                    as f32;
+                c[i * n + j] = (0..k)
+                    .map(|p| f64::from(a(i, p)) * f64::from(b(p, j)))
+                    .sum::<f64>() as f32;
             }
         }
         c
@@ -356,7 +359,13 @@ mod tests {
             let a_transposed: Vec<f32> = (0..k * m).map(|x| a_plain(x % m, x / m)).collect();
             let b_transposed: Vec<f32> = (0..n * k).map(|x| b_plain(x % k, x / k)).collect();
             let a_wide: Vec<f32> = (0..m * 2 * k)
-                .map(|x| if x % (2 * k) < k { a_plain(x / (2 * k), x % (2 * k)) } else { 9.0 })
+                .map(|x| {
+                    if x % (2 * k) < k {
+                        a_plain(x / (2 * k), x % (2 * k))
+                    } else {
+                        9.0
+                    }
+                })
                 .collect();
             let a_forms = [
                 Matrix::new(&a_data, m, k, k, 1).unwrap(),
@@ -372,9 +381,13 @@ mod tests {
                     let mut output = vec![MaybeUninit::new(f32::NAN); m * n];
                     blas.sgemm(a, b, &mut output);
                     // SAFETY: sgemm wrote every element.
-                    let output: Vec<f32> = output.iter().map(|x| unsafe { x.assume_init() }).collect();
+                    let output: Vec<f32> =
+                        output.iter().map(|x| unsafe { x.assume_init() }).collect();
                     for (got, want) in output.iter().zip(&expected) {
-                        assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "{got} vs {want}");
+                        assert!(
+                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                            "{got} vs {want}"
+                        );
                     }
                 }
             }

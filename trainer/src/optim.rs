@@ -183,7 +183,8 @@ impl<B: TrainBackend> ModuleMapper<B> for Update<'_, B> {
             time: step.time,
         };
         self.optimizer.moments.insert(id, moments);
-        let mut tensor = Tensor::from_inner(Tensor::from_primitive(TensorPrimitive::Float(updated)));
+        let mut tensor =
+            Tensor::from_inner(Tensor::from_primitive(TensorPrimitive::Float(updated)));
         if require_grad {
             tensor = tensor.require_grad();
         }

@@ -27,9 +27,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{
-    Distribution, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive,
-};
+use burn::tensor::{Distribution, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
 use super::fused::{self, FusedOps};
 

@@ -8,8 +8,8 @@
 //! (each op a new tensor), and its gradient clipping one more; on burn-flex it is one pass
 //! here (`kernels.rs`).
 
-use burn::tensor::ops::FloatTensor;
 use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
 
 /// The coefficients of one update.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -98,7 +98,9 @@ pub(super) mod flex {
         else {
             return super::adamw::<Flex>(param, grad, moments, step);
         };
-        if p.len() != g.len() || moments_in.is_some_and(|(m, v)| m.len() != p.len() || v.len() != p.len()) {
+        if p.len() != g.len()
+            || moments_in.is_some_and(|(m, v)| m.len() != p.len() || v.len() != p.len())
+        {
             return super::adamw::<Flex>(param, grad, moments, step);
         }
         let (correction_1, correction_2) = step.bias_corrections();
@@ -122,7 +124,11 @@ pub(super) mod flex {
                 });
             })
         };
-        (tensor(p_out, shape.clone()), tensor(m_out, shape.clone()), tensor(v_out, shape))
+        (
+            tensor(p_out, shape.clone()),
+            tensor(m_out, shape.clone()),
+            tensor(v_out, shape),
+        )
     }
 }
 

@@ -64,7 +64,12 @@ pub(super) mod flex {
     use crate::model::dropout::composed;
 
     /// Dropout of `tensor` with the mask of `(seed, call)`.
-    pub fn dropout(tensor: FloatTensor<Flex>, prob: f64, seed: u64, call: u64) -> FloatTensor<Flex> {
+    pub fn dropout(
+        tensor: FloatTensor<Flex>,
+        prob: f64,
+        seed: u64,
+        call: u64,
+    ) -> FloatTensor<Flex> {
         if prob <= 0.0 {
             return tensor;
         }
@@ -114,10 +119,12 @@ mod tests {
 
     #[test]
     fn the_gradient_flows_exactly_where_elements_were_kept() {
-        let (values, grad) = value_and_grad(sample::<B, 2>([4, 1000], 3), |x| {
-            dropout(x, 0.3, 9, 2)
-        });
-        let weights = sample::<Flex, 2>([4, 1000], 2).into_data().to_vec::<f32>().unwrap();
+        let (values, grad) =
+            value_and_grad(sample::<B, 2>([4, 1000], 3), |x| dropout(x, 0.3, 9, 2));
+        let weights = sample::<Flex, 2>([4, 1000], 2)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
         let scale = (1.0 / 0.7) as f32;
         for ((v, g), w) in values.iter().zip(&grad).zip(&weights) {
             // d(sum(y * w))/dx = w * scale where kept, 0 where dropped.
@@ -125,6 +132,9 @@ mod tests {
             assert_eq!(*g, expected);
         }
         let kept = values.iter().filter(|v| **v != 0.0).count();
-        assert!((2600..3000).contains(&kept), "kept {kept} of 4000 at p = 0.3");
+        assert!(
+            (2600..3000).contains(&kept),
+            "kept {kept} of 4000 at p = 0.3"
+        );
     }
 }

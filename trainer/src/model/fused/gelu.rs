@@ -49,7 +49,11 @@ pub(super) mod flex {
             return Flex::gelu_backward(input, grad);
         };
         // SAFETY: the kernel writes every element.
-        unsafe { filled(input.layout().shape().clone(), |y| kernels::gelu_grad(x, g, y)) }
+        unsafe {
+            filled(input.layout().shape().clone(), |y| {
+                kernels::gelu_grad(x, g, y)
+            })
+        }
     }
 }
 

@@ -315,7 +315,11 @@ with_avx512! {
 /// spread over rayon's threads. `prob` is in `(0, 1]`: the threshold of 0 would not fit an i32.
 pub(super) fn dropout(input: &[f32], output: &mut [Uninit], prob: f64, seed: u64, call: u64) {
     let threshold = keep_threshold(prob) as i32;
-    let scale = if prob < 1.0 { (1.0 / (1.0 - prob)) as f32 } else { 0.0 };
+    let scale = if prob < 1.0 {
+        (1.0 / (1.0 - prob)) as f32
+    } else {
+        0.0
+    };
     output
         .par_chunks_mut(CHUNK)
         .zip(input.par_chunks(CHUNK))

@@ -84,7 +84,10 @@ pub(super) fn layer_norm_rows_backward<B: Backend>(
     let g = B::float_mul(grad, row_view::<B>(gamma));
     let mean_grad = B::float_mean_dim(g.clone(), 1);
     let mean_dot = B::float_mean_dim(B::float_mul(g.clone(), normalized.clone()), 1);
-    let centered = B::float_sub(B::float_sub(g, mean_grad), B::float_mul(normalized, mean_dot));
+    let centered = B::float_sub(
+        B::float_sub(g, mean_grad),
+        B::float_mul(normalized, mean_dot),
+    );
     (B::float_mul(centered, inv_std), gamma_grad, beta_grad)
 }
 
@@ -152,9 +155,11 @@ pub(super) mod flex {
         epsilon: f64,
     ) -> Normalized<Flex> {
         let shape = rows.layout().shape().clone();
-        let (Some(x), Some(g), Some(b)) =
-            (rows.as_slice::<f32>(), gamma.as_slice::<f32>(), beta.as_slice::<f32>())
-        else {
+        let (Some(x), Some(g), Some(b)) = (
+            rows.as_slice::<f32>(),
+            gamma.as_slice::<f32>(),
+            beta.as_slice::<f32>(),
+        ) else {
             return super::layer_norm_rows::<Flex>(rows, gamma, beta, epsilon);
         };
         let count = shape[0];

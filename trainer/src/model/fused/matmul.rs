@@ -151,7 +151,9 @@ pub(super) mod flex {
             }
         };
         if products.len() >= rayon::current_num_threads() {
-            products.par_iter().for_each(|product| write(product, false));
+            products
+                .par_iter()
+                .for_each(|product| write(product, false));
         } else {
             products.iter().for_each(|product| write(product, true));
         }
@@ -160,7 +162,11 @@ pub(super) mod flex {
         unsafe { values.set_len(len) };
         let strides = strides.iter().map(|&s| s as isize).collect();
         let layout = Layout::new(Shape::from(dims), strides, 0);
-        Some(FlexTensor::new(Bytes::from_elems(values), layout, DType::F32))
+        Some(FlexTensor::new(
+            Bytes::from_elems(values),
+            layout,
+            DType::F32,
+        ))
     }
 
     /// The strides of the product of shape `dims`: `like`'s, when it has that shape, its
@@ -246,8 +252,8 @@ mod tests {
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::Tensor;
 
-    use super::super::{matmul, matmul_like};
     use super::super::test_util::{assert_close, sample};
+    use super::super::{matmul, matmul_like};
 
     type B = Autodiff<Flex>;
 
@@ -269,7 +275,7 @@ mod tests {
     }
 
     fn assert_same_as_burns<const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) {
-        let ours = value_and_grads(a.clone(), b.clone(), |a, b| matmul(a, b));
+        let ours = value_and_grads(a.clone(), b.clone(), matmul);
         let burns = value_and_grads(a, b, |a, b| a.matmul(b));
         for (ours, burns) in ours.iter().zip(&burns) {
             assert_close(ours, burns, 1e-5);
@@ -308,12 +314,22 @@ mod tests {
         let context = matmul_like(scores, heads(value.clone()), heads(value.clone()));
         // The context in the values' layout: merging its heads back is a view.
         let merged = context.swap_dims(1, 2);
-        assert!(merged.clone().inner().into_primitive().tensor().is_contiguous());
+        assert!(
+            merged
+                .clone()
+                .inner()
+                .into_primitive()
+                .tensor()
+                .is_contiguous()
+        );
         let weights = sample::<B, 4>(merged.dims(), 4);
         let grads = (merged * weights).sum().backward();
         for (name, tensor) in [("query", query), ("key", key), ("value", value)] {
             let grad = tensor.grad(&grads).unwrap().into_primitive().tensor();
-            assert!(grad.is_contiguous(), "the {name} gradient is not in its states' layout");
+            assert!(
+                grad.is_contiguous(),
+                "the {name} gradient is not in its states' layout"
+            );
         }
     }
 

@@ -24,7 +24,11 @@ pub(super) unsafe fn written(len: usize, fill: impl FnOnce(&mut [Uninit])) -> Ve
 /// A contiguous `f32` tensor of `shape` holding `values` (as many as its elements).
 pub(super) fn tensor(values: Vec<f32>, shape: Shape) -> FlexTensor {
     debug_assert_eq!(values.len(), shape.num_elements());
-    FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(shape), DType::F32)
+    FlexTensor::new(
+        Bytes::from_elems(values),
+        Layout::contiguous(shape),
+        DType::F32,
+    )
 }
 
 /// A contiguous `f32` tensor of `shape` whose elements `fill` writes.

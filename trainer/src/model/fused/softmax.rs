@@ -73,7 +73,10 @@ pub(super) mod flex {
     }
 
     /// The softmax's gradient from its `output` and the output's `grad` (same shapes).
-    pub fn softmax_backward(output: FloatTensor<Flex>, grad: FloatTensor<Flex>) -> FloatTensor<Flex> {
+    pub fn softmax_backward(
+        output: FloatTensor<Flex>,
+        grad: FloatTensor<Flex>,
+    ) -> FloatTensor<Flex> {
         let shape = output.layout().shape().clone();
         let width = shape[shape.num_dims() - 1];
         match (output.as_slice::<f32>(), grad.as_slice::<f32>()) {
