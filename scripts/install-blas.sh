@@ -11,9 +11,12 @@ if ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so\.0 '; then
 fi
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq libopenblas0-pthread >/dev/null
-  echo "installed OpenBLAS (libopenblas0-pthread)" >&2
+  if apt-get update -qq >/dev/null && apt-get install -y -qq libopenblas0-pthread >/dev/null; then
+    echo "installed OpenBLAS (libopenblas0-pthread)" >&2
+  else
+    echo "could not install libopenblas0-pthread with apt-get: the trainer runs without it," \
+      "slower" >&2
+  fi
 else
   echo "OpenBLAS not found: install it for a faster trainer (Debian/Ubuntu: apt-get install" \
     "libopenblas0-pthread; Fedora: dnf install openblas; macOS: brew install openblas, then" \
