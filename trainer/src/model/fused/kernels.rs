@@ -3,7 +3,7 @@
 //!
 //! Each loop is straight-line arithmetic that the compiler vectorises, compiled twice: for
 //! AVX-512 (16 lanes), chosen at run time when the CPU has it, and for the target's baseline
-//! (4 lanes on x86-64). Each call splits its rows in two halves, one per thread. The exponential
+//! (4 lanes on x86-64). Each call splits its work over rayon's threads (burn-flex's pool). The exponential
 //! is computed here too: libm's `expf` is a call per element, which stops vectorisation.
 
 use std::mem::MaybeUninit;
@@ -330,8 +330,9 @@ pub(super) fn dropout(input: &[f32], output: &mut [Uninit], prob: f64, seed: u64
 }
 
 /// Runs `run(first_row, rows of a, rows of b, rows of output)` on the two halves of the rows of
-/// `width`, one per thread.
-fn on_two_threads(
+/// `width`, one per task of `rayon::join` (rayon's threads, burn-flex's pool: no thread is
+/// started per call).
+fn on_two_halves(
     a: &[f32],
     b: &[f32],
     width: usize,
@@ -347,27 +348,27 @@ fn on_two_threads(
     } else {
         b.split_at(mid)
     };
-    std::thread::scope(|s| {
-        s.spawn(|| run(rows / 2, a_high, b_high, out_high));
-        run(0, a_low, b_low, out_low);
-    });
+    rayon::join(
+        || run(0, a_low, b_low, out_low),
+        || run(rows / 2, a_high, b_high, out_high),
+    );
 }
 
 /// GELU of each element of `input`, into `output` (as long).
 pub(super) fn gelu(input: &[f32], output: &mut [Uninit]) {
-    on_two_threads(input, &[], 1, output, |_, x, _, y| gelu_loop(x, y));
+    on_two_halves(input, &[], 1, output, |_, x, _, y| gelu_loop(x, y));
 }
 
 /// GELU's derivative at each element of `input` times `grad`, into `output` (all as long).
 pub(super) fn gelu_grad(input: &[f32], grad: &[f32], output: &mut [Uninit]) {
-    on_two_threads(input, grad, 1, output, |_, x, g, y| gelu_grad_loop(x, g, y));
+    on_two_halves(input, grad, 1, output, |_, x, g, y| gelu_grad_loop(x, g, y));
 }
 
 /// `softmax(x + bias)` over rows of `width`: `x` holds `bias.len() / width` groups of rows,
 /// group `i` biased by row `i` of `bias` (a padding mask per sequence, shared by its heads).
 pub(super) fn masked_softmax(x: &[f32], bias: &[f32], width: usize, output: &mut [Uninit]) {
     let rows_per_bias = x.len() / bias.len();
-    on_two_threads(x, &[], width, output, |first_row, x, _, y| {
+    on_two_halves(x, &[], width, output, |first_row, x, _, y| {
         masked_softmax_loop(x, bias, width, rows_per_bias, first_row, y)
     });
 }
@@ -375,7 +376,7 @@ pub(super) fn masked_softmax(x: &[f32], bias: &[f32], width: usize, output: &mut
 /// The gradient of a softmax over rows of `width`, from its `output` and the output's `grad`,
 /// into `input_grad` (all as long).
 pub(super) fn softmax_grad(output: &[f32], grad: &[f32], width: usize, input_grad: &mut [Uninit]) {
-    on_two_threads(output, grad, width, input_grad, |_, y, g, dx| {
+    on_two_halves(output, grad, width, input_grad, |_, y, g, dx| {
         softmax_grad_loop(y, g, width, dx)
     });
 }

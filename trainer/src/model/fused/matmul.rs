@@ -88,10 +88,11 @@ pub(super) fn matmul<B: FusedOps, C: CheckpointStrategy>(
 pub(super) mod flex {
     use burn::backend::Flex;
     use burn::tensor::ops::{FloatTensor, FloatTensorOps};
-    use burn::tensor::{Bytes, DType, Shape};
+    use burn::tensor::{DType, Shape};
     use burn_flex::{FlexTensor, Layout};
     use rayon::prelude::*;
 
+    use super::super::output::{laid_out, written};
     use crate::blas::{Cblas, Matrix, SharedOutput};
 
     /// `lhs · rhs` over the last two dimensions, laid out in memory as `like` when it has the
@@ -134,13 +135,11 @@ pub(super) mod flex {
             .map(|((a, b), offset)| (a, b, offset))
             .collect();
         let len: usize = dims.iter().product();
-        let mut values = Vec::<f32>::with_capacity(len);
-        let output = SharedOutput(values.as_mut_ptr());
         // Rows adjacent in memory: C = A·B row by row; columns adjacent: Cᵀ = Bᵀ·Aᵀ.
-        let write = |&(a, b, offset): &(Matrix, Matrix, usize), split: bool| {
+        let write = |output: SharedOutput, &(a, b, offset): &(Matrix, Matrix, usize), split| {
             // SAFETY: the strides are a permutation of a dense layout of `len` elements (see
             // `output_strides`), so the products write disjoint sets of elements that together
-            // are all of `values`' capacity.
+            // are all of the output.
             unsafe {
                 let target = output.at(offset);
                 if col_stride == 1 {
@@ -150,23 +149,19 @@ pub(super) mod flex {
                 }
             }
         };
-        if products.len() >= rayon::current_num_threads() {
-            products
-                .par_iter()
-                .for_each(|product| write(product, false));
-        } else {
-            products.iter().for_each(|product| write(product, true));
-        }
-        // SAFETY: the products wrote all `len` elements. (Writing them once, instead of zeroing
-        // the output first as burn-flex's `FlexTensor::empty` does, saves a tenth of a step.)
-        unsafe { values.set_len(len) };
+        // SAFETY: the products write all `len` elements (above).
+        let values = unsafe {
+            written(len, |values| {
+                let output = SharedOutput(values.as_mut_ptr().cast());
+                if products.len() >= rayon::current_num_threads() {
+                    products.par_iter().for_each(|p| write(output, p, false));
+                } else {
+                    products.iter().for_each(|p| write(output, p, true));
+                }
+            })
+        };
         let strides = strides.iter().map(|&s| s as isize).collect();
-        let layout = Layout::new(Shape::from(dims), strides, 0);
-        Some(FlexTensor::new(
-            Bytes::from_elems(values),
-            layout,
-            DType::F32,
-        ))
+        Some(laid_out(values, Layout::new(Shape::from(dims), strides, 0)))
     }
 
     /// The strides of the product of shape `dims`: `like`'s, when it has that shape, its
@@ -176,11 +171,7 @@ pub(super) mod flex {
     fn output_strides(dims: &[usize], like: Option<&Layout>) -> Vec<usize> {
         let rank = dims.len();
         let dense = |layout: &Layout| -> Option<Vec<usize>> {
-            let mut strides: Vec<usize> = layout
-                .strides()
-                .iter()
-                .map(|&s| usize::try_from(s).ok())
-                .collect::<Option<_>>()?;
+            let mut strides = nonnegative_strides(layout)?;
             let mut order: Vec<usize> = (0..rank).filter(|&d| dims[d] > 1).collect();
             order.sort_by_key(|&d| strides[d]);
             let mut expected = 1;
@@ -207,6 +198,15 @@ pub(super) mod flex {
             })
     }
 
+    /// `layout`'s strides, or `None` if one is negative (a flipped view).
+    fn nonnegative_strides(layout: &Layout) -> Option<Vec<usize>> {
+        layout
+            .strides()
+            .iter()
+            .map(|&s| usize::try_from(s).ok())
+            .collect()
+    }
+
     /// The offset of each matrix of a `batch_dims`-indexed layout with `strides`, in row-major
     /// batch order.
     fn batch_offsets(batch_dims: &[usize], strides: &[usize]) -> Vec<usize> {
@@ -228,11 +228,7 @@ pub(super) mod flex {
     /// layout has a negative stride or a matrix BLAS cannot read.
     fn matrices<'a>(tensor: &'a FlexTensor, batch_dims: &[usize]) -> Option<Vec<Matrix<'a>>> {
         let layout = tensor.layout();
-        let strides: Vec<usize> = layout
-            .strides()
-            .iter()
-            .map(|&s| usize::try_from(s).ok())
-            .collect::<Option<_>>()?;
+        let strides = nonnegative_strides(layout)?;
         let rank = strides.len();
         let shape = layout.shape();
         let (rows, cols) = (shape[rank - 2], shape[rank - 1]);

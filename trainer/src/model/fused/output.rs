@@ -23,12 +23,14 @@ pub(super) unsafe fn written(len: usize, fill: impl FnOnce(&mut [Uninit])) -> Ve
 
 /// A contiguous `f32` tensor of `shape` holding `values` (as many as its elements).
 pub(super) fn tensor(values: Vec<f32>, shape: Shape) -> FlexTensor {
-    debug_assert_eq!(values.len(), shape.num_elements());
-    FlexTensor::new(
-        Bytes::from_elems(values),
-        Layout::contiguous(shape),
-        DType::F32,
-    )
+    laid_out(values, Layout::contiguous(shape))
+}
+
+/// An `f32` tensor holding `values` (as many as its elements) in `layout`, which addresses
+/// each of them once from offset 0.
+pub(super) fn laid_out(values: Vec<f32>, layout: Layout) -> FlexTensor {
+    debug_assert_eq!(values.len(), layout.num_elements());
+    FlexTensor::new(Bytes::from_elems(values), layout, DType::F32)
 }
 
 /// A contiguous `f32` tensor of `shape` whose elements `fill` writes.
