@@ -5,11 +5,14 @@ hptune runs N trials of a worker process that reports at once (examples/objectiv
 Branin), random sampler, SQLite storage, every state change committed; Optuna runs the same
 number of trials of the same function in-process (no process per trial), RandomSampler,
 its SQLite storage. Both at parallelism 1 and 4, in the same command, so the ratio holds on
-a noisy machine. It also checks that hptune lost and duplicated no trial. As a floor, it
-times the worker alone, started N times one after another by a shell loop: what a process
-per trial costs before any orchestration (hptune's own overhead per trial is the difference).
+a noisy machine; with --rounds N they alternate N times and the table gives the median of
+the rounds' ratios. It also checks that hptune lost and duplicated no trial. As a floor, it
+times the worker alone, started N times one after another by a shell loop that saves its
+stdout and stderr to two new files per run, as hptune does: what a process per trial costs
+before any orchestration, and so the highest ratio any orchestrator could reach at
+parallelism 1 (hptune's own overhead per trial is the difference).
 
-    python3 bench/orchestration.py [--trials 1000] [--optuna-trials 1000]
+    python3 bench/orchestration.py [--trials 1000] [--optuna-trials 1000] [--rounds 1]
 
 Creates bench/.venv with Optuna on first use; prints a Markdown table; writes
 bench/results/orchestration.json.
@@ -80,13 +83,13 @@ def ensure_optuna():
     return python
 
 
-def bench_hptune(hptune, worker, trials, parallel, tmp):
+def bench_hptune(hptune, worker, trials, parallel, tmp, round_):
     """Runs the study in a fresh directory under `tmp`. The directories are deleted only at the
     end of the benchmark: on ext4 without a journal (as on the machine these figures come
     from), the kernel avoids reusing recently deleted inodes by scanning past them, so for
     minutes after one run deleted its 2,000 log files the next run's file creations would
     pay for that scan (perf: half of hptune's CPU time in `recently_deleted`)."""
-    tmp = Path(tmp) / f"hptune-parallel-{parallel}"
+    tmp = Path(tmp) / f"hptune-parallel-{parallel}-{round_}"
     tmp.mkdir()
     study = tmp / "study.yaml"
     study.write_text(STUDY.format(trials=trials, parallel=parallel, worker=worker))
@@ -106,10 +109,13 @@ def bench_hptune(hptune, worker, trials, parallel, tmp):
     return elapsed, len(listed), problems
 
 
-def bench_worker_alone(worker, trials):
-    loop = f'for i in $(seq {trials}); do "$0" --function branin --x1=1.5 --x2=2.5 >/dev/null; done'
+def bench_worker_alone(worker, trials, tmp, round_):
+    logs = Path(tmp) / f"alone-{round_}"
+    logs.mkdir()
+    loop = ('for i in $(seq $1); do "$0" --function branin --x1=1.5 --x2=2.5 '
+            '>"$2/$i.log" 2>"$2/$i.err"; done')
     start = time.perf_counter()
-    run(["bash", "-c", loop, str(worker)])
+    run(["bash", "-c", loop, str(worker), str(trials), str(logs)])
     return time.perf_counter() - start
 
 
@@ -120,45 +126,64 @@ def bench_optuna(python, trials, jobs):
     return float(elapsed), int(count), version
 
 
+def median(values):
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--optuna-trials", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="times hptune and Optuna alternate; the median ratio is reported")
     args = parser.parse_args()
 
     hptune, worker = build()
     python = ensure_optuna()
-    rows = []
-    alone = bench_worker_alone(worker, args.trials)
-    alone_rate = args.trials / alone
     scratch = tempfile.TemporaryDirectory()
-    for parallel in (1, 4):
-        h_time, h_count, problems = bench_hptune(hptune, worker, args.trials, parallel,
-                                                 scratch.name)
-        o_time, o_count, version = bench_optuna(python, args.optuna_trials, parallel)
-        h_rate, o_rate = h_count / h_time, o_count / o_time
-        rows.append({
-            "parallel": parallel,
-            "hptune_trials": h_count, "hptune_seconds": round(h_time, 3),
-            "hptune_trials_per_s": round(h_rate, 1),
-            "optuna_trials": o_count, "optuna_seconds": round(o_time, 3),
-            "optuna_trials_per_s": round(o_rate, 1), "optuna_version": version,
-            "ratio": round(h_rate / o_rate, 1), "problems": problems,
-            "worker_alone_per_s": round(alone_rate, 1),
-            "hptune_overhead_ms_per_trial": round(1000 * (1 / h_rate - 1 / alone_rate), 2),
-        })
+    rounds = {1: [], 4: []}
+    for round_ in range(args.rounds):
+        alone = args.trials / bench_worker_alone(worker, args.trials, scratch.name, round_)
+        for parallel in (1, 4):
+            h_time, h_count, problems = bench_hptune(hptune, worker, args.trials, parallel,
+                                                     scratch.name, round_)
+            o_time, o_count, version = bench_optuna(python, args.optuna_trials, parallel)
+            h_rate, o_rate = h_count / h_time, o_count / o_time
+            rounds[parallel].append({
+                "hptune_trials": h_count, "hptune_seconds": round(h_time, 3),
+                "hptune_trials_per_s": round(h_rate, 1),
+                "optuna_trials": o_count, "optuna_seconds": round(o_time, 3),
+                "optuna_trials_per_s": round(o_rate, 1), "optuna_version": version,
+                "ratio": round(h_rate / o_rate, 1), "problems": problems,
+                "worker_alone_per_s": round(alone, 1),
+                "floor_ratio": round(alone / o_rate, 1),
+                "hptune_overhead_ms_per_trial": round(1000 * (1 / h_rate - 1 / alone), 2),
+            })
 
-    print(f"| parallel | hptune trials/s (process per trial) | Optuna {rows[0]['optuna_version']} "
-          "trials/s (in-process) | ratio | lost or duplicated | hptune's overhead ms/trial |")
-    print("|---:|---:|---:|---:|---|---:|")
-    for r in rows:
-        print(f"| {r['parallel']} | {r['hptune_trials_per_s']} ({r['hptune_trials']} in "
-              f"{r['hptune_seconds']} s) | {r['optuna_trials_per_s']} ({r['optuna_trials']} in "
-              f"{r['optuna_seconds']} s) | {r['ratio']}x | {', '.join(r['problems']) or 'none'} | "
-              f"{r['hptune_overhead_ms_per_trial']} |")
-    print(f"\nThe worker alone, {args.trials} runs one after another from a shell loop: "
-          f"{alone_rate:.1f} runs/s ({1000 / alone_rate:.2f} ms each); the overhead column is "
-          "hptune's time per trial minus that.")
+    version = rounds[1][0]["optuna_version"]
+    print(f"| parallel | hptune trials/s (process per trial) | Optuna {version} trials/s "
+          "(in-process) | ratio | per round | the worker alone / Optuna | lost or duplicated "
+          "| hptune's overhead ms/trial |")
+    print("|---:|---:|---:|---:|---|---:|---|---:|")
+    rows = []
+    for parallel, runs in rounds.items():
+        row = {key: median([r[key] for r in runs]) for key in (
+            "hptune_trials_per_s", "optuna_trials_per_s", "ratio", "worker_alone_per_s",
+            "floor_ratio", "hptune_overhead_ms_per_trial")}
+        problems = sorted({p for r in runs for p in r["problems"]})
+        rows.append({"parallel": parallel, "median": row, "rounds": runs, "problems": problems})
+        print(f"| {parallel} | {row['hptune_trials_per_s']:.1f} | "
+              f"{row['optuna_trials_per_s']:.1f} | {row['ratio']:.1f}x | "
+              f"{', '.join(str(r['ratio']) for r in runs)} | {row['floor_ratio']:.1f}x | "
+              f"{', '.join(problems) or 'none'} | {row['hptune_overhead_ms_per_trial']:.2f} |")
+    alone = median([r["worker_alone_per_s"] for r in rounds[1]])
+    print(f"\n{args.trials} trials each, medians of {args.rounds} round(s). The worker alone, "
+          f"{args.trials} runs one after another from a shell loop, its output to two new files "
+          f"per run: {alone:.1f} runs/s ({1000 / alone:.2f} ms each); 'the worker alone / Optuna' "
+          "is the highest ratio a process per trial allows at parallelism 1, and the overhead "
+          "column is hptune's time per trial minus the worker's alone.")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "orchestration.json").write_text(json.dumps(rows, indent=2))
     if any(r["problems"] for r in rows):

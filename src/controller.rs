@@ -26,7 +26,7 @@ use crate::sampler::{ProposalContext, Sampler, SamplerError};
 use crate::spec::Study;
 use crate::stopping::Curve;
 use crate::storage::{
-    Budget, Claim, Storage, StorageError, StudyRecord, StudyView, TrialRecord, TrialState,
+    Budget, Claim, Storage, StorageError, StudyRecord, StudyView, TrialEnd, TrialRecord, TrialState,
 };
 
 /// How often a controller tells the database that its trials are alive.
@@ -212,6 +212,9 @@ struct Run<'a> {
     running: HashMap<i64, Running>,
     /// Trials being stopped by the early-stopping rule, and why.
     early_stops: HashMap<i64, String>,
+    /// Ends of trials, in the view already, to be written with the next claim (one call to
+    /// the database for both) or before the loop waits again.
+    ends: Vec<TrialEnd>,
 }
 
 /// Runs (or continues) `study` until its plan says to stop.
@@ -239,6 +242,7 @@ pub async fn run(
         tasks: HashMap::new(),
         running: HashMap::new(),
         early_stops: HashMap::new(),
+        ends: Vec::new(),
     };
     storage.refresh(&mut run.view).await?;
     let adopted = storage
@@ -269,17 +273,24 @@ pub async fn run(
             && !failures
             && run.running.len() < plan.parallel_trial_count
         {
-            let claim = storage
-                .claim_trial(&mut run.view, plan.budget(), &run.owner, |number, view| {
-                    let running = view.unfinished_params();
-                    sampler.propose(&ProposalContext {
-                        space: &study.space,
-                        goal: study.objective.goal,
-                        number,
-                        history: view.history(),
-                        running: &running,
-                    })
+            let propose = |number, view: &StudyView| {
+                let running = view.unfinished_params();
+                sampler.propose(&ProposalContext {
+                    space: &study.space,
+                    goal: study.objective.goal,
+                    number,
+                    history: view.history(),
+                    running: &running,
                 })
+            };
+            let claim = storage
+                .claim_trial(
+                    &mut run.view,
+                    plan.budget(),
+                    &run.owner,
+                    &mut run.ends,
+                    propose,
+                )
                 .await??;
             match claim {
                 Claim::Started(trial) => run.launch(*trial, None, observer),
@@ -294,6 +305,8 @@ pub async fn run(
                 }
             }
         }
+        // The ends no claim took are written before the loop waits or leaves.
+        storage.finish_trials(&mut run.ends).await?;
         if run.running.is_empty() {
             // Before leaving, take over what a controller that died meanwhile left running.
             let orphans = match interrupted {
@@ -666,17 +679,14 @@ impl Run<'_> {
                 )),
             ),
         };
-        let mut trial = done.trial;
-        trial.finished_at = Some(
-            self.storage
-                .finish_trial(&trial, state, value, error.as_deref(), &done.unsaved)
-                .await?,
+        // Written with the next claim, or before the loop waits (see `run`).
+        let end = TrialEnd::now(done.trial, state, value, error, done.unsaved);
+        self.view.update(end.trial.clone());
+        observer.observe(
+            RunEvent::TrialFinished { trial: &end.trial },
+            &self.progress(),
         );
-        trial.state = state;
-        trial.value = value;
-        trial.error = error;
-        self.view.update(trial.clone());
-        observer.observe(RunEvent::TrialFinished { trial: &trial }, &self.progress());
+        self.ends.push(end);
         Ok(())
     }
 }

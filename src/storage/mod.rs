@@ -6,6 +6,7 @@
 //! The relay of a remote job (PostgreSQL only) writes its attempt's measurements and
 //! heartbeats ([`relayed`]).
 
+mod ends;
 mod relayed;
 mod rows;
 mod trials;
@@ -16,6 +17,7 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor};
 
 use crate::spec::{Goal, Study};
+pub use ends::TrialEnd;
 use rows::trial_columns;
 pub use rows::{StudyRecord, StudySummary, TrialRecord, TrialState};
 pub use trials::{Budget, Claim, StudyView};

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use sqlx::any::AnyRow;
 use sqlx::{Any, Transaction};
 
+use super::ends::{Script, TrialEnd};
 use super::rows::{TrialRecord, TrialState, trial_columns};
 use super::{Storage, StorageError, now, query_error};
 use crate::report::Measurement;
@@ -235,6 +236,8 @@ impl Storage {
     /// Claims the next trial of a study for `owner`: brings `view` up to date, checks the
     /// budget, asks `propose` for the parameters of the next number, and records the trial as
     /// running with its first attempt, all as one step for every controller of the study.
+    /// The trials' `ends` (already in `view`) are written first, in the same call where they
+    /// can be; `ends` is empty after the claim.
     ///
     /// On SQLite the claim is first tried in one statement, on the view as it is: the insert
     /// is guarded by the condition that no trial of the study was added or finished since the
@@ -247,16 +250,20 @@ impl Storage {
         view: &mut StudyView,
         budget: Budget,
         owner: &str,
+        ends: &mut Vec<TrialEnd>,
         mut propose: impl FnMut(u64, &StudyView) -> Result<Option<Assignment>, E>,
     ) -> Result<Result<Claim, E>, StorageError> {
         if self.sqlite
             && let Ok(Decision::Run(number, params)) = decide(view, budget, &mut propose)
-            && let Some(trial) = self
-                .insert_if_unchanged(view, number, &params, owner)
-                .await?
         {
-            return Ok(Ok(Claim::Started(Box::new(trial))));
+            let claimed = self
+                .insert_if_unchanged(view, number, &params, owner, std::mem::take(ends))
+                .await?;
+            if let Some(trial) = claimed {
+                return Ok(Ok(Claim::Started(Box::new(trial))));
+            }
         }
+        self.finish_trials(ends).await?;
         let doing = "claiming a trial";
         let mut tx = self.lock_study(view.study_id).await?;
         let rows = changed_rows(&mut *tx, view).await?;
@@ -288,38 +295,47 @@ impl Storage {
 
     /// Inserts trial `number` as running, in one statement, only if the study's rows from
     /// the view's first changeable one on are still the ones the view holds (none added, none
-    /// of its unfinished ones finished); `None` when they are not.
+    /// of its unfinished ones finished); `None` when they are not. The `ends` are written
+    /// before it, in the same call and transaction, whether the insert happens or not.
     async fn insert_if_unchanged(
         &self,
         view: &mut StudyView,
         number: u64,
         params: &Assignment,
         owner: &str,
+        ends: Vec<TrialEnd>,
     ) -> Result<Option<TrialRecord>, StorageError> {
+        let mut script = Script::default();
+        for end in &ends {
+            script.end(end, self.sqlite);
+        }
         let since = view.first_changed_id();
         let (rows, unfinished) = view.rows_since(since);
-        let row = sqlx::query(concat!(
+        let study = script.int(view.study_id);
+        let since = script.int(since);
+        let insert = format!(
             "INSERT INTO trials (study_id, number, state, params, created_at, started_at, heartbeat_at, attempt, owner)
-             SELECT $1, $2, 'running', $3, $4, $4, $4, 1, $5
-             WHERE (SELECT COUNT(*) FROM trials WHERE +study_id = $1 AND id >= $6) = $7
-               AND (SELECT COUNT(*) FROM trials WHERE +study_id = $1 AND id >= $6
-                    AND state IN ('pending', 'running')) = $8
-             RETURNING ",
-            trial_columns!()
-        ))
-        .bind(view.study_id)
-        .bind(number as i64)
-        .bind(params_json(params))
-        .bind(now())
-        .bind(owner)
-        .bind(since)
-        .bind(rows as i64)
-        .bind(unfinished as i64)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(query_error("claiming a trial"))?;
-        let Some(row) = row else { return Ok(None) };
-        let trial = TrialRecord::from_row(&row)?;
+             SELECT {study}, {}, 'running', {}, {now}, {now}, {now}, 1, {}
+             WHERE (SELECT COUNT(*) FROM trials WHERE +study_id = {study} AND id >= {since}) = {}
+               AND (SELECT COUNT(*) FROM trials WHERE +study_id = {study} AND id >= {since}
+                    AND state IN ('pending', 'running')) = {}
+             RETURNING {}",
+            script.int(number as i64),
+            script.text(Some(&params_json(params))),
+            script.text(Some(owner)),
+            script.int(rows as i64),
+            script.int(unfinished as i64),
+            trial_columns!(),
+            now = script.text(Some(&now())),
+        );
+        script.push(insert);
+        let rows = script
+            .run(&self.pool, self.sqlite, "claiming a trial")
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let trial = TrialRecord::from_row(row)?;
         view.update(trial.clone());
         Ok(Some(trial))
     }
@@ -529,79 +545,6 @@ impl Storage {
         retried.started_at = Some(at);
         Ok(retried)
     }
-
-    /// Puts a trial and its current attempt in their final state (a trigger closes the
-    /// attempt), with the worker's handle and log path as `trial` holds them (a local
-    /// worker's may not be written yet) and the attempt's `measurements` not written yet,
-    /// all in one statement; returns the time recorded as the end.
-    pub async fn finish_trial(
-        &self,
-        trial: &TrialRecord,
-        state: TrialState,
-        value: Option<f64>,
-        error: Option<&str>,
-        measurements: &[Measurement],
-    ) -> Result<String, StorageError> {
-        let finished_at = now();
-        let value = value.filter(|v| v.is_finite());
-        let measurements: Vec<&Measurement> = measurements
-            .iter()
-            .filter(|m| m.value.is_finite())
-            .collect();
-        // sqlx 0.8's Any driver binds a NULL f64 as PostgreSQL's float4, and the statement
-        // it caches then refuses a float8: a missing value is written as NULL in the SQL.
-        let (value_sql, first_free) = match value {
-            Some(_) => ("$7", 8),
-            None => ("NULL", 7),
-        };
-        let update = format!(
-            "UPDATE trials SET state = $1, error = $2, finished_at = $3, value = {value_sql}, \
-             worker = COALESCE($5, worker), log_path = COALESCE($6, log_path) WHERE id = $4"
-        );
-        // The measurements' rows: trial ($4), attempt, step, metric, value, time ($3).
-        let attempt = first_free;
-        let rows: Vec<String> = (0..measurements.len())
-            .map(|i| {
-                let p = attempt + 1 + 3 * i;
-                format!("($4, ${attempt}, ${p}, ${}, ${}, $3)", p + 1, p + 2)
-            })
-            .collect();
-        let insert = format!(
-            "INSERT INTO measurements (trial_id, attempt, step, metric, value, recorded_at) VALUES {}",
-            rows.join(", ")
-        );
-        let sql = match (measurements.is_empty(), self.sqlite) {
-            (true, _) => update,
-            // One call, one transaction: SQLite runs the statements of a string in turn.
-            (false, true) => format!("BEGIN IMMEDIATE; {insert}; {update}; COMMIT"),
-            // PostgreSQL prepares one statement: the insert is a data-modifying CTE.
-            (false, false) => format!("WITH recorded AS ({insert}) {update}"),
-        };
-        let mut query = sqlx::query(&sql)
-            .bind(state.as_str())
-            .bind(error)
-            .bind(&finished_at)
-            .bind(trial.id)
-            .bind(trial.worker.as_deref())
-            .bind(trial.log_path.as_deref());
-        if let Some(value) = value {
-            query = query.bind(value);
-        }
-        if !measurements.is_empty() {
-            query = query.bind(trial.attempt as i64);
-        }
-        for m in &measurements {
-            query = query.bind(m.step).bind(m.metric.as_str()).bind(m.value);
-        }
-        if let Err(e) = query.execute(&self.pool).await {
-            if self.sqlite && !measurements.is_empty() {
-                // Whatever statement failed, the transaction must not stay open.
-                let _ = sqlx::query("ROLLBACK").execute(&self.pool).await;
-            }
-            return Err(query_error("finishing a trial")(e));
-        }
-        Ok(finished_at)
-    }
 }
 
 #[cfg(test)]
@@ -658,8 +601,9 @@ mod tests {
     }
 
     /// Two controllers on one SQLite file, each with its own view: a claim on a view that
-    /// another controller made stale must read the change before it proposes (the one-statement
-    /// claim is refused), and a finish writes the measurements, the handle and the state.
+    /// another controller made stale must read the change before it proposes (the one-call
+    /// claim is refused), the ends given to a claim are written whether or not the one-call
+    /// claim goes through, and an end writes the measurements, the handle and the state.
     #[tokio::test]
     async fn a_claim_on_a_stale_view_reads_what_another_controller_did() {
         let dir = tempfile::tempdir().unwrap();
@@ -667,12 +611,12 @@ mod tests {
         let storage = Storage::open(&super::super::StorageUrl::parse(&url).unwrap())
             .await
             .unwrap();
-        let yaml = "name: s\nmax_trial_count: 3\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\ntrial: {command: [w]}\n";
+        let yaml = "name: s\nmax_trial_count: 4\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\ntrial: {command: [w]}\n";
         let study = crate::spec::parse(std::path::Path::new("s.yaml"), yaml).unwrap();
         let id = storage.ensure_study(&study).await.unwrap().id;
         let budget = Budget {
-            max_trial_count: Some(3),
-            max_failed_trial_count: 1,
+            max_trial_count: Some(4),
+            max_failed_trial_count: 5,
         };
         let (mut a, mut b) = (
             StudyView::new(id, Goal::Minimize),
@@ -680,24 +624,31 @@ mod tests {
         );
         // What each proposal saw: (number, finished trials, running trials).
         let mut seen = Vec::new();
-        let claim = async |view: &mut StudyView, seen: &mut Vec<(u64, usize, usize)>| {
+        let claim = async |view: &mut StudyView,
+                           ends: Vec<TrialEnd>,
+                           seen: &mut Vec<(u64, usize, usize)>| {
+            let mut ends = ends;
+            for end in &ends {
+                view.update(end.trial.clone());
+            }
             let claimed = storage
-                .claim_trial(view, budget, "me", |number, view| {
+                .claim_trial(view, budget, "me", &mut ends, |number, view| {
                     seen.push((number, view.history().len(), view.unfinished_params().len()));
                     Ok::<_, ()>(Some(Assignment::default()))
                 })
                 .await
                 .unwrap()
                 .unwrap();
+            assert!(ends.is_empty(), "the claim writes every end");
             match claimed {
                 Claim::Started(trial) => Some(*trial),
                 _ => None,
             }
         };
-        let mut first = claim(&mut a, &mut seen).await.unwrap();
+        let mut first = claim(&mut a, vec![], &mut seen).await.unwrap();
         first.worker = Some("pid:1@2".into());
         first.log_path = Some("trial-0.log".into());
-        let reported = [
+        let reported = vec![
             Measurement {
                 step: Some(1),
                 metric: "loss".into(),
@@ -714,25 +665,46 @@ mod tests {
                 value: f64::NAN,
             },
         ];
-        storage
-            .finish_trial(&first, TrialState::Succeeded, Some(1.5), None, &reported)
-            .await
-            .unwrap();
+        let mut ends = vec![TrialEnd::now(
+            first.clone(),
+            TrialState::Succeeded,
+            Some(1.5),
+            None,
+            reported,
+        )];
+        a.update(ends[0].trial.clone());
+        storage.finish_trials(&mut ends).await.unwrap();
         // B has read nothing: its claim must see trial 0 finished, and take number 1.
-        assert_eq!(claim(&mut b, &mut seen).await.unwrap().number, 1);
+        let second = claim(&mut b, vec![], &mut seen).await.unwrap();
+        assert_eq!(second.number, 1);
         // A's view misses trial 1: its claim reads it and takes number 2.
-        assert_eq!(claim(&mut a, &mut seen).await.unwrap().number, 2);
-        assert!(claim(&mut b, &mut seen).await.is_none(), "the budget is 3");
+        assert_eq!(claim(&mut a, vec![], &mut seen).await.unwrap().number, 2);
+        // B ends trial 1 with its next claim, on a view that misses trial 2: the one-call
+        // claim is refused, trial 1's end is written all the same, and B takes number 3.
+        let failed = TrialEnd::now(second, TrialState::Failed, None, Some("no".into()), vec![]);
+        assert_eq!(
+            claim(&mut b, vec![failed], &mut seen).await.unwrap().number,
+            3
+        );
+        assert!(
+            claim(&mut a, vec![], &mut seen).await.is_none(),
+            "the budget is 4"
+        );
         // Each stale proposal is followed by one on the view brought up to date.
         let expected = [
-            (0, 0, 0), // A, on an empty study: claimed in one statement
+            (0, 0, 0), // A, on an empty study: claimed in one call
             (0, 0, 0), // B, stale: refused
             (1, 1, 0), // B, having read trial 0's end
-            (1, 0, 1), // A, stale (trial 0 finished, trial 1 new): refused
+            (1, 1, 0), // A, stale (trial 1 new): refused
             (2, 1, 1), // A, up to date
-            (2, 1, 1), // B, stale: refused; up to date the budget is spent
+            (2, 2, 0), // B, trial 1 ended, stale (trial 2 new): refused
+            (3, 2, 1), // B, up to date
+            (3, 1, 2), // A, stale: refused; up to date the budget is spent
         ];
         assert_eq!(seen, expected);
+        let trials = storage.trials(id).await.unwrap();
+        assert_eq!(trials[1].state, TrialState::Failed);
+        assert_eq!(trials[1].error.as_deref(), Some("no"));
         let rows: Vec<(Option<i64>, String, f64)> = sqlx::query_as(
             "SELECT step, metric, value FROM measurements WHERE trial_id = $1 ORDER BY id",
         )

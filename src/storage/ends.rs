@@ -1,0 +1,281 @@
+//! Trials' ends as statements: the trial's final state, its worker's handle and log path, and
+//! the last measurements of its attempt, in one call to the database.
+//!
+//! On SQLite, every statement is a round trip to sqlx's connection thread, and that hand-over
+//! costs more than the statement. So the ends of the trials that finished together, and the
+//! claim of the next trial when there is one ([`super::Storage::claim_trial`]), are one string
+//! of statements run as one transaction (`BEGIN IMMEDIATE; ...; COMMIT`). PostgreSQL prepares
+//! one statement per call: there each end is a data-modifying CTE of its own.
+
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::query::Query;
+use sqlx::{Any, Pool};
+
+use super::rows::{TrialRecord, TrialState};
+use super::{Storage, StorageError, now, query_error};
+use crate::report::Measurement;
+
+/// A trial's end, to be written: the trial as it ended, and the measurements of its attempt
+/// not written yet.
+#[derive(Debug, Clone)]
+pub struct TrialEnd {
+    /// The trial in its final state, ended at `finished_at`, with its worker's handle and log
+    /// path as they are known.
+    pub trial: TrialRecord,
+    /// Measurements of the ended attempt not written yet (non-finite ones are left out).
+    pub measurements: Vec<Measurement>,
+}
+
+impl TrialEnd {
+    /// `trial` ending now, in `state`.
+    pub fn now(
+        mut trial: TrialRecord,
+        state: TrialState,
+        value: Option<f64>,
+        error: Option<String>,
+        measurements: Vec<Measurement>,
+    ) -> Self {
+        trial.state = state;
+        trial.value = value;
+        trial.error = error;
+        trial.finished_at = Some(now());
+        Self {
+            trial,
+            measurements,
+        }
+    }
+}
+
+/// A value bound to a statement built at run time.
+#[derive(Debug, Clone)]
+enum Arg {
+    Text(Option<String>),
+    Int(i64),
+    Real(f64),
+}
+
+/// Statements and their arguments (`$1`, `$2`, ... in the order they are added), sent as one
+/// call.
+#[derive(Debug, Default)]
+pub(super) struct Script {
+    statements: Vec<String>,
+    args: Vec<Arg>,
+}
+
+impl Script {
+    /// The placeholder of a new text argument.
+    pub(super) fn text(&mut self, value: Option<&str>) -> String {
+        self.arg(Arg::Text(value.map(str::to_string)))
+    }
+
+    /// The placeholder of a new integer argument.
+    pub(super) fn int(&mut self, value: i64) -> String {
+        self.arg(Arg::Int(value))
+    }
+
+    fn real(&mut self, value: f64) -> String {
+        self.arg(Arg::Real(value))
+    }
+
+    fn arg(&mut self, arg: Arg) -> String {
+        self.args.push(arg);
+        format!("${}", self.args.len())
+    }
+
+    /// Adds a statement.
+    pub(super) fn push(&mut self, statement: String) {
+        self.statements.push(statement);
+    }
+
+    /// Whether there is nothing to run.
+    pub(super) fn is_empty(&self) -> bool {
+        self.statements.is_empty()
+    }
+
+    /// Adds the statements writing `end`: on SQLite the measurements' insert and the
+    /// trial's update, on PostgreSQL one statement (the insert as a CTE of the update).
+    pub(super) fn end(&mut self, end: &TrialEnd, sqlite: bool) {
+        let trial = &end.trial;
+        let id = self.int(trial.id);
+        let finished_at = self.text(trial.finished_at.as_deref());
+        let measurements: Vec<&Measurement> = end
+            .measurements
+            .iter()
+            .filter(|m| m.value.is_finite())
+            .collect();
+        let insert = (!measurements.is_empty()).then(|| {
+            let attempt = self.int(i64::from(trial.attempt));
+            let rows: Vec<String> = measurements
+                .iter()
+                .map(|m| {
+                    let step = match m.step {
+                        Some(step) => self.int(step),
+                        None => "NULL".into(),
+                    };
+                    let metric = self.text(Some(&m.metric));
+                    let value = self.real(m.value);
+                    format!("({id}, {attempt}, {step}, {metric}, {value}, {finished_at})")
+                })
+                .collect();
+            format!(
+                "INSERT INTO measurements (trial_id, attempt, step, metric, value, recorded_at) VALUES {}",
+                rows.join(", ")
+            )
+        });
+        // sqlx 0.8's Any driver binds a NULL f64 as PostgreSQL's float4, and the statement it
+        // caches then refuses a float8: a missing value is written as NULL in the SQL.
+        let value = match trial.value.filter(|v| v.is_finite()) {
+            Some(v) => self.real(v),
+            None => "NULL".into(),
+        };
+        let update = format!(
+            "UPDATE trials SET state = {}, error = {}, finished_at = {finished_at}, value = {value}, \
+             worker = COALESCE({}, worker), log_path = COALESCE({}, log_path) WHERE id = {id}",
+            self.text(Some(trial.state.as_str())),
+            self.text(trial.error.as_deref()),
+            self.text(trial.worker.as_deref()),
+            self.text(trial.log_path.as_deref()),
+        );
+        match insert {
+            None => self.push(update),
+            Some(insert) if sqlite => {
+                self.push(insert);
+                self.push(update);
+            }
+            Some(insert) => self.push(format!("WITH recorded AS ({insert}) {update}")),
+        }
+    }
+
+    /// Runs the statements as one call, in one transaction on SQLite when there are several
+    /// (a failed one rolls back the others), and returns the rows they returned.
+    pub(super) async fn run(
+        self,
+        pool: &Pool<Any>,
+        sqlite: bool,
+        doing: &'static str,
+    ) -> Result<Vec<AnyRow>, StorageError> {
+        let transaction = sqlite && self.statements.len() > 1;
+        let sql = match transaction {
+            true => format!("BEGIN IMMEDIATE; {}; COMMIT", self.statements.join("; ")),
+            false => self.statements.join("; "),
+        };
+        let mut query: Query<'_, Any, AnyArguments<'_>> = sqlx::query(&sql);
+        for arg in self.args {
+            query = match arg {
+                Arg::Text(text) => query.bind(text),
+                Arg::Int(int) => query.bind(int),
+                Arg::Real(real) => query.bind(real),
+            };
+        }
+        // `fetch_all`: every statement runs, the COMMIT included, whatever rows come first.
+        let result = query.fetch_all(pool).await;
+        if result.is_err() && transaction {
+            // Whatever statement failed, the transaction must not stay open.
+            let _ = sqlx::query("ROLLBACK").execute(pool).await;
+        }
+        result.map_err(query_error(doing))
+    }
+}
+
+impl Storage {
+    /// Writes the trials' ends (see [`TrialEnd`]): on SQLite in one call, on PostgreSQL
+    /// one call each. Leaves `ends` empty once they are written.
+    pub async fn finish_trials(&self, ends: &mut Vec<TrialEnd>) -> Result<(), StorageError> {
+        let batches = match self.sqlite {
+            true => vec![std::mem::take(ends)],
+            false => std::mem::take(ends).into_iter().map(|e| vec![e]).collect(),
+        };
+        for batch in batches {
+            let mut script = Script::default();
+            for end in &batch {
+                script.end(end, self.sqlite);
+            }
+            if !script.is_empty() {
+                script
+                    .run(&self.pool, self.sqlite, "finishing a trial")
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::space::Assignment;
+    use crate::storage::{Budget, Claim, StorageUrl, StudyView};
+
+    async fn claim(storage: &Storage, view: &mut StudyView) -> TrialRecord {
+        let budget = Budget {
+            max_trial_count: None,
+            max_failed_trial_count: 1,
+        };
+        let claimed = storage
+            .claim_trial(view, budget, "me", &mut Vec::new(), |_, _| {
+                Ok::<_, ()>(Some(Assignment::default()))
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        match claimed {
+            Claim::Started(trial) => *trial,
+            other => panic!("no trial claimed: {other:?}"),
+        }
+    }
+
+    /// The ends written in one call are one transaction: when one of them cannot be written
+    /// (here its measurements name a trial that does not exist), none is.
+    #[tokio::test]
+    async fn ends_written_together_are_written_all_or_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let storage = Storage::open(&StorageUrl::parse(&url).unwrap())
+            .await
+            .unwrap();
+        let yaml = "name: s\nmax_trial_count: 5\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\ntrial: {command: [w]}\n";
+        let study = crate::spec::parse(std::path::Path::new("s.yaml"), yaml).unwrap();
+        let id = storage.ensure_study(&study).await.unwrap().id;
+        let mut view = StudyView::new(id, crate::spec::Goal::Minimize);
+        let first = claim(&storage, &mut view).await;
+        let mut ghost = claim(&storage, &mut view).await;
+        ghost.id = 9999;
+        let final_loss = |value| Measurement {
+            step: None,
+            metric: "loss".into(),
+            value,
+        };
+        let end = |trial: &TrialRecord, value: f64| {
+            TrialEnd::now(
+                trial.clone(),
+                TrialState::Succeeded,
+                Some(value),
+                None,
+                vec![final_loss(value)],
+            )
+        };
+        let mut ends = vec![end(&first, 1.0), end(&ghost, 2.0)];
+        let refused = storage.finish_trials(&mut ends).await;
+        assert!(refused.is_err(), "a measurement of no trial is refused");
+        let states: Vec<TrialState> = storage
+            .trials(id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.state)
+            .collect();
+        assert_eq!(states, [TrialState::Running, TrialState::Running]);
+        storage
+            .finish_trials(&mut vec![end(&first, 1.0)])
+            .await
+            .unwrap();
+        let trials = storage.trials(id).await.unwrap();
+        assert_eq!(trials[0].state, TrialState::Succeeded);
+        assert_eq!(trials[0].value, Some(1.0));
+        assert_eq!(trials[1].state, TrialState::Running);
+        assert_eq!(
+            storage.measurements(first.id, 1).await.unwrap(),
+            [final_loss(1.0)]
+        );
+    }
+}
