@@ -23,6 +23,7 @@ use crate::executor::{
 };
 use crate::report::{self, Measurement};
 use crate::sampler::{ProposalContext, Sampler, SamplerError};
+use crate::space::Assignment;
 use crate::spec::Study;
 use crate::stopping::Curve;
 use crate::storage::{
@@ -268,13 +269,14 @@ pub async fn run(
     let mut interrupt_open = true;
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     loop {
-        while !interrupted
+        'claiming: while !interrupted
             && !exhausted
             && !failures
             && run.running.len() < plan.parallel_trial_count
         {
-            let propose = |number, view: &StudyView| {
-                let running = view.unfinished_params();
+            let propose = |number, view: &StudyView, claimed: &[Assignment]| {
+                let mut running = view.unfinished_params();
+                running.extend_from_slice(claimed);
                 sampler.propose(&ProposalContext {
                     space: &study.space,
                     goal: study.objective.goal,
@@ -283,25 +285,29 @@ pub async fn run(
                     running: &running,
                 })
             };
-            let claim = storage
-                .claim_trial(
+            let slots = plan.parallel_trial_count - run.running.len();
+            let claims = storage
+                .claim_trials(
                     &mut run.view,
                     plan.budget(),
                     &run.owner,
+                    slots,
                     &mut run.ends,
                     propose,
                 )
                 .await??;
-            match claim {
-                Claim::Started(trial) => run.launch(*trial, None, observer),
-                Claim::BudgetSpent => break,
-                Claim::Exhausted => {
-                    exhausted = true;
-                    break;
-                }
-                Claim::TooManyFailures => {
-                    failures = true;
-                    break;
+            for claim in claims {
+                match claim {
+                    Claim::Started(trial) => run.launch(*trial, None, observer),
+                    Claim::BudgetSpent => break 'claiming,
+                    Claim::Exhausted => {
+                        exhausted = true;
+                        break 'claiming;
+                    }
+                    Claim::TooManyFailures => {
+                        failures = true;
+                        break 'claiming;
+                    }
                 }
             }
         }

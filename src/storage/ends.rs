@@ -3,7 +3,7 @@
 //!
 //! On SQLite, every statement is a round trip to sqlx's connection thread, and that hand-over
 //! costs more than the statement. So the ends of the trials that finished together, and the
-//! claim of the next trial when there is one ([`super::Storage::claim_trial`]), are one string
+//! claims of the next trials when there are some ([`super::Storage::claim_trials`]), are one string
 //! of statements run as one transaction (`BEGIN IMMEDIATE; ...; COMMIT`). PostgreSQL prepares
 //! one statement per call: there each end is a data-modifying CTE of its own.
 
@@ -212,14 +212,14 @@ mod tests {
             max_failed_trial_count: 1,
         };
         let claimed = storage
-            .claim_trial(view, budget, "me", &mut Vec::new(), |_, _| {
+            .claim_trials(view, budget, "me", 1, &mut Vec::new(), |_, _, _| {
                 Ok::<_, ()>(Some(Assignment::default()))
             })
             .await
             .unwrap()
             .unwrap();
-        match claimed {
-            Claim::Started(trial) => *trial,
+        match &claimed[..] {
+            [Claim::Started(trial)] => (**trial).clone(),
             other => panic!("no trial claimed: {other:?}"),
         }
     }

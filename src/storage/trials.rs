@@ -34,7 +34,7 @@ pub struct Budget {
     pub max_failed_trial_count: u64,
 }
 
-/// The outcome of [`Storage::claim_trial`].
+/// What [`Storage::claim_trials`] did, trial by trial.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claim {
     /// A new trial, running, owned by the claiming controller.
@@ -200,23 +200,25 @@ enum Decision {
     Not(Claim),
 }
 
-/// Checks the budget on `view`, then asks `propose` for the next number's parameters.
+/// Checks the budget on `view` with the `planned` trials (proposed in this claim, not yet in
+/// the view) counted, then asks `propose` for the next number's parameters.
 fn decide<E>(
     view: &StudyView,
     budget: Budget,
-    propose: &mut impl FnMut(u64, &StudyView) -> Result<Option<Assignment>, E>,
+    planned: &[Assignment],
+    propose: &mut impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
 ) -> Result<Decision, E> {
     if view.count(TrialState::Failed) as u64 >= budget.max_failed_trial_count {
         return Ok(Decision::Not(Claim::TooManyFailures));
     }
     if budget
         .max_trial_count
-        .is_some_and(|max| view.trials.len() as u64 >= max)
+        .is_some_and(|max| (view.trials.len() + planned.len()) as u64 >= max)
     {
         return Ok(Decision::Not(Claim::BudgetSpent));
     }
-    let number = view.next_number();
-    Ok(match propose(number, view)? {
+    let number = view.next_number() + planned.len() as u64;
+    Ok(match propose(number, view, planned)? {
         Some(params) => Decision::Run(number, params),
         None => Decision::Not(Claim::Exhausted),
     })
@@ -233,42 +235,74 @@ impl Storage {
         view.absorb(&rows)
     }
 
-    /// Claims the next trial of a study for `owner`: brings `view` up to date, checks the
-    /// budget, asks `propose` for the parameters of the next number, and records the trial as
+    /// Claims up to `slots` trials of a study for `owner`, one after another: brings `view`
+    /// up to date, checks the budget, asks `propose` for the parameters of the next number
+    /// (with the trials already claimed in this call as running), and records the trial as
     /// running with its first attempt, all as one step for every controller of the study.
     /// The trials' `ends` (already in `view`) are written first, in the same call where they
-    /// can be; `ends` is empty after the claim.
+    /// can be; `ends` is empty after the claim. Returns the trials started, in order, and
+    /// then why no more were, unless the slots ran out first. `propose` gets the number,
+    /// the view, and the parameters of the trials this call claims before that number.
     ///
-    /// On SQLite the claim is first tried in one statement, on the view as it is: the insert
-    /// is guarded by the condition that no trial of the study was added or finished since the
-    /// view was read, so it succeeds exactly when the locked claim would have decided the
-    /// same. Only when another controller changed the study (or the study ends) does the
-    /// claim take the lock, read the changes and decide again: a lone controller pays one
-    /// round trip per claim instead of four.
-    pub async fn claim_trial<E>(
+    /// On SQLite the claim is first tried in one call, on the view as it is: each insert is
+    /// guarded by the condition that no trial of the study was added or finished since the
+    /// view was read (but the ones this call inserted before it), so it succeeds exactly when
+    /// the locked claim would have decided the same. Only when another controller changed the
+    /// study (or the study ends) does the claim take the lock, read the changes and decide
+    /// again: a lone controller pays one round trip for the trials that ended and the ones
+    /// that replace them, instead of four per trial.
+    pub async fn claim_trials<E>(
+        &self,
+        view: &mut StudyView,
+        budget: Budget,
+        owner: &str,
+        slots: usize,
+        ends: &mut Vec<TrialEnd>,
+        mut propose: impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
+    ) -> Result<Result<Vec<Claim>, E>, StorageError> {
+        if self.sqlite {
+            let mut planned: Vec<(u64, Assignment)> = Vec::new();
+            let mut params: Vec<Assignment> = Vec::new();
+            while planned.len() < slots {
+                match decide(view, budget, &params, &mut propose) {
+                    Ok(Decision::Run(number, next)) => {
+                        params.push(next.clone());
+                        planned.push((number, next));
+                    }
+                    _ => break,
+                }
+            }
+            if !planned.is_empty() {
+                let claimed = self
+                    .insert_if_unchanged(view, &planned, owner, std::mem::take(ends))
+                    .await?;
+                if !claimed.is_empty() {
+                    let started = claimed.into_iter().map(|t| Claim::Started(Box::new(t)));
+                    return Ok(Ok(started.collect()));
+                }
+            }
+        }
+        Ok(self
+            .claim_locked(view, budget, owner, ends, propose)
+            .await?
+            .map(|claim| vec![claim]))
+    }
+
+    /// Claims one trial under the study's lock, having written the `ends`.
+    async fn claim_locked<E>(
         &self,
         view: &mut StudyView,
         budget: Budget,
         owner: &str,
         ends: &mut Vec<TrialEnd>,
-        mut propose: impl FnMut(u64, &StudyView) -> Result<Option<Assignment>, E>,
+        mut propose: impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
     ) -> Result<Result<Claim, E>, StorageError> {
-        if self.sqlite
-            && let Ok(Decision::Run(number, params)) = decide(view, budget, &mut propose)
-        {
-            let claimed = self
-                .insert_if_unchanged(view, number, &params, owner, std::mem::take(ends))
-                .await?;
-            if let Some(trial) = claimed {
-                return Ok(Ok(Claim::Started(Box::new(trial))));
-            }
-        }
         self.finish_trials(ends).await?;
         let doing = "claiming a trial";
         let mut tx = self.lock_study(view.study_id).await?;
         let rows = changed_rows(&mut *tx, view).await?;
         view.absorb(&rows)?;
-        let (number, params) = match decide(view, budget, &mut propose) {
+        let (number, params) = match decide(view, budget, &[], &mut propose) {
             Ok(Decision::Run(number, params)) => (number, params),
             Ok(Decision::Not(claim)) => return Ok(Ok(claim)),
             Err(e) => return Ok(Err(e)),
@@ -293,18 +327,19 @@ impl Storage {
         Ok(Ok(Claim::Started(Box::new(trial))))
     }
 
-    /// Inserts trial `number` as running, in one statement, only if the study's rows from
-    /// the view's first changeable one on are still the ones the view holds (none added, none
-    /// of its unfinished ones finished); `None` when they are not. The `ends` are written
-    /// before it, in the same call and transaction, whether the insert happens or not.
+    /// Inserts the `planned` trials as running, in one call, each only if the study's rows
+    /// from the view's first changeable one on are still the ones the view holds and the
+    /// ones inserted before it (none added by another controller, none of its unfinished ones
+    /// finished); returns those inserted, in order, none when the view was stale. The `ends`
+    /// are written before them, in the same call and transaction, whether they are inserted
+    /// or not.
     async fn insert_if_unchanged(
         &self,
         view: &mut StudyView,
-        number: u64,
-        params: &Assignment,
+        planned: &[(u64, Assignment)],
         owner: &str,
         ends: Vec<TrialEnd>,
-    ) -> Result<Option<TrialRecord>, StorageError> {
+    ) -> Result<Vec<TrialRecord>, StorageError> {
         let mut script = Script::default();
         for end in &ends {
             script.end(end, self.sqlite);
@@ -313,31 +348,37 @@ impl Storage {
         let (rows, unfinished) = view.rows_since(since);
         let study = script.int(view.study_id);
         let since = script.int(since);
-        let insert = format!(
-            "INSERT INTO trials (study_id, number, state, params, created_at, started_at, heartbeat_at, attempt, owner)
-             SELECT {study}, {}, 'running', {}, {now}, {now}, {now}, 1, {}
-             WHERE (SELECT COUNT(*) FROM trials WHERE +study_id = {study} AND id >= {since}) = {}
-               AND (SELECT COUNT(*) FROM trials WHERE +study_id = {study} AND id >= {since}
-                    AND state IN ('pending', 'running')) = {}
-             RETURNING {}",
-            script.int(number as i64),
-            script.text(Some(&params_json(params))),
-            script.text(Some(owner)),
-            script.int(rows as i64),
-            script.int(unfinished as i64),
-            trial_columns!(),
-            now = script.text(Some(&now())),
-        );
-        script.push(insert);
-        let rows = script
+        let now = script.text(Some(&now()));
+        let owner = script.text(Some(owner));
+        for (i, (number, params)) in planned.iter().enumerate() {
+            // `changes()`: the rows the previous statement (this call's previous insert)
+            // inserted; a trial is inserted only after the ones planned before it.
+            let after_previous = if i == 0 { "" } else { "changes() = 1 AND " };
+            let insert = format!(
+                "INSERT INTO trials (study_id, number, state, params, created_at, started_at, heartbeat_at, attempt, owner)
+                 SELECT {study}, {}, 'running', {}, {now}, {now}, {now}, 1, {owner}
+                 WHERE {after_previous}(SELECT COUNT(*) FROM trials WHERE +study_id = {study} AND id >= {since}) = {}
+                   AND (SELECT COUNT(*) FROM trials WHERE +study_id = {study} AND id >= {since}
+                        AND state IN ('pending', 'running')) = {}
+                 RETURNING {}",
+                script.int(*number as i64),
+                script.text(Some(&params_json(params))),
+                script.int((rows + i) as i64),
+                script.int((unfinished + i) as i64),
+                trial_columns!(),
+            );
+            script.push(insert);
+        }
+        let inserted = script
             .run(&self.pool, self.sqlite, "claiming a trial")
             .await?;
-        let Some(row) = rows.first() else {
-            return Ok(None);
-        };
-        let trial = TrialRecord::from_row(row)?;
-        view.update(trial.clone());
-        Ok(Some(trial))
+        let mut trials = Vec::with_capacity(inserted.len());
+        for row in &inserted {
+            let trial = TrialRecord::from_row(row)?;
+            view.update(trial.clone());
+            trials.push(trial);
+        }
+        Ok(trials)
     }
 
     /// A transaction holding the study's lock until it ends: SQLite's write lock, taken by
@@ -632,7 +673,8 @@ mod tests {
                 view.update(end.trial.clone());
             }
             let claimed = storage
-                .claim_trial(view, budget, "me", &mut ends, |number, view| {
+                .claim_trials(view, budget, "me", 1, &mut ends, |number, view, claimed| {
+                    assert!(claimed.is_empty());
                     seen.push((number, view.history().len(), view.unfinished_params().len()));
                     Ok::<_, ()>(Some(Assignment::default()))
                 })
@@ -640,8 +682,8 @@ mod tests {
                 .unwrap()
                 .unwrap();
             assert!(ends.is_empty(), "the claim writes every end");
-            match claimed {
-                Claim::Started(trial) => Some(*trial),
+            match &claimed[..] {
+                [Claim::Started(trial)] => Some((**trial).clone()),
                 _ => None,
             }
         };
@@ -727,5 +769,100 @@ mod tests {
                 .await
                 .unwrap();
         assert_eq!(attempt, ("succeeded".into(), Some("pid:1@2".into())));
+    }
+
+    /// A claim of several slots proposes each trial with the ones before it as running and
+    /// inserts them in one call; on a stale view none of them is inserted (each insert waits
+    /// for the one before it: without that, the second would pass its guard, the other
+    /// controller's trial standing in for the first), and the claim goes on under the lock.
+    #[tokio::test]
+    async fn a_claim_of_several_slots_inserts_them_in_one_call_or_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let storage = Storage::open(&super::super::StorageUrl::parse(&url).unwrap())
+            .await
+            .unwrap();
+        let yaml = "name: s\nmax_trial_count: 6\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\ntrial: {command: [w]}\n";
+        let study = crate::spec::parse(std::path::Path::new("s.yaml"), yaml).unwrap();
+        let id = storage.ensure_study(&study).await.unwrap().id;
+        let budget = Budget {
+            max_trial_count: Some(6),
+            max_failed_trial_count: 5,
+        };
+        let (mut a, mut b) = (
+            StudyView::new(id, Goal::Minimize),
+            StudyView::new(id, Goal::Minimize),
+        );
+        // What each proposal saw: (number, finished, running in the view, claimed before it).
+        let mut seen = Vec::new();
+        let claim = async |view: &mut StudyView,
+                           slots: usize,
+                           mut ends: Vec<TrialEnd>,
+                           seen: &mut Vec<(u64, usize, usize, usize)>| {
+            let claimed = storage
+                .claim_trials(
+                    view,
+                    budget,
+                    "me",
+                    slots,
+                    &mut ends,
+                    |number, view, claimed| {
+                        let (history, running) =
+                            (view.history().len(), view.unfinished_params().len());
+                        seen.push((number, history, running, claimed.len()));
+                        Ok::<_, ()>(Some(Assignment::default()))
+                    },
+                )
+                .await
+                .unwrap()
+                .unwrap();
+            claimed
+                .into_iter()
+                .map(|claim| match claim {
+                    Claim::Started(trial) => Ok(*trial),
+                    other => Err(other),
+                })
+                .collect::<Vec<_>>()
+        };
+        let numbers = |claims: &[Result<TrialRecord, Claim>]| -> Vec<u64> {
+            claims.iter().map(|c| c.as_ref().unwrap().number).collect()
+        };
+        let first = claim(&mut a, 3, vec![], &mut seen).await;
+        assert_eq!(numbers(&first), [0, 1, 2]);
+        assert_eq!(numbers(&claim(&mut b, 1, vec![], &mut seen).await), [3]);
+        // A ends trial 0 and claims three more on a view that misses trial 3: none is
+        // inserted in one call, the end is written, and the locked claim takes number 4.
+        let end = TrialEnd::now(
+            first[0].clone().unwrap(),
+            TrialState::Succeeded,
+            Some(1.0),
+            None,
+            vec![],
+        );
+        a.update(end.trial.clone());
+        assert_eq!(numbers(&claim(&mut a, 3, vec![end], &mut seen).await), [4]);
+        // Up to date, A plans two, and the budget stops it at one.
+        assert_eq!(numbers(&claim(&mut a, 2, vec![], &mut seen).await), [5]);
+        let spent = claim(&mut b, 1, vec![], &mut seen).await;
+        assert_eq!(spent, [Err(Claim::BudgetSpent)]);
+        let expected = [
+            (0, 0, 0, 0), // A: three in one call, each seeing the ones before it running
+            (1, 0, 0, 1),
+            (2, 0, 0, 2),
+            (0, 0, 0, 0), // B, on an empty view: refused
+            (3, 0, 3, 0), // B, up to date
+            (3, 1, 2, 0), // A, stale: refused, the three of them
+            (4, 1, 2, 1),
+            (5, 1, 2, 2),
+            (4, 1, 3, 0), // A, up to date, under the lock
+            (5, 1, 4, 0), // A, one slot left in the budget
+            (4, 0, 4, 0), // B, stale: refused; up to date the budget is spent
+        ];
+        assert_eq!(seen, expected);
+        let trials = storage.trials(id).await.unwrap();
+        let stored: Vec<(u64, TrialState)> = trials.iter().map(|t| (t.number, t.state)).collect();
+        let mut wanted = vec![(0, TrialState::Succeeded)];
+        wanted.extend((1..6).map(|n| (n, TrialState::Running)));
+        assert_eq!(stored, wanted);
     }
 }
