@@ -165,13 +165,15 @@ impl Worker {
         mut stop: watch::Receiver<StopRequest>,
     ) -> (WorkerEnd, Option<String>) {
         let deadline = job.timeout.map(|t| Instant::now() + t);
-        let mut poll = tokio::time::interval(POLL);
+        // The first read is one period in: a worker that ends sooner is read once, at its end.
+        let mut poll = tokio::time::interval_at(Instant::now() + POLL, POLL);
         let mut stop_open = true;
         let reason = loop {
             tokio::select! {
                 end = wait(&mut self.process) => {
                     self.finish(job);
-                    return (end, last_output(job));
+                    let output = last_output(job, &end);
+                    return (end, output);
                 }
                 _ = poll.tick() => self.read(job),
                 _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
@@ -188,7 +190,8 @@ impl Worker {
         };
         self.terminate(job.grace_period, &mut stop).await;
         self.finish(job);
-        (reason, last_output(job))
+        let output = last_output(job, &reason);
+        (reason, output)
     }
 
     /// SIGTERM to the worker's group, then SIGKILL after the grace period, or as soon as
@@ -331,9 +334,12 @@ impl Tail {
     }
 }
 
-/// The last line the worker printed, for error messages: on stderr, where errors go, or else
-/// on stdout.
-fn last_output(job: &TrialJob) -> Option<String> {
+/// The last line the worker printed, for the message of an end other than a clean exit: on
+/// stderr, where errors go, or else on stdout.
+fn last_output(job: &TrialJob, end: &WorkerEnd) -> Option<String> {
+    if *end == WorkerEnd::Exited(0) {
+        return None;
+    }
     last_line(&error_log_path(&job.log_path)).or_else(|| last_line(&job.log_path))
 }
 

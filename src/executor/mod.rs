@@ -138,7 +138,7 @@ pub struct WorkerOutcome {
     pub trial_id: i64,
     /// How it ended.
     pub end: WorkerEnd,
-    /// The last line the worker printed, for error messages.
+    /// The last line the worker printed, for error messages (none after a clean exit).
     pub last_output: Option<String>,
 }
 
