@@ -283,6 +283,7 @@ pub async fn run(
                     number,
                     history: view.history(),
                     running: &running,
+                    parallel: plan.parallel_trial_count,
                 })
             };
             let slots = plan.parallel_trial_count - run.running.len();

@@ -40,6 +40,9 @@ pub struct ProposalContext<'a> {
     pub history: &'a [Observation],
     /// The parameters of the trials still running.
     pub running: &'a [Assignment],
+    /// How many trials the study runs at once (its `parallel_trial_count`): the proposals go
+    /// in batches of this many.
+    pub parallel: usize,
 }
 
 /// Why a sampler could not propose.

@@ -52,6 +52,7 @@ mod tests {
             number,
             history: &[],
             running: &[],
+            parallel: 1,
         };
         sampler.propose(&context).unwrap().unwrap()
     }

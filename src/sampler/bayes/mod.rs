@@ -94,19 +94,19 @@ impl BayesSampler {
         }
         let dimension = context.space.dimension();
         let design = initial_design_size(dimension) as usize;
-        let batch = context.running.len() + 1;
+        // Batches of as many trials as the study runs at once, by trial number (batch `b` is
+        // trials `b·batch` to `(b + 1)·batch - 1`), not by the count of trials running now:
+        // that count depends on which trials happened to have ended when the controller
+        // proposed, so it would give the proposals of one batch different regions and roles.
+        let batch = context.parallel.max(1);
         let side = trust::side(&data.values, design, dimension, batch);
         let region = Region::around(encoding, &data.incumbents[0], side);
         let mut rng = stream(self.seed, context.number);
         let sobol_seed = self.seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
-        // The trials after the design go in batches of `batch`, as the trust region counts
-        // them: the first of a batch maximises the expected improvement, the others (made
-        // while it runs) take the best point of one posterior draw, so that they spread over
-        // the places that could be best.
-        let first_of_batch = (context.number as usize)
-            .saturating_sub(design)
-            .is_multiple_of(batch);
-        if !first_of_batch {
+        // The first of a batch maximises the expected improvement, the others (made while it
+        // runs) take the best point of one posterior draw, so that they spread over the
+        // places that could be best.
+        if !context.number.is_multiple_of(batch as u64) {
             return thompson::propose(
                 encoding,
                 &gp,
@@ -184,6 +184,7 @@ mod tests {
             number: (history.len() + running.len()) as u64,
             history,
             running,
+            parallel: running.len() + 1,
         };
         let proposal = sampler.propose(&context).unwrap().unwrap();
         space.check(&proposal).unwrap();
@@ -277,8 +278,9 @@ mod tests {
     #[test]
     fn proposals_beside_running_trials_are_repeatable() {
         let space = square();
-        // Trial 12 is the second of a batch of two after the design of 5: a Thompson draw.
-        let history = run(&space, 2, 11, bowl);
+        // In batches of two, trial 11 is the second of its batch (trials 10 and 11): a
+        // Thompson draw.
+        let history = run(&space, 2, 10, bowl);
         let running = [propose(&mut BayesSampler::new(2), &space, &history, &[])];
         let again = |seed| propose(&mut BayesSampler::new(seed), &space, &history, &running);
         assert_eq!(again(2), again(2));

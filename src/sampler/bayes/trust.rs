@@ -1,9 +1,10 @@
 //! The trust region: a box around the best point where the acquisition is maximised, whose
 //! side grows after repeated improvements and shrinks after repeated failures (TuRBO,
-//! Eriksson et al., 2019), counted in batches of the trials run at once. With a side of 1 or more it is the whole space and the search is
-//! global; when the model's proposals keep missing, it shrinks around the incumbent, so the
-//! search turns local where a global model of a rugged function misleads it. A box that has
-//! shrunk to nothing is reset, which restarts the search from a wide region.
+//! Eriksson et al., 2019), counted in batches of the trials run at once. With a side of 1 or
+//! more it is the whole space and the search is global; when the model's proposals keep
+//! missing, it shrinks around the incumbent, so the search turns local where a global model
+//! of a rugged function misleads it. A box that has shrunk to nothing is reset, which
+//! restarts the search from a wide region.
 //!
 //! The side is a function of the history alone (the trials in number order after the
 //! design), so the same history gives the same region, also after a restart.
@@ -28,10 +29,12 @@ fn failure_tolerance(dimension: usize, batch: usize) -> usize {
 }
 
 /// The side of the region after `values` (larger is better; `None` for a failed trial), in
-/// trial order, of which the first `design` are the initial design. The trials after it are
-/// taken in batches of `batch` (the number of trials run at once): a batch succeeds when one
-/// of its trials beats the best value known when it was proposed, that of the trials before
-/// the `batch - 1` that were still running then.
+/// trial order, of which the first `design` are the initial design. The trials go in batches
+/// of `batch` (the number of trials run at once) by their number (their index in `values`):
+/// trials `b·batch` to `(b + 1)·batch - 1` make batch `b`, as the controller starts trials
+/// of equal length, and the trials of a batch after the design count as one step. A batch
+/// succeeds when one of its trials beats the best value of the trials before the batch, the
+/// best known when it was proposed.
 pub fn side(values: &[Option<f64>], design: usize, dimension: usize, batch: usize) -> f64 {
     let batch = batch.max(1);
     let split = design.min(values.len());
@@ -43,13 +46,11 @@ pub fn side(values: &[Option<f64>], design: usize, dimension: usize, batch: usiz
         }))
         .collect();
     let improves = |i: usize| {
-        values[i].is_some_and(|v| {
-            known[(i + 1).saturating_sub(batch)].is_none_or(|b| v > b + MARGIN * b.abs())
-        })
+        values[i].is_some_and(|v| known[i - i % batch].is_none_or(|b| v > b + MARGIN * b.abs()))
     };
     let (mut side, mut successes, mut failures) = (INITIAL, 0, 0);
     let trials: Vec<usize> = (split..values.len()).collect();
-    for chunk in trials.chunks(batch) {
+    for chunk in trials.chunk_by(|a, b| a / batch == b / batch) {
         if chunk.iter().any(|&i| improves(i)) {
             successes += 1;
             failures = 0;
@@ -142,29 +143,40 @@ mod tests {
 
     #[test]
     fn in_batches_one_improvement_makes_a_success_and_failures_count_per_batch() {
-        let mut values = vec![Some(1.0); 5];
+        let mut values = vec![Some(1.0); 4];
         // Three batches of 4, each with one improvement among three misses.
         for v in [2.0, 3.0, 4.0] {
             values.extend([None, Some(0.0), Some(v), Some(0.5)]);
         }
-        assert_eq!(side(&values, 5, 2, 4), 2.0 * INITIAL);
-        assert_eq!(side(&values, 5, 2, 1), INITIAL);
+        assert_eq!(side(&values, 4, 2, 4), 2.0 * INITIAL);
+        assert_eq!(side(&values, 4, 2, 1), INITIAL);
         // max(4, 6) = 6 failed trials: two batches of 4 (the second one incomplete).
-        let mut failing = vec![Some(1.0); 5];
+        let mut failing = vec![Some(1.0); 4];
         failing.extend([None; 5]);
-        assert_eq!(side(&failing, 5, 6, 4), INITIAL / 2.0);
-        assert_eq!(side(&failing[..9], 5, 6, 4), INITIAL);
+        assert_eq!(side(&failing, 4, 6, 4), INITIAL / 2.0);
+        assert_eq!(side(&failing[..8], 4, 6, 4), INITIAL);
     }
 
     #[test]
-    fn a_trial_is_judged_against_the_best_value_known_when_it_was_proposed() {
+    fn a_trial_is_judged_against_the_best_value_before_its_batch() {
+        let mut values = vec![Some(1.0); 4];
+        // In batches of 2, trial 5 was proposed while trial 4 (3.0) was running: its 2.0
+        // beats the 1.0 known then, and so on.
+        values.extend([Some(3.0), Some(2.0), None, Some(4.0), Some(5.0), None]);
+        assert_eq!(side(&values, 4, 2, 2), 2.0 * INITIAL);
+        // One at a time, trial 5 knew of the 3.0 and failed.
+        assert_eq!(side(&values, 4, 2, 1), INITIAL);
+    }
+
+    #[test]
+    fn batches_follow_trial_numbers_not_the_end_of_the_design() {
+        // A design of 5 in batches of 4: trials 5-7 end batch 1, trial 8 starts batch 2, and
+        // each failed batch halves the side in 2 dimensions.
         let mut values = vec![Some(1.0); 5];
-        // In batches of 2, trial 7 was proposed while trial 6 (3.0) was running: its 2.0
-        // beats the 1.0 known then, and trial 10's 4.0 the 3.0 known then.
-        values.extend([None, Some(3.0), Some(2.0), None, None, Some(4.0)]);
-        assert_eq!(side(&values, 5, 2, 2), 2.0 * INITIAL);
-        // One at a time, trial 7 knew of the 3.0 and failed.
-        assert_eq!(side(&values, 5, 2, 1), INITIAL);
+        values.extend([None; 3]);
+        assert_eq!(side(&values, 5, 2, 4), INITIAL / 2.0);
+        values.push(None);
+        assert_eq!(side(&values, 5, 2, 4), INITIAL / 4.0);
     }
 
     #[test]
