@@ -204,7 +204,7 @@ impl Storage {
 mod tests {
     use super::*;
     use crate::space::Assignment;
-    use crate::storage::{Budget, Claim, StorageUrl, StudyView};
+    use crate::storage::{Budget, Claim, StudyView};
 
     async fn claim(storage: &Storage, view: &mut StudyView) -> TrialRecord {
         let budget = Budget {
@@ -228,14 +228,7 @@ mod tests {
     /// (here its measurements name a trial that does not exist), none is.
     #[tokio::test]
     async fn ends_written_together_are_written_all_or_none() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("t.db").display());
-        let storage = Storage::open(&StorageUrl::parse(&url).unwrap())
-            .await
-            .unwrap();
-        let yaml = "name: s\nmax_trial_count: 5\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\ntrial: {command: [w]}\n";
-        let study = crate::spec::parse(std::path::Path::new("s.yaml"), yaml).unwrap();
-        let id = storage.ensure_study(&study).await.unwrap().id;
+        let (_dir, storage, id) = crate::storage::test_study(5).await;
         let mut view = StudyView::new(id, crate::spec::Goal::Minimize);
         let first = claim(&storage, &mut view).await;
         let mut ghost = claim(&storage, &mut view).await;

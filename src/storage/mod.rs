@@ -251,3 +251,20 @@ pub fn best_trial(trials: &[TrialRecord], goal: Goal) -> Option<&TrialRecord> {
         )
         .map(|(t, _)| t)
 }
+
+/// A study of one double parameter and at most `max_trial_count` trials, in a new SQLite file
+/// (kept while the returned directory lives), for the storage's tests.
+#[cfg(test)]
+pub(crate) async fn test_study(max_trial_count: u64) -> (tempfile::TempDir, Storage, i64) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let storage = Storage::open(&StorageUrl::parse(&url).unwrap())
+        .await
+        .unwrap();
+    let yaml = format!(
+        "name: s\nmax_trial_count: {max_trial_count}\nobjective: {{metric: loss, goal: minimize}}\nparameters:\n  - {{id: x, type: double, min: 0, max: 1}}\ntrial: {{command: [w]}}\n"
+    );
+    let study = crate::spec::parse(std::path::Path::new("s.yaml"), &yaml).unwrap();
+    let id = storage.ensure_study(&study).await.unwrap().id;
+    (dir, storage, id)
+}

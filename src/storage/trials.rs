@@ -647,14 +647,7 @@ mod tests {
     /// claim goes through, and an end writes the measurements, the handle and the state.
     #[tokio::test]
     async fn a_claim_on_a_stale_view_reads_what_another_controller_did() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("t.db").display());
-        let storage = Storage::open(&super::super::StorageUrl::parse(&url).unwrap())
-            .await
-            .unwrap();
-        let yaml = "name: s\nmax_trial_count: 4\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\ntrial: {command: [w]}\n";
-        let study = crate::spec::parse(std::path::Path::new("s.yaml"), yaml).unwrap();
-        let id = storage.ensure_study(&study).await.unwrap().id;
+        let (_dir, storage, id) = crate::storage::test_study(4).await;
         let budget = Budget {
             max_trial_count: Some(4),
             max_failed_trial_count: 5,
@@ -777,14 +770,7 @@ mod tests {
     /// controller's trial standing in for the first), and the claim goes on under the lock.
     #[tokio::test]
     async fn a_claim_of_several_slots_inserts_them_in_one_call_or_none() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("t.db").display());
-        let storage = Storage::open(&super::super::StorageUrl::parse(&url).unwrap())
-            .await
-            .unwrap();
-        let yaml = "name: s\nmax_trial_count: 6\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\ntrial: {command: [w]}\n";
-        let study = crate::spec::parse(std::path::Path::new("s.yaml"), yaml).unwrap();
-        let id = storage.ensure_study(&study).await.unwrap().id;
+        let (_dir, storage, id) = crate::storage::test_study(6).await;
         let budget = Budget {
             max_trial_count: Some(6),
             max_failed_trial_count: 5,
