@@ -641,6 +641,17 @@ mod tests {
         assert_eq!(view.next_number(), 5);
     }
 
+    /// The budget of a study of `max_trial_count` trials (five failures allowed), and the
+    /// empty views of two controllers of it.
+    fn two_controllers(id: i64, max_trial_count: u64) -> (Budget, StudyView, StudyView) {
+        let budget = Budget {
+            max_trial_count: Some(max_trial_count),
+            max_failed_trial_count: 5,
+        };
+        let view = || StudyView::new(id, Goal::Minimize);
+        (budget, view(), view())
+    }
+
     /// Two controllers on one SQLite file, each with its own view: a claim on a view that
     /// another controller made stale must read the change before it proposes (the one-call
     /// claim is refused), the ends given to a claim are written whether or not the one-call
@@ -648,14 +659,7 @@ mod tests {
     #[tokio::test]
     async fn a_claim_on_a_stale_view_reads_what_another_controller_did() {
         let (_dir, storage, id) = crate::storage::test_study(4).await;
-        let budget = Budget {
-            max_trial_count: Some(4),
-            max_failed_trial_count: 5,
-        };
-        let (mut a, mut b) = (
-            StudyView::new(id, Goal::Minimize),
-            StudyView::new(id, Goal::Minimize),
-        );
+        let (budget, mut a, mut b) = two_controllers(id, 4);
         // What each proposal saw: (number, finished trials, running trials).
         let mut seen = Vec::new();
         let claim = async |view: &mut StudyView,
@@ -771,14 +775,7 @@ mod tests {
     #[tokio::test]
     async fn a_claim_of_several_slots_inserts_them_in_one_call_or_none() {
         let (_dir, storage, id) = crate::storage::test_study(6).await;
-        let budget = Budget {
-            max_trial_count: Some(6),
-            max_failed_trial_count: 5,
-        };
-        let (mut a, mut b) = (
-            StudyView::new(id, Goal::Minimize),
-            StudyView::new(id, Goal::Minimize),
-        );
+        let (budget, mut a, mut b) = two_controllers(id, 6);
         // What each proposal saw: (number, finished, running in the view, claimed before it).
         let mut seen = Vec::new();
         let claim = async |view: &mut StudyView,
