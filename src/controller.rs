@@ -615,6 +615,9 @@ impl Run<'_> {
             points,
             succeeded: false,
         };
+        // The rule reads the other trials' curves from the database: the ends not written
+        // yet go first, so that a trial that has just ended counts as finished.
+        self.storage.finish_trials(&mut self.ends).await?;
         let others = self.storage.curves(self.study_id, metric).await?;
         if let Some(reason) = rule.judge(self.study.objective.goal, &curve, &others) {
             let _ = r.stop.send(StopRequest::Gracefully);
