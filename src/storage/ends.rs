@@ -87,11 +87,6 @@ impl Script {
         self.statements.push(statement);
     }
 
-    /// Whether there is nothing to run.
-    pub(super) fn is_empty(&self) -> bool {
-        self.statements.is_empty()
-    }
-
     /// Adds the statements writing `end`: on SQLite the measurements' insert and the
     /// trial's update, on PostgreSQL one statement (the insert as a CTE of the update).
     pub(super) fn end(&mut self, end: &TrialEnd, sqlite: bool) {
@@ -179,23 +174,19 @@ impl Script {
 
 impl Storage {
     /// Writes the trials' ends (see [`TrialEnd`]): on SQLite in one call, on PostgreSQL
-    /// one call each. Leaves `ends` empty once they are written.
+    /// one call each. Leaves `ends` empty once they are written (as they were, on an error).
     pub async fn finish_trials(&self, ends: &mut Vec<TrialEnd>) -> Result<(), StorageError> {
-        let batches = match self.sqlite {
-            true => vec![std::mem::take(ends)],
-            false => std::mem::take(ends).into_iter().map(|e| vec![e]).collect(),
-        };
-        for batch in batches {
+        let per_call = if self.sqlite { ends.len().max(1) } else { 1 };
+        for batch in ends.chunks(per_call) {
             let mut script = Script::default();
-            for end in &batch {
+            for end in batch {
                 script.end(end, self.sqlite);
             }
-            if !script.is_empty() {
-                script
-                    .run(&self.pool, self.sqlite, "finishing a trial")
-                    .await?;
-            }
+            script
+                .run(&self.pool, self.sqlite, "finishing a trial")
+                .await?;
         }
+        ends.clear();
         Ok(())
     }
 }

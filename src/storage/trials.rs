@@ -261,14 +261,11 @@ impl Storage {
         mut propose: impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
     ) -> Result<Result<Vec<Claim>, E>, StorageError> {
         if self.sqlite {
-            let mut planned: Vec<(u64, Assignment)> = Vec::new();
-            let mut params: Vec<Assignment> = Vec::new();
+            // The parameters of the trials numbered from the view's next number on.
+            let mut planned: Vec<Assignment> = Vec::new();
             while planned.len() < slots {
-                match decide(view, budget, &params, &mut propose) {
-                    Ok(Decision::Run(number, next)) => {
-                        params.push(next.clone());
-                        planned.push((number, next));
-                    }
+                match decide(view, budget, &planned, &mut propose) {
+                    Ok(Decision::Run(_, params)) => planned.push(params),
                     _ => break,
                 }
             }
@@ -327,7 +324,8 @@ impl Storage {
         Ok(Ok(Claim::Started(Box::new(trial))))
     }
 
-    /// Inserts the `planned` trials as running, in one call, each only if the study's rows
+    /// Inserts the `planned` trials (numbered from the view's next number on) as running, in
+    /// one call, each only if the study's rows
     /// from the view's first changeable one on are still the ones the view holds and the
     /// ones inserted before it (none added by another controller, none of its unfinished ones
     /// finished); returns those inserted, in order, none when the view was stale. The `ends`
@@ -336,10 +334,11 @@ impl Storage {
     async fn insert_if_unchanged(
         &self,
         view: &mut StudyView,
-        planned: &[(u64, Assignment)],
+        planned: &[Assignment],
         owner: &str,
         ends: Vec<TrialEnd>,
     ) -> Result<Vec<TrialRecord>, StorageError> {
+        let first = view.next_number();
         let mut script = Script::default();
         for end in &ends {
             script.end(end, self.sqlite);
@@ -350,7 +349,7 @@ impl Storage {
         let since = script.int(since);
         let now = script.text(Some(&now()));
         let owner = script.text(Some(owner));
-        for (i, (number, params)) in planned.iter().enumerate() {
+        for (i, params) in planned.iter().enumerate() {
             // `changes()`: the rows the previous statement (this call's previous insert)
             // inserted; a trial is inserted only after the ones planned before it.
             let after_previous = if i == 0 { "" } else { "changes() = 1 AND " };
@@ -361,7 +360,7 @@ impl Storage {
                    AND (SELECT COUNT(*) FROM trials WHERE +study_id = {study} AND id >= {since}
                         AND state IN ('pending', 'running')) = {}
                  RETURNING {}",
-                script.int(*number as i64),
+                script.int((first + i as u64) as i64),
                 script.text(Some(&params_json(params))),
                 script.int((rows + i) as i64),
                 script.int((unfinished + i) as i64),
