@@ -105,7 +105,7 @@ pub struct Gp {
 }
 
 /// The smallest posterior variance reported, so that `sqrt` and divisions stay finite.
-const MIN_VARIANCE: f64 = 1e-12;
+pub const MIN_VARIANCE: f64 = 1e-12;
 
 impl Gp {
     /// Conditions the prior of `hyper` on values `y` at points `x`.
@@ -171,6 +171,51 @@ impl Gp {
             .solve_lower_triangular_unchecked_mut(&mut v);
         let covariance = covariance(&self.kernel, points, 0.0) - v.tr_mul(&v);
         (mean, covariance)
+    }
+
+    /// `K⁻¹ k(X, p)` for each of `points` (one column each), where `X` are the training
+    /// points: what [`Gp::cross_covariance`] needs of them.
+    pub fn solve_cross(&self, points: &[Vec<f64>]) -> DMatrix<f64> {
+        let cross = DMatrix::from_fn(self.x.len(), points.len(), |i, j| {
+            self.kernel.value(&self.x[i], &points[j])
+        });
+        self.cholesky.solve(&cross)
+    }
+
+    /// The posterior covariance of the latent function at `x` with its value at each of
+    /// `points`, given `solved = self.solve_cross(points)`; with `gradient`, also the
+    /// gradient of each covariance by `x` (one vector per point).
+    pub fn cross_covariance(
+        &self,
+        x: &[f64],
+        points: &[Vec<f64>],
+        solved: &DMatrix<f64>,
+        gradient: bool,
+    ) -> (DVector<f64>, Vec<Vec<f64>>) {
+        let prior = self.cross(x);
+        let covariance = DVector::from_iterator(
+            points.len(),
+            points
+                .iter()
+                .zip(solved.column_iter())
+                .map(|(p, column)| self.kernel.value(x, p) - prior.dot(&column)),
+        );
+        if !gradient {
+            return (covariance, Vec::new());
+        }
+        let gradients = points
+            .iter()
+            .zip(solved.column_iter())
+            .map(|(p, column)| {
+                let mut g = vec![0.0; x.len()];
+                self.kernel.add_gradient(x, p, 1.0, &mut g);
+                for (training, weight) in self.x.iter().zip(column.iter()) {
+                    self.kernel.add_gradient(x, training, -weight, &mut g);
+                }
+                g
+            })
+            .collect();
+        (covariance, gradients)
     }
 
     /// Posterior mean and variance at `x`, with their gradients.
@@ -253,6 +298,30 @@ mod tests {
             let variance = central_difference(|x| gp.predict(x).1, &x, d);
             assert!((mean - p.mean_gradient[d]).abs() < 1e-6);
             assert!((variance - p.variance_gradient[d]).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn cross_covariances_agree_with_the_joint_posterior_and_their_gradients_with_differences() {
+        let (_, gp) = fixture();
+        let points = vec![vec![0.2, 0.9], vec![0.55, 0.4]];
+        let solved = gp.solve_cross(&points);
+        let x = [0.47, 0.61];
+        let (cross, gradients) = gp.cross_covariance(&x, &points, &solved, true);
+        let (_, joint) = gp.joint(&[points[0].clone(), points[1].clone(), x.to_vec()]);
+        for j in 0..2 {
+            assert!((cross[j] - joint[(2, j)]).abs() < 1e-12);
+            for (d, analytic) in gradients[j].iter().enumerate() {
+                let numeric = central_difference(
+                    |x| gp.cross_covariance(x, &points, &solved, false).0[j],
+                    &x,
+                    d,
+                );
+                assert!(
+                    (numeric - analytic).abs() < 1e-6,
+                    "{j}, {d}: {numeric} vs {analytic}"
+                );
+            }
         }
     }
 

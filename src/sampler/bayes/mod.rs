@@ -4,12 +4,11 @@
 //! The first trials follow a space-filling design ([`design`]); after that every proposal
 //! comes from the model: features of each finished trial ([`encoding`]), hyperparameters
 //! fitted by maximum a posteriori ([`fit`]), the posterior ([`gp`]), and log expected
-//! improvement ([`acquisition`]) maximised over a trust region around the best point
-//! ([`trust`]) that shrinks while proposals fail to improve ([`search`]). Trials still running
-//! are taken as if they had returned the model's mean there (kriging believer), and of each
-//! batch of trials run at once all but the first take the best point of one posterior draw
-//! ([`thompson`]), so that parallel proposals spread out. Failed trials count as the worst value seen, so the model
-//! steers away from where trials fail. See `docs/bayes.md`.
+//! improvement ([`log_ei`]) maximised over a trust region around the best point ([`trust`])
+//! that shrinks while proposals fail to improve ([`search`]). Trials still running are drawn
+//! from the posterior, and the improvement must beat the values drawn for them as well
+//! ([`acquisition`]), so that parallel proposals spread out. Failed trials count as the worst
+//! value seen, so the model steers away from where trials fail. See `docs/bayes.md`.
 
 pub mod acquisition;
 mod anchor;
@@ -20,8 +19,8 @@ pub mod fit;
 pub mod gp;
 mod kernel;
 mod lbfgs;
+pub mod log_ei;
 pub mod search;
-pub mod thompson;
 pub mod trust;
 
 /// The central finite difference of `f` at `x` along coordinate `d`, for tests of gradients.
@@ -36,12 +35,13 @@ fn central_difference(f: impl Fn(&[f64]) -> f64, x: &[f64], d: usize) -> f64 {
 
 use super::{ProposalContext, Sampler, SamplerError};
 use crate::space::Assignment;
+use acquisition::Acquisition;
 use anchor::Anchors;
 use data::TrainingData;
 use design::{initial_design_size, sobol_point};
 use encoding::Encoding;
 use gp::{Gp, GpError};
-use search::{Acquisition, maximize, stream};
+use search::{maximize, stream};
 use trust::Region;
 
 /// Proposes trials by Bayesian optimisation with a Gaussian process. Given the same seed and
@@ -79,44 +79,18 @@ impl BayesSampler {
             .anchors
             .hyperparameters(encoding, context.goal, context.history, &data)
             .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
-        let mut gp = Gp::new(data.x, &data.y, &hyper)?;
-        let best = gp.best_mean();
-        if !context.running.is_empty() {
-            // Kriging believer: each running trial as if it returned the posterior mean.
-            let mut x = gp.points().to_vec();
-            let mut y = data.y;
-            for running in context.running {
-                let features = encoding.encode(running);
-                y.push(gp.predict(&features).0);
-                x.push(features);
-            }
-            gp = Gp::new(x, &y, &hyper)?;
-        }
+        let gp = Gp::new(data.x, &data.y, &hyper)?;
         let dimension = context.space.dimension();
         let design = initial_design_size(dimension) as usize;
-        // Batches of as many trials as the study runs at once, by trial number (batch `b` is
-        // trials `b·batch` to `(b + 1)·batch - 1`), not by the count of trials running now:
-        // that count depends on which trials happened to have ended when the controller
-        // proposed, so it would give the proposals of one batch different regions and roles.
-        let batch = context.parallel.max(1);
-        let side = trust::side(&data.values, design, dimension, batch);
+        // The trust region counts batches of as many trials as the study runs at once, by
+        // trial number, not by the count of trials running now: that count depends on which
+        // trials happened to have ended when the controller proposed.
+        let side = trust::side(&data.values, design, dimension, context.parallel.max(1));
         let region = Region::around(encoding, &data.incumbents[0], side);
         let mut rng = stream(self.seed, context.number);
         let sobol_seed = self.seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
-        // The first of a batch maximises the expected improvement, the others (made while it
-        // runs) take the best point of one posterior draw, so that they spread over the
-        // places that could be best.
-        if !context.number.is_multiple_of(batch as u64) {
-            return thompson::propose(
-                encoding,
-                &gp,
-                &data.incumbents,
-                &region,
-                &mut rng,
-                sobol_seed,
-            );
-        }
-        let acquisition = Acquisition { gp: &gp, best };
+        let running = context.running.iter().map(|r| encoding.encode(r)).collect();
+        let acquisition = Acquisition::new(&gp, gp.best_mean(), running, &mut rng)?;
         Ok(maximize(
             encoding,
             &acquisition,
@@ -278,8 +252,7 @@ mod tests {
     #[test]
     fn proposals_beside_running_trials_are_repeatable() {
         let space = square();
-        // In batches of two, trial 11 is the second of its batch (trials 10 and 11): a
-        // Thompson draw.
+        // Trial 11, proposed while trial 10 runs: its running trial's value is drawn.
         let history = run(&space, 2, 10, bowl);
         let running = [propose(&mut BayesSampler::new(2), &space, &history, &[])];
         let again = |seed| propose(&mut BayesSampler::new(seed), &space, &history, &running);

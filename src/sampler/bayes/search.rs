@@ -6,10 +6,9 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::acquisition::{log_ei, log_ei_with_gradient};
+use super::acquisition::Acquisition;
 use super::design::sobol_point;
 use super::encoding::Encoding;
-use super::gp::Gp;
 use super::lbfgs::minimize;
 use super::trust::Region;
 
@@ -25,22 +24,6 @@ const LOCAL_SPREAD: f64 = 0.05;
 const REFINED: usize = 5;
 /// Evaluations of the acquisition per refinement.
 const REFINE_EVALUATIONS: u64 = 30;
-
-/// The model and the target the acquisition scores against.
-pub struct Acquisition<'a> {
-    /// The posterior.
-    pub gp: &'a Gp,
-    /// The incumbent's standardised value (maximisation): the best posterior mean at the
-    /// observed points.
-    pub best: f64,
-}
-
-impl Acquisition<'_> {
-    fn score(&self, features: &[f64]) -> f64 {
-        let (mean, variance) = self.gp.predict(features);
-        log_ei(mean, variance, self.best)
-    }
-}
 
 /// A point of the search, by its unit coordinates, with its score.
 #[derive(Debug, Clone)]
@@ -139,8 +122,7 @@ fn refine(
         for (&(_, f), ui) in moving.iter().zip(u) {
             x[f] = *ui;
         }
-        let (value, gradient) =
-            log_ei_with_gradient(&acquisition.gp.predict_with_gradient(&x), acquisition.best);
+        let (value, gradient) = acquisition.score_with_gradient(&x);
         Some((-value, moving.iter().map(|&(_, f)| -gradient[f]).collect()))
     };
     let lower: Vec<f64> = moving.iter().map(|&(p, _)| region.lower[p]).collect();
@@ -179,7 +161,7 @@ pub fn stream(seed: u64, number: u64) -> ChaCha8Rng {
 
 #[cfg(test)]
 mod tests {
-    use super::super::gp::Hyperparameters;
+    use super::super::gp::{Gp, Hyperparameters};
     use super::*;
     use crate::space::{Space, unit_double};
 
@@ -198,7 +180,7 @@ mod tests {
             noise_variance: 1e-6,
         };
         let gp = Gp::new(x, &y, &hyper).unwrap();
-        let acquisition = Acquisition { gp: &gp, best: 1.0 };
+        let acquisition = Acquisition::new(&gp, 1.0, Vec::new(), &mut stream(0, 0)).unwrap();
         let region = Region {
             lower: vec![0.1, 0.2],
             upper: vec![0.3, 0.25],
