@@ -93,20 +93,36 @@ impl<'a> Acquisition<'a> {
 
     /// The acquisition at features `x`.
     pub fn score(&self, x: &[f64]) -> f64 {
-        let (mean, variance) = self.gp.predict(x);
+        self.score_many(&[x])[0]
+    }
+
+    /// The acquisition at each of `points` (features), computed together.
+    pub fn score_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<f64> {
+        let predictions = self.gp.predict_many(points);
         let Some(running) = &self.running else {
-            return log_ei(mean, variance, self.fantasies[0].best);
+            let best = self.fantasies[0].best;
+            return predictions
+                .into_iter()
+                .map(|(mean, variance)| log_ei(mean, variance, best))
+                .collect();
         };
-        let (cross, _) = self
-            .gp
-            .cross_covariance(x, &running.points, &running.solved, false);
-        let variance = (variance - cross.dot(&running.covariance.solve(&cross))).max(MIN_VARIANCE);
-        let logs: Vec<f64> = self
-            .fantasies
+        points
             .iter()
-            .map(|f| log_ei(mean + cross.dot(&f.weights), variance, f.best))
-            .collect();
-        log_mean_exp(&logs).0
+            .zip(predictions)
+            .map(|(x, (mean, variance))| {
+                let (cross, _) =
+                    self.gp
+                        .cross_covariance(x.as_ref(), &running.points, &running.solved, false);
+                let variance =
+                    (variance - cross.dot(&running.covariance.solve(&cross))).max(MIN_VARIANCE);
+                let logs: Vec<f64> = self
+                    .fantasies
+                    .iter()
+                    .map(|f| log_ei(mean + cross.dot(&f.weights), variance, f.best))
+                    .collect();
+                log_mean_exp(&logs).0
+            })
+            .collect()
     }
 
     /// The acquisition at features `x`, and its gradient by them.

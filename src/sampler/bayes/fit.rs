@@ -10,9 +10,10 @@
 //! (`ℓ = 0.1` costs 10 nats) while leaving `0.3 ≤ ℓ ≤ 3` nearly free.
 use std::f64::consts::{LN_2, PI};
 
-use nalgebra::DVector;
+use nalgebra::{DMatrix, DVector};
+use rayon::prelude::*;
 
-use super::gp::{GpError, Hyperparameters, covariance, factor};
+use super::gp::{GpError, Hyperparameters, factor, inverse_from_factor};
 use super::lbfgs::minimize;
 
 /// Noise variance always present (in standardised units), to keep the matrix well
@@ -79,8 +80,24 @@ pub fn negative_log_posterior(
     let d = theta.len() - 2;
     let hyper = unpack(theta);
     let kernel = hyper.kernel();
-    let k = covariance(&kernel, x, hyper.noise_variance);
-    let cholesky = factor(k)?;
+    // Each pair's covariance and kernel slope, from one distance and one exponential; row i
+    // holds the pairs (i, j < i), and the rows run on every core.
+    let pairs: Vec<Vec<(f64, f64)>> = (0..n)
+        .into_par_iter()
+        .map(|i| {
+            (0..i)
+                .map(|j| kernel.value_and_slope(kernel.distance(&x[i], &x[j])))
+                .collect()
+        })
+        .collect();
+    let mut k = DMatrix::from_diagonal_element(n, n, kernel.variance() + hyper.noise_variance);
+    for (i, row) in pairs.iter().enumerate() {
+        for (j, &(value, _)) in row.iter().enumerate() {
+            k[(i, j)] = value;
+            k[(j, i)] = value;
+        }
+    }
+    let cholesky = factor(k.clone())?;
     let y = DVector::from_column_slice(y);
     let alpha = cholesky.solve(&y);
     let log_det: f64 = 2.0
@@ -93,19 +110,28 @@ pub fn negative_log_posterior(
     let log_likelihood = -0.5 * y.dot(&alpha) - 0.5 * log_det - 0.5 * n as f64 * (2.0 * PI).ln();
 
     // d log p / dθ = ½ tr(W dK/dθ), W = ααᵀ - K⁻¹.
-    let mut w = cholesky.inverse();
-    w.neg_mut();
-    w.ger(1.0, &alpha, &alpha, 1.0);
-    let mut gradient = vec![0.0; d + 2];
-    for i in 0..n {
-        for j in 0..i {
-            let r = kernel.distance(&x[i], &x[j]);
-            let slope = kernel.slope(r);
-            let wij = w[(i, j)];
-            for (dim, g) in gradient[..d].iter_mut().enumerate() {
-                *g += wij * kernel.log_length_derivative(&x[i], &x[j], slope, dim);
+    let w = &alpha * alpha.transpose() - inverse_from_factor(cholesky.l_dirty());
+    // Each row's share of the gradient (length scales, then the signal variance), rows on
+    // every core, summed in row order so that the sum does not depend on the cores.
+    let shares: Vec<Vec<f64>> = pairs
+        .par_iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let mut share = vec![0.0; d + 1];
+            for (j, &(value, slope)) in row.iter().enumerate() {
+                let wij = w[(i, j)];
+                for (dim, g) in share[..d].iter_mut().enumerate() {
+                    *g += wij * kernel.log_length_derivative(&x[i], &x[j], slope, dim);
+                }
+                share[d] += wij * value;
             }
-            gradient[d] += wij * kernel.of_distance(r);
+            share
+        })
+        .collect();
+    let mut gradient = vec![0.0; d + 2];
+    for share in shares {
+        for (g, s) in gradient.iter_mut().zip(share) {
+            *g += s;
         }
     }
     let trace = w.trace();
@@ -182,15 +208,21 @@ fn search(
         b
     };
     let (lower, upper) = (bound(|b| b.0), bound(|b| b.1));
-    starts
-        .iter()
-        .filter_map(|start| minimize(objective, start, &lower, &upper, max_evaluations))
+    // The starts run on every core; the first of equal optima wins, as in sequence.
+    let optima: Vec<_> = starts
+        .par_iter()
+        .map(|start| minimize(objective, start, &lower, &upper, max_evaluations))
+        .collect();
+    optima
+        .into_iter()
+        .flatten()
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(theta, _)| unpack(&theta))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::gp::covariance;
     use super::super::search::{normal, stream};
     use super::*;
     use rand::Rng;

@@ -82,6 +82,46 @@ pub fn factor(mut k: DMatrix<f64>) -> Result<Cholesky<f64, Dyn>, GpError> {
     Err(GpError::NotPositiveDefinite { size: n })
 }
 
+/// Replaces each row `b` of `rows` by `L⁻¹ b` (that is, `rows` by `rows L⁻ᵀ`), where `L` is the
+/// lower triangle of `lower`: forward substitution for every row at once, each step an
+/// update of one whole column by another.
+pub fn substitute_rows(lower: &DMatrix<f64>, rows: &mut DMatrix<f64>) {
+    let height = rows.nrows();
+    substitute(lower, rows, |_| height);
+}
+
+/// `A⁻¹` for `A = L Lᵀ`, where `L` is the lower triangle of `lower`: `L⁻ᵀ` by substituting
+/// the identity's rows (it is upper triangular, so column `j` has `j + 1` rows that are not
+/// zero), then `L⁻ᵀ L⁻¹` by one matrix product.
+pub fn inverse_from_factor(lower: &DMatrix<f64>) -> DMatrix<f64> {
+    let n = lower.nrows();
+    let mut inverse_transposed = DMatrix::identity(n, n);
+    substitute(lower, &mut inverse_transposed, |j| j + 1);
+    &inverse_transposed * inverse_transposed.transpose()
+}
+
+/// The forward substitution of [`substitute_rows`], where only the first `extent(j)` rows of
+/// column `j` of the result can differ from zero.
+fn substitute(lower: &DMatrix<f64>, rows: &mut DMatrix<f64>, extent: impl Fn(usize) -> usize) {
+    let height = rows.nrows();
+    let data = rows.as_mut_slice();
+    for i in 0..lower.nrows() {
+        let (done, rest) = data.split_at_mut(i * height);
+        let target = &mut rest[..height];
+        for (j, source) in done.chunks_exact(height).enumerate() {
+            let l = lower[(i, j)];
+            let used = extent(j);
+            for (t, s) in target[..used].iter_mut().zip(&source[..used]) {
+                *t -= l * s;
+            }
+        }
+        let diagonal = lower[(i, i)];
+        for t in target.iter_mut() {
+            *t /= diagonal;
+        }
+    }
+}
+
 /// The posterior mean and variance at one point, and their gradients by its features.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prediction {
@@ -149,13 +189,30 @@ impl Gp {
 
     /// Posterior mean and variance at `x`.
     pub fn predict(&self, x: &[f64]) -> (f64, f64) {
-        let mut v = self.cross(x);
-        let mean = v.dot(&self.alpha);
-        self.cholesky
-            .l_dirty()
-            .solve_lower_triangular_unchecked_mut(&mut v);
-        let variance = (self.kernel.variance() - v.norm_squared()).max(MIN_VARIANCE);
-        (mean, variance)
+        self.predict_many(&[x])[0]
+    }
+
+    /// Posterior mean and variance at each of `points`, computed together: the forward
+    /// substitution runs along the points, in long contiguous columns, instead of once per
+    /// point.
+    pub fn predict_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<(f64, f64)> {
+        // cross[(c, i)] = k(points[c], x_i); its rows become L⁻¹ k(X, points[c]).
+        let mut cross = DMatrix::from_fn(points.len(), self.x.len(), |c, i| {
+            self.kernel.value(points[c].as_ref(), &self.x[i])
+        });
+        let means = &cross * &self.alpha;
+        substitute_rows(self.cholesky.l_dirty(), &mut cross);
+        let mut explained = vec![0.0; points.len()];
+        for column in cross.column_iter() {
+            for (e, v) in explained.iter_mut().zip(column.iter()) {
+                *e += v * v;
+            }
+        }
+        means
+            .iter()
+            .zip(explained)
+            .map(|(&mean, e)| (mean, (self.kernel.variance() - e).max(MIN_VARIANCE)))
+            .collect()
     }
 
     /// The joint posterior of the latent function at `points`: its mean vector and its
@@ -323,6 +380,27 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn substitution_and_inverse_agree_with_nalgebras_solvers() {
+        let (f, _) = fixture();
+        let hyper = Hyperparameters {
+            length_scales: f.length_scales.clone(),
+            signal_variance: f.signal_variance,
+            noise_variance: f.noise_variance,
+        };
+        let k = covariance(&hyper.kernel(), &f.x, hyper.noise_variance);
+        let cholesky = factor(k.clone()).unwrap();
+        let lower = cholesky.l();
+        let rows = DMatrix::from_fn(7, k.nrows(), |r, c| ((r * 5 + c * 3) % 11) as f64 - 4.0);
+        let mut substituted = rows.clone();
+        substitute_rows(&lower, &mut substituted);
+        let solved = lower.solve_lower_triangular(&rows.transpose()).unwrap();
+        assert!((substituted - solved.transpose()).amax() < 1e-9);
+        let inverse = inverse_from_factor(cholesky.l_dirty());
+        assert!((&inverse - cholesky.inverse()).amax() < 1e-8 * inverse.amax());
+        assert!((&k * &inverse - DMatrix::identity(k.nrows(), k.nrows())).amax() < 1e-8);
     }
 
     #[test]

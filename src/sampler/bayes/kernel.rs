@@ -46,6 +46,16 @@ impl Matern52 {
         self.variance * (1.0 + s + s * s / 3.0) * (-s).exp()
     }
 
+    /// `k` and [`Matern52::slope`] at the scaled distance `r`, from one exponential.
+    pub fn value_and_slope(&self, r: f64) -> (f64, f64) {
+        let s = SQRT5 * r;
+        let decay = self.variance * (-s).exp();
+        (
+            decay * (1.0 + s + s * s / 3.0),
+            decay * (5.0 / 3.0) * (1.0 + s),
+        )
+    }
+
     /// `-(1/r) dk/dr = (5/3) s² (1 + √5 r) exp(-√5 r)`: finite at `r = 0`, and the common
     /// factor of every derivative of `k` (by a coordinate or by a log length scale).
     pub fn slope(&self, r: f64) -> f64 {

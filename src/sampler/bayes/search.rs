@@ -5,6 +5,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 
 use super::acquisition::Acquisition;
 use super::design::sobol_point;
@@ -22,6 +23,8 @@ pub const INCUMBENTS: usize = 3;
 const LOCAL_SPREAD: f64 = 0.05;
 /// Candidates refined by gradient.
 const REFINED: usize = 5;
+/// Candidates scored in one call of [`Acquisition::score_many`], one chunk per task.
+const SCORED_TOGETHER: usize = 256;
 /// Evaluations of the acquisition per refinement.
 const REFINE_EVALUATIONS: u64 = 30;
 
@@ -53,20 +56,28 @@ pub fn maximize(
         sobol_seed,
         GLOBAL_CANDIDATES,
     );
+    // Scored in chunks on every core; the order of the scores stays that of the candidates.
+    let scores: Vec<Vec<f64>> = candidates
+        .par_chunks(SCORED_TOGETHER)
+        .map(|chunk| {
+            let features: Vec<Vec<f64>> = chunk.iter().map(|u| encoding.at(u).1).collect();
+            acquisition.score_many(&features)
+        })
+        .collect();
     let mut scored: Vec<Scored> = candidates
         .into_iter()
-        .map(|unit| {
-            let (_, features) = encoding.at(&unit);
-            let score = acquisition.score(&features);
-            Scored { unit, score }
-        })
+        .zip(scores.into_iter().flatten())
+        .map(|(unit, score)| Scored { unit, score })
         .collect();
     // Stable, total order: ties keep the order of generation, so the result is repeatable.
     scored.sort_by(|a, b| b.score.total_cmp(&a.score));
     scored.truncate(REFINED);
-    scored
-        .into_iter()
+    let refined: Vec<Scored> = scored
+        .into_par_iter()
         .map(|start| refine(encoding, acquisition, region, start))
+        .collect();
+    refined
+        .into_iter()
         .reduce(|best, next| if next.score > best.score { next } else { best })
         .map(|best| best.unit)
         .unwrap_or_else(|| vec![0.5; dimension])
