@@ -237,6 +237,26 @@ mod tests {
     }
 
     #[test]
+    fn the_proposal_does_not_depend_on_the_number_of_cores() {
+        // The fit, the scoring of candidates and their refinement run on rayon's threads.
+        let space = square();
+        let history = run(&space, 6, 14, bowl);
+        let running = [propose(&mut BayesSampler::new(6), &space, &history, &[])];
+        let on = |threads| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let alone = propose(&mut BayesSampler::new(6), &space, &history, &[]);
+                let beside = propose(&mut BayesSampler::new(6), &space, &history, &running);
+                (alone, beside)
+            })
+        };
+        assert_eq!(on(1), on(3));
+    }
+
+    #[test]
     fn running_trials_push_the_next_proposal_elsewhere() {
         let space = square();
         let history = run(&space, 2, 10, bowl);
