@@ -97,7 +97,7 @@ pub fn negative_log_posterior(
             k[(j, i)] = value;
         }
     }
-    let cholesky = factor(k.clone())?;
+    let cholesky = factor(k)?;
     let y = DVector::from_column_slice(y);
     let alpha = cholesky.solve(&y);
     let log_det: f64 = 2.0
