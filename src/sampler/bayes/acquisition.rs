@@ -98,21 +98,23 @@ impl<'a> Acquisition<'a> {
 
     /// The acquisition at each of `points` (features), computed together.
     pub fn score_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<f64> {
-        let predictions = self.gp.predict_many(points);
         let Some(running) = &self.running else {
             let best = self.fantasies[0].best;
-            return predictions
+            return self
+                .gp
+                .predict_many(points)
                 .into_iter()
                 .map(|(mean, variance)| log_ei(mean, variance, best))
                 .collect();
         };
-        points
-            .iter()
-            .zip(predictions)
-            .map(|(x, (mean, variance))| {
-                let (cross, _) =
-                    self.gp
-                        .cross_covariance(x.as_ref(), &running.points, &running.solved, false);
+        let (predictions, covariances) =
+            self.gp
+                .predict_many_beside(points, &running.points, &running.solved);
+        predictions
+            .into_iter()
+            .zip(covariances.row_iter())
+            .map(|((mean, variance), cross)| {
+                let cross = cross.transpose();
                 let variance =
                     (variance - cross.dot(&running.covariance.solve(&cross))).max(MIN_VARIANCE);
                 let logs: Vec<f64> = self
@@ -133,7 +135,7 @@ impl<'a> Acquisition<'a> {
         };
         let (cross, cross_gradients) =
             self.gp
-                .cross_covariance(x, &running.points, &running.solved, true);
+                .cross_covariance_with_gradient(x, &running.points, &running.solved);
         // Conditioned on the running trials: variance σ² - sᵀΣ⁻¹s, whose gradient is
         // ∂σ² - 2 Σ_j (Σ⁻¹s)_j ∂s_j; mean μ + s·w, whose gradient is ∂μ + Σ_j w_j ∂s_j.
         let along = |weights: &DVector<f64>, scale: f64, base: &[f64]| {

@@ -167,6 +167,13 @@ impl Gp {
         })
     }
 
+    /// `k(X, points)`: one column per point, one row per training point.
+    fn kernel_columns(&self, points: &[Vec<f64>]) -> DMatrix<f64> {
+        DMatrix::from_fn(self.x.len(), points.len(), |i, j| {
+            self.kernel.value(&self.x[i], &points[j])
+        })
+    }
+
     /// The training points.
     pub fn points(&self) -> &[Vec<f64>] {
         &self.x
@@ -196,11 +203,28 @@ impl Gp {
     /// substitution runs along the points, in long contiguous columns, instead of once per
     /// point.
     pub fn predict_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<(f64, f64)> {
+        self.predict_many_beside(points, &[], &DMatrix::zeros(self.x.len(), 0))
+            .0
+    }
+
+    /// [`Gp::predict_many`], and the posterior covariance of each of `points` with each of
+    /// `others` (one row per point), given `solved = self.solve_cross(others)`: both come
+    /// from the same kernel values between the points and the training points.
+    pub fn predict_many_beside<P: AsRef<[f64]>>(
+        &self,
+        points: &[P],
+        others: &[Vec<f64>],
+        solved: &DMatrix<f64>,
+    ) -> (Vec<(f64, f64)>, DMatrix<f64>) {
         // cross[(c, i)] = k(points[c], x_i); its rows become L⁻¹ k(X, points[c]).
         let mut cross = DMatrix::from_fn(points.len(), self.x.len(), |c, i| {
             self.kernel.value(points[c].as_ref(), &self.x[i])
         });
         let means = &cross * &self.alpha;
+        let mut covariances = DMatrix::from_fn(points.len(), others.len(), |c, j| {
+            self.kernel.value(points[c].as_ref(), &others[j])
+        });
+        covariances.gemm(-1.0, &cross, solved, 1.0);
         substitute_rows(self.cholesky.l_dirty(), &mut cross);
         let mut explained = vec![0.0; points.len()];
         for column in cross.column_iter() {
@@ -208,19 +232,18 @@ impl Gp {
                 *e += v * v;
             }
         }
-        means
+        let predictions = means
             .iter()
             .zip(explained)
             .map(|(&mean, e)| (mean, (self.kernel.variance() - e).max(MIN_VARIANCE)))
-            .collect()
+            .collect();
+        (predictions, covariances)
     }
 
     /// The joint posterior of the latent function at `points`: its mean vector and its
     /// covariance matrix.
     pub fn joint(&self, points: &[Vec<f64>]) -> (DVector<f64>, DMatrix<f64>) {
-        let cross = DMatrix::from_fn(self.x.len(), points.len(), |i, j| {
-            self.kernel.value(&self.x[i], &points[j])
-        });
+        let cross = self.kernel_columns(points);
         let mean = cross.tr_mul(&self.alpha);
         let mut v = cross;
         self.cholesky
@@ -231,23 +254,21 @@ impl Gp {
     }
 
     /// `K⁻¹ k(X, p)` for each of `points` (one column each), where `X` are the training
-    /// points: what [`Gp::cross_covariance`] needs of them.
+    /// points: what the covariances with them need ([`Gp::predict_many_beside`],
+    /// [`Gp::cross_covariance_with_gradient`]).
     pub fn solve_cross(&self, points: &[Vec<f64>]) -> DMatrix<f64> {
-        let cross = DMatrix::from_fn(self.x.len(), points.len(), |i, j| {
-            self.kernel.value(&self.x[i], &points[j])
-        });
+        let cross = self.kernel_columns(points);
         self.cholesky.solve(&cross)
     }
 
     /// The posterior covariance of the latent function at `x` with its value at each of
-    /// `points`, given `solved = self.solve_cross(points)`; with `gradient`, also the
-    /// gradient of each covariance by `x` (one vector per point).
-    pub fn cross_covariance(
+    /// `points`, given `solved = self.solve_cross(points)`, and the gradient of each
+    /// covariance by `x` (one vector per point).
+    pub fn cross_covariance_with_gradient(
         &self,
         x: &[f64],
         points: &[Vec<f64>],
         solved: &DMatrix<f64>,
-        gradient: bool,
     ) -> (DVector<f64>, Vec<Vec<f64>>) {
         let prior = self.cross(x);
         let covariance = DVector::from_iterator(
@@ -257,9 +278,6 @@ impl Gp {
                 .zip(solved.column_iter())
                 .map(|(p, column)| self.kernel.value(x, p) - prior.dot(&column)),
         );
-        if !gradient {
-            return (covariance, Vec::new());
-        }
         let gradients = points
             .iter()
             .zip(solved.column_iter())
@@ -364,13 +382,15 @@ mod tests {
         let points = vec![vec![0.2, 0.9], vec![0.55, 0.4]];
         let solved = gp.solve_cross(&points);
         let x = [0.47, 0.61];
-        let (cross, gradients) = gp.cross_covariance(&x, &points, &solved, true);
+        let (cross, gradients) = gp.cross_covariance_with_gradient(&x, &points, &solved);
+        let (_, rows) = gp.predict_many_beside(&[x], &points, &solved);
         let (_, joint) = gp.joint(&[points[0].clone(), points[1].clone(), x.to_vec()]);
         for j in 0..2 {
             assert!((cross[j] - joint[(2, j)]).abs() < 1e-12);
+            assert!((rows[(0, j)] - joint[(2, j)]).abs() < 1e-12);
             for (d, analytic) in gradients[j].iter().enumerate() {
                 let numeric = central_difference(
-                    |x| gp.cross_covariance(x, &points, &solved, false).0[j],
+                    |x| gp.predict_many_beside(&[x], &points, &solved).1[(0, j)],
                     &x,
                     d,
                 );
