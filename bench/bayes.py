@@ -18,6 +18,14 @@ Optuna runs in-process through ask/tell, in the controller's order when trials t
 time: with 4 parallel trials, 4 are asked, then all 4 are told (a batch's trials end together,
 and the controller records every ended trial before it proposes the next).
 
+Modes: `sequential` (one trial at a time), `parallel` (4 at once, trials of equal length: the
+workers of a batch end together, but a few milliseconds apart, so how many of them the
+controller has seen end when it proposes depends on its speed) and `async` (4 at once, the
+trials end one at a time in number order, each proposal after the first 4 made while exactly 3
+trials run, as with trials of unequal length: the worker's `--in-order` flag for hptune, one
+`tell` then one `ask` for Optuna). `async` does not depend on timing, so its runs repeat
+exactly.
+
 Results (every run, with its trajectory and timings) go to bench/results/<timestamp>.json.
 """
 
@@ -53,7 +61,8 @@ FUNCTIONS = {
                ("x3", "categorical", ["relu", "tanh", "sigmoid"])], 0.0, 50),
 }
 SAMPLERS = ["hptune-bayesian", "hptune-random", "optuna-gp", "optuna-tpe", "optuna-random"]
-MODES = {"sequential": 1, "parallel": 4}
+# mode -> trials run at once
+MODES = {"sequential": 1, "parallel": 4, "async": 4}
 
 
 def ensure_venv():
@@ -80,7 +89,7 @@ def build():
     return TARGET / "release" / "hptune", TARGET / "release" / "examples" / "objective"
 
 
-def study_yaml(name, function, algorithm, trials, parallel, seed, objective):
+def study_yaml(name, function, algorithm, trials, parallel, seed, command):
     lines = [f"name: {name}", "objective:", "  metric: loss", "  goal: minimize", "parameters:"]
     for p in FUNCTIONS[function][0]:
         lines.append(f"  - id: {p[0]}")
@@ -98,7 +107,7 @@ def study_yaml(name, function, algorithm, trials, parallel, seed, objective):
         f"parallel_trial_count: {parallel}",
         f"seed: {seed}",
         "trial:",
-        f"  command: [{objective}, --function, {function}]",
+        f"  command: [{', '.join(map(str, command))}]",
         "  timeout: 1m",
     ]
     return "\n".join(lines) + "\n"
@@ -108,13 +117,17 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PROPOSED = re.compile(r"proposed trial=(\d+) .*micros=(\d+)")
 
 
-def run_hptune(binaries, sampler, function, trials, parallel, seed):
+def run_hptune(binaries, sampler, function, trials, mode, seed):
     hptune, objective = binaries
     algorithm = sampler.removeprefix("hptune-")
+    parallel = MODES[mode]
     with tempfile.TemporaryDirectory(prefix="hptune-bench-") as work:
-        name = f"{function}-{algorithm}-{parallel}-{seed}"
+        name = f"{function}-{algorithm}-{mode}-{seed}"
+        command = [objective, "--function", function]
+        if mode == "async":
+            command += ["--in-order", work, "--running", parallel, "--trials", trials]
         study = Path(work) / "study.yaml"
-        study.write_text(study_yaml(name, function, algorithm, trials, parallel, seed, objective))
+        study.write_text(study_yaml(name, function, algorithm, trials, parallel, seed, command))
         storage = f"sqlite://{work}/bench.db"
         env = dict(os.environ, RUST_LOG="hptune::sampler=debug", NO_COLOR="1")
         run = subprocess.run([hptune, "run", str(study), "--storage", storage], cwd=work,
@@ -151,7 +164,7 @@ def evaluate(objective, function, params):
     return float(out.strip().splitlines()[-1].split("=", 1)[1])
 
 
-def run_optuna(binaries, sampler, function, trials, parallel, seed):
+def run_optuna(binaries, sampler, function, trials, mode, seed):
     """Optuna through ask/tell, evaluating with the same worker binary as hptune."""
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -170,35 +183,48 @@ def run_optuna(binaries, sampler, function, trials, parallel, seed):
         timings[trial.number] = time.perf_counter() - start
         pending.append(trial)
 
-    def tell_all():
-        while pending:
-            trial = pending.pop(0)
-            value = evaluate(binaries[1], function, trial.params)
-            values[trial.number] = value
-            study.tell(trial, value)
+    def tell_oldest():
+        trial = pending.pop(0)
+        value = evaluate(binaries[1], function, trial.params)
+        values[trial.number] = value
+        study.tell(trial, value)
 
-    asked = 0
+    asked, parallel = 0, MODES[mode]
     while asked < trials or pending:
         while asked < trials and len(pending) < parallel:
             ask()
             asked += 1
-        tell_all()
+        # In order: the oldest trial ends, then the next is asked; otherwise the whole batch.
+        tell_oldest()
+        while mode != "async" and pending:
+            tell_oldest()
     return values, timings
 
 
-def run_one(binaries, sampler, function, trials, parallel, seed):
+def run_one(binaries, sampler, function, trials, mode, seed):
     runner = run_hptune if sampler.startswith("hptune-") else run_optuna
     start = time.perf_counter()
-    values, timings = runner(binaries, sampler, function, trials, parallel, seed)
+    values, timings = runner(binaries, sampler, function, trials, mode, seed)
     optimum = FUNCTIONS[function][1]
     best, trajectory = float("inf"), []
     for v in values:
         if v is not None:
             best = min(best, v)
         trajectory.append(best - optimum)
-    return {"sampler": sampler, "function": function, "parallel": parallel, "seed": seed,
+    return {"sampler": sampler, "function": function, "mode": mode,
+            "parallel": MODES[mode], "seed": seed,
             "trials": trials, "regret": trajectory, "final_regret": trajectory[-1],
             "proposal_seconds": timings, "wall_seconds": time.perf_counter() - start}
+
+
+def mode_of(run):
+    """The run's mode (results written before modes were recorded have only `parallel`)."""
+    return run.get("mode", "sequential" if run["parallel"] == 1 else "parallel")
+
+
+def cell(run):
+    """The table cell a run belongs to."""
+    return run["sampler"], run["function"], mode_of(run)
 
 
 def quartiles(xs):
@@ -212,20 +238,20 @@ def quartiles(xs):
 def regret_table(runs, samplers):
     lines = ["| function | mode | " + " | ".join(samplers) + " |",
              "|---|---|" + "---|" * len(samplers)]
-    keys = sorted({(r["function"], r["parallel"]) for r in runs},
-                  key=lambda k: (list(FUNCTIONS).index(k[0]), k[1]))
-    for function, parallel in keys:
+    keys = sorted({cell(r)[1:] for r in runs},
+                  key=lambda k: (list(FUNCTIONS).index(k[0]), list(MODES).index(k[1])))
+    for function, mode in keys:
         cells = []
         for s in samplers:
-            xs = [r["final_regret"] for r in runs
-                  if (r["sampler"], r["function"], r["parallel"]) == (s, function, parallel)]
+            xs = [r["final_regret"] for r in runs if cell(r) == (s, function, mode)]
             if xs:
                 m, lo, hi = quartiles(xs)
                 cells.append(f"{m:.3g} [{lo:.2g}, {hi:.2g}] (n={len(xs)})")
             else:
                 cells.append("-")
-        mode = "sequential" if parallel == 1 else f"{parallel} parallel"
-        lines.append(f"| {function} | {mode} | " + " | ".join(cells) + " |")
+        label = {"sequential": "sequential", "parallel": f"{MODES[mode]} parallel",
+                 "async": f"{MODES[mode]} asynchronous"}[mode]
+        lines.append(f"| {function} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -250,6 +276,8 @@ def main():
     parser.add_argument("--samplers", default=",".join(SAMPLERS))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the seeds are first-seed .. first-seed + seeds - 1")
     parser.add_argument("--trials", type=int, help="trials per run (default: 50, 100 for hartmann6)")
     parser.add_argument("--timing-trials", type=int, default=200,
                         help="length of the timing runs (Hartmann6, sequential); 0: none")
@@ -274,8 +302,8 @@ def main():
         trials = args.trials or FUNCTIONS[function][2]
         for mode in args.modes.split(","):
             for sampler in samplers:
-                for seed in range(args.seeds):
-                    r = run_one(binaries, sampler, function, trials, MODES[mode], seed)
+                for seed in range(args.first_seed, args.first_seed + args.seeds):
+                    r = run_one(binaries, sampler, function, trials, mode, seed)
                     runs.append(r)
                     print(f"{function} {mode} {sampler} seed {seed}: regret "
                           f"{r['final_regret']:.4g} ({r['wall_seconds']:.1f} s)",
@@ -283,7 +311,7 @@ def main():
                     save()
     if args.timing_trials:
         for sampler in args.timing_samplers.split(","):
-            r = run_one(binaries, sampler, "hartmann6", args.timing_trials, 1, 0)
+            r = run_one(binaries, sampler, "hartmann6", args.timing_trials, "sequential", 0)
             timing_runs.append(r)
             print(f"timing {sampler}: {r['wall_seconds']:.1f} s", file=sys.stderr, flush=True)
             save()
@@ -291,10 +319,9 @@ def main():
         # An earlier run fills the cells (sampler, function, mode) and the timing rows that
         # this run and the files before it left empty.
         earlier = json.loads(path.read_text())
-        have = {(r["sampler"], r["function"], r["parallel"]) for r in runs}
+        have = {cell(r) for r in runs}
         timed = {r["sampler"] for r in timing_runs}
-        runs += [r for r in earlier["runs"]
-                 if (r["sampler"], r["function"], r["parallel"]) not in have]
+        runs += [r for r in earlier["runs"] if cell(r) not in have]
         timing_runs += [r for r in earlier["timing_runs"] if r["sampler"] not in timed]
         samplers += sorted({r["sampler"] for r in earlier["runs"]} - set(samplers),
                            key=SAMPLERS.index)

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! objective --function branin --x1=2.5 --x2=7.5 [--metric loss] [--steps N] [--sleep-ms M]
+//!           [--in-order DIR --running Q --trials N]
 //! ```
 //!
 //! It reports like a training job: with `--steps N`, N intermediate lines
@@ -13,11 +14,20 @@
 //! training job's: `--x1` a learning rate (log scale, in [1e-4, 1]), `--x2` an integer
 //! (1..8), `--x3` a categorical (`relu`, `tanh`, `sigmoid`); minimum 0 at
 //! (10^-2.5, 5, relu).
+//!
+//! With `--in-order DIR`, the trials of a study with `parallel_trial_count: Q` end one at a
+//! time in number order, each once the next `Q - 1` trials have started: every proposal after
+//! the first `Q` is made with exactly `Q - 1` trials running, as when trials of unequal length
+//! end at different times, whatever the speed of the controller. Trial `k` (from
+//! `HPTUNE_TRIAL_ID`) marks its start and its end with files in `DIR`, and waits for trial
+//! `k - 1` to have ended and trial `k + Q - 1` (if the study has one: `--trials N`) to have
+//! started; after a minute it stops waiting, so that a failed neighbour does not hang a study.
 
 use std::collections::BTreeMap;
 use std::f64::consts::PI;
+use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
     match run() {
@@ -57,8 +67,48 @@ fn run() -> Result<(), String> {
         );
     }
     std::thread::sleep(sleep);
-    println!("{metric}={value}");
-    Ok(())
+    match get("in-order") {
+        Some(dir) => {
+            let running: u64 = number(get("running").unwrap_or("1"), "running")?;
+            let trials: u64 = number(get("trials").ok_or("--in-order needs --trials")?, "trials")?;
+            end_in_order(Path::new(dir), running, trials, || {
+                println!("{metric}={value}")
+            })
+        }
+        None => {
+            println!("{metric}={value}");
+            Ok(())
+        }
+    }
+}
+
+/// Runs `report` when this trial's turn to end has come (see the module's documentation),
+/// then marks the trial ended.
+fn end_in_order(
+    dir: &Path,
+    running: u64,
+    trials: u64,
+    report: impl FnOnce(),
+) -> Result<(), String> {
+    let trial: u64 = number(
+        &std::env::var("HPTUNE_TRIAL_ID").map_err(|_| "--in-order needs HPTUNE_TRIAL_ID")?,
+        "HPTUNE_TRIAL_ID",
+    )?;
+    let mark = |event: &str, k: u64| dir.join(format!("{event}-{k}"));
+    let touch = |path: std::path::PathBuf| {
+        std::fs::write(&path, b"").map_err(|e| format!("{}: {e}", path.display()))
+    };
+    touch(mark("started", trial))?;
+    let last_started = trial + running.max(1) - 1;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline
+        && !((trial == 0 || mark("ended", trial - 1).exists())
+            && (last_started >= trials || mark("started", last_started).exists()))
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    report();
+    touch(mark("ended", trial))
 }
 
 /// `--name=value` and `--name value` pairs.
