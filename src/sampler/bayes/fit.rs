@@ -67,35 +67,72 @@ fn log_normal_prior(t: f64, (mean, sd): (f64, f64)) -> (f64, f64) {
     (-0.5 * z * z, -z / sd)
 }
 
-/// The negative log posterior of `theta` given data `(x, y)`, and its gradient.
+/// The squared difference of every pair of points `(i, j)`, `j < i`, along every feature: all
+/// that an evaluation of the posterior needs of the points, computed once per fit.
+pub struct PairDifferences {
+    points: usize,
+    /// `squared[d][p]`: `(x_i,d - x_j,d)²` for the `p`-th pair, pairs in the order of
+    /// [`PairDifferences::pairs`].
+    squared: Vec<Vec<f64>>,
+}
+
+impl PairDifferences {
+    /// The differences of the points `x` (at least one).
+    pub fn new(x: &[Vec<f64>]) -> Self {
+        let dimension = x.first().map_or(0, Vec::len);
+        let points = x.len();
+        let squared = (0..dimension)
+            .map(|d| {
+                Self::pairs_of(points)
+                    .map(|(i, j)| (x[i][d] - x[j][d]).powi(2))
+                    .collect()
+            })
+            .collect();
+        Self { points, squared }
+    }
+
+    /// The pairs `(i, j)`, `j < i`, row by row.
+    fn pairs(&self) -> impl Iterator<Item = (usize, usize)> + use<> {
+        Self::pairs_of(self.points)
+    }
+
+    fn pairs_of(points: usize) -> impl Iterator<Item = (usize, usize)> {
+        (1..points).flat_map(|i| (0..i).map(move |j| (i, j)))
+    }
+}
+
+/// The negative log posterior of `theta` given values `y` at the points of `pairs`, and its
+/// gradient.
 pub fn negative_log_posterior(
     theta: &[f64],
-    x: &[Vec<f64>],
+    pairs: &PairDifferences,
     y: &[f64],
 ) -> Result<(f64, Vec<f64>), GpError> {
     if theta.iter().any(|t| !t.is_finite()) {
         return Err(GpError::NonFinite("hyperparameter"));
     }
-    let n = x.len();
+    let n = pairs.points;
     let d = theta.len() - 2;
     let hyper = unpack(theta);
     let kernel = hyper.kernel();
-    // Each pair's covariance and kernel slope, from one distance and one exponential; row i
-    // holds the pairs (i, j < i), and the rows run on every core.
-    let pairs: Vec<Vec<(f64, f64)>> = (0..n)
-        .into_par_iter()
-        .map(|i| {
-            (0..i)
-                .map(|j| kernel.value_and_slope(kernel.distance(&x[i], &x[j])))
-                .collect()
-        })
+    let inverse_squared_lengths: Vec<f64> =
+        hyper.length_scales.iter().map(|l| 1.0 / (l * l)).collect();
+    // Each pair's scaled squared distance r², feature by feature in long contiguous runs; then
+    // its covariance and kernel slope from one square root and one exponential.
+    let mut squared_distances = vec![0.0; n * n.saturating_sub(1) / 2];
+    for (w, squared) in inverse_squared_lengths.iter().zip(&pairs.squared) {
+        for (r2, s) in squared_distances.iter_mut().zip(squared) {
+            *r2 += w * s;
+        }
+    }
+    let values_and_slopes: Vec<(f64, f64)> = squared_distances
+        .iter()
+        .map(|r2| kernel.value_and_slope(r2.sqrt()))
         .collect();
     let mut k = DMatrix::from_diagonal_element(n, n, kernel.variance() + hyper.noise_variance);
-    for (i, row) in pairs.iter().enumerate() {
-        for (j, &(value, _)) in row.iter().enumerate() {
-            k[(i, j)] = value;
-            k[(j, i)] = value;
-        }
+    for ((i, j), &(value, _)) in pairs.pairs().zip(&values_and_slopes) {
+        k[(i, j)] = value;
+        k[(j, i)] = value;
     }
     let cholesky = factor(k)?;
     let y = DVector::from_column_slice(y);
@@ -109,30 +146,29 @@ pub fn negative_log_posterior(
             .sum::<f64>();
     let log_likelihood = -0.5 * y.dot(&alpha) - 0.5 * log_det - 0.5 * n as f64 * (2.0 * PI).ln();
 
-    // d log p / dθ = ½ tr(W dK/dθ), W = ααᵀ - K⁻¹.
+    // d log p / dθ = ½ tr(W dK/dθ), W = ααᵀ - K⁻¹, W and dK/dθ symmetric: the sum over the
+    // pairs j < i, plus half the diagonal's. By a log length scale, dk/d log ℓ_d =
+    // slope(r) (x_i,d - x_j,d)² / ℓ_d² ([`super::kernel::Matern52::slope`]); by the log signal
+    // variance, k itself.
     let w = &alpha * alpha.transpose() - inverse_from_factor(cholesky.l_dirty());
-    // Each row's share of the gradient (length scales, then the signal variance), rows on
-    // every core, summed in row order so that the sum does not depend on the cores.
-    let shares: Vec<Vec<f64>> = pairs
-        .par_iter()
-        .enumerate()
-        .map(|(i, row)| {
-            let mut share = vec![0.0; d + 1];
-            for (j, &(value, slope)) in row.iter().enumerate() {
-                let wij = w[(i, j)];
-                for (dim, g) in share[..d].iter_mut().enumerate() {
-                    *g += wij * kernel.log_length_derivative(&x[i], &x[j], slope, dim);
-                }
-                share[d] += wij * value;
-            }
-            share
-        })
-        .collect();
+    let mut weighted_slopes = Vec::with_capacity(values_and_slopes.len());
     let mut gradient = vec![0.0; d + 2];
-    for share in shares {
-        for (g, s) in gradient.iter_mut().zip(share) {
-            *g += s;
-        }
+    for ((i, j), &(value, slope)) in pairs.pairs().zip(&values_and_slopes) {
+        // W[(j, i)] = W[(i, j)], and column i is contiguous.
+        let wij = w[(j, i)];
+        weighted_slopes.push(wij * slope);
+        gradient[d] += wij * value;
+    }
+    for ((g, squared), w) in gradient[..d]
+        .iter_mut()
+        .zip(&pairs.squared)
+        .zip(&inverse_squared_lengths)
+    {
+        *g = w * weighted_slopes
+            .iter()
+            .zip(squared)
+            .map(|(a, b)| a * b)
+            .sum::<f64>();
     }
     let trace = w.trace();
     gradient[d] += 0.5 * kernel.variance() * trace;
@@ -200,7 +236,8 @@ fn search(
     max_evaluations: u64,
 ) -> Option<Hyperparameters> {
     let dimension = x.first()?.len();
-    let objective = |theta: &[f64]| negative_log_posterior(theta, x, y).ok();
+    let pairs = PairDifferences::new(x);
+    let objective = |theta: &[f64]| negative_log_posterior(theta, &pairs, y).ok();
     let bound = |which: fn((f64, f64)) -> f64| -> Vec<f64> {
         let mut b = vec![which(LOG_LENGTH_BOUNDS); dimension];
         b.push(which(LOG_SIGNAL_BOUNDS));
@@ -234,9 +271,10 @@ mod tests {
             .collect();
         let y: Vec<f64> = x.iter().map(|p| (3.0 * p[0]).sin() + p[1]).collect();
         let theta = [-0.7, 0.2, 0.3, -4.0];
-        let (_, gradient) = negative_log_posterior(&theta, &x, &y).unwrap();
+        let pairs = PairDifferences::new(&x);
+        let (_, gradient) = negative_log_posterior(&theta, &pairs, &y).unwrap();
         for (i, analytic) in gradient.iter().enumerate() {
-            let value = |t: &[f64]| negative_log_posterior(t, &x, &y).unwrap().0;
+            let value = |t: &[f64]| negative_log_posterior(t, &pairs, &y).unwrap().0;
             let numeric = super::super::central_difference(value, &theta, i);
             assert!(
                 (numeric - analytic).abs() < 1e-5 * (1.0 + numeric.abs()),

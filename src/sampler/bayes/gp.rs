@@ -82,44 +82,37 @@ pub fn factor(mut k: DMatrix<f64>) -> Result<Cholesky<f64, Dyn>, GpError> {
     Err(GpError::NotPositiveDefinite { size: n })
 }
 
-/// Replaces each row `b` of `rows` by `L⁻¹ b` (that is, `rows` by `rows L⁻ᵀ`), where `L` is the
-/// lower triangle of `lower`: forward substitution for every row at once, each step an
-/// update of one whole column by another.
-pub fn substitute_rows(lower: &DMatrix<f64>, rows: &mut DMatrix<f64>) {
-    let height = rows.nrows();
-    substitute(lower, rows, |_| height);
-}
-
-/// `A⁻¹` for `A = L Lᵀ`, where `L` is the lower triangle of `lower`: `L⁻ᵀ` by substituting
-/// the identity's rows (it is upper triangular, so column `j` has `j + 1` rows that are not
-/// zero), then `L⁻ᵀ L⁻¹` by one matrix product.
-pub fn inverse_from_factor(lower: &DMatrix<f64>) -> DMatrix<f64> {
+/// `L⁻ᵀ`, where `L` is the lower triangle of `lower`: forward substitution of the identity's
+/// rows, every row at once, each step an update of one whole column by another. `L⁻ᵀ` is
+/// upper triangular, so only the first `j + 1` rows of column `j` are updated.
+pub fn inverse_factor_transposed(lower: &DMatrix<f64>) -> DMatrix<f64> {
     let n = lower.nrows();
-    let mut inverse_transposed = DMatrix::identity(n, n);
-    substitute(lower, &mut inverse_transposed, |j| j + 1);
-    &inverse_transposed * inverse_transposed.transpose()
-}
-
-/// The forward substitution of [`substitute_rows`], where only the first `extent(j)` rows of
-/// column `j` of the result can differ from zero.
-fn substitute(lower: &DMatrix<f64>, rows: &mut DMatrix<f64>, extent: impl Fn(usize) -> usize) {
-    let height = rows.nrows();
-    let data = rows.as_mut_slice();
-    for i in 0..lower.nrows() {
-        let (done, rest) = data.split_at_mut(i * height);
-        let target = &mut rest[..height];
-        for (j, source) in done.chunks_exact(height).enumerate() {
-            let l = lower[(i, j)];
-            let used = extent(j);
-            for (t, s) in target[..used].iter_mut().zip(&source[..used]) {
+    // Row i of L, contiguous: column i of Lᵀ.
+    let upper = lower.transpose();
+    let mut result = DMatrix::identity(n, n);
+    let data = result.as_mut_slice();
+    for i in 0..n {
+        let (done, rest) = data.split_at_mut(i * n);
+        let target = &mut rest[..n];
+        let row = &upper.as_slice()[i * n..i * n + i];
+        for (j, (source, l)) in done.chunks_exact(n).zip(row).enumerate() {
+            for (t, s) in target[..=j].iter_mut().zip(&source[..=j]) {
                 *t -= l * s;
             }
         }
-        let diagonal = lower[(i, i)];
-        for t in target.iter_mut() {
+        let diagonal = upper[(i, i)];
+        for t in target[..=i].iter_mut() {
             *t /= diagonal;
         }
     }
+    result
+}
+
+/// `A⁻¹ = L⁻ᵀ L⁻¹` for `A = L Lᵀ`, where `L` is the lower triangle of `lower`: by one matrix
+/// product of [`inverse_factor_transposed`].
+pub fn inverse_from_factor(lower: &DMatrix<f64>) -> DMatrix<f64> {
+    let inverse_transposed = inverse_factor_transposed(lower);
+    &inverse_transposed * inverse_transposed.transpose()
 }
 
 /// The posterior mean and variance at one point, and their gradients by its features.
@@ -141,6 +134,9 @@ pub struct Gp {
     x: Vec<Vec<f64>>,
     kernel: Matern52,
     cholesky: Cholesky<f64, Dyn>,
+    /// `L⁻ᵀ` of the Cholesky factor `L`: the posterior variances of many points come from one
+    /// matrix product with it.
+    inverse_factor_transposed: DMatrix<f64>,
     alpha: DVector<f64>,
 }
 
@@ -159,10 +155,12 @@ impl Gp {
         let kernel = hyper.kernel();
         let cholesky = factor(covariance(&kernel, &x, hyper.noise_variance))?;
         let alpha = cholesky.solve(&DVector::from_column_slice(y));
+        let inverse_factor_transposed = inverse_factor_transposed(cholesky.l_dirty());
         Ok(Self {
             x,
             kernel,
             cholesky,
+            inverse_factor_transposed,
             alpha,
         })
     }
@@ -199,9 +197,8 @@ impl Gp {
         self.predict_many(&[x])[0]
     }
 
-    /// Posterior mean and variance at each of `points`, computed together: the forward
-    /// substitution runs along the points, in long contiguous columns, instead of once per
-    /// point.
+    /// Posterior mean and variance at each of `points`, computed together: the variances by
+    /// one matrix product with `L⁻ᵀ` instead of one triangular solve per point.
     pub fn predict_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<(f64, f64)> {
         self.predict_many_beside(points, &[], &DMatrix::zeros(self.x.len(), 0))
             .0
@@ -216,8 +213,9 @@ impl Gp {
         others: &[Vec<f64>],
         solved: &DMatrix<f64>,
     ) -> (Vec<(f64, f64)>, DMatrix<f64>) {
-        // cross[(c, i)] = k(points[c], x_i); its rows become L⁻¹ k(X, points[c]).
-        let mut cross = DMatrix::from_fn(points.len(), self.x.len(), |c, i| {
+        // cross[(c, i)] = k(points[c], x_i); the rows of cross L⁻ᵀ are L⁻¹ k(X, points[c]),
+        // whose squared norm is the variance the training points explain.
+        let cross = DMatrix::from_fn(points.len(), self.x.len(), |c, i| {
             self.kernel.value(points[c].as_ref(), &self.x[i])
         });
         let means = &cross * &self.alpha;
@@ -225,9 +223,9 @@ impl Gp {
             self.kernel.value(points[c].as_ref(), &others[j])
         });
         covariances.gemm(-1.0, &cross, solved, 1.0);
-        substitute_rows(self.cholesky.l_dirty(), &mut cross);
+        let whitened = &cross * &self.inverse_factor_transposed;
         let mut explained = vec![0.0; points.len()];
-        for column in cross.column_iter() {
+        for column in whitened.column_iter() {
             for (e, v) in explained.iter_mut().zip(column.iter()) {
                 *e += v * v;
             }
@@ -403,7 +401,7 @@ mod tests {
     }
 
     #[test]
-    fn substitution_and_inverse_agree_with_nalgebras_solvers() {
+    fn the_factors_inverse_and_the_inverse_agree_with_nalgebras() {
         let (f, _) = fixture();
         let hyper = Hyperparameters {
             length_scales: f.length_scales.clone(),
@@ -413,14 +411,16 @@ mod tests {
         let k = covariance(&hyper.kernel(), &f.x, hyper.noise_variance);
         let cholesky = factor(k.clone()).unwrap();
         let lower = cholesky.l();
-        let rows = DMatrix::from_fn(7, k.nrows(), |r, c| ((r * 5 + c * 3) % 11) as f64 - 4.0);
-        let mut substituted = rows.clone();
-        substitute_rows(&lower, &mut substituted);
-        let solved = lower.solve_lower_triangular(&rows.transpose()).unwrap();
-        assert!((substituted - solved.transpose()).amax() < 1e-9);
+        let inverse_transposed = inverse_factor_transposed(cholesky.l_dirty());
+        let identity = DMatrix::identity(k.nrows(), k.nrows());
+        assert!((&lower * inverse_transposed.transpose() - &identity).amax() < 1e-9);
+        assert_eq!(
+            inverse_transposed.lower_triangle(),
+            DMatrix::from_diagonal(&inverse_transposed.diagonal())
+        );
         let inverse = inverse_from_factor(cholesky.l_dirty());
         assert!((&inverse - cholesky.inverse()).amax() < 1e-8 * inverse.amax());
-        assert!((&k * &inverse - DMatrix::identity(k.nrows(), k.nrows())).amax() < 1e-8);
+        assert!((&k * &inverse - identity).amax() < 1e-8);
     }
 
     #[test]

@@ -75,12 +75,6 @@ impl Matern52 {
             *g += factor * (xi - bi) * w;
         }
     }
-
-    /// `∂k(a, b)/∂ log ℓ_d = slope(r) (a_d - b_d)² / ℓ_d²`, for feature `d`, given `slope(r)`.
-    pub fn log_length_derivative(&self, a: &[f64], b: &[f64], slope: f64, d: usize) -> f64 {
-        let delta = a[d] - b[d];
-        slope * delta * delta * self.inverse_squared_lengths[d]
-    }
 }
 
 #[cfg(test)]
