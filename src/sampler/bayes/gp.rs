@@ -82,10 +82,32 @@ pub fn factor(mut k: DMatrix<f64>) -> Result<Cholesky<f64, Dyn>, GpError> {
     Err(GpError::NotPositiveDefinite { size: n })
 }
 
-/// `L⁻ᵀ`, where `L` is the lower triangle of `lower`: forward substitution of the identity's
-/// rows, every row at once, each step an update of one whole column by another. `L⁻ᵀ` is
-/// upper triangular, so only the first `j + 1` rows of column `j` are updated.
+/// Below this order [`inverse_factor_transposed`] substitutes; above it, it splits.
+const SUBSTITUTED: usize = 32;
+
+/// `L⁻ᵀ`, where `L` is the lower triangle of `lower` (its upper triangle is not read). With
+/// `L = [A 0; B C]`, `L⁻ᵀ = [A⁻ᵀ  -A⁻ᵀ Bᵀ C⁻ᵀ; 0  C⁻ᵀ]`: the halves recursively, the corner
+/// by two matrix products, so that most of the work is matrix products.
 pub fn inverse_factor_transposed(lower: &DMatrix<f64>) -> DMatrix<f64> {
+    let n = lower.nrows();
+    if n <= SUBSTITUTED {
+        return substituted_inverse_factor_transposed(lower);
+    }
+    let h = n / 2;
+    let first = inverse_factor_transposed(&lower.view((0, 0), (h, h)).into_owned());
+    let second = inverse_factor_transposed(&lower.view((h, h), (n - h, n - h)).into_owned());
+    let corner = -(&first * (lower.view((h, 0), (n - h, h)).transpose() * &second));
+    let mut result = DMatrix::zeros(n, n);
+    result.view_mut((0, 0), (h, h)).copy_from(&first);
+    result.view_mut((h, h), (n - h, n - h)).copy_from(&second);
+    result.view_mut((0, h), (h, n - h)).copy_from(&corner);
+    result
+}
+
+/// [`inverse_factor_transposed`] by forward substitution of the identity's rows, every row at
+/// once, each step an update of one whole column by another. `L⁻ᵀ` is upper triangular, so
+/// only the first `j + 1` rows of column `j` are updated.
+fn substituted_inverse_factor_transposed(lower: &DMatrix<f64>) -> DMatrix<f64> {
     let n = lower.nrows();
     // Row i of L, contiguous: column i of Lᵀ.
     let upper = lower.transpose();
@@ -421,6 +443,28 @@ mod tests {
         let inverse = inverse_from_factor(cholesky.l_dirty());
         assert!((&inverse - cholesky.inverse()).amax() < 1e-8 * inverse.amax());
         assert!((&k * &inverse - identity).amax() < 1e-8);
+    }
+
+    #[test]
+    fn the_factors_inverse_splits_large_factors_and_agrees_with_substitution() {
+        // 100 points split twice (100 → 50 → 25); the upper triangle holds garbage, as the
+        // Cholesky factor's does.
+        let n = 100;
+        let mut lower = DMatrix::from_fn(n, n, |i, j| match i.cmp(&j) {
+            std::cmp::Ordering::Greater => ((i * 7 + j * 3) % 13) as f64 / 13.0 - 0.5,
+            std::cmp::Ordering::Equal => 1.0 + (i % 5) as f64,
+            std::cmp::Ordering::Less => f64::NAN,
+        });
+        let split = inverse_factor_transposed(&lower);
+        let substituted = substituted_inverse_factor_transposed(&lower);
+        lower.fill_upper_triangle(0.0, 1);
+        let identity = DMatrix::identity(n, n);
+        assert!((&lower * split.transpose() - &identity).amax() < 1e-9);
+        assert!((&split - &substituted).amax() < 1e-9 * substituted.amax());
+        assert_eq!(
+            split.lower_triangle(),
+            DMatrix::from_diagonal(&split.diagonal())
+        );
     }
 
     #[test]
