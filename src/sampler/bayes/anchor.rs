@@ -66,15 +66,18 @@ impl Anchors {
         data: &TrainingData,
     ) -> Option<Hyperparameters> {
         let at = checkpoint(history.len());
-        if at == history.len() {
-            return fit(&data.x, &data.y);
-        }
         let key = fingerprint(&history[..at]);
         let anchor = match self.fits.iter().find(|(n, k, _)| (*n, *k) == (at, key)) {
             Some((_, _, anchor)) => anchor.clone(),
             None => {
-                let anchor = TrainingData::new(encoding, goal, &history[..at])
-                    .and_then(|earlier| fit(&earlier.x, &earlier.y));
+                // At a checkpoint the anchor is this history's own fit, kept for the
+                // proposals after it.
+                let anchor = if at == history.len() {
+                    fit(&data.x, &data.y)
+                } else {
+                    TrainingData::new(encoding, goal, &history[..at])
+                        .and_then(|earlier| fit(&earlier.x, &earlier.y))
+                };
                 if self.fits.len() == KEPT {
                     self.fits.remove(0);
                 }
@@ -83,6 +86,7 @@ impl Anchors {
             }
         };
         match anchor {
+            _ if at == history.len() => anchor,
             Some(anchor) => refit(&data.x, &data.y, &anchor).or(Some(anchor)),
             None => fit(&data.x, &data.y),
         }
@@ -92,6 +96,40 @@ impl Anchors {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::space::{Assignment, ParamValue, Space, unit_double};
+
+    #[test]
+    fn the_fit_at_a_checkpoint_is_kept_for_the_proposals_after_it() {
+        let space = Space::new(vec![unit_double("a")]);
+        let encoding = Encoding::new(&space);
+        let history: Vec<Observation> = (0..12u32)
+            .map(|n| {
+                let a = f64::from(n * 7 % 12) / 11.0;
+                Observation {
+                    number: u64::from(n),
+                    params: Assignment::from([("a".to_string(), ParamValue::Float(a))]),
+                    value: Some((6.0 * a).sin()),
+                }
+            })
+            .collect();
+        let mut anchors = Anchors::default();
+        let data = |n: usize| TrainingData::new(&encoding, Goal::Minimize, &history[..n]).unwrap();
+        let at_checkpoint = anchors
+            .hyperparameters(&encoding, Goal::Minimize, &history[..10], &data(10))
+            .unwrap();
+        assert_eq!(anchors.fits.len(), 1, "the fit at 10 is kept");
+        assert_eq!(anchors.fits[0].0, 10);
+        assert_eq!(anchors.fits[0].2.as_ref(), Some(&at_checkpoint));
+        let after = anchors
+            .hyperparameters(&encoding, Goal::Minimize, &history[..11], &data(11))
+            .unwrap();
+        assert_eq!(anchors.fits.len(), 1, "and serves the proposal at 11");
+        // A fresh cache gives the same hyperparameters after the checkpoint.
+        let data = TrainingData::new(&encoding, Goal::Minimize, &history[..11]).unwrap();
+        let fresh =
+            Anchors::default().hyperparameters(&encoding, Goal::Minimize, &history[..11], &data);
+        assert_eq!(fresh, Some(after));
+    }
 
     #[test]
     fn checkpoints_step_by_five_then_by_a_fifth() {

@@ -199,6 +199,17 @@ impl Gp {
         &self.x
     }
 
+    /// `k(X, x)` and the kernel's slope at each training point (for gradients by `x`), from
+    /// one exponential each.
+    fn cross_and_slopes(&self, x: &[f64]) -> (DVector<f64>, Vec<f64>) {
+        let (values, slopes): (Vec<f64>, Vec<f64>) = self
+            .x
+            .iter()
+            .map(|p| self.kernel.value_and_slope(self.kernel.distance(x, p)))
+            .unzip();
+        (DVector::from_vec(values), slopes)
+    }
+
     fn cross(&self, x: &[f64]) -> DVector<f64> {
         DVector::from_iterator(self.x.len(), self.x.iter().map(|p| self.kernel.value(x, p)))
     }
@@ -290,42 +301,40 @@ impl Gp {
         points: &[Vec<f64>],
         solved: &DMatrix<f64>,
     ) -> (DVector<f64>, Vec<Vec<f64>>) {
-        let prior = self.cross(x);
-        let covariance = DVector::from_iterator(
-            points.len(),
-            points
-                .iter()
-                .zip(solved.column_iter())
-                .map(|(p, column)| self.kernel.value(x, p) - prior.dot(&column)),
-        );
-        let gradients = points
+        let (prior, slopes) = self.cross_and_slopes(x);
+        let mut covariance = DVector::zeros(points.len());
+        let mut gradients = Vec::with_capacity(points.len());
+        for ((p, column), c) in points
             .iter()
             .zip(solved.column_iter())
-            .map(|(p, column)| {
-                let mut g = vec![0.0; x.len()];
-                self.kernel.add_gradient(x, p, 1.0, &mut g);
-                for (training, weight) in self.x.iter().zip(column.iter()) {
-                    self.kernel.add_gradient(x, training, -weight, &mut g);
-                }
-                g
-            })
-            .collect();
+            .zip(covariance.iter_mut())
+        {
+            let (value, slope) = self.kernel.value_and_slope(self.kernel.distance(x, p));
+            *c = value - prior.dot(&column);
+            let mut g = vec![0.0; x.len()];
+            self.kernel.add_gradient(x, p, slope, 1.0, &mut g);
+            for ((training, slope), weight) in self.x.iter().zip(&slopes).zip(column.iter()) {
+                self.kernel
+                    .add_gradient(x, training, *slope, -weight, &mut g);
+            }
+            gradients.push(g);
+        }
         (covariance, gradients)
     }
 
     /// Posterior mean and variance at `x`, with their gradients.
     pub fn predict_with_gradient(&self, x: &[f64]) -> Prediction {
-        let k = self.cross(x);
+        let (k, slopes) = self.cross_and_slopes(x);
         let mean = k.dot(&self.alpha);
         let w = self.cholesky.solve(&k);
         let variance = (self.kernel.variance() - k.dot(&w)).max(MIN_VARIANCE);
         let mut mean_gradient = vec![0.0; x.len()];
         let mut variance_gradient = vec![0.0; x.len()];
-        for (i, p) in self.x.iter().enumerate() {
+        for (i, (p, slope)) in self.x.iter().zip(&slopes).enumerate() {
             self.kernel
-                .add_gradient(x, p, self.alpha[i], &mut mean_gradient);
+                .add_gradient(x, p, *slope, self.alpha[i], &mut mean_gradient);
             self.kernel
-                .add_gradient(x, p, -2.0 * w[i], &mut variance_gradient);
+                .add_gradient(x, p, *slope, -2.0 * w[i], &mut variance_gradient);
         }
         Prediction {
             mean,

@@ -46,7 +46,9 @@ impl Matern52 {
         self.variance * (1.0 + s + s * s / 3.0) * (-s).exp()
     }
 
-    /// `k` and [`Matern52::slope`] at the scaled distance `r`, from one exponential.
+    /// `k` and its slope `-(1/r) dk/dr = (5/3) s² (1 + √5 r) exp(-√5 r)` at the scaled
+    /// distance `r`, from one exponential. The slope is finite at `r = 0`, and the common
+    /// factor of every derivative of `k` (by a coordinate or by a log length scale).
     pub fn value_and_slope(&self, r: f64) -> (f64, f64) {
         let s = SQRT5 * r;
         let decay = self.variance * (-s).exp();
@@ -56,16 +58,18 @@ impl Matern52 {
         )
     }
 
-    /// `-(1/r) dk/dr = (5/3) s² (1 + √5 r) exp(-√5 r)`: finite at `r = 0`, and the common
-    /// factor of every derivative of `k` (by a coordinate or by a log length scale).
-    pub fn slope(&self, r: f64) -> f64 {
-        let s = SQRT5 * r;
-        self.variance * (5.0 / 3.0) * (1.0 + s) * (-s).exp()
-    }
-
-    /// Adds `weight · ∂k(x, b)/∂x` to `gradient`.
-    pub fn add_gradient(&self, x: &[f64], b: &[f64], weight: f64, gradient: &mut [f64]) {
-        let factor = -weight * self.slope(self.distance(x, b));
+    /// Adds `weight · ∂k(x, b)/∂x` to `gradient`, given the slope of
+    /// [`Matern52::value_and_slope`] at the distance of `x` and `b`:
+    /// `∂k(x, b)/∂x_d = -slope (x_d - b_d) / ℓ_d²`.
+    pub fn add_gradient(
+        &self,
+        x: &[f64],
+        b: &[f64],
+        slope: f64,
+        weight: f64,
+        gradient: &mut [f64],
+    ) {
+        let factor = -weight * slope;
         for (((g, xi), bi), w) in gradient
             .iter_mut()
             .zip(x)
@@ -99,7 +103,8 @@ mod tests {
         let x = [0.2, 0.5, 0.9];
         let b = [0.4, 0.1, 0.8];
         let mut gradient = vec![0.0; 3];
-        k.add_gradient(&x, &b, 1.0, &mut gradient);
+        let (_, slope) = k.value_and_slope(k.distance(&x, &b));
+        k.add_gradient(&x, &b, slope, 1.0, &mut gradient);
         for (d, analytic) in gradient.iter().enumerate() {
             let numeric = super::super::central_difference(|x| k.value(x, &b), &x, d);
             assert!(
