@@ -85,8 +85,10 @@ impl Anchors {
                 anchor
             }
         };
+        if at == history.len() {
+            return anchor;
+        }
         match anchor {
-            _ if at == history.len() => anchor,
             Some(anchor) => refit(&data.x, &data.y, &anchor).or(Some(anchor)),
             None => fit(&data.x, &data.y),
         }
@@ -125,9 +127,12 @@ mod tests {
             .unwrap();
         assert_eq!(anchors.fits.len(), 1, "and serves the proposal at 11");
         // A fresh cache gives the same hyperparameters after the checkpoint.
-        let data = TrainingData::new(&encoding, Goal::Minimize, &history[..11]).unwrap();
-        let fresh =
-            Anchors::default().hyperparameters(&encoding, Goal::Minimize, &history[..11], &data);
+        let fresh = Anchors::default().hyperparameters(
+            &encoding,
+            Goal::Minimize,
+            &history[..11],
+            &data(11),
+        );
         assert_eq!(fresh, Some(after));
     }
 

@@ -148,8 +148,8 @@ pub fn negative_log_posterior(
 
     // d log p / dθ = ½ tr(W dK/dθ), W = ααᵀ - K⁻¹, W and dK/dθ symmetric: the sum over the
     // pairs j < i, plus half the diagonal's. By a log length scale, dk/d log ℓ_d =
-    // slope(r) (x_i,d - x_j,d)² / ℓ_d² ([`super::kernel::Matern52::value_and_slope`]); by the log signal
-    // variance, k itself.
+    // slope(r) (x_i,d - x_j,d)² / ℓ_d² (the slope of `Matern52::value_and_slope`); by the
+    // log signal variance, k itself.
     let w = &alpha * alpha.transpose() - inverse_from_factor(cholesky.l_dirty());
     let mut weighted_slopes = Vec::with_capacity(values_and_slopes.len());
     let mut gradient = vec![0.0; d + 2];
