@@ -38,6 +38,15 @@ struct Running {
     covariance: Cholesky<f64, Dyn>,
 }
 
+impl Running {
+    /// A candidate's variance `σ²` conditioned on the running trials, given its covariances
+    /// `s` with them: `σ² - sᵀΣ⁻¹s`, and `Σ⁻¹s`.
+    fn condition(&self, variance: f64, cross: &DVector<f64>) -> (f64, DVector<f64>) {
+        let solved = self.covariance.solve(cross);
+        ((variance - cross.dot(&solved)).max(MIN_VARIANCE), solved)
+    }
+}
+
 /// The expected improvement of a trial at a point, given the finished trials (the model)
 /// and the running ones (drawn).
 pub struct Acquisition<'a> {
@@ -115,8 +124,7 @@ impl<'a> Acquisition<'a> {
             .zip(covariances.row_iter())
             .map(|((mean, variance), cross)| {
                 let cross = cross.transpose();
-                let variance =
-                    (variance - cross.dot(&running.covariance.solve(&cross))).max(MIN_VARIANCE);
+                let (variance, _) = running.condition(variance, &cross);
                 let logs: Vec<f64> = self
                     .fantasies
                     .iter()
@@ -147,8 +155,7 @@ impl<'a> Acquisition<'a> {
             }
             gradient
         };
-        let solved = running.covariance.solve(&cross);
-        let variance = (prediction.variance - cross.dot(&solved)).max(MIN_VARIANCE);
+        let (variance, solved) = running.condition(prediction.variance, &cross);
         let variance_gradient = along(&solved, -2.0, &prediction.variance_gradient);
         let scored: Vec<(f64, Vec<f64>)> = self
             .fantasies

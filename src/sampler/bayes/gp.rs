@@ -160,6 +160,8 @@ pub struct Gp {
     /// matrix product with it.
     inverse_factor_transposed: DMatrix<f64>,
     alpha: DVector<f64>,
+    /// The largest posterior mean at the training points ([`Gp::best_mean`]).
+    best_mean: f64,
 }
 
 /// The smallest posterior variance reported, so that `sqrt` and divisions stay finite.
@@ -175,15 +177,21 @@ impl Gp {
             return Err(GpError::NonFinite("value"));
         }
         let kernel = hyper.kernel();
-        let cholesky = factor(covariance(&kernel, &x, hyper.noise_variance))?;
+        let mut k = covariance(&kernel, &x, hyper.noise_variance);
+        let cholesky = factor(k.clone())?;
         let alpha = cholesky.solve(&DVector::from_column_slice(y));
         let inverse_factor_transposed = inverse_factor_transposed(cholesky.l_dirty());
+        // The posterior means at the training points are k(X, X) α, from the covariance
+        // already computed: its diagonal without the noise is the signal variance.
+        k.fill_diagonal(kernel.variance());
+        let best_mean = (&k * &alpha).max();
         Ok(Self {
             x,
             kernel,
             cholesky,
             inverse_factor_transposed,
             alpha,
+            best_mean,
         })
     }
 
@@ -210,19 +218,12 @@ impl Gp {
         (DVector::from_vec(values), slopes)
     }
 
-    fn cross(&self, x: &[f64]) -> DVector<f64> {
-        DVector::from_iterator(self.x.len(), self.x.iter().map(|p| self.kernel.value(x, p)))
-    }
-
     /// The largest posterior mean at the training points: the best value the model believes
     /// has been reached, which is the incumbent of the expected improvement when values are
     /// noisy ("plug-in", Picheny et al., 2013). Without noise it is the best value observed;
     /// with noise it discounts a value that stands out by luck.
     pub fn best_mean(&self) -> f64 {
-        self.x
-            .iter()
-            .map(|p| self.cross(p).dot(&self.alpha))
-            .fold(f64::NEG_INFINITY, f64::max)
+        self.best_mean
     }
 
     /// Posterior mean and variance at `x`.

@@ -238,7 +238,8 @@ mod tests {
 
     #[test]
     fn the_proposal_does_not_depend_on_the_number_of_cores() {
-        // The full fit's starts, the scoring of candidates and their refinement run on rayon's threads.
+        // The full fit's starts, the scoring of candidates and their refinement run on
+        // rayon's threads.
         let space = square();
         let history = run(&space, 6, 14, bowl);
         let running = [propose(&mut BayesSampler::new(6), &space, &history, &[])];
