@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Benchmark of hptune's Bayesian sampler against Optuna's samplers, on test functions with
-known optima.
+"""Benchmark of hptune's Bayesian sampler against Optuna's samplers (and, on request, BoTorch's
+log noisy expected improvement), on test functions with known optima.
 
 One command: `python3 bench/bayes.py [flags]`. It creates bench/.venv (git-ignored) with
-Optuna, scipy and torch (Optuna's GPSampler needs torch; PyPI's Linux wheel brings its CUDA
-libraries: about 5.6 GB and 6 minutes here, once), builds hptune and the
+Optuna, scipy, torch and BoTorch (Optuna's GPSampler needs torch; PyPI's Linux wheel brings its
+CUDA libraries: about 5.6 GB and 6 minutes here, once), builds hptune and the
 objective worker in release mode, runs every (sampler, function, mode, seed) and prints
 Markdown tables:
 
@@ -14,23 +14,26 @@ Markdown tables:
 
 hptune runs through the real controller: `hptune run` on a generated study file, with
 `examples/objective.rs` as the worker; its proposal times come from the sampler's debug log.
-Optuna runs in-process through ask/tell, in the controller's order when trials take equal
-time: with 4 parallel trials, 4 are asked, then all 4 are told (a batch's trials end together,
-and the controller records every ended trial before it proposes the next).
+Optuna and BoTorch run in-process through ask/tell, in the controller's order when trials take
+equal time: with 4 parallel trials, 4 are asked, then all 4 are told (a batch's trials end
+together, and the controller records every ended trial before it proposes the next). BoTorch
+(`--samplers botorch`, continuous spaces only) is not in the default set: its proposals take
+about a second each.
 
 Modes: `sequential` (one trial at a time), `parallel` (4 at once, trials of equal length: the
 workers of a batch end together, but a few milliseconds apart, so how many of them the
 controller has seen end when it proposes depends on its speed) and `async` (4 at once, the
 trials end one at a time in number order, each proposal after the first 4 made while exactly 3
 trials run, as with trials of unequal length: the worker's `--in-order` flag for hptune, one
-`tell` then one `ask` for Optuna). `async` does not depend on timing, so its runs repeat
-exactly.
+`tell` then one `ask` for Optuna and BoTorch). `async` does not depend on timing, so hptune's
+runs repeat exactly.
 
 Results (every run, with its trajectory and timings) go to bench/results/<timestamp>.json.
 """
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -60,7 +63,10 @@ FUNCTIONS = {
     "mixed": ([("x1", "double", 1e-4, 1.0, True), ("x2", "integer", 1, 8, False),
                ("x3", "categorical", ["relu", "tanh", "sigmoid"])], 0.0, 50),
 }
-SAMPLERS = ["hptune-bayesian", "hptune-random", "optuna-gp", "optuna-tpe", "optuna-random"]
+SAMPLERS = ["hptune-bayesian", "hptune-random", "optuna-gp", "optuna-tpe", "optuna-random",
+            "botorch"]
+# BoTorch is a reference for the parallel proposals, on request: it takes seconds a proposal.
+DEFAULT_SAMPLERS = SAMPLERS[:-1]
 # mode -> trials run at once
 MODES = {"sequential": 1, "parallel": 4, "async": 4}
 
@@ -73,13 +79,13 @@ def ensure_venv():
     if not python.exists():
         print(f"creating {VENV} ...", file=sys.stderr)
         venv.create(VENV, with_pip=True)
-    check = subprocess.run([python, "-c", "import optuna, scipy, torch, greenlet"], capture_output=True)
+    check = subprocess.run([python, "-c", "import optuna, scipy, torch, greenlet, botorch"], capture_output=True)
     if check.returncode != 0:
-        print("installing optuna, scipy, torch into bench/.venv ...", file=sys.stderr)
+        print("installing optuna, scipy, torch, botorch into bench/.venv ...", file=sys.stderr)
         # greenlet lets Optuna's GPSampler batch its L-BFGS-B runs (it warns and runs
         # slower without it).
         subprocess.run([str(python), "-m", "pip", "install", "-q", "optuna", "scipy", "numpy",
-                        "greenlet", "torch"], check=True)
+                        "greenlet", "torch", "botorch"], check=True)
     os.execv(python, [str(python), *sys.argv])
 
 
@@ -164,6 +170,24 @@ def evaluate(objective, function, params):
     return float(out.strip().splitlines()[-1].split("=", 1)[1])
 
 
+def in_controller_order(trials, mode, ask, tell):
+    """Asks and tells as hptune's controller would with trials of equal length: `ask()`
+    proposes the next trial, `tell()` ends the oldest running one. With 4 parallel trials, 4
+    are asked, then all 4 are told (a batch's trials end together, and the controller
+    records every ended trial before it proposes the next); asynchronously, one is told, then
+    one asked."""
+    asked, running, parallel = 0, 0, MODES[mode]
+    while asked < trials or running:
+        while asked < trials and running < parallel:
+            ask()
+            asked, running = asked + 1, running + 1
+        tell()
+        running -= 1
+        while mode != "async" and running:
+            tell()
+            running -= 1
+
+
 def run_optuna(binaries, sampler, function, trials, mode, seed):
     """Optuna through ask/tell, evaluating with the same worker binary as hptune."""
     import optuna
@@ -183,26 +207,83 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
         timings[trial.number] = time.perf_counter() - start
         pending.append(trial)
 
-    def tell_oldest():
+    def tell():
         trial = pending.pop(0)
         value = evaluate(binaries[1], function, trial.params)
         values[trial.number] = value
         study.tell(trial, value)
 
-    asked, parallel = 0, MODES[mode]
-    while asked < trials or pending:
-        while asked < trials and len(pending) < parallel:
-            ask()
-            asked += 1
-        # In order: the oldest trial ends, then the next is asked; otherwise the whole batch.
-        tell_oldest()
-        while mode != "async" and pending:
-            tell_oldest()
+    in_controller_order(trials, mode, ask, tell)
     return values, timings
 
 
+def run_botorch(binaries, sampler, function, trials, mode, seed):
+    """BoTorch's log noisy expected improvement (Ament et al., 2023) with the running trials as
+    pending points, its Monte Carlo fantasies as in hptune's parallel proposals: the
+    reference for what parallel proposals cost. The same initial design size as hptune
+    (2D + 1 scrambled Sobol points, 5 to 20), then a GP with BoTorch's default priors, fitted
+    at every proposal, and the acquisition maximised from 512 raw samples and 10 restarts.
+    Continuous parameters only (the unit cube in each parameter's scale)."""
+    import torch
+    from botorch.acquisition.logei import qLogNoisyExpectedImprovement
+    from botorch.fit import fit_gpytorch_mll
+    from botorch.models import SingleTaskGP
+    from botorch.models.transforms.outcome import Standardize
+    from botorch.optim import optimize_acqf
+    from gpytorch.mlls import ExactMarginalLogLikelihood
+
+    params = FUNCTIONS[function][0]
+    dim = len(params)
+    design = torch.quasirandom.SobolEngine(dim, scramble=True, seed=seed).draw(
+        min(20, max(5, 2 * dim + 1)), dtype=torch.float64)
+    bounds = torch.tensor([[0.0] * dim, [1.0] * dim], dtype=torch.float64)
+    xs, values, timings, pending, told = [], [None] * trials, [None] * trials, [], []
+
+    def to_params(x):
+        out = {}
+        for (name, _, low, high, log), u in zip(params, x.tolist()):
+            if log:
+                out[name] = math.exp(math.log(low) + u * (math.log(high) - math.log(low)))
+            else:
+                out[name] = low + u * (high - low)
+        return out
+
+    def ask():
+        n = len(xs)
+        start = time.perf_counter()
+        if n < len(design):
+            x = design[n]
+        else:
+            torch.manual_seed(seed * 100_003 + n)
+            train_x = torch.stack([xs[i] for i in told])
+            train_y = -torch.tensor([[values[i]] for i in told], dtype=torch.float64)
+            model = SingleTaskGP(train_x, train_y, outcome_transform=Standardize(m=1))
+            fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+            running = torch.stack([xs[i] for i in pending]) if pending else None
+            acquisition = qLogNoisyExpectedImprovement(model, train_x, X_pending=running)
+            x, _ = optimize_acqf(acquisition, bounds, q=1, num_restarts=10, raw_samples=512)
+            x = x[0].detach()
+        timings[n] = time.perf_counter() - start
+        xs.append(x)
+        pending.append(n)
+
+    def tell():
+        n = pending.pop(0)
+        values[n] = evaluate(binaries[1], function, to_params(xs[n]))
+        told.append(n)
+
+    in_controller_order(trials, mode, ask, tell)
+    return values, timings
+
+
+def runs_on(sampler, function):
+    """Whether `sampler` can search `function`'s space (BoTorch's runner: doubles only)."""
+    return sampler != "botorch" or all(p[1] == "double" for p in FUNCTIONS[function][0])
+
+
 def run_one(binaries, sampler, function, trials, mode, seed):
-    runner = run_hptune if sampler.startswith("hptune-") else run_optuna
+    runner = {"hptune": run_hptune, "optuna": run_optuna, "botorch": run_botorch}[
+        sampler.split("-")[0]]
     start = time.perf_counter()
     values, timings = runner(binaries, sampler, function, trials, mode, seed)
     optimum = FUNCTIONS[function][1]
@@ -255,6 +336,31 @@ def regret_table(runs, samplers):
     return "\n".join(lines)
 
 
+def parallel_cost_table(runs, samplers):
+    """The regret of each parallel mode against the sequential one, per function and sampler:
+    medians, their ratio, and the mean over seeds of log10(parallel) - log10(sequential) with
+    its standard error, paired by seed."""
+    lines = ["| function | sampler | mode | ratio of medians | Δ mean log10 (paired) |",
+             "|---|---|---|---|---|"]
+    by_cell = {}
+    for r in runs:
+        by_cell.setdefault(cell(r), {})[r["seed"]] = max(r["final_regret"], 1e-12)
+    for function in FUNCTIONS:
+        for s in samplers:
+            sequential = by_cell.get((s, function, "sequential"))
+            for mode in ("parallel", "async"):
+                other = by_cell.get((s, function, mode))
+                seeds = sorted(set(sequential or {}) & set(other or {}))
+                if len(seeds) < 2:
+                    continue
+                ratio = statistics.median(other.values()) / statistics.median(sequential.values())
+                d = [math.log10(other[k]) - math.log10(sequential[k]) for k in seeds]
+                error = statistics.stdev(d) / math.sqrt(len(d))
+                lines.append(f"| {function} | {s} | {mode} | {ratio:.2f}x | "
+                             f"{statistics.mean(d):+.2f} ± {error:.2f} (n={len(d)}) |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def timing_table(runs, samplers, at):
     lines = ["| sampler | " + " | ".join(f"{n} trials" for n in at) + " |",
              "|---|" + "---|" * len(at)]
@@ -273,7 +379,8 @@ def main():
     ensure_venv()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--functions", default=",".join(FUNCTIONS))
-    parser.add_argument("--samplers", default=",".join(SAMPLERS))
+    parser.add_argument("--samplers", default=",".join(DEFAULT_SAMPLERS),
+                        help=f"of {', '.join(SAMPLERS)}")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--first-seed", type=int, default=0,
@@ -290,6 +397,9 @@ def main():
                              "which do not change with hptune)")
     args = parser.parse_args()
     samplers = args.samplers.split(",") if args.samplers else []
+    for name in samplers + args.timing_samplers.split(","):
+        if name and name not in SAMPLERS:
+            parser.error(f"unknown sampler {name!r}: the samplers are {', '.join(SAMPLERS)}")
     binaries = build()
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = args.out or RESULTS / time.strftime("bayes-%Y%m%d-%H%M%S.json")
@@ -302,6 +412,10 @@ def main():
         trials = args.trials or FUNCTIONS[function][2]
         for mode in args.modes.split(","):
             for sampler in samplers:
+                if not runs_on(sampler, function):
+                    print(f"{function}: {sampler} searches doubles only; skipped",
+                          file=sys.stderr)
+                    continue
                 for seed in range(args.first_seed, args.first_seed + args.seeds):
                     r = run_one(binaries, sampler, function, trials, mode, seed)
                     runs.append(r)
@@ -310,7 +424,7 @@ def main():
                           file=sys.stderr, flush=True)
                     save()
     if args.timing_trials:
-        for sampler in args.timing_samplers.split(","):
+        for sampler in filter(None, args.timing_samplers.split(",")):
             r = run_one(binaries, sampler, "hartmann6", args.timing_trials, "sequential", 0)
             timing_runs.append(r)
             print(f"timing {sampler}: {r['wall_seconds']:.1f} s", file=sys.stderr, flush=True)
@@ -329,6 +443,10 @@ def main():
     if runs:
         print("Final simple regret, median [Q1, Q3] over seeds:\n")
         print(regret_table(runs, samplers))
+        if cost := parallel_cost_table(runs, samplers):
+            print("\nWith 4 trials at once against one at a time (a ratio above 1: higher "
+                  "regret):\n")
+            print(cost)
     if timing_runs:
         longest = max(r["trials"] for r in timing_runs)
         at = [int(n) for n in args.timing_at.split(",") if int(n) <= longest]
