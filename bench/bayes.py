@@ -17,7 +17,7 @@ hptune runs through the real controller: `hptune run` on a generated study file,
 Optuna and BoTorch run in-process through ask/tell, in the controller's order when trials take
 equal time: with 4 parallel trials, 4 are asked, then all 4 are told (a batch's trials end
 together, and the controller records every ended trial before it proposes the next). BoTorch
-(`--samplers botorch`, continuous spaces only) is not in the default set: its proposals take
+(`--samplers botorch`, spaces of linear doubles only) is not in the default set: its proposals take
 about a second each.
 
 Modes: `sequential` (one trial at a time), `parallel` (4 at once, trials of equal length: the
@@ -79,7 +79,8 @@ def ensure_venv():
     if not python.exists():
         print(f"creating {VENV} ...", file=sys.stderr)
         venv.create(VENV, with_pip=True)
-    check = subprocess.run([python, "-c", "import optuna, scipy, torch, greenlet, botorch"], capture_output=True)
+    check = subprocess.run([python, "-c", "import optuna, scipy, torch, greenlet, botorch"],
+                           capture_output=True)
     if check.returncode != 0:
         print("installing optuna, scipy, torch, botorch into bench/.venv ...", file=sys.stderr)
         # greenlet lets Optuna's GPSampler batch its L-BFGS-B runs (it warns and runs
@@ -223,7 +224,7 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
     reference for what parallel proposals cost. The same initial design size as hptune
     (2D + 1 scrambled Sobol points, 5 to 20), then a GP with BoTorch's default priors, fitted
     at every proposal, and the acquisition maximised from 512 raw samples and 10 restarts.
-    Continuous parameters only (the unit cube in each parameter's scale)."""
+    Doubles on a linear scale only."""
     import torch
     from botorch.acquisition.logei import qLogNoisyExpectedImprovement
     from botorch.fit import fit_gpytorch_mll
@@ -240,13 +241,8 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
     xs, values, timings, pending, told = [], [None] * trials, [None] * trials, [], []
 
     def to_params(x):
-        out = {}
-        for (name, _, low, high, log), u in zip(params, x.tolist()):
-            if log:
-                out[name] = math.exp(math.log(low) + u * (math.log(high) - math.log(low)))
-            else:
-                out[name] = low + u * (high - low)
-        return out
+        return {name: low + u * (high - low)
+                for (name, _, low, high, _), u in zip(params, x.tolist())}
 
     def ask():
         n = len(xs)
@@ -277,8 +273,9 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
 
 
 def runs_on(sampler, function):
-    """Whether `sampler` can search `function`'s space (BoTorch's runner: doubles only)."""
-    return sampler != "botorch" or all(p[1] == "double" for p in FUNCTIONS[function][0])
+    """Whether `sampler` can search `function`'s space (BoTorch's runner: linear doubles only)."""
+    return sampler != "botorch" or all(p[1] == "double" and not p[4]
+                                       for p in FUNCTIONS[function][0])
 
 
 def run_one(binaries, sampler, function, trials, mode, seed):
@@ -413,7 +410,7 @@ def main():
         for mode in args.modes.split(","):
             for sampler in samplers:
                 if not runs_on(sampler, function):
-                    print(f"{function}: {sampler} searches doubles only; skipped",
+                    print(f"{function}: {sampler} searches linear doubles only; skipped",
                           file=sys.stderr)
                     continue
                 for seed in range(args.first_seed, args.first_seed + args.seeds):
