@@ -66,7 +66,7 @@ FUNCTIONS = {
 SAMPLERS = ["hptune-bayesian", "hptune-random", "optuna-gp", "optuna-tpe", "optuna-random",
             "botorch"]
 # BoTorch is a reference for the parallel proposals, on request: it takes seconds a proposal.
-DEFAULT_SAMPLERS = SAMPLERS[:-1]
+DEFAULT_SAMPLERS = [s for s in SAMPLERS if s != "botorch"]
 # mode -> trials run at once
 MODES = {"sequential": 1, "parallel": 4, "async": 4}
 
