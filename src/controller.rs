@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::{self, JoinError, JoinSet};
@@ -27,7 +27,8 @@ use crate::space::Assignment;
 use crate::spec::Study;
 use crate::stopping::Curve;
 use crate::storage::{
-    Budget, Claim, Storage, StorageError, StudyRecord, StudyView, TrialEnd, TrialRecord, TrialState,
+    Budget, Claim, NextAttempt, Storage, StorageError, StudyRecord, StudyView, TrialEnd,
+    TrialRecord, TrialState,
 };
 
 /// How often a controller tells the database that its trials are alive.
@@ -138,6 +139,12 @@ pub enum RunEvent<'a> {
         trial: &'a TrialRecord,
         /// Why the attempt ended.
         reason: &'a str,
+    },
+    /// A trial's worker was stopped because the user stopped the study: the trial waits as
+    /// `pending`, with its next attempt, for the next run of the study.
+    TrialInterrupted {
+        /// The trial, with its new attempt number.
+        trial: &'a TrialRecord,
     },
     /// A trial ended.
     TrialFinished {
@@ -514,7 +521,7 @@ impl Run<'_> {
             attempt: trial.attempt,
             adopt,
             reported,
-            recovering,
+            unwatched_since: recovering.then(|| attempt_began(trial)),
         }
     }
 
@@ -652,17 +659,36 @@ impl Run<'_> {
             return Ok(());
         };
         let early_stop = self.early_stops.remove(&outcome.trial_id);
-        let verdict = judge(self.study, &done.measurements, &outcome, early_stop);
-        if let Verdict::Retry(reason) = &verdict
-            && !interrupted
-            && done.trial.attempt <= self.plan.max_retries
+        let verdict = match judge(self.study, &done.measurements, &outcome, early_stop) {
+            Verdict::Retry(reason) if interrupted => {
+                Verdict::Interrupted(format!("the study was interrupted ({reason})"))
+            }
+            verdict => verdict,
+        };
+        let next = match &verdict {
+            Verdict::Retry(_) if done.trial.attempt <= self.plan.max_retries => {
+                Some(NextAttempt::Now)
+            }
+            Verdict::Interrupted(_) => Some(NextAttempt::Later),
+            _ => None,
+        };
+        if let (Some(next), Verdict::Retry(reason) | Verdict::Interrupted(reason)) =
+            (next, &verdict)
         {
             for measurement in &done.unsaved {
                 self.storage
                     .record_measurement(&done.trial, measurement)
                     .await?;
             }
-            let trial = self.storage.retry(&done.trial, reason).await?;
+            let trial = self.storage.retry(&done.trial, reason, next).await?;
+            if next == NextAttempt::Later {
+                self.view.update(trial.clone());
+                observer.observe(
+                    RunEvent::TrialInterrupted { trial: &trial },
+                    &self.progress(),
+                );
+                return Ok(());
+            }
             observer.observe(
                 RunEvent::TrialRetried {
                     trial: &trial,
@@ -675,12 +701,7 @@ impl Run<'_> {
         }
         let (state, value, error) = match verdict {
             Verdict::Final(state, value, error) => (state, value, error),
-            Verdict::Retry(reason) if interrupted => (
-                TrialState::Stopped,
-                None,
-                Some(format!("stopped: the study was interrupted ({reason})")),
-            ),
-            Verdict::Retry(reason) => (
+            Verdict::Retry(reason) | Verdict::Interrupted(reason) => (
                 TrialState::Failed,
                 None,
                 Some(format!(
@@ -701,15 +722,27 @@ impl Run<'_> {
     }
 }
 
-/// How long the trial's current attempt has been running (zero if unknown): an adopted
-/// worker keeps the time it had left.
-fn running_for(trial: &TrialRecord) -> Duration {
+/// When the trial's current attempt began, if recorded.
+fn started_at(trial: &TrialRecord) -> Option<chrono::DateTime<chrono::Utc>> {
     trial
         .started_at
         .as_deref()
         .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        .and_then(|t| (chrono::Utc::now() - t.to_utc()).to_std().ok())
+        .map(|t| t.to_utc())
+}
+
+/// How long the trial's current attempt has been running (zero if unknown): an adopted
+/// worker keeps the time it had left.
+fn running_for(trial: &TrialRecord) -> Duration {
+    started_at(trial)
+        .and_then(|t| (chrono::Utc::now() - t).to_std().ok())
         .unwrap_or_default()
+}
+
+/// When the trial's current attempt began; if that is not recorded, any output of the
+/// attempt's files counts as the attempt's (`UNIX_EPOCH`).
+fn attempt_began(trial: &TrialRecord) -> SystemTime {
+    started_at(trial).map_or(SystemTime::UNIX_EPOCH, SystemTime::from)
 }
 
 /// The last finite value reported of `metric`, with or without a step.
@@ -727,6 +760,9 @@ enum Verdict {
     Final(TrialState, Option<f64>, Option<String>),
     /// The worker was killed from outside: run the trial again if retries are left.
     Retry(String),
+    /// The user stopped the study: the trial runs again, from its start, when the study is
+    /// run again (it used no retry).
+    Interrupted(String),
 }
 
 /// How an attempt ended; `early_stop` is the stopping rule's reason if it asked the worker to
@@ -776,11 +812,7 @@ fn judge(
                 last_value(measurements, metric),
                 Some(reason),
             ),
-            None => Verdict::Final(
-                TrialState::Stopped,
-                reported().ok().filter(|v| v.is_finite()),
-                Some("stopped: the study was interrupted".into()),
-            ),
+            None => Verdict::Interrupted("the study was interrupted".into()),
         },
         WorkerEnd::LaunchFailed(message) => failed(message.clone()),
         WorkerEnd::JobFailed(reason) => failed(with_output(format!("the job failed: {reason}"))),

@@ -91,7 +91,7 @@ pub async fn relay(
         attempt: job.attempt,
         adopt: None,
         reported: Vec::new(),
-        recovering: false,
+        unwatched_since: None,
     };
     let log_path = worker.log_path.clone();
     let (events_tx, mut events) = mpsc::unbounded_channel();

@@ -128,3 +128,72 @@ fn a_running_controller_takes_over_the_trials_of_one_that_died() {
     assert_eq!(owners.len(), 1, "the survivor owns every trial in the end");
     assert!(stderr(&out).contains("succeeded"), "{}", stderr(&out));
 }
+
+/// A controller stopped (SIGSTOP) while a controller on another machine takes its trial over
+/// and ends it: when it runs again, the database refuses its end of the trial, and it says so
+/// and exits non-zero instead of printing a result the study does not hold.
+fn a_stale_controller_whose_trial_was_taken_over_says_so(scratch: &Scratch) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    use std::time::{Duration, Instant};
+
+    let name = common::unique_name("stale");
+    let text = STUDY
+        .replace("{name}", &name)
+        .replace("max_trial_count: 200", "max_trial_count: 1")
+        .replace("parallel_trial_count: 2", "parallel_trial_count: 1")
+        .replace(
+            "command: [{worker}]",
+            "command: [{worker}]\n  env: {SLEEP: '2'}",
+        );
+    let study = scratch.study("study.yaml", &text);
+    let path = study.to_str().unwrap();
+    let stale = scratch
+        .command(&["run", path])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !scratch
+        .path(&format!("hptune-logs/{name}/trial-0.log"))
+        .exists()
+    {
+        assert!(Instant::now() < deadline, "the worker did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = Pid::from_raw(stale.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    // What a controller of another machine sees once the stopped one's heartbeats are stale.
+    scratch.execute(&format!(
+        "UPDATE trials SET owner = 'elsewhere:1@1', heartbeat_at = '2000-01-01T00:00:00.000Z'
+         WHERE study_id = (SELECT id FROM studies WHERE name = '{name}')"
+    ));
+    let taker = scratch.hptune(&["run", path]);
+    common::assert_success(&taker);
+    let trials = scratch.trials(&name);
+    assert_eq!(trials[0]["state"], "succeeded", "{}", stderr(&taker));
+    let taker_id = trials[0]["owner"].as_str().unwrap().to_string();
+
+    kill(pid, Signal::SIGCONT).unwrap();
+    let out = stale.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("taken over by another controller"), "{err}");
+    assert!(!err.contains("is complete"), "{err}");
+    let trials = scratch.trials(&name);
+    assert_eq!(trials.len(), 1);
+    assert_eq!(trials[0]["state"], "succeeded");
+    assert_eq!(trials[0]["owner"], taker_id.as_str());
+}
+
+#[test]
+fn a_stale_controller_whose_trial_was_taken_over_says_so_on_sqlite() {
+    a_stale_controller_whose_trial_was_taken_over_says_so(&Scratch::new());
+}
+
+#[test]
+fn a_stale_controller_whose_trial_was_taken_over_says_so_on_postgres() {
+    if let Some(url) = common::test_postgres() {
+        a_stale_controller_whose_trial_was_taken_over_says_so(&Scratch::on_postgres(&url));
+    }
+}

@@ -391,8 +391,8 @@ fn a_rerun_with_a_changed_search_space_is_refused() {
 }
 
 /// Runs two workers of `env` with a grace period of `grace`, sends hptune `interrupts`
-/// SIGINTs once both run, and checks that it exits 130 with both trials `stopped` and both
-/// workers gone; returns how long it took to end after the first SIGINT.
+/// SIGINTs once both run, and checks that it exits 130 with both trials `pending` (to run
+/// again) and both workers gone; returns how long it took to end after the first SIGINT.
 fn interrupt_a_study(env: &str, grace: &str, interrupts: usize) -> Duration {
     let scratch = Scratch::new();
     let text = RANDOM
@@ -438,9 +438,9 @@ fn interrupt_a_study(env: &str, grace: &str, interrupts: usize) -> Duration {
     }
     let out = child.wait_with_output().unwrap();
     let took = started.elapsed();
-    // The trials' ends recorded their workers.
+    // The interrupted attempts recorded their workers.
     let pids: Vec<i32> = scratch
-        .query("SELECT worker FROM trials")
+        .query("SELECT worker FROM attempts WHERE outcome = 'retried'")
         .iter()
         .map(|r| {
             r[0].as_str()
@@ -461,12 +461,72 @@ fn interrupt_a_study(env: &str, grace: &str, interrupts: usize) -> Duration {
         stderr(&out)
     );
     let trials = scratch.trials("quad");
-    assert_eq!(states(&trials), ["stopped", "stopped"]);
+    assert_eq!(states(&trials), ["pending", "pending"]);
     for pid in pids {
         let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
         assert!(!alive, "worker {pid} still runs");
     }
     took
+}
+
+/// Trials stopped by Ctrl-C are run again by the next run, as their second attempt, and
+/// use no more of the budget than once.
+#[test]
+fn trials_interrupted_by_ctrl_c_run_again_when_the_study_is_run_again() {
+    let scratch = Scratch::new();
+    let text = RANDOM
+        .replace("max_trial_count: 8", "max_trial_count: 2")
+        .replace(
+            "command: [{worker}]",
+            "command: [{worker}]
+  env: {SLEEP: '30'}",
+        );
+    let study = scratch.study("study.yaml", &text);
+    let path = study.to_str().unwrap();
+    let child = scratch.command(&["run", path]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(0..2).all(|n| {
+        scratch
+            .path(&format!("hptune-logs/quad/trial-{n}.log"))
+            .exists()
+    }) {
+        assert!(Instant::now() < deadline, "the workers did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert_eq!(states(&scratch.trials("quad")), ["pending", "pending"]);
+
+    let study = scratch.study("study.yaml", &text.replace("SLEEP: '30'", "SLEEP: '0'"));
+    let out = scratch.hptune(&["run", study.to_str().unwrap()]);
+    assert_success(&out);
+    assert!(
+        stderr(&out).contains("taking over 2 trials"),
+        "{}",
+        stderr(&out)
+    );
+    let trials = scratch.trials("quad");
+    assert_eq!(states(&trials), ["succeeded", "succeeded"]);
+    let attempts =
+        scratch.query("SELECT attempt, outcome FROM attempts ORDER BY trial_id, attempt");
+    let outcomes: Vec<(i64, &str)> = attempts
+        .iter()
+        .map(|r| (r[0].as_i64().unwrap(), r[1].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (1, "retried"),
+            (2, "succeeded"),
+            (1, "retried"),
+            (2, "succeeded")
+        ]
+    );
 }
 
 #[test]

@@ -97,7 +97,7 @@ impl RunObserver for Display {
             RunEvent::Resumed { finished, adopted } => {
                 let adopted = if adopted > 0 {
                     format!(
-                        "; taking over {adopted} trials left running by a controller that is gone"
+                        "; taking over {adopted} trials left unfinished by a controller that is gone or was interrupted"
                     )
                 } else {
                     String::new()
@@ -109,6 +109,12 @@ impl RunObserver for Display {
             RunEvent::TrialRetried { trial, reason } => {
                 self.line(format!(
                     "trial {} runs again (attempt {}): {reason}",
+                    trial.number, trial.attempt
+                ));
+            }
+            RunEvent::TrialInterrupted { trial } => {
+                self.line(format!(
+                    "trial {} interrupted: it runs again (attempt {}) when the study is run again",
                     trial.number, trial.attempt
                 ));
             }

@@ -13,7 +13,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, killpg};
@@ -47,9 +47,15 @@ impl Executor for LocalExecutor {
         let adopt = job
             .adopt
             .clone()
-            .or_else(|| job.recovering.then(|| unrecorded_worker(&job)).flatten());
+            .or_else(|| job.unwatched_since.and_then(|_| unrecorded_worker(&job)));
         let started = match adopt {
             Some(handle) => Worker::adopt(&job, &handle, events),
+            None if job
+                .unwatched_since
+                .is_some_and(|since| wrote_output(&job, since)) =>
+            {
+                Ok(Worker::ended_unwatched(&job, events))
+            }
             None => Worker::start(&job, events),
         };
         let (end, last_output) = match started {
@@ -64,16 +70,19 @@ impl Executor for LocalExecutor {
     }
 }
 
-/// The process a worker is: our child, or one adopted from a controller that is gone.
+/// The process a worker is: our child, one adopted from a controller that is gone, or one
+/// that a controller now gone started and that ended while no controller watched it.
 enum Process {
     Child(Child),
     Adopted(ProcessId),
+    EndedUnwatched,
 }
 
 /// A running worker and what is read from it.
 struct Worker {
     process: Process,
-    id: ProcessId,
+    /// The leader of the worker's process group; `None` once it is known to be gone.
+    id: Option<ProcessId>,
     stdout: Tail,
     lines: LineParser,
     metrics_file: MetricsFileReader,
@@ -115,7 +124,7 @@ impl Worker {
             .id()
             .ok_or("the worker exited before it could be watched")? as i32;
         let id = ProcessId::of(pid).unwrap_or(ProcessId { pid, start: 0 });
-        Ok(Self::new(job, Process::Child(child), id, events))
+        Ok(Self::new(job, Process::Child(child), Some(id), events))
     }
 
     fn adopt(
@@ -127,20 +136,28 @@ impl Worker {
             .strip_prefix("pid:")
             .and_then(ProcessId::parse)
             .ok_or_else(|| format!("'{handle}' is not the handle of a local worker"))?;
-        Ok(Self::new(job, Process::Adopted(id), id, events))
+        Ok(Self::new(job, Process::Adopted(id), Some(id), events))
+    }
+
+    /// The worker of an attempt that a controller now gone started, and that ended before
+    /// another controller could watch it: it is judged by the files it wrote.
+    fn ended_unwatched(job: &TrialJob, events: mpsc::UnboundedSender<WorkerEvent>) -> Self {
+        Self::new(job, Process::EndedUnwatched, None, events)
     }
 
     fn new(
         job: &TrialJob,
         process: Process,
-        id: ProcessId,
+        id: Option<ProcessId>,
         events: mpsc::UnboundedSender<WorkerEvent>,
     ) -> Self {
-        let _ = events.send(WorkerEvent::Started {
-            trial_id: job.trial_id,
-            handle: format!("pid:{id}"),
-            findable_without_handle: true,
-        });
+        if let Some(id) = id {
+            let _ = events.send(WorkerEvent::Started {
+                trial_id: job.trial_id,
+                handle: format!("pid:{id}"),
+                findable_without_handle: true,
+            });
+        }
         let seen = job
             .reported
             .iter()
@@ -197,7 +214,9 @@ impl Worker {
     /// SIGTERM to the worker's group, then SIGKILL after the grace period, or as soon as
     /// the controller asks for the stop to happen now.
     async fn terminate(&mut self, grace: Duration, stop: &mut watch::Receiver<StopRequest>) {
-        let group = Pid::from_raw(self.id.pid);
+        let Some(group) = self.group() else {
+            return;
+        };
         if *stop.borrow() != StopRequest::Now {
             let _ = killpg(group, Signal::SIGTERM);
             let hurried = async {
@@ -216,12 +235,19 @@ impl Worker {
 
     /// Reads what is left, and ends whatever the worker left running in its group.
     fn finish(&mut self, job: &TrialJob) {
-        let _ = killpg(Pid::from_raw(self.id.pid), Signal::SIGKILL);
+        if let Some(group) = self.group() {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
         self.read(job);
         if let Some(rest) = self.stdout.rest() {
             let measurements = self.lines.parse(&rest);
             self.emit(measurements);
         }
+    }
+
+    /// The worker's process group, to signal.
+    fn group(&self) -> Option<Pid> {
+        self.id.map(|id| Pid::from_raw(id.pid))
     }
 
     fn read(&mut self, job: &TrialJob) {
@@ -269,6 +295,17 @@ fn unrecorded_worker(job: &TrialJob) -> Option<String> {
     find_by_environment(&vars).map(|id| format!("pid:{id}"))
 }
 
+/// Whether this attempt's worker was started by a controller now gone: the controller
+/// creates the attempt's log file just before it starts the worker, so a log file written
+/// since the attempt began (`since`, less a second for the file system's coarse clock) is
+/// that worker's. The log file of an earlier attempt has another name.
+fn wrote_output(job: &TrialJob, since: SystemTime) -> bool {
+    let since = since.checked_sub(Duration::from_secs(1)).unwrap_or(since);
+    std::fs::metadata(&job.log_path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|modified| modified >= since)
+}
+
 /// Waits for the worker to end.
 async fn wait(process: &mut Process) -> WorkerEnd {
     match process {
@@ -279,6 +316,7 @@ async fn wait(process: &mut Process) -> WorkerEnd {
             }
             WorkerEnd::Vanished
         }
+        Process::EndedUnwatched => WorkerEnd::Vanished,
     }
 }
 

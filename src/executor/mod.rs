@@ -13,7 +13,7 @@ mod sagemaker;
 mod vertex;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
@@ -58,9 +58,11 @@ pub struct TrialJob {
     pub attempt: u32,
     /// Measurements already recorded for this attempt, not to be sent again.
     pub reported: Vec<Measurement>,
-    /// Whether a controller that is gone may have started this attempt's worker without
-    /// recording it: look for it before starting one.
-    pub recovering: bool,
+    /// Set when a controller that is gone may have started this attempt's worker without
+    /// recording it, to the time the attempt began: the executor looks for that worker, or
+    /// for the output it left (files written since that time), before starting one, so that
+    /// an attempt never runs twice.
+    pub unwatched_since: Option<SystemTime>,
 }
 
 /// What happens while a worker runs.

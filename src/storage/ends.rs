@@ -123,13 +123,18 @@ impl Script {
             Some(v) => self.real(v),
             None => "NULL".into(),
         };
+        // The owner and attempt are the row's own when this controller still runs the trial;
+        // otherwise the database refuses the end (migration 0005).
         let update = format!(
             "UPDATE trials SET state = {}, error = {}, finished_at = {finished_at}, value = {value}, \
-             worker = COALESCE({}, worker), log_path = COALESCE({}, log_path) WHERE id = {id}",
+             worker = COALESCE({}, worker), log_path = COALESCE({}, log_path), owner = {}, \
+             attempt = {} WHERE id = {id}",
             self.text(Some(trial.state.as_str())),
             self.text(trial.error.as_deref()),
             self.text(trial.worker.as_deref()),
             self.text(trial.log_path.as_deref()),
+            self.text(trial.owner.as_deref()),
+            self.int(i64::from(trial.attempt)),
         );
         match insert {
             None => self.push(update),

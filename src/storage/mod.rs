@@ -20,7 +20,7 @@ use crate::spec::{Goal, Study};
 pub use ends::TrialEnd;
 use rows::trial_columns;
 pub use rows::{StudyRecord, StudySummary, TrialRecord, TrialState};
-pub use trials::{Budget, Claim, StudyView};
+pub use trials::{Budget, Claim, NextAttempt, StudyView};
 pub use url::{DEFAULT_STORAGE, StorageUrl};
 
 /// Why the database could not do what was asked.
@@ -45,6 +45,12 @@ pub enum StorageError {
         /// The driver's error.
         source: sqlx::Error,
     },
+    /// A trial this controller ran was taken over by another controller, which judged it
+    /// gone: its heartbeats had stopped (the process was stopped or suspended).
+    #[error(
+        "this controller's trials were taken over by another controller while its heartbeats were stopped (was it suspended?): the results it printed since are not recorded; the study goes on with the other controller"
+    )]
+    TakenOver,
     /// A stored row does not read back.
     #[error(
         "the database holds a row that does not read back ({0}); was it written by another tool?"
@@ -68,8 +74,15 @@ pub enum StorageError {
 }
 
 fn query_error(doing: &'static str) -> impl FnOnce(sqlx::Error) -> StorageError {
-    move |source| StorageError::Query { doing, source }
+    move |source| match &source {
+        sqlx::Error::Database(e) if e.message().contains(TAKEN_OVER) => StorageError::TakenOver,
+        _ => StorageError::Query { doing, source },
+    }
 }
+
+/// What the database says when it refuses a controller's change to a trial another
+/// controller took over (migration 0005's trigger).
+const TAKEN_OVER: &str = "trial taken over by another controller";
 
 /// The current time as stored: UTC, RFC 3339, milliseconds.
 pub fn now() -> String {

@@ -228,6 +228,16 @@ fn params_json(params: &Assignment) -> String {
     serde_json::to_string(params).expect("parameters serialise")
 }
 
+/// When the next attempt of a retried trial runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextAttempt {
+    /// At once, by the controller that retries it.
+    Now,
+    /// By the next controller of the study that takes it over: the trial waits as `pending`,
+    /// with no owner (its controller was interrupted).
+    Later,
+}
+
 impl Storage {
     /// Reads what changed in the study since the view was last brought up to date.
     pub async fn refresh(&self, view: &mut StudyView) -> Result<(), StorageError> {
@@ -532,13 +542,33 @@ impl Storage {
             {
                 continue;
             }
-            sqlx::query("UPDATE trials SET owner = $1, heartbeat_at = $2 WHERE id = $3")
+            let at = now();
+            if trial.state == TrialState::Pending {
+                // The attempt an interrupted controller handed back begins now.
+                sqlx::query(
+                    "UPDATE attempts SET owner = $1, started_at = $2 WHERE trial_id = $3 AND attempt = $4",
+                )
                 .bind(owner)
-                .bind(now())
+                .bind(&at)
                 .bind(trial.id)
+                .bind(i64::from(trial.attempt))
                 .execute(&mut *tx)
                 .await
                 .map_err(query_error(doing))?;
+                trial.state = TrialState::Running;
+                trial.started_at = Some(at.clone());
+            }
+            sqlx::query(
+                "UPDATE trials SET owner = $1, heartbeat_at = $2, state = 'running',
+                 started_at = $3 WHERE id = $4",
+            )
+            .bind(owner)
+            .bind(&at)
+            .bind(trial.started_at.as_deref())
+            .bind(trial.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(doing))?;
             trial.owner = Some(owner.to_string());
             adopted.push(trial);
         }
@@ -546,17 +576,43 @@ impl Storage {
         Ok(adopted)
     }
 
-    /// Ends the trial's current attempt with `error` and starts the next one with the same
-    /// parameters; returns the trial as it now is.
+    /// Ends the trial's current attempt with `error` and opens the next one with the same
+    /// parameters, to run now (`NextAttempt::Now`) or by the next controller of the study
+    /// (`NextAttempt::Later`); returns the trial as it now is.
     pub async fn retry(
         &self,
         trial: &TrialRecord,
         error: &str,
+        when: NextAttempt,
     ) -> Result<TrialRecord, StorageError> {
         let doing = "starting another attempt";
         let at = now();
         let next = trial.attempt + 1;
+        let (state, owner, heartbeat) = match when {
+            NextAttempt::Now => (TrialState::Running, trial.owner.clone(), Some(at.clone())),
+            NextAttempt::Later => (TrialState::Pending, None, None),
+        };
         let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
+        // Only while this controller still runs the attempt: another may have taken it over.
+        let moved_on = sqlx::query(
+            "UPDATE trials SET attempt = $1, worker = NULL, started_at = $2, heartbeat_at = $3,
+             state = $4, owner = $5
+             WHERE id = $6 AND owner = $7 AND attempt = $8 AND state = 'running'",
+        )
+        .bind(next as i64)
+        .bind(&at)
+        .bind(heartbeat)
+        .bind(state.as_str())
+        .bind(owner.as_deref())
+        .bind(trial.id)
+        .bind(trial.owner.as_deref())
+        .bind(trial.attempt as i64)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        if moved_on.rows_affected() != 1 {
+            return Err(StorageError::TakenOver);
+        }
         sqlx::query(
             "UPDATE attempts SET finished_at = $1, outcome = 'retried', error = $2, worker = $5
              WHERE trial_id = $3 AND attempt = $4",
@@ -569,20 +625,13 @@ impl Storage {
         .execute(&mut *tx)
         .await
         .map_err(query_error(doing))?;
-        sqlx::query(
-            "UPDATE trials SET attempt = $1, worker = NULL, started_at = $2, heartbeat_at = $2 WHERE id = $3",
-        )
-        .bind(next as i64)
-        .bind(&at)
-        .bind(trial.id)
-        .execute(&mut *tx)
-        .await
-        .map_err(query_error(doing))?;
         tx.commit().await.map_err(query_error(doing))?;
         let mut retried = trial.clone();
         retried.attempt = next;
         retried.worker = None;
         retried.started_at = Some(at);
+        retried.state = state;
+        retried.owner = owner;
         Ok(retried)
     }
 }

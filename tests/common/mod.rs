@@ -110,6 +110,21 @@ impl Scratch {
         self.try_query(sql).unwrap()
     }
 
+    /// Changes the database as another controller would (the tests that stage what a
+    /// controller on another machine does).
+    pub fn execute(&self, sql: &str) {
+        let url = match &self.postgres {
+            Some(url) => url.clone(),
+            None => format!("sqlite://{}", self.path("hptune.db").display()),
+        };
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            sqlx::any::install_default_drivers();
+            let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        });
+    }
+
     /// Runs SQL on the database, or says why it cannot (e.g. a database still being created).
     pub fn try_query(&self, sql: &str) -> Result<Vec<Vec<Value>>, sqlx::Error> {
         let url = match &self.postgres {
