@@ -359,7 +359,11 @@ pub async fn run(
                 }
             }
             _ = heartbeat.tick() => {
-                storage.heartbeat(&run.owner).await?;
+                // Fewer rows than running workers: another controller took some over while
+                // this one was stopped, and watches their workers now.
+                if storage.heartbeat(&run.owner).await? < run.running.len() as u64 {
+                    return Err(StorageError::TakenOver.into());
+                }
                 run.save_handles().await?;
                 // A controller of the same study may have died meanwhile.
                 if !interrupted {

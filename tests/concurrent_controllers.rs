@@ -4,9 +4,12 @@
 mod common;
 
 use std::collections::HashSet;
-use std::process::Stdio;
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use common::{Scratch, stderr};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 const STUDY: &str = r#"
 name: {name}
@@ -129,71 +132,130 @@ fn a_running_controller_takes_over_the_trials_of_one_that_died() {
     assert!(stderr(&out).contains("succeeded"), "{}", stderr(&out));
 }
 
-/// A controller stopped (SIGSTOP) while a controller on another machine takes its trial over
-/// and ends it: when it runs again, the database refuses its end of the trial, and it says so
-/// and exits non-zero instead of printing a result the study does not hold.
-fn a_stale_controller_whose_trial_was_taken_over_says_so(scratch: &Scratch) {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    use std::time::{Duration, Instant};
+/// A controller stopped (SIGSTOP) while a controller of another machine takes its trial over.
+struct Stale {
+    name: String,
+    path: String,
+    starts: std::path::PathBuf,
+}
 
+/// Starts a study of one trial of a worker that sleeps `sleep` seconds, stops its controller
+/// once the worker runs, and makes its trial look like one whose controller's heartbeats
+/// stopped on another machine; returns the study and the stopped controller.
+fn stop_a_controller(scratch: &Scratch, sleep: &str) -> (Stale, Child) {
     let name = common::unique_name("stale");
+    let starts = scratch.path("starts");
     let text = STUDY
         .replace("{name}", &name)
         .replace("max_trial_count: 200", "max_trial_count: 1")
         .replace("parallel_trial_count: 2", "parallel_trial_count: 1")
         .replace(
             "command: [{worker}]",
-            "command: [{worker}]\n  env: {SLEEP: '2'}",
+            &format!(
+                "command: [{{worker}}]\n  env: {{SLEEP: '{sleep}', STARTS: '{}'}}",
+                starts.display()
+            ),
         );
-    let study = scratch.study("study.yaml", &text);
-    let path = study.to_str().unwrap();
-    let stale = scratch
-        .command(&["run", path])
+    let path = scratch.study("study.yaml", &text).display().to_string();
+    let stopped = scratch
+        .command(&["run", &path])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !scratch
-        .path(&format!("hptune-logs/{name}/trial-0.log"))
-        .exists()
-    {
-        assert!(Instant::now() < deadline, "the worker did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let pid = Pid::from_raw(stale.id() as i32);
-    kill(pid, Signal::SIGSTOP).unwrap();
-    // What a controller of another machine sees once the stopped one's heartbeats are stale.
+    wait_until("the worker starts", || starts.exists());
+    signal(&stopped, Signal::SIGSTOP);
     scratch.execute(&format!(
         "UPDATE trials SET owner = 'elsewhere:1@1', heartbeat_at = '2000-01-01T00:00:00.000Z'
          WHERE study_id = (SELECT id FROM studies WHERE name = '{name}')"
     ));
-    let taker = scratch.hptune(&["run", path]);
-    common::assert_success(&taker);
-    let trials = scratch.trials(&name);
-    assert_eq!(trials[0]["state"], "succeeded", "{}", stderr(&taker));
-    let taker_id = trials[0]["owner"].as_str().unwrap().to_string();
+    (Stale { name, path, starts }, stopped)
+}
 
-    kill(pid, Signal::SIGCONT).unwrap();
-    let out = stale.wait_with_output().unwrap();
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn signal(child: &Child, signal: Signal) {
+    kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+}
+
+/// The stale controller, run again, says that its trials were taken over and exits 1,
+/// printing no end of the study.
+fn assert_it_says_so(stopped: Child) {
+    signal(&stopped, Signal::SIGCONT);
+    let out = stopped.wait_with_output().unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("taken over by another controller"), "{err}");
     assert!(!err.contains("is complete"), "{err}");
-    let trials = scratch.trials(&name);
+}
+
+/// The other controller ran the trial to its end, its worker started once.
+fn assert_the_taker_ran_it_once(scratch: &Scratch, stale: &Stale, taker: &Output) {
+    common::assert_success(taker);
+    let trials = scratch.trials(&stale.name);
     assert_eq!(trials.len(), 1);
-    assert_eq!(trials[0]["state"], "succeeded");
-    assert_eq!(trials[0]["owner"], taker_id.as_str());
+    assert_eq!(trials[0]["state"], "succeeded", "{}", stderr(taker));
+    assert_ne!(trials[0]["owner"], "elsewhere:1@1");
+    let started = std::fs::read_to_string(&stale.starts).unwrap();
+    assert_eq!(started.lines().count(), 1, "{started}");
+}
+
+/// Its worker ended while it was stopped, and the other controller recorded the trial: the
+/// database refuses its end of the trial.
+fn a_stale_controller_whose_trial_ended_elsewhere_says_so(scratch: &Scratch) {
+    let (stale, stopped) = stop_a_controller(scratch, "2");
+    let taker = scratch.hptune(&["run", &stale.path]);
+    assert_the_taker_ran_it_once(scratch, &stale, &taker);
+    assert_it_says_so(stopped);
+    assert_the_taker_ran_it_once(scratch, &stale, &taker);
+}
+
+/// Its worker still runs, watched by the other controller: its next heartbeat finds that the
+/// database no longer holds the trial as its own.
+fn a_stale_controller_whose_trial_runs_elsewhere_says_so(scratch: &Scratch) {
+    let (stale, stopped) = stop_a_controller(scratch, "20");
+    let taker = scratch
+        .command(&["run", &stale.path])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let owner = format!(
+        "SELECT owner FROM trials WHERE study_id = (SELECT id FROM studies WHERE name = '{}')",
+        stale.name
+    );
+    wait_until("the trial is taken over", || {
+        scratch.query(&owner)[0][0] != "elsewhere:1@1"
+    });
+    assert_it_says_so(stopped);
+    let taker = taker.wait_with_output().unwrap();
+    assert_the_taker_ran_it_once(scratch, &stale, &taker);
 }
 
 #[test]
-fn a_stale_controller_whose_trial_was_taken_over_says_so_on_sqlite() {
-    a_stale_controller_whose_trial_was_taken_over_says_so(&Scratch::new());
+fn a_stale_controller_whose_trial_ended_elsewhere_says_so_on_sqlite() {
+    a_stale_controller_whose_trial_ended_elsewhere_says_so(&Scratch::new());
 }
 
 #[test]
-fn a_stale_controller_whose_trial_was_taken_over_says_so_on_postgres() {
+fn a_stale_controller_whose_trial_ended_elsewhere_says_so_on_postgres() {
     if let Some(url) = common::test_postgres() {
-        a_stale_controller_whose_trial_was_taken_over_says_so(&Scratch::on_postgres(&url));
+        a_stale_controller_whose_trial_ended_elsewhere_says_so(&Scratch::on_postgres(&url));
+    }
+}
+
+#[test]
+fn a_stale_controller_whose_trial_runs_elsewhere_says_so_on_sqlite() {
+    a_stale_controller_whose_trial_runs_elsewhere_says_so(&Scratch::new());
+}
+
+#[test]
+fn a_stale_controller_whose_trial_runs_elsewhere_says_so_on_postgres() {
+    if let Some(url) = common::test_postgres() {
+        a_stale_controller_whose_trial_runs_elsewhere_says_so(&Scratch::on_postgres(&url));
     }
 }

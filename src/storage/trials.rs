@@ -502,15 +502,18 @@ impl Storage {
         Ok(curves)
     }
 
-    /// Marks the trials this controller runs as alive.
-    pub async fn heartbeat(&self, owner: &str) -> Result<(), StorageError> {
-        sqlx::query("UPDATE trials SET heartbeat_at = $1 WHERE owner = $2 AND state = 'running'")
-            .bind(now())
-            .bind(owner)
-            .execute(&self.pool)
-            .await
-            .map_err(query_error("sending a heartbeat"))?;
-        Ok(())
+    /// Marks the trials this controller runs as alive; returns how many the database still
+    /// holds as this controller's running trials.
+    pub async fn heartbeat(&self, owner: &str) -> Result<u64, StorageError> {
+        let beat = sqlx::query(
+            "UPDATE trials SET heartbeat_at = $1 WHERE owner = $2 AND state = 'running'",
+        )
+        .bind(now())
+        .bind(owner)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("sending a heartbeat"))?;
+        Ok(beat.rows_affected())
     }
 
     /// Takes over the running trials of a study whose controller is gone (`is_orphan` says so
