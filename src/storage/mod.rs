@@ -12,10 +12,10 @@ mod rows;
 mod trials;
 mod url;
 
-use chrono::{SecondsFormat, Utc};
 use std::str::FromStr;
 use std::time::Duration;
 
+use chrono::{SecondsFormat, Utc};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, Connection, Executor};
 
