@@ -616,3 +616,97 @@ fn remote_executors_refuse_a_sqlite_storage() {
         stderr(&relay)
     );
 }
+
+/// A Kubernetes study that names a Secret for the storage URL submits Jobs whose
+/// `HPTUNE_STORAGE` is a `secretKeyRef` to it: neither the URL nor its password is in any
+/// request, and the relay in the job, given the Secret's value, records the trial.
+#[test]
+fn a_kubernetes_job_takes_the_storage_url_from_a_secret() {
+    let Some(postgres) = common::test_postgres() else {
+        return;
+    };
+    let script = Script {
+        secrets: HashMap::from([(
+            ("hptune-db".to_string(), "url".to_string()),
+            postgres.clone(),
+        )]),
+        ..Script::default()
+    };
+    let Some(mut cloud) = cloud(Api::Kubernetes, script) else {
+        return;
+    };
+    cloud
+        .block
+        .push_str("    storage_secret: {name: hptune-db, key: url}\n");
+    let (name, study) = cloud.study("remote-secret");
+    let out = cloud.hptune(&[
+        "trial",
+        study.to_str().unwrap(),
+        "--param",
+        "x=0.5",
+        "--param",
+        "n=2",
+    ]);
+    assert_success(&out);
+    cloud.assert_requests_were_right();
+    assert_eq!(cloud.scratch.trials(&name)[0]["value"].as_f64(), Some(4.25));
+    let bodies = cloud.fake.seen(|s| s.bodies.clone());
+    let jobs: Vec<Value> = bodies
+        .iter()
+        .filter_map(|body| serde_json::from_str::<Value>(body).ok())
+        .filter(|body| body["kind"] == "Job")
+        .collect();
+    assert_eq!(jobs.len(), 1, "{bodies:#?}");
+    let env = jobs[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap();
+    let storage: Vec<&Value> = env
+        .iter()
+        .filter(|e| e["name"] == "HPTUNE_STORAGE")
+        .collect();
+    assert_eq!(
+        storage,
+        [
+            &serde_json::json!({"name": "HPTUNE_STORAGE", "valueFrom": {"secretKeyRef": {"name": "hptune-db", "key": "url"}}})
+        ]
+    );
+    for body in &bodies {
+        assert!(!body.contains(&postgres), "the URL was sent: {body}");
+        for secret in &cloud.secrets {
+            assert!(!body.contains(secret.as_str()), "{secret} was sent: {body}");
+        }
+    }
+}
+
+/// `storage_secret` belongs to the Kubernetes executor, and names a Secret and a key as the
+/// API server would accept them.
+#[test]
+fn a_storage_secret_is_checked_before_anything_runs() {
+    let scratch = Scratch::new();
+    let vertex = "    kind: vertex\n    project: p\n    region: r\n    image: i\n    machine_type: m\n    storage_secret: {name: db, key: url}\n";
+    let kubernetes =
+        "    kind: kubernetes\n    image: i\n    storage_secret: {name: Hptune_DB, key: 'u rl'}\n";
+    for (block, expected) in [
+        (
+            vertex,
+            &["trial.executor.storage_secret: does not apply to the vertex executor"][..],
+        ),
+        (
+            kubernetes,
+            &[
+                "trial.executor.storage_secret.name: 'Hptune_DB' is not a Secret's name",
+                "trial.executor.storage_secret.key: 'u rl' is not a key of a Secret",
+            ],
+        ),
+    ] {
+        let study = scratch.study(
+            "study.yaml",
+            &STUDY.replace("{name}", "s").replace("{block}", block),
+        );
+        let out = scratch.hptune(&["run", study.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        for expected in expected {
+            assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+        }
+    }
+}

@@ -23,7 +23,14 @@ use hptune::storage::{DEFAULT_STORAGE, Storage, StorageError, StorageUrl, TrialS
 #[command(name = "hptune", version)]
 pub struct Cli {
     /// Database URL: sqlite://PATH (created if missing) or postgres://USER:PASSWORD@HOST/DB.
-    #[arg(long, global = true, env = "HPTUNE_STORAGE", default_value = DEFAULT_STORAGE)]
+    // The variable's value is not shown in --help: it may hold the database password.
+    #[arg(
+        long,
+        global = true,
+        env = "HPTUNE_STORAGE",
+        hide_env_values = true,
+        default_value = DEFAULT_STORAGE
+    )]
     storage: String,
     /// More log output (-v: debug, -vv: trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -255,7 +262,7 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
 
 /// Opens a database that must exist already (the listing commands create nothing).
 async fn open_existing(url: &StorageUrl) -> Result<Storage, Failure> {
-    if let StorageUrl::Sqlite(path) = url
+    if let StorageUrl::Sqlite { path, .. } = url
         && !Path::new(path).exists()
     {
         return Err(Failure::BadInput(format!(

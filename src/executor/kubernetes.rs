@@ -18,7 +18,7 @@ use serde_json::json;
 use super::TrialJob;
 use super::credentials::kube::KubeAccess;
 use super::http::{Http, RemoteError};
-use super::remote::{Container, Engine, JobState};
+use super::remote::{Container, Engine, JobState, STORAGE_VARIABLE};
 use crate::spec::KubernetesSpec;
 
 /// The name of the trial's container in its pod.
@@ -110,7 +110,7 @@ impl Kubernetes {
                 "name": CONTAINER,
                 "image": self.spec.remote.image,
                 "command": container.command,
-                "env": container.env_entries(),
+                "env": container.env_entries(self.storage_entry(container)),
                 "resources": {"requests": amounts, "limits": limits},
             }],
         });
@@ -139,6 +139,17 @@ impl Kubernetes {
             "metadata": {"name": container.name, "namespace": self.namespace, "labels": labels},
             "spec": spec,
         })
+    }
+
+    /// `HPTUNE_STORAGE` of the trial's container: from the study's Secret, else the URL.
+    fn storage_entry(&self, container: &Container) -> serde_json::Value {
+        match &self.spec.storage_secret {
+            Some(secret) => json!({
+                "name": STORAGE_VARIABLE,
+                "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}},
+            }),
+            None => container.storage_url_entry(),
+        }
     }
 
     fn jobs_path(&self, namespace: &str) -> String {

@@ -55,6 +55,9 @@ pub enum JobState {
     Gone,
 }
 
+/// The variable that gives the relay in the job its storage URL.
+pub const STORAGE_VARIABLE: &str = "HPTUNE_STORAGE";
+
 /// What a job runs: the container's command line and environment, and a name for it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Container {
@@ -62,17 +65,35 @@ pub struct Container {
     pub name: String,
     /// `hptune relay ... -- <worker argv>`.
     pub command: Vec<String>,
-    /// The study file's `trial.env` and `HPTUNE_STORAGE`.
+    /// The study file's `trial.env`.
     pub env: Vec<(String, String)>,
+    /// The storage URL, password included: `HPTUNE_STORAGE` of an engine that takes no
+    /// reference to a secret (or of a study that names none).
+    pub storage_url: String,
 }
 
 impl Container {
-    /// The environment as `[{"name": ..., "value": ...}]`, as Vertex and Kubernetes take it.
-    pub fn env_entries(&self) -> Vec<serde_json::Value> {
+    /// The environment with `HPTUNE_STORAGE` holding the storage URL itself.
+    pub fn env_with_storage_url(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.env
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .chain([(STORAGE_VARIABLE, self.storage_url.as_str())])
+    }
+
+    /// The environment as `[{"name": ..., "value": ...}]`, as Vertex and Kubernetes take it,
+    /// ending with `storage`, the entry of `HPTUNE_STORAGE`.
+    pub fn env_entries(&self, storage: serde_json::Value) -> Vec<serde_json::Value> {
         self.env
             .iter()
             .map(|(name, value)| serde_json::json!({"name": name, "value": value}))
+            .chain([storage])
             .collect()
+    }
+
+    /// The entry of `HPTUNE_STORAGE` holding the storage URL itself.
+    pub fn storage_url_entry(&self) -> serde_json::Value {
+        serde_json::json!({"name": STORAGE_VARIABLE, "value": self.storage_url})
     }
 }
 
@@ -118,7 +139,7 @@ pub fn for_study(
         Arc::new(RemoteExecutor {
             engine,
             storage: storage.clone(),
-            storage_url: url.secret_url().to_string(),
+            storage_url: url.secret_url(),
             poll_interval: settings.poll_interval,
         })
     };
@@ -160,17 +181,17 @@ impl RemoteExecutor {
         .map(|s| s.to_string())
         .collect();
         command.extend(job.argv.iter().cloned());
-        let mut env: Vec<(String, String)> = job
+        let env = job
             .env
             .iter()
-            .filter(|(k, _)| !SET_BY_RELAY.contains(&k.as_str()))
+            .filter(|(k, _)| !SET_BY_RELAY.contains(&k.as_str()) && k != STORAGE_VARIABLE)
             .cloned()
             .collect();
-        env.push(("HPTUNE_STORAGE".into(), self.storage_url.clone()));
         Container {
             name: job_name(&job.study, job.number, job.attempt),
             command,
             env,
+            storage_url: self.storage_url.clone(),
         }
     }
 

@@ -91,9 +91,8 @@ impl SageMaker {
             .map(|(id, value)| (id.clone(), json!(value.to_string())))
             .collect();
         let environment: serde_json::Map<String, serde_json::Value> = container
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), json!(v)))
+            .env_with_storage_url()
+            .map(|(k, v)| (k.to_string(), json!(v)))
             .collect();
         json!({
             "TrainingJobName": container.name,

@@ -74,7 +74,7 @@ impl Vertex {
                     "imageUri": self.spec.remote.image,
                     "command": [program],
                     "args": args,
-                    "env": container.env_entries(),
+                    "env": container.env_entries(container.storage_url_entry()),
                 },
             }],
         });

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::Checker;
-use super::raw::RawExecutor;
+use super::raw::{RawExecutor, RawSecretRef};
 
 /// How often a remote job's state is asked for, when the file does not say.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
@@ -133,6 +133,18 @@ pub struct KubernetesSpec {
     pub service_account: Option<String>,
     /// How long a finished Job is kept (`ttlSecondsAfterFinished`).
     pub ttl: Duration,
+    /// The Secret whose key holds the storage URL the job's `HPTUNE_STORAGE` takes
+    /// (`secretKeyRef`); without it, the controller's URL is written in the Job.
+    pub storage_secret: Option<SecretRef>,
+}
+
+/// A key of a Kubernetes Secret in the Jobs' namespace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecretRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The key in its `data`.
+    pub key: String,
 }
 
 /// Requests and limits of a trial's container.
@@ -199,6 +211,7 @@ impl Checker {
                 "node_selector",
                 "service_account",
                 "ttl",
+                "storage_secret",
             ],
             ExecutorKind::SageMaker => &[
                 "region",
@@ -334,6 +347,10 @@ impl Checker {
                 }),
         };
         let ttl = self.duration("trial.executor.ttl", raw.ttl.as_deref());
+        let storage_secret = match &raw.storage_secret {
+            None => Some(None),
+            Some(secret) => self.secret_ref(secret).map(Some),
+        };
         Some(KubernetesSpec {
             remote: remote?,
             namespace: raw.namespace.clone(),
@@ -341,6 +358,51 @@ impl Checker {
             node_selector: raw.node_selector.clone().unwrap_or_default(),
             service_account: raw.service_account.clone(),
             ttl: ttl?.unwrap_or(DEFAULT_TTL),
+            storage_secret: storage_secret?,
+        })
+    }
+
+    /// A Secret's name (a DNS subdomain) and key (letters, digits, `-`, `_`, `.`), as the API
+    /// server would accept them.
+    fn secret_ref(&mut self, raw: &RawSecretRef) -> Option<SecretRef> {
+        let field = "trial.executor.storage_secret";
+        let name_ok = !raw.name.is_empty()
+            && raw.name.len() <= 253
+            && raw.name.split('.').all(|label| {
+                !label.is_empty()
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            });
+        let key_ok = !raw.key.is_empty()
+            && raw.key.len() <= 253
+            && raw
+                .key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if !name_ok {
+            self.report(
+                format!("{field}.name"),
+                format!(
+                    "'{}' is not a Secret's name: lower-case letters, digits, '-' and '.'",
+                    raw.name
+                ),
+            );
+        }
+        if !key_ok {
+            self.report(
+                format!("{field}.key"),
+                format!(
+                    "'{}' is not a key of a Secret: letters, digits, '-', '_' and '.'",
+                    raw.key
+                ),
+            );
+        }
+        (name_ok && key_ok).then(|| SecretRef {
+            name: raw.name.clone(),
+            key: raw.key.clone(),
         })
     }
 
@@ -384,7 +446,7 @@ impl Checker {
 }
 
 /// Each field of the block but `kind`, and whether the file sets it.
-fn present_fields(raw: &RawExecutor) -> [(&'static str, bool); 18] {
+fn present_fields(raw: &RawExecutor) -> [(&'static str, bool); 19] {
     [
         ("image", raw.image.is_some()),
         ("endpoint", raw.endpoint.is_some()),
@@ -404,5 +466,6 @@ fn present_fields(raw: &RawExecutor) -> [(&'static str, bool); 18] {
         ("instance_count", raw.instance_count.is_some()),
         ("volume_size_gb", raw.volume_size_gb.is_some()),
         ("output_path", raw.output_path.is_some()),
+        ("storage_secret", raw.storage_secret.is_some()),
     ]
 }

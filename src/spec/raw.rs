@@ -123,6 +123,14 @@ pub struct RawExecutor {
     pub instance_count: Option<i64>,
     pub volume_size_gb: Option<i64>,
     pub output_path: Option<String>,
+    pub storage_secret: Option<RawSecretRef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSecretRef {
+    pub name: String,
+    pub key: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -12,9 +12,12 @@ mod rows;
 mod trials;
 mod url;
 
+use std::str::FromStr;
+use std::time::Duration;
+
 use chrono::{SecondsFormat, Utc};
-use sqlx::any::AnyPoolOptions;
-use sqlx::{AnyPool, Executor};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyConnection, AnyPool, Connection, Executor};
 
 use crate::spec::{Goal, Study};
 pub use ends::TrialEnd;
@@ -30,7 +33,7 @@ pub enum StorageError {
     #[error("{0}")]
     BadUrl(String),
     /// Opening or migrating the database failed.
-    #[error("cannot open the database {url}: {source}")]
+    #[error("cannot open the database {url}: {}", cause(source))]
     Open {
         /// The database, without credentials.
         url: String,
@@ -99,14 +102,20 @@ pub struct Storage {
 }
 
 impl Storage {
-    /// Opens (creating it if needed) the database at `url` and brings its schema up to date.
+    /// Opens (creating it if needed, unless the URL's `mode` says otherwise) the database at
+    /// `url` and brings its schema up to date.
     pub async fn open(url: &StorageUrl) -> Result<Self, StorageError> {
         sqlx::any::install_default_drivers();
         let open_error = |source| StorageError::Open {
             url: url.to_string(),
             source,
         };
-        let sqlite = matches!(url, StorageUrl::Sqlite(_));
+        let sqlite = matches!(url, StorageUrl::Sqlite { .. });
+        let options = AnyConnectOptions::from_str(&url.connect_string()).map_err(open_error)?;
+        // sqlx's pool tries a refused connection or a failed set-up again until its acquire
+        // timeout, logging each try, and then says only that it timed out: one connection
+        // first says at once what is wrong.
+        connect_once(&options, sqlite).await.map_err(open_error)?;
         let pool = AnyPoolOptions::new()
             // SQLite: one connection, so its page cache stays valid (another connection's
             // write would make it read the changed pages again) and one thread stays warm;
@@ -114,23 +123,13 @@ impl Storage {
             .max_connections(if sqlite { 1 } else { 4 })
             // An unreachable server fails in seconds; SQLite waits for its lock inside a
             // connection (busy_timeout), not here.
-            .acquire_timeout(std::time::Duration::from_secs(10))
+            .acquire_timeout(CONNECT_TIMEOUT)
             // A ping before each use guards against a server that dropped the connection;
             // an embedded SQLite file has no such server, and the ping is a round trip to the
             // connection's thread for every statement.
             .test_before_acquire(!sqlite)
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    if sqlite {
-                        conn.execute("PRAGMA journal_mode = WAL").await?;
-                        conn.execute("PRAGMA synchronous = NORMAL").await?;
-                        conn.execute("PRAGMA foreign_keys = ON").await?;
-                        conn.execute("PRAGMA busy_timeout = 30000").await?;
-                    }
-                    Ok(())
-                })
-            })
-            .connect(&url.connect_string())
+            .after_connect(move |conn, _meta| Box::pin(prepare(conn, sqlite)))
+            .connect_with(options)
             .await
             .map_err(open_error)?;
         let migrator = if sqlite {
@@ -227,6 +226,53 @@ impl Storage {
     /// Closes the pool, flushing the WAL.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+/// How long opening a database may wait for its server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sets up a new connection: SQLite's journal, durability, foreign keys and lock wait.
+async fn prepare(conn: &mut AnyConnection, sqlite: bool) -> Result<(), sqlx::Error> {
+    if sqlite {
+        conn.execute("PRAGMA journal_mode = WAL").await?;
+        conn.execute("PRAGMA synchronous = NORMAL").await?;
+        conn.execute("PRAGMA foreign_keys = ON").await?;
+        conn.execute("PRAGMA busy_timeout = 30000").await?;
+    }
+    Ok(())
+}
+
+/// Opens and sets up one connection, and closes it: fails at once where the pool would try
+/// again (a refused connection, a file that is not a database).
+async fn connect_once(options: &AnyConnectOptions, sqlite: bool) -> Result<(), sqlx::Error> {
+    let attempt = async {
+        let mut conn = AnyConnection::connect_with(options).await?;
+        prepare(&mut conn, sqlite).await?;
+        conn.close().await
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, attempt)
+        .await
+        .unwrap_or_else(|_| {
+            Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+            )))
+        })
+}
+
+/// What went wrong in the driver's error, in words: the server's or SQLite's message rather
+/// than sqlx's wrapping of it.
+fn cause(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "connection refused (is the server running, and listening on that host and port?)"
+                .into()
+        }
+        sqlx::Error::Io(e) => e.to_string(),
+        sqlx::Error::Database(e) => e.message().to_string(),
+        sqlx::Error::Configuration(e) => e.to_string(),
+        e => e.to_string(),
     }
 }
 

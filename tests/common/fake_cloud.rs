@@ -50,6 +50,9 @@ pub struct Script {
     /// Kubernetes: finished Jobs are deleted at once (a TTL that passed while no controller
     /// watched): asking for one answers 404.
     pub ttl_passed: bool,
+    /// Kubernetes: the Secrets of the Jobs' namespace, by (name, key): what an env entry's
+    /// `valueFrom.secretKeyRef` gives the container (a reference to another is refused).
+    pub secrets: HashMap<(String, String), String>,
 }
 
 /// A job the fake runs.
@@ -86,6 +89,8 @@ pub struct Seen {
     pub created: Vec<(u64, u32)>,
     /// Access tokens issued by the token endpoint.
     pub tokens_issued: usize,
+    /// The body of every request, as sent.
+    pub bodies: Vec<String>,
 }
 
 struct State {
@@ -177,6 +182,10 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             .seen
             .requests
             .push(format!("{} {}", request.method, request.path));
+        state
+            .seen
+            .bodies
+            .push(String::from_utf8_lossy(&request.body).into_owned());
         state.answer(&request)
     };
     if let Some(delay) = delay {
@@ -509,7 +518,7 @@ impl State {
                 (
                     format!("{namespace}/{name}"),
                     strings(&container["command"])?,
-                    name_values(&container["env"])?,
+                    self.resolve_env(&container["env"])?,
                     answer,
                 )
             }
@@ -603,6 +612,30 @@ impl State {
             answer,
             None,
         ))
+    }
+
+    /// A Kubernetes container's env, each `valueFrom.secretKeyRef` replaced by the Secret's
+    /// value, as the kubelet does.
+    fn resolve_env(&self, value: &Value) -> Result<Vec<(String, String)>, String> {
+        let mut plain = Vec::new();
+        for entry in value.as_array().ok_or("env is not a list")? {
+            let reference = &entry["valueFrom"]["secretKeyRef"];
+            if reference.is_null() {
+                plain.push(entry.clone());
+                continue;
+            }
+            let (Some(name), Some(key)) = (reference["name"].as_str(), reference["key"].as_str())
+            else {
+                return Err(format!("secretKeyRef {reference} has no name and key"));
+            };
+            let secret = self
+                .script
+                .secrets
+                .get(&(name.to_string(), key.to_string()))
+                .ok_or_else(|| format!("no Secret {name} with key {key}"))?;
+            plain.push(json!({"name": entry["name"], "value": secret}));
+        }
+        name_values(&Value::Array(plain))
     }
 
     fn find(&mut self, request: &Request, body: &Value) -> Result<usize, String> {
