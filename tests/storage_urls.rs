@@ -179,3 +179,30 @@ fn a_read_only_sqlite_url_is_never_written() {
         stderr(&wrong)
     );
 }
+
+/// A database whose schema a newer hptune brought further than this one knows is said to be
+/// so at once (the migrator's refusal is not a race with another controller to wait out), and
+/// nothing of it changes.
+#[test]
+fn a_database_of_a_newer_hptune_is_reported_at_once() {
+    let scratch = Scratch::new();
+    let study = scratch.study("study.yaml", STUDY);
+    assert_success(&scratch.hptune(&["run", study.to_str().unwrap()]));
+    scratch.execute(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+         VALUES (9999, 'from the future', TRUE, x'00', 0)",
+    );
+    let out = scratch.hptune(&["studies"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let message = stderr(&out);
+    assert!(
+        message.contains("its schema is at version 9999, which this hptune does not know")
+            && message.contains("written by a newer hptune"),
+        "{message}"
+    );
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert_eq!(
+        scratch.query("SELECT COUNT(*) FROM trials")[0][0],
+        serde_json::Value::from(2)
+    );
+}

@@ -277,14 +277,25 @@ fn cause(error: &sqlx::Error) -> String {
 }
 
 /// Brings the schema up to date. Controllers started together race to migrate a new
-/// database, and SQLite gives the migrator no lock (PostgreSQL's takes an advisory lock): the loser sees the winner's tables, waits,
-/// and finds the migrations applied on its next try.
+/// database, and SQLite gives the migrator no lock (PostgreSQL's takes an advisory lock): the
+/// loser sees the winner's tables, waits, and finds the migrations applied on its next try. A
+/// schema newer than this binary's is not a race: it is said at once.
 async fn migrate(pool: &AnyPool, migrator: &sqlx::migrate::Migrator) -> Result<(), sqlx::Error> {
     const TRIES: u32 = 20;
     let mut tries = 0;
     loop {
         match migrator.run(pool).await {
             Ok(()) => return Ok(()),
+            Err(sqlx::migrate::MigrateError::VersionMissing(version)) => {
+                return Err(sqlx::Error::Configuration(
+                    format!(
+                        "its schema is at version {version}, which this hptune does not know \
+                         (it knows up to {}): it was written by a newer hptune; use that one",
+                        migrator.iter().map(|m| m.version).max().unwrap_or_default()
+                    )
+                    .into(),
+                ));
+            }
             Err(_) if tries + 1 < TRIES => {
                 tries += 1;
                 let pause = 50 + u64::from(std::process::id() % 100) + 25 * u64::from(tries);
