@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::executor::{
-    Executor, LocalExecutor, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
+    Executor, LocalExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
     protocol_env,
 };
 use crate::report::{self, Measurement, ReportError};
@@ -89,9 +89,8 @@ pub async fn relay(
         metric: job.metric.clone(),
         params: Assignment::new(),
         attempt: job.attempt,
-        adopt: None,
+        start: Start::Fresh,
         reported: Vec::new(),
-        unwatched_since: None,
     };
     let log_path = worker.log_path.clone();
     let (events_tx, mut events) = mpsc::unbounded_channel();

@@ -24,7 +24,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::process::{ProcessId, find_by_environment};
 use super::{
-    Executor, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, error_log_path,
+    Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, error_log_path,
 };
 use crate::report::{LineParser, Measurement, MetricsFileReader};
 
@@ -44,19 +44,14 @@ impl Executor for LocalExecutor {
         stop: watch::Receiver<StopRequest>,
     ) -> WorkerOutcome {
         let trial_id = job.trial_id;
-        let adopt = job
-            .adopt
-            .clone()
-            .or_else(|| job.unwatched_since.and_then(|_| unrecorded_worker(&job)));
-        let started = match adopt {
-            Some(handle) => Worker::adopt(&job, &handle, events),
-            None if job
-                .unwatched_since
-                .is_some_and(|since| wrote_output(&job, since)) =>
-            {
-                Ok(Worker::ended_unwatched(&job, events))
-            }
-            None => Worker::start(&job, events),
+        let started = match &job.start {
+            Start::Adopt(handle) => Worker::adopt(&job, handle, events),
+            Start::Recover { since } => match unrecorded_worker(&job) {
+                Some(handle) => Worker::adopt(&job, &handle, events),
+                None if wrote_output(&job, *since) => Ok(Worker::ended_unwatched(&job, events)),
+                None => Worker::start(&job, events),
+            },
+            Start::Fresh => Worker::start(&job, events),
         };
         let (end, last_output) = match started {
             Ok(worker) => worker.watch(&job, stop).await,

@@ -49,20 +49,32 @@ pub struct TrialJob {
     pub grace_period: Duration,
     /// The objective metric, to recognise measurement lines.
     pub metric: String,
-    /// The handle of a worker that is already running (started by a controller that is
-    /// gone): watch it instead of starting one.
-    pub adopt: Option<String>,
+    /// How the worker comes to run: started now, or taken over from a controller that is
+    /// gone.
+    pub start: Start,
     /// The trial's parameters (the command line holds them too).
     pub params: Assignment,
     /// The attempt (1, then 2, 3 ... after infrastructure failures).
     pub attempt: u32,
     /// Measurements already recorded for this attempt, not to be sent again.
     pub reported: Vec<Measurement>,
-    /// Set when a controller that is gone may have started this attempt's worker without
-    /// recording it, to the time the attempt began: the executor looks for that worker, or
-    /// for the output it left (files written since that time), before starting one, so that
-    /// an attempt never runs twice.
-    pub unwatched_since: Option<SystemTime>,
+}
+
+/// How a trial's worker comes to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// Start it: the attempt is new.
+    Fresh,
+    /// Watch the worker of this handle, started by a controller that is gone.
+    Adopt(String),
+    /// A controller that is gone may have started this attempt's worker without recording
+    /// its handle; the attempt began at `since`. Look for that worker, or for the output it
+    /// left (files written since then), before starting one, so that an attempt never runs
+    /// twice.
+    Recover {
+        /// When the attempt began.
+        since: SystemTime,
+    },
 }
 
 /// What happens while a worker runs.

@@ -17,7 +17,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::http::RemoteError;
 use super::{
-    Executor, LocalExecutor, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
+    Executor, LocalExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
 };
 use crate::spec::{ExecutorSpec, RemoteSettings};
 use crate::storage::{Storage, StorageUrl};
@@ -288,16 +288,20 @@ impl Executor for RemoteExecutor {
             end,
             last_output: None,
         };
-        let handle = match &job.adopt {
-            Some(handle) => handle.clone(),
-            None => match self.engine.submit(&job, &self.container(&job)).await {
-                Ok(handle) => handle,
-                Err(e) => {
-                    return outcome(WorkerEnd::LaunchFailed(format!(
-                        "cannot submit the job: {e}"
-                    )));
+        let handle = match &job.start {
+            Start::Adopt(handle) => handle.clone(),
+            // A job submitted by a controller that died before it recorded the job's name
+            // cannot be found: the attempt is submitted again.
+            Start::Fresh | Start::Recover { .. } => {
+                match self.engine.submit(&job, &self.container(&job)).await {
+                    Ok(handle) => handle,
+                    Err(e) => {
+                        return outcome(WorkerEnd::LaunchFailed(format!(
+                            "cannot submit the job: {e}"
+                        )));
+                    }
                 }
-            },
+            }
         };
         note_where_the_output_is(&job, &handle);
         let _ = events.send(WorkerEvent::Started {

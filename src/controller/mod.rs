@@ -8,20 +8,26 @@
 //! gone are adopted: a live worker is watched again, a dead one is judged by what it
 //! reported, or retried.
 
+mod events;
+mod liveness;
+mod verdict;
+
+pub use events::{Progress, RunEvent, RunObserver};
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::{self, JoinError, JoinSet};
 
-use crate::executor::process::{controller_id, controller_is_gone};
+use crate::executor::process::controller_id;
 use crate::executor::{
-    Executor, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, command_line,
+    Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, command_line,
     worker_env,
 };
-use crate::report::{self, Measurement};
+use crate::report::Measurement;
 use crate::sampler::{ProposalContext, Sampler, SamplerError};
 use crate::space::Assignment;
 use crate::spec::Study;
@@ -30,11 +36,11 @@ use crate::storage::{
     Budget, Claim, NextAttempt, Storage, StorageError, StudyRecord, StudyView, TrialEnd,
     TrialRecord, TrialState,
 };
+use liveness::{attempt_began, is_orphan, running_for};
+use verdict::{Verdict, judge};
 
 /// How often a controller tells the database that its trials are alive.
 const HEARTBEAT: Duration = Duration::from_secs(10);
-/// A trial whose controller sent no heartbeat for this long is adopted by another controller.
-const STALE_AFTER: Duration = Duration::from_secs(60);
 
 /// Why a study could not be run.
 #[derive(Debug, thiserror::Error)]
@@ -80,89 +86,6 @@ impl Plan {
             max_failed_trial_count: self.max_failed_trial_count,
         }
     }
-}
-
-/// Counts of a study while it runs.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Progress {
-    /// Trials in all, when known.
-    pub budget: Option<u64>,
-    /// Succeeded trials.
-    pub succeeded: usize,
-    /// Failed trials.
-    pub failed: usize,
-    /// Stopped trials.
-    pub stopped: usize,
-    /// Running trials (of every controller of the study).
-    pub running: usize,
-    /// Number and value of the best trial so far.
-    pub best: Option<(u64, f64)>,
-}
-
-impl Progress {
-    /// Finished trials.
-    pub fn done(&self) -> usize {
-        self.succeeded + self.failed + self.stopped
-    }
-
-    fn of(view: &StudyView, budget: Option<u64>) -> Self {
-        Progress {
-            budget,
-            succeeded: view.count(TrialState::Succeeded),
-            failed: view.count(TrialState::Failed),
-            stopped: view.count(TrialState::Stopped),
-            running: view.count(TrialState::Pending) + view.count(TrialState::Running),
-            best: view.best(),
-        }
-    }
-}
-
-/// What the loop tells whoever shows it to a user.
-#[derive(Debug, Clone)]
-pub enum RunEvent<'a> {
-    /// The study exists already: `finished` trials count, and `adopted` trials that a
-    /// controller now gone left running are taken over.
-    Resumed {
-        /// Finished trials of earlier runs.
-        finished: usize,
-        /// Trials taken over from a controller that is gone.
-        adopted: usize,
-    },
-    /// A trial's worker is starting (or being adopted, or retried).
-    TrialStarted {
-        /// The trial.
-        trial: &'a TrialRecord,
-    },
-    /// A trial's attempt ended from outside; it runs again.
-    TrialRetried {
-        /// The trial, with its new attempt number.
-        trial: &'a TrialRecord,
-        /// Why the attempt ended.
-        reason: &'a str,
-    },
-    /// A trial's worker was stopped because the user stopped the study: the trial waits as
-    /// `pending`, with its next attempt, for the next run of the study.
-    TrialInterrupted {
-        /// The trial, with its new attempt number.
-        trial: &'a TrialRecord,
-    },
-    /// A trial ended.
-    TrialFinished {
-        /// The trial in its final state.
-        trial: &'a TrialRecord,
-    },
-    /// The user asked to stop; running workers are being stopped, gracefully or (`now`) at
-    /// once.
-    Stopping {
-        /// Whether the workers are killed without waiting out their grace period.
-        now: bool,
-    },
-}
-
-/// Shows a running study (a progress bar, log lines, nothing).
-pub trait RunObserver {
-    /// Called on each event, with the counts after it.
-    fn observe(&mut self, event: RunEvent<'_>, progress: &Progress);
 }
 
 /// Why the loop ended.
@@ -414,18 +337,6 @@ pub async fn run(
     })
 }
 
-/// Whether a running trial's controller is gone: a process of this machine that is no more,
-/// or a controller elsewhere whose heartbeats stopped.
-fn is_orphan(owner: Option<&str>, heartbeat: Option<&str>) -> bool {
-    if let Some(gone) = owner.and_then(controller_is_gone) {
-        return gone;
-    }
-    let stale = chrono::Duration::from_std(STALE_AFTER).unwrap_or_default();
-    heartbeat
-        .and_then(|h| chrono::DateTime::parse_from_rfc3339(h).ok())
-        .is_none_or(|h| chrono::Utc::now().signed_duration_since(h) > stale)
-}
-
 impl Run<'_> {
     /// Launches the trials taken over from a controller that is gone, with what it recorded.
     async fn take_over(
@@ -452,14 +363,15 @@ impl Run<'_> {
         recovered: Option<Vec<Measurement>>,
         observer: &mut dyn RunObserver,
     ) {
-        let recovering = recovered.is_some();
-        let reported = recovered.unwrap_or_default();
-        let adopt = if recovering {
-            trial.worker.clone()
-        } else {
-            None
+        let start = match (&recovered, &trial.worker) {
+            (None, _) => Start::Fresh,
+            (Some(_), Some(handle)) => Start::Adopt(handle.clone()),
+            (Some(_), None) => Start::Recover {
+                since: attempt_began(&trial),
+            },
         };
-        let job = self.job(&trial, adopt, reported.clone(), recovering);
+        let reported = recovered.unwrap_or_default();
+        let job = self.job(&trial, start, reported.clone());
         trial.log_path = Some(job.log_path.display().to_string());
         observer.observe(RunEvent::TrialStarted { trial: &trial }, &self.progress());
         let (stop, stop_rx) = watch::channel(StopRequest::Run);
@@ -481,13 +393,7 @@ impl Run<'_> {
         );
     }
 
-    fn job(
-        &self,
-        trial: &TrialRecord,
-        adopt: Option<String>,
-        reported: Vec<Measurement>,
-        recovering: bool,
-    ) -> TrialJob {
+    fn job(&self, trial: &TrialRecord, start: Start, reported: Vec<Measurement>) -> TrialJob {
         let study = self.study;
         let dir = self.plan.log_dir.join(&study.name);
         let stem = match trial.attempt {
@@ -523,9 +429,8 @@ impl Run<'_> {
             metric: study.objective.metric.clone(),
             params: trial.params.clone(),
             attempt: trial.attempt,
-            adopt,
+            start,
             reported,
-            unwatched_since: recovering.then(|| attempt_began(trial)),
         }
     }
 
@@ -723,103 +628,5 @@ impl Run<'_> {
         );
         self.ends.push(end);
         Ok(())
-    }
-}
-
-/// When the trial's current attempt began, if recorded.
-fn started_at(trial: &TrialRecord) -> Option<chrono::DateTime<chrono::Utc>> {
-    trial
-        .started_at
-        .as_deref()
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        .map(|t| t.to_utc())
-}
-
-/// How long the trial's current attempt has been running (zero if unknown): an adopted
-/// worker keeps the time it had left.
-fn running_for(trial: &TrialRecord) -> Duration {
-    started_at(trial)
-        .and_then(|t| (chrono::Utc::now() - t).to_std().ok())
-        .unwrap_or_default()
-}
-
-/// When the trial's current attempt began; if that is not recorded, any output of the
-/// attempt's files counts as the attempt's (`UNIX_EPOCH`).
-fn attempt_began(trial: &TrialRecord) -> SystemTime {
-    started_at(trial).map_or(SystemTime::UNIX_EPOCH, SystemTime::from)
-}
-
-/// The last finite value reported of `metric`, with or without a step.
-fn last_value(measurements: &[Measurement], metric: &str) -> Option<f64> {
-    measurements
-        .iter()
-        .rev()
-        .find(|m| m.metric == metric && m.value.is_finite())
-        .map(|m| m.value)
-}
-
-/// How an attempt ended.
-enum Verdict {
-    /// The trial is over, in this state.
-    Final(TrialState, Option<f64>, Option<String>),
-    /// The worker was killed from outside: run the trial again if retries are left.
-    Retry(String),
-    /// The user stopped the study: the trial runs again, from its start, when the study is
-    /// run again (it used no retry).
-    Interrupted(String),
-}
-
-/// How an attempt ended; `early_stop` is the stopping rule's reason if it asked the worker to
-/// stop.
-fn judge(
-    study: &Study,
-    measurements: &[Measurement],
-    outcome: &WorkerOutcome,
-    early_stop: Option<String>,
-) -> Verdict {
-    let metric = &study.objective.metric;
-    let failed = |message: String| Verdict::Final(TrialState::Failed, None, Some(message));
-    let with_output = |message: String| outcome.with_last_output(message);
-    let reported = || report::final_value(measurements, metric);
-    let finished = || match reported() {
-        Ok(value) => Verdict::Final(TrialState::Succeeded, Some(value), None),
-        Err(e) => failed(e.to_string()),
-    };
-    match &outcome.end {
-        WorkerEnd::Exited(0) => finished(),
-        WorkerEnd::Vanished
-            if measurements
-                .iter()
-                .any(|m| m.metric == *metric && m.step.is_none()) =>
-        {
-            finished()
-        }
-        WorkerEnd::Vanished => Verdict::Retry(
-            "the worker ended while no controller watched it, without a final value".into(),
-        ),
-        end @ WorkerEnd::Killed(signal) if end.is_infrastructure_failure() => {
-            Verdict::Retry(with_output(format!("the worker was killed by {signal}")))
-        }
-        WorkerEnd::Killed(signal) => {
-            failed(with_output(format!("the worker was killed by {signal}")))
-        }
-        WorkerEnd::Exited(code) => {
-            failed(with_output(format!("the worker exited with code {code}")))
-        }
-        WorkerEnd::TimedOut(left) => failed(format!(
-            "timed out after {} (trial.timeout) and was terminated",
-            humantime::format_duration(study.trial.timeout.unwrap_or(*left))
-        )),
-        WorkerEnd::Stopped => match early_stop {
-            Some(reason) => Verdict::Final(
-                TrialState::Stopped,
-                last_value(measurements, metric),
-                Some(reason),
-            ),
-            None => Verdict::Interrupted("the study was interrupted".into()),
-        },
-        WorkerEnd::LaunchFailed(message) => failed(message.clone()),
-        WorkerEnd::JobFailed(reason) => failed(with_output(format!("the job failed: {reason}"))),
-        WorkerEnd::Preempted(reason) => Verdict::Retry(format!("the job was preempted: {reason}")),
     }
 }

@@ -1,0 +1,87 @@
+//! What the loop of a study tells whoever shows it to a user: the counts of the study
+//! ([`Progress`]) and each thing that happens to a trial ([`RunEvent`]).
+
+use crate::storage::{StudyView, TrialRecord, TrialState};
+
+/// Counts of a study while it runs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// Trials in all, when known.
+    pub budget: Option<u64>,
+    /// Succeeded trials.
+    pub succeeded: usize,
+    /// Failed trials.
+    pub failed: usize,
+    /// Stopped trials.
+    pub stopped: usize,
+    /// Running trials (of every controller of the study).
+    pub running: usize,
+    /// Number and value of the best trial so far.
+    pub best: Option<(u64, f64)>,
+}
+
+impl Progress {
+    /// Finished trials.
+    pub fn done(&self) -> usize {
+        self.succeeded + self.failed + self.stopped
+    }
+
+    pub(super) fn of(view: &StudyView, budget: Option<u64>) -> Self {
+        Progress {
+            budget,
+            succeeded: view.count(TrialState::Succeeded),
+            failed: view.count(TrialState::Failed),
+            stopped: view.count(TrialState::Stopped),
+            running: view.count(TrialState::Pending) + view.count(TrialState::Running),
+            best: view.best(),
+        }
+    }
+}
+
+/// What the loop tells whoever shows it to a user.
+#[derive(Debug, Clone)]
+pub enum RunEvent<'a> {
+    /// The study exists already: `finished` trials count, and `adopted` trials that a
+    /// controller now gone left running are taken over.
+    Resumed {
+        /// Finished trials of earlier runs.
+        finished: usize,
+        /// Trials taken over from a controller that is gone.
+        adopted: usize,
+    },
+    /// A trial's worker is starting (or being adopted, or retried).
+    TrialStarted {
+        /// The trial.
+        trial: &'a TrialRecord,
+    },
+    /// A trial's attempt ended from outside; it runs again.
+    TrialRetried {
+        /// The trial, with its new attempt number.
+        trial: &'a TrialRecord,
+        /// Why the attempt ended.
+        reason: &'a str,
+    },
+    /// A trial's worker was stopped because the user stopped the study: the trial waits as
+    /// `pending`, with its next attempt, for the next run of the study.
+    TrialInterrupted {
+        /// The trial, with its new attempt number.
+        trial: &'a TrialRecord,
+    },
+    /// A trial ended.
+    TrialFinished {
+        /// The trial in its final state.
+        trial: &'a TrialRecord,
+    },
+    /// The user asked to stop; running workers are being stopped, gracefully or (`now`) at
+    /// once.
+    Stopping {
+        /// Whether the workers are killed without waiting out their grace period.
+        now: bool,
+    },
+}
+
+/// Shows a running study (a progress bar, log lines, nothing).
+pub trait RunObserver {
+    /// Called on each event, with the counts after it.
+    fn observe(&mut self, event: RunEvent<'_>, progress: &Progress);
+}

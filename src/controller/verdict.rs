@@ -1,0 +1,194 @@
+//! The verdict on an attempt that ended: how its worker ended and what it reported decide
+//! whether the trial succeeded, failed, was stopped, or runs again.
+
+use crate::executor::{WorkerEnd, WorkerOutcome};
+use crate::report::{self, Measurement};
+use crate::spec::Study;
+use crate::storage::TrialState;
+
+/// The last finite value reported of `metric`, with or without a step.
+fn last_value(measurements: &[Measurement], metric: &str) -> Option<f64> {
+    measurements
+        .iter()
+        .rev()
+        .find(|m| m.metric == metric && m.value.is_finite())
+        .map(|m| m.value)
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Verdict {
+    /// The trial is over, in this state.
+    Final(TrialState, Option<f64>, Option<String>),
+    /// The worker was killed from outside: run the trial again if retries are left.
+    Retry(String),
+    /// The user stopped the study: the trial runs again, from its start, when the study is
+    /// run again (it used no retry).
+    Interrupted(String),
+}
+
+/// How an attempt ended; `early_stop` is the stopping rule's reason if it asked the worker to
+/// stop.
+pub(super) fn judge(
+    study: &Study,
+    measurements: &[Measurement],
+    outcome: &WorkerOutcome,
+    early_stop: Option<String>,
+) -> Verdict {
+    let metric = &study.objective.metric;
+    let failed = |message: String| Verdict::Final(TrialState::Failed, None, Some(message));
+    let with_output = |message: String| outcome.with_last_output(message);
+    let reported = || report::final_value(measurements, metric);
+    let finished = || match reported() {
+        Ok(value) => Verdict::Final(TrialState::Succeeded, Some(value), None),
+        Err(e) => failed(e.to_string()),
+    };
+    match &outcome.end {
+        WorkerEnd::Exited(0) => finished(),
+        WorkerEnd::Vanished
+            if measurements
+                .iter()
+                .any(|m| m.metric == *metric && m.step.is_none()) =>
+        {
+            finished()
+        }
+        WorkerEnd::Vanished => Verdict::Retry(
+            "the worker ended while no controller watched it, without a final value".into(),
+        ),
+        end @ WorkerEnd::Killed(signal) if end.is_infrastructure_failure() => {
+            Verdict::Retry(with_output(format!("the worker was killed by {signal}")))
+        }
+        WorkerEnd::Killed(signal) => {
+            failed(with_output(format!("the worker was killed by {signal}")))
+        }
+        WorkerEnd::Exited(code) => {
+            failed(with_output(format!("the worker exited with code {code}")))
+        }
+        WorkerEnd::TimedOut(left) => failed(format!(
+            "timed out after {} (trial.timeout) and was terminated",
+            humantime::format_duration(study.trial.timeout.unwrap_or(*left))
+        )),
+        WorkerEnd::Stopped => match early_stop {
+            Some(reason) => Verdict::Final(
+                TrialState::Stopped,
+                last_value(measurements, metric),
+                Some(reason),
+            ),
+            None => Verdict::Interrupted("the study was interrupted".into()),
+        },
+        WorkerEnd::LaunchFailed(message) => failed(message.clone()),
+        WorkerEnd::JobFailed(reason) => failed(with_output(format!("the job failed: {reason}"))),
+        WorkerEnd::Preempted(reason) => Verdict::Retry(format!("the job was preempted: {reason}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn study() -> Study {
+        let yaml = "name: s\nmax_trial_count: 1\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\ntrial: {command: [w], timeout: 1m}\n";
+        crate::spec::parse(std::path::Path::new("s.yaml"), yaml).unwrap()
+    }
+
+    fn loss(step: Option<i64>, value: f64) -> Measurement {
+        Measurement {
+            step,
+            metric: "loss".into(),
+            value,
+        }
+    }
+
+    fn verdict(end: WorkerEnd, measurements: &[Measurement], early: Option<&str>) -> Verdict {
+        let outcome = WorkerOutcome {
+            trial_id: 1,
+            end,
+            last_output: Some("Traceback: boom".into()),
+        };
+        judge(&study(), measurements, &outcome, early.map(str::to_string))
+    }
+
+    fn failed(message: &str) -> Verdict {
+        Verdict::Final(TrialState::Failed, None, Some(message.into()))
+    }
+
+    #[test]
+    fn a_clean_exit_succeeds_with_the_last_value_or_fails_without_one() {
+        let curve = [loss(Some(1), 3.0), loss(None, 2.0)];
+        assert_eq!(
+            verdict(WorkerEnd::Exited(0), &curve, None),
+            Verdict::Final(TrialState::Succeeded, Some(2.0), None)
+        );
+        assert_eq!(
+            verdict(WorkerEnd::Exited(0), &curve[..1], None),
+            Verdict::Final(TrialState::Succeeded, Some(3.0), None)
+        );
+        match verdict(WorkerEnd::Exited(0), &[], None) {
+            Verdict::Final(TrialState::Failed, None, Some(e)) => assert!(e.contains("loss"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_worker_that_ended_unwatched_is_judged_by_what_it_reported() {
+        assert_eq!(
+            verdict(WorkerEnd::Vanished, &[loss(None, 0.5)], None),
+            Verdict::Final(TrialState::Succeeded, Some(0.5), None)
+        );
+        assert!(matches!(
+            verdict(WorkerEnd::Vanished, &[loss(Some(1), 0.5)], None),
+            Verdict::Retry(_)
+        ));
+    }
+
+    #[test]
+    fn a_kill_from_outside_is_retried_and_a_crash_of_the_worker_fails() {
+        assert_eq!(
+            verdict(WorkerEnd::Killed("SIGKILL".into()), &[], None),
+            Verdict::Retry(
+                "the worker was killed by SIGKILL (last output: Traceback: boom)".into()
+            )
+        );
+        assert_eq!(
+            verdict(WorkerEnd::Killed("SIGSEGV".into()), &[], None),
+            failed("the worker was killed by SIGSEGV (last output: Traceback: boom)")
+        );
+        assert_eq!(
+            verdict(WorkerEnd::Exited(3), &[loss(None, 1.0)], None),
+            failed("the worker exited with code 3 (last output: Traceback: boom)")
+        );
+        assert_eq!(
+            verdict(WorkerEnd::Preempted("spot".into()), &[], None),
+            Verdict::Retry("the job was preempted: spot".into())
+        );
+    }
+
+    #[test]
+    fn a_timeout_fails_with_the_study_s_limit() {
+        assert_eq!(
+            verdict(
+                WorkerEnd::TimedOut(std::time::Duration::from_secs(7)),
+                &[],
+                None
+            ),
+            failed("timed out after 1m (trial.timeout) and was terminated")
+        );
+    }
+
+    #[test]
+    fn a_stop_is_an_early_stop_with_the_last_value_or_the_user_s_interrupt() {
+        let curve = [loss(Some(1), 3.0), loss(Some(2), 2.5)];
+        assert_eq!(
+            verdict(WorkerEnd::Stopped, &curve, Some("below the median")),
+            Verdict::Final(
+                TrialState::Stopped,
+                Some(2.5),
+                Some("below the median".into())
+            )
+        );
+        assert_eq!(
+            verdict(WorkerEnd::Stopped, &curve, None),
+            Verdict::Interrupted("the study was interrupted".into())
+        );
+    }
+}
