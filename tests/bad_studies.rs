@@ -482,6 +482,8 @@ fn a_study_recorded_under_a_name_now_refused_is_still_listed() {
     let out = scratch.hptune(&["run", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert_eq!(scratch.trials(old).len(), 3);
+    // Listing by the study file reads only its name.
+    assert_eq!(scratch.trials(path.to_str().unwrap()).len(), 3);
 }
 
 /// Renames a study in the scratch database, as a study recorded before names were checked.

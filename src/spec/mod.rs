@@ -170,6 +170,15 @@ pub struct SpecError {
     pub issues: Vec<SpecIssue>,
 }
 
+impl SpecError {
+    fn new(file: &Path, issues: Vec<SpecIssue>) -> Self {
+        Self {
+            file: file.to_path_buf(),
+            issues,
+        }
+    }
+}
+
 impl fmt::Display for SpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let file = self.file.display();
@@ -198,21 +207,37 @@ pub const MAX_NAME_LENGTH: usize = 128;
 
 /// Reads and validates a study file.
 pub fn load(path: &Path) -> Result<Study, SpecError> {
-    let text = read(path).map_err(|message| SpecError {
-        file: path.to_path_buf(),
-        issues: vec![SpecIssue {
-            position: None,
-            field: String::new(),
-            message,
-        }],
-    })?;
-    parse(path, &text)
+    parse(path, &read(path)?)
+}
+
+/// The `name` of a study file, the rest unchecked: the listing commands find a study by its
+/// file, also one recorded under a name that [`load`] no longer allows.
+pub fn load_name(path: &Path) -> Result<String, SpecError> {
+    #[derive(Deserialize)]
+    struct Named {
+        name: String,
+    }
+    let text = read(path)?;
+    index(path, &text)?;
+    serde_yaml::from_str::<Named>(&text)
+        .map(|named| named.name)
+        .map_err(|e| SpecError::new(path, vec![serde_issue(&e)]))
 }
 
 /// The text of the file, read up to [`MAX_FILE_SIZE`]: a stat would not do, as pipes and
 /// devices (`/dev/zero`) have no size.
-fn read(path: &Path) -> Result<String, String> {
-    let cannot = |e: std::io::Error| format!("cannot read the study file: {e}");
+fn read(path: &Path) -> Result<String, SpecError> {
+    let whole = |message: String| {
+        SpecError::new(
+            path,
+            vec![SpecIssue {
+                position: None,
+                field: String::new(),
+                message,
+            }],
+        )
+    };
+    let cannot = |e: std::io::Error| whole(format!("cannot read the study file: {e}"));
     let mut bytes = Vec::new();
     std::fs::File::open(path)
         .map_err(cannot)?
@@ -220,44 +245,52 @@ fn read(path: &Path) -> Result<String, String> {
         .read_to_end(&mut bytes)
         .map_err(cannot)?;
     if bytes.len() as u64 > MAX_FILE_SIZE {
-        return Err(format!(
+        return Err(whole(format!(
             "the study file is larger than {} MiB, the most hptune reads",
             MAX_FILE_SIZE >> 20
-        ));
+        )));
     }
     String::from_utf8(bytes).map_err(|e| {
-        format!(
+        whole(format!(
             "cannot read the study file: it is not UTF-8 text (byte {} is not)",
             e.utf8_error().valid_up_to()
+        ))
+    })
+}
+
+/// Where each field of `text` stands. Indexing comes before serde: it refuses text nested
+/// too deep for serde_yaml to read in linear time.
+fn index(path: &Path, text: &str) -> Result<Locations, SpecError> {
+    Locations::index(text).map_err(|e| {
+        let Position { line, column } = e.position();
+        SpecError::new(
+            path,
+            vec![SpecIssue {
+                position: Some((line, column)),
+                field: String::new(),
+                message: e.to_string(),
+            }],
         )
     })
 }
 
 /// Validates the text of a study file; `path` is only used in messages.
 pub fn parse(path: &Path, text: &str) -> Result<Study, SpecError> {
-    let fail = |issues| SpecError {
-        file: path.to_path_buf(),
-        issues,
-    };
     let blank = |line: &str| line.trim().is_empty() || line.trim_start().starts_with('#');
     if text.lines().all(blank) {
-        return Err(fail(vec![SpecIssue {
-            position: None,
-            field: String::new(),
-            message: "the file is empty: a study needs name, objective, parameters and trial"
-                .into(),
-        }]));
+        return Err(SpecError::new(
+            path,
+            vec![SpecIssue {
+                position: None,
+                field: String::new(),
+                message: "the file is empty: a study needs name, objective, parameters and trial"
+                    .into(),
+            }],
+        ));
     }
-    // Indexing first: it refuses text nested too deep for serde_yaml to read in linear time.
-    let locations = Locations::index(text).map_err(|e| {
-        let Position { line, column } = e.position();
-        fail(vec![SpecIssue {
-            position: Some((line, column)),
-            field: String::new(),
-            message: e.to_string(),
-        }])
-    })?;
-    let raw: RawStudy = serde_yaml::from_str(text).map_err(|e| fail(vec![serde_issue(&e)]))?;
+    let locations = index(path, text)?;
+    let raw: RawStudy =
+        serde_yaml::from_str(text).map_err(|e| SpecError::new(path, vec![serde_issue(&e)]))?;
     let mut checker = Checker {
         locations,
         issues: Vec::new(),
@@ -269,7 +302,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Study, SpecError> {
         return Ok(study);
     }
     checker.issues.sort_by_key(|i| i.position);
-    Err(fail(checker.issues))
+    Err(SpecError::new(path, checker.issues))
 }
 
 /// Reads another YAML document (a kubeconfig) into `T`: the project's YAML parsing stays in
