@@ -220,3 +220,39 @@ pub struct RawResources {
     pub memory: Option<String>,
     pub gpu: Option<i64>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn number(text: &str) -> Number {
+        serde_yaml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn integers_keep_every_digit_and_fit_i64_or_not() {
+        assert_eq!(
+            number("9007199254740993").as_i64(),
+            Some(9_007_199_254_740_993)
+        );
+        assert_eq!(number("-9223372036854775808").as_i64(), Some(i64::MIN));
+        assert_eq!(number("9223372036854775808").as_i64(), None);
+        assert_eq!(
+            number("99999999999999999999").to_string(),
+            "99999999999999999999"
+        );
+        assert_eq!(number("-1e30").as_i64(), None);
+        assert_eq!(number("-9.223372036854775808e18").as_i64(), Some(i64::MIN));
+        assert_eq!(number("9.223372036854775808e18").as_i64(), None);
+        assert_eq!(number("2.5").as_i64(), None);
+        assert_eq!(number(".nan").as_i64(), None);
+        assert_eq!(number("1e3").as_i64(), Some(1000));
+        let error = serde_yaml::from_str::<Number>("[1]").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("invalid type: sequence, expected a number"),
+            "{error}"
+        );
+    }
+}
