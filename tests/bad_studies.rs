@@ -356,6 +356,16 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
             ),
             "trial.env.CLOUD_ML_HP_METRIC_FILE: CLOUD_ML_HP_METRIC_FILE is set by hptune",
         ),
+        (
+            "trial.env with a name no environment can hold",
+            edit("  timeout: 10s", "  timeout: 10s\n  env: {\"A=B\": x}"),
+            "trial.env.A=B: 'A=B' is not a variable name",
+        ),
+        (
+            "trial.env with a NUL in a value",
+            edit("  timeout: 10s", "  timeout: 10s\n  env: {A: \"x\\0y\"}"),
+            "trial.env.A: the value holds a NUL character",
+        ),
     ]
 }
 

@@ -838,14 +838,11 @@ impl Checker {
                 }
             }
         }
-        for key in raw.env.keys().filter(|key| is_protocol_variable(key)) {
-            self.report(
-                format!("trial.env.{key}"),
-                format!(
-                    "{key} is set by hptune for every worker (the worker protocol): give the variable another name"
-                ),
-            );
-            ok = false;
+        for (key, value) in &raw.env {
+            if let Err(message) = check_env(key, value) {
+                self.report(format!("trial.env.{key}"), message);
+                ok = false;
+            }
         }
         let timeout = self.duration("trial.timeout", raw.timeout.as_deref());
         let grace = self.duration("trial.grace_period", raw.grace_period.as_deref());
@@ -913,6 +910,25 @@ fn check_name(name: &str) -> Result<(), String> {
             "{} is not a valid study name: {rule}",
             quoted(name)
         ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks a `trial.env` entry: a name a process environment can hold, not one of the worker
+/// protocol's (a worker must see its own trial, and a lost worker is found by them).
+fn check_env(key: &str, value: &str) -> Result<(), String> {
+    if is_protocol_variable(key) {
+        Err(format!(
+            "{key} is set by hptune for every worker (the worker protocol): give the variable another name"
+        ))
+    } else if key.is_empty() || key.contains(['=', '\0']) {
+        Err(format!(
+            "{} is not a variable name: it must be non-empty, without '=' or NUL",
+            quoted(key)
+        ))
+    } else if value.contains('\0') {
+        Err("the value holds a NUL character, which no environment variable can".into())
     } else {
         Ok(())
     }
