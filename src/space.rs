@@ -7,7 +7,7 @@
 //! A parameter whose `when` condition does not hold is inactive: it is absent from the
 //! trial's parameters and from the flags the worker receives.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -313,8 +313,46 @@ impl Domain {
         Ok(value)
     }
 
+    /// How many values grid search tries at most (`grid_points`, or every value), found
+    /// without listing them; an error when grid search cannot enumerate the parameter.
+    fn grid_count(&self, id: &str) -> Result<usize, SpaceError> {
+        let count = match self {
+            Domain::Double {
+                grid_points: Some(n),
+                ..
+            }
+            | Domain::Integer {
+                grid_points: Some(n),
+                ..
+            } => *n,
+            Domain::Double {
+                grid_points: None, ..
+            } => {
+                return Err(SpaceError::NoGrid(format!(
+                    "grid search cannot enumerate the double parameter '{id}': give it `grid_points: N`"
+                )));
+            }
+            Domain::Integer { min, max, .. } => {
+                let count = *max as i128 - *min as i128 + 1;
+                if count > MAX_GRID_POINTS as i128 {
+                    return Err(SpaceError::NoGrid(format!(
+                        "the integer parameter '{id}' has {count} values, too many for grid search: give it `grid_points: N`"
+                    )));
+                }
+                count as usize
+            }
+            Domain::Discrete { values, .. } => values.len(),
+            Domain::Categorical { values } => values.len(),
+        };
+        if count > MAX_GRID_POINTS {
+            return Err(too_many_points());
+        }
+        Ok(count)
+    }
+
     /// The values grid search tries, in increasing order.
     fn grid_values(&self, id: &str) -> Result<Vec<ParamValue>, SpaceError> {
+        let count = self.grid_count(id)?;
         let evenly = |n: usize| -> Vec<ParamValue> {
             let mut out: Vec<ParamValue> = Vec::with_capacity(n);
             for i in 0..n {
@@ -330,37 +368,27 @@ impl Domain {
             }
             out
         };
-        match self {
-            Domain::Double {
-                grid_points: Some(n),
-                ..
-            }
+        Ok(match self {
+            Domain::Double { .. }
             | Domain::Integer {
-                grid_points: Some(n),
+                grid_points: Some(_),
                 ..
-            } => Ok(evenly(*n)),
-            Domain::Double {
-                grid_points: None, ..
-            } => Err(SpaceError::NoGrid(format!(
-                "grid search cannot enumerate the double parameter '{id}': give it `grid_points: N`"
-            ))),
-            Domain::Integer { min, max, .. } => {
-                let count = (*max as i128 - *min as i128 + 1) as usize;
-                if count > MAX_GRID_POINTS {
-                    return Err(SpaceError::NoGrid(format!(
-                        "the integer parameter '{id}' has {count} values, too many for grid search: give it `grid_points: N`"
-                    )));
-                }
-                Ok((*min..=*max).map(ParamValue::Int).collect())
-            }
+            } => evenly(count),
+            Domain::Integer { min, max, .. } => (*min..=*max).map(ParamValue::Int).collect(),
             Domain::Discrete { values, .. } => {
-                Ok(values.iter().map(|v| ParamValue::Float(*v)).collect())
+                values.iter().map(|v| ParamValue::Float(*v)).collect()
             }
             Domain::Categorical { values } => {
-                Ok(values.iter().map(|v| ParamValue::Str(v.clone())).collect())
+                values.iter().map(|v| ParamValue::Str(v.clone())).collect()
             }
-        }
+        })
     }
+}
+
+fn too_many_points() -> SpaceError {
+    SpaceError::NoGrid(format!(
+        "the grid has more than {MAX_GRID_POINTS} points: lower `grid_points` or use algorithm random or bayesian"
+    ))
 }
 
 /// The search space of a study: its parameters in the order the study file lists them.
@@ -480,30 +508,80 @@ impl Space {
     }
 
     /// Every point of the grid once, in a stable order: the first parameter varies slowest;
-    /// inactive parameters are left out, so conditional branches are not repeated.
+    /// inactive parameters are left out, so conditional branches are not repeated. A grid of
+    /// more than [`MAX_GRID_POINTS`] points is refused before it is built.
     pub fn grid(&self) -> Result<Vec<Assignment>, SpaceError> {
-        let values = self
+        self.grid_size()?;
+        let points = self.partial_grid(|_| true)?;
+        Ok(points.into_iter().map(|(point, _)| point).collect())
+    }
+
+    /// The number of points of [`Space::grid`], counted without listing them (at most
+    /// [`MAX_GRID_POINTS`], or an error): only the values of `when` parents are enumerated,
+    /// the other parameters multiply counts.
+    pub fn grid_size(&self) -> Result<usize, SpaceError> {
+        let parents: HashSet<&str> = self
             .parameters
             .iter()
-            .map(|p| p.domain.grid_values(&p.id))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut points = vec![Assignment::new()];
-        for (parameter, grid) in self.parameters.iter().zip(&values) {
+            .filter_map(|p| p.condition.as_ref())
+            .flat_map(|c| c.requires.keys().map(String::as_str))
+            .collect();
+        let points = self.partial_grid(|p| parents.contains(p.id.as_str()))?;
+        Ok(points.iter().map(|(_, count)| count).sum())
+    }
+
+    /// The grid as partial points, each standing for a number of points: the parameters that
+    /// `listed` picks have their value in the point, the others only multiply its number.
+    /// Each step counts the points it would make before making them, so nothing past
+    /// [`MAX_GRID_POINTS`] is ever built; a parameter that no point activates is not
+    /// enumerated.
+    fn partial_grid(
+        &self,
+        listed: impl Fn(&Parameter) -> bool,
+    ) -> Result<Vec<(Assignment, usize)>, SpaceError> {
+        for parameter in &self.parameters {
+            parameter.domain.grid_count(&parameter.id)?;
+        }
+        let mut points = vec![(Assignment::new(), 1usize)];
+        for parameter in &self.parameters {
+            let active: Vec<bool> = points
+                .iter()
+                .map(|(point, _)| self.is_active(parameter, point))
+                .collect();
+            if !active.contains(&true) {
+                continue;
+            }
+            let values = parameter.domain.grid_values(&parameter.id)?;
+            let size = points
+                .iter()
+                .zip(&active)
+                .try_fold(0usize, |sum, ((_, count), &on)| {
+                    let count = if on {
+                        count.checked_mul(values.len())?
+                    } else {
+                        *count
+                    };
+                    sum.checked_add(count)
+                });
+            if size.is_none_or(|size| size > MAX_GRID_POINTS) {
+                return Err(too_many_points());
+            }
+            if !listed(parameter) {
+                for ((_, count), _) in points.iter_mut().zip(&active).filter(|(_, on)| **on) {
+                    *count *= values.len();
+                }
+                continue;
+            }
             let mut next = Vec::new();
-            for point in points {
-                if !self.is_active(parameter, &point) {
-                    next.push(point);
+            for ((point, count), on) in points.into_iter().zip(active) {
+                if !on {
+                    next.push((point, count));
                     continue;
                 }
-                for value in grid {
+                for value in &values {
                     let mut extended = point.clone();
                     extended.insert(parameter.id.clone(), value.clone());
-                    next.push(extended);
-                }
-                if next.len() > MAX_GRID_POINTS {
-                    return Err(SpaceError::NoGrid(format!(
-                        "the grid has more than {MAX_GRID_POINTS} points: lower `grid_points` or use algorithm random or bayesian"
-                    )));
+                    next.push((extended, count));
                 }
             }
             points = next;
@@ -661,6 +739,57 @@ mod tests {
                 r#"{"momentum":0.9,"optimizer":"sgd"}"#,
             ]
         );
+    }
+
+    fn integers(id: &str, max: i64) -> Parameter {
+        param(
+            id,
+            Domain::Integer {
+                min: 1,
+                max,
+                scale: Scale::Linear,
+                grid_points: None,
+            },
+        )
+    }
+
+    #[test]
+    fn grid_size_counts_the_points_of_the_grid() {
+        assert_eq!(conditional_space().grid_size(), Ok(3));
+        let mut first = integers("first", 1000);
+        first.condition = conditional_space().parameters[1].condition.clone();
+        let mut second = integers("second", 1000);
+        second.condition = Some(Condition {
+            requires: [(
+                "optimizer".to_string(),
+                vec![ParamValue::Str("adam".into())],
+            )]
+            .into(),
+        });
+        // 2 x 1000 x 1000 as a product, but each branch has only one of the two.
+        let space = Space::new(vec![
+            conditional_space().parameters[0].clone(),
+            first,
+            second,
+        ]);
+        assert_eq!(space.grid_size(), Ok(2000));
+        assert_eq!(space.grid().unwrap().len(), 2000);
+    }
+
+    #[test]
+    fn a_grid_past_the_limit_is_refused_by_its_size_alone() {
+        // 1000^7 = 10^21 points; counting them must not build any.
+        let space = Space::new((0..7).map(|i| integers(&format!("p{i}"), 1000)).collect());
+        assert_eq!(space.grid_size(), Err(too_many_points()));
+        assert_eq!(space.grid().unwrap_err(), too_many_points());
+        let mut huge = integers("huge", 10);
+        huge.domain = Domain::Integer {
+            min: 1,
+            max: 10,
+            scale: Scale::Linear,
+            grid_points: Some(usize::MAX),
+        };
+        assert_eq!(Space::new(vec![huge]).grid_size(), Err(too_many_points()));
     }
 
     #[test]

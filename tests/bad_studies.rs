@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Scratch, stderr};
+use common::{Scratch, assert_success, stderr, stdout};
 
 const GOOD: &str = r#"name: bad
 objective:
@@ -279,6 +279,93 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
             ),
             "trial.executor.output_path: must be an S3 URL",
         ),
+        (
+            "a name that climbs out of the log folder",
+            edit("name: bad", "name: ../x"),
+            "study.yaml:1:7: name: '../x' is not a valid study name: a study name is 1 to 128 letters, digits, '.', '_' and '-', starting with a letter or a digit",
+        ),
+        (
+            "'..' as the name",
+            edit("name: bad", "name: '..'"),
+            "name: '..' is not a valid study name",
+        ),
+        (
+            "a name that names the same folder as another",
+            edit("name: bad", "name: ./bad"),
+            "name: './bad' is not a valid study name",
+        ),
+        (
+            "a name with a folder in it",
+            edit("name: bad", "name: col/sub"),
+            "name: 'col/sub' is not a valid study name",
+        ),
+        (
+            "a name with a line break",
+            edit("name: bad", "name: \"a\\nb\""),
+            "name: 'a\\nb' is not a valid study name",
+        ),
+        (
+            "a name with NUL",
+            edit("name: bad", "name: \"a\\0b\""),
+            "name: 'a\\0b' is not a valid study name",
+        ),
+        (
+            "a name longer than a file name may be",
+            edit("name: bad", &format!("name: {}", "n".repeat(300))),
+            "has 300 characters: a study name is 1 to 128",
+        ),
+        (
+            "an empty name",
+            edit("name: bad", "name: ''"),
+            "name: must not be empty",
+        ),
+        (
+            "an integer minimum below i64",
+            edit(
+                "type: discrete\n    values: [8, 16, 32]",
+                "type: integer\n    min: -1e30\n    max: 4",
+            ),
+            "parameters[3].min: must be an integer from -9223372036854775808 to 9223372036854775807, got -1000000000000000000000000000000",
+        ),
+        (
+            "an integer maximum above i64",
+            edit(
+                "type: discrete\n    values: [8, 16, 32]",
+                "type: integer\n    min: 1\n    max: 99999999999999999999",
+            ),
+            "parameters[3].max: must be an integer from -9223372036854775808 to 9223372036854775807, got 99999999999999999999",
+        ),
+        (
+            "grid_points past the largest grid",
+            edit("    scale: log", "    scale: log\n    grid_points: 1000001"),
+            "parameters[0].grid_points: must be from 1 to 1000000",
+        ),
+        (
+            "trial.env setting the trial's number",
+            edit(
+                "  timeout: 10s",
+                "  timeout: 10s\n  env:\n    MINE: x\n    HPTUNE_TRIAL_ID: '7'",
+            ),
+            "study.yaml:30:22: trial.env.HPTUNE_TRIAL_ID: HPTUNE_TRIAL_ID is set by hptune for every worker (the worker protocol)",
+        ),
+        (
+            "trial.env setting cloudml-hypertune's metrics file",
+            edit(
+                "  timeout: 10s",
+                "  timeout: 10s\n  env: {CLOUD_ML_HP_METRIC_FILE: /tmp/m}",
+            ),
+            "trial.env.CLOUD_ML_HP_METRIC_FILE: CLOUD_ML_HP_METRIC_FILE is set by hptune",
+        ),
+        (
+            "trial.env with a name no environment can hold",
+            edit("  timeout: 10s", "  timeout: 10s\n  env: {\"A=B\": x}"),
+            "trial.env.A=B: 'A=B' is not a variable name",
+        ),
+        (
+            "trial.env with a NUL in a value",
+            edit("  timeout: 10s", "  timeout: 10s\n  env: {A: \"x\\0y\"}"),
+            "trial.env.A: the value holds a NUL character",
+        ),
     ]
 }
 
@@ -354,4 +441,73 @@ fn a_missing_study_file_is_bad_input() {
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn a_study_named_as_a_path_out_of_the_scratch_directory_is_refused_and_writes_nothing() {
+    let scratch = Scratch::new();
+    let outside = scratch.dir.path().parent().unwrap();
+    let escape = outside.join(format!("hptune-escape-{}", std::process::id()));
+    // From the scratch directory, hptune-logs/../../NAME is NAME beside the scratch directory.
+    let relative = format!("../../{}", escape.file_name().unwrap().to_str().unwrap());
+    for name in [relative.as_str(), escape.to_str().unwrap()] {
+        let text = GOOD.replacen("name: bad", &format!("name: {name}"), 1);
+        let path = scratch.study("study.yaml", &text);
+        let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+        let escaped = escape.exists();
+        let _ = std::fs::remove_dir_all(&escape);
+        assert!(
+            !escaped,
+            "{name}: the workers' files were written outside the scratch directory"
+        );
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("name: '{name}' is not a valid study name")),
+            "{}",
+            stderr(&out)
+        );
+        let left: Vec<_> = std::fs::read_dir(scratch.dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["study.yaml"], "only the study file is there");
+    }
+}
+
+#[test]
+fn a_study_recorded_under_a_name_now_refused_is_still_listed() {
+    let scratch = Scratch::new();
+    let path = scratch.study("study.yaml", GOOD);
+    assert_success(&scratch.hptune(&["run", path.to_str().unwrap()]));
+    let old = "an old/name";
+    rename_study(&scratch, "bad", old);
+    let studies = scratch.hptune(&["studies"]);
+    assert_success(&studies);
+    assert!(stdout(&studies).contains(old), "{}", stdout(&studies));
+    assert_eq!(scratch.trials(old).len(), 3);
+    assert_success(&scratch.hptune(&["best", old]));
+    // Only running it again is refused.
+    let text = GOOD.replacen("name: bad", &format!("name: {old}"), 1);
+    let path = scratch.study("study.yaml", &text);
+    let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(scratch.trials(old).len(), 3);
+    // Listing by the study file reads only its name.
+    assert_eq!(scratch.trials(path.to_str().unwrap()).len(), 3);
+}
+
+/// Renames a study in the scratch database, as a study recorded before names were checked.
+fn rename_study(scratch: &Scratch, from: &str, to: &str) {
+    let url = format!("sqlite://{}", scratch.path("hptune.db").display());
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+        sqlx::query("UPDATE studies SET name = $1 WHERE name = $2")
+            .bind(to)
+            .bind(from)
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    });
 }

@@ -1,7 +1,8 @@
 //! Property tests: the study-file parser and the measurement parsers return an answer (a
-//! study, an error, measurements) for any input, and never panic.
+//! study, an error, measurements) for any input, and never panic; a study's name always
+//! gives a log folder inside the log directory; nesting is refused exactly past its cap.
 
-use std::path::Path;
+use std::path::{Component, Path};
 
 use proptest::prelude::*;
 
@@ -42,6 +43,61 @@ fn yaml_fragment() -> impl Strategy<Value = String> {
     ]
 }
 
+/// A study with this name and whatever `seed` holds (a study's name is also its log folder:
+/// `controller` writes a trial's files in `<log dir>/<name>/`).
+fn study_named(name: &str, seed: &str) -> String {
+    // Double-quoted, every character but a few written as an escape: YAML reads back exactly
+    // the generated name, whatever it holds.
+    let name: String = name
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | '-' | '/' => c.to_string(),
+            _ => format!("\\U{:08x}", c as u32),
+        })
+        .collect();
+    format!(
+        "name: \"{name}\"\nobjective: {{metric: loss, goal: minimize}}\nparameters:\n  - {{id: x, type: double, min: 0, max: 1}}\nalgorithm: random\nmax_trial_count: 1\nseed: {seed}\ntrial: {{command: [sh]}}\n"
+    )
+}
+
+/// Names that are paths, have control characters, are long, or are plain.
+fn study_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[A-Za-z0-9._-]{0,140}",
+        prop::collection::vec(
+            prop_oneof![
+                Just("..".to_string()),
+                Just(".".to_string()),
+                Just(String::new()),
+                "[a-z]{1,4}"
+            ],
+            1..5
+        )
+        .prop_map(|parts| parts.join("/")),
+        "/[a-z]{0,8}",
+        "[a-z.]{0,3}[\\x00-\\x1f\\x7f /\\\\:*?]{1,2}[a-z]{0,3}",
+        "\\PC{0,20}",
+        ".{0,20}",
+    ]
+}
+
+/// A value nested `block` block lists then `flow` flow collections deep (true: a list).
+fn nested(block: usize, flow: &[bool]) -> String {
+    let mut text = String::new();
+    if block > 0 {
+        text.push_str("\n  ");
+        text.push_str(&"- ".repeat(block));
+    }
+    for &list in flow {
+        text.push_str(if list { "[" } else { "{k: " });
+    }
+    text.push('1');
+    for &list in flow.iter().rev() {
+        text.push(if list { ']' } else { '}' });
+    }
+    text
+}
+
 fn study_text() -> impl Strategy<Value = String> {
     prop::collection::vec(yaml_fragment(), 0..14).prop_map(|parts| parts.concat())
 }
@@ -72,6 +128,40 @@ proptest! {
     #[test]
     fn the_study_parser_never_panics_on_arbitrary_text(text in "\\PC{0,200}") {
         let _ = spec::parse(Path::new("fuzz.yaml"), &text);
+    }
+
+    #[test]
+    fn every_accepted_name_is_one_folder_inside_the_log_dir(name in study_name()) {
+        let valid = regex::Regex::new("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$").unwrap();
+        match spec::parse(Path::new("fuzz.yaml"), &study_named(&name, "1")) {
+            Ok(study) => {
+                prop_assert_eq!(&study.name, &name);
+                let components: Vec<Component> = Path::new(&name).components().collect();
+                prop_assert_eq!(components, vec![Component::Normal(name.as_ref())]);
+                prop_assert!(name.len() <= 255 && !name.contains('\0'));
+                let logs = Path::new("/logs");
+                let folder = logs.join(&name);
+                prop_assert_eq!(folder.parent(), Some(logs));
+            }
+            Err(error) => {
+                prop_assert!(!valid.is_match(&name), "a valid name was refused: {}", error);
+                prop_assert!(error.to_string().contains("name: "), "{}", error);
+            }
+        }
+    }
+
+    #[test]
+    fn nesting_is_refused_exactly_past_64_levels(
+        block in 0usize..80,
+        flow in prop::collection::vec(any::<bool>(), 0..80),
+    ) {
+        let text = study_named("deep", &nested(block, &flow));
+        let refused = match spec::parse(Path::new("fuzz.yaml"), &text) {
+            Ok(_) => false,
+            Err(error) => error.to_string().contains("nested more than 64 deep"),
+        };
+        // The top-level mapping is the first level.
+        prop_assert_eq!(refused, 1 + block + flow.len() > 64);
     }
 
     #[test]

@@ -223,7 +223,7 @@ fn stored_space(study: &StudyRecord) -> Result<Space, Failure> {
 async fn find(storage: &Storage, name: &str) -> Result<StudyRecord, Failure> {
     let path = Path::new(name);
     let name = if path.is_file() && (name.ends_with(".yaml") || name.ends_with(".yml")) {
-        spec::load(path)?.name
+        spec::load_name(path)?
     } else {
         name.to_string()
     };

@@ -23,18 +23,23 @@ pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
             .iter()
             .zip(&widths)
             .zip(&numeric)
-            .map(|((cell, &w), &right)| {
-                if right {
-                    format!("{cell:>w$}")
-                } else {
-                    format!("{cell:<w$}")
-                }
-            })
+            .map(|((cell, &w), &right)| pad(cell, w, right))
             .collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
     out
+}
+
+/// `cell` padded with spaces to `width` characters, on the left when `right`. By hand: std's
+/// `{:>w$}` panics on a width past 65,535 (a cell of 10,000 parameters).
+fn pad(cell: &str, width: usize, right: bool) -> String {
+    let fill = " ".repeat(width.saturating_sub(cell.chars().count()));
+    if right {
+        fill + cell
+    } else {
+        cell.to_string() + &fill
+    }
 }
 
 /// A number for people: six significant digits, no trailing zeros (`0.000123457`, `41.5`).
@@ -83,6 +88,18 @@ mod tests {
             render(&["name", "value"], &rows),
             "name  value\na       1.5\nlong     10\n"
         );
+    }
+
+    #[test]
+    fn pads_cells_wider_than_a_format_width() {
+        let wide = "x".repeat(70_000);
+        let rows = vec![vec![wide.clone(), "1".to_string()]];
+        let table = render(&["parameters", "value"], &rows);
+        assert_eq!(
+            table.lines().nth(1),
+            Some(format!("{wide}      1").as_str())
+        );
+        assert_eq!(table.lines().next().unwrap().len(), 70_000 + 2 + 5);
     }
 
     #[test]

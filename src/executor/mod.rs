@@ -232,7 +232,8 @@ fn fill_template(template: &str, study: &str, number: u64, params: &Assignment) 
     Some(out)
 }
 
-/// The environment of the worker protocol, then the study file's own variables.
+/// The study file's own variables, then those of the worker protocol: a worker always sees
+/// its own trial (`spec` refuses a `trial.env` that names a protocol variable).
 pub fn worker_env(
     template: &TrialTemplate,
     study: &str,
@@ -240,12 +241,34 @@ pub fn worker_env(
     attempt: u32,
     metrics_path: &Path,
 ) -> Vec<(String, String)> {
-    let mut env = protocol_env(study, number, attempt, metrics_path);
-    env.extend(template.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let mut env: Vec<(String, String)> = template
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    env.extend(protocol_env(study, number, attempt, metrics_path));
     env
 }
 
-/// The variables of the worker protocol: study, trial, attempt, metrics file.
+/// The variables of the worker protocol, in the order [`protocol_env`] sets them: study,
+/// trial, attempt, metrics file, and cloudml-hypertune's metrics file and trial.
+pub const PROTOCOL_VARIABLES: [&str; 6] = [
+    "HPTUNE_STUDY",
+    "HPTUNE_TRIAL_ID",
+    "HPTUNE_ATTEMPT",
+    "HPTUNE_METRICS_FILE",
+    "CLOUD_ML_HP_METRIC_FILE",
+    "CLOUD_ML_TRIAL_ID",
+];
+
+/// Whether `name` belongs to the worker protocol, which a study's `trial.env` may not set:
+/// one of [`PROTOCOL_VARIABLES`], or any other `HPTUNE_` name (`HPTUNE_STORAGE` of remote
+/// jobs, and those the protocol may add).
+pub fn is_protocol_variable(name: &str) -> bool {
+    name.starts_with("HPTUNE_") || PROTOCOL_VARIABLES.contains(&name)
+}
+
+/// The variables of the worker protocol, named by [`PROTOCOL_VARIABLES`].
 pub fn protocol_env(
     study: &str,
     number: u64,
@@ -253,14 +276,19 @@ pub fn protocol_env(
     metrics_path: &Path,
 ) -> Vec<(String, String)> {
     let metrics = metrics_path.display().to_string();
-    vec![
-        ("HPTUNE_STUDY".to_string(), study.to_string()),
-        ("HPTUNE_TRIAL_ID".to_string(), number.to_string()),
-        ("HPTUNE_ATTEMPT".to_string(), attempt.to_string()),
-        ("HPTUNE_METRICS_FILE".to_string(), metrics.clone()),
-        ("CLOUD_ML_HP_METRIC_FILE".to_string(), metrics),
-        ("CLOUD_ML_TRIAL_ID".to_string(), number.to_string()),
-    ]
+    let values = [
+        study.to_string(),
+        number.to_string(),
+        attempt.to_string(),
+        metrics.clone(),
+        metrics,
+        number.to_string(),
+    ];
+    PROTOCOL_VARIABLES
+        .iter()
+        .map(|name| name.to_string())
+        .zip(values)
+        .collect()
 }
 
 /// Checks that the worker program can be started: an existing executable file when it is a

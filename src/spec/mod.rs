@@ -9,14 +9,16 @@ mod executor;
 mod locate;
 mod raw;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::space::{Condition, Domain, Parameter, Scale, Space};
+use crate::executor::is_protocol_variable;
+use crate::space::{Condition, Domain, MAX_GRID_POINTS, Parameter, Scale, Space};
 use crate::stopping::StoppingRule;
 pub use executor::{
     Accelerator, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings, Resources,
@@ -168,6 +170,15 @@ pub struct SpecError {
     pub issues: Vec<SpecIssue>,
 }
 
+impl SpecError {
+    fn new(file: &Path, issues: Vec<SpecIssue>) -> Self {
+        Self {
+            file: file.to_path_buf(),
+            issues,
+        }
+    }
+}
+
 impl fmt::Display for SpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let file = self.file.display();
@@ -188,37 +199,100 @@ impl fmt::Display for SpecError {
     }
 }
 
+/// The largest study file hptune reads (a study file is a few kilobytes).
+pub const MAX_FILE_SIZE: u64 = 4 << 20;
+
+/// The longest study name.
+pub const MAX_NAME_LENGTH: usize = 128;
+
 /// Reads and validates a study file.
 pub fn load(path: &Path) -> Result<Study, SpecError> {
-    let text = std::fs::read_to_string(path).map_err(|e| SpecError {
-        file: path.to_path_buf(),
-        issues: vec![SpecIssue {
-            position: None,
-            field: String::new(),
-            message: format!("cannot read the study file: {e}"),
-        }],
-    })?;
-    parse(path, &text)
+    parse(path, &read(path)?)
+}
+
+/// The `name` of a study file, the rest unchecked: the listing commands find a study by its
+/// file, also one recorded under a name that [`load`] no longer allows.
+pub fn load_name(path: &Path) -> Result<String, SpecError> {
+    #[derive(Deserialize)]
+    struct Named {
+        name: String,
+    }
+    let text = read(path)?;
+    index(path, &text)?;
+    serde_yaml::from_str::<Named>(&text)
+        .map(|named| named.name)
+        .map_err(|e| SpecError::new(path, vec![serde_issue(&e)]))
+}
+
+/// The text of the file, read up to [`MAX_FILE_SIZE`]: a stat would not do, as pipes and
+/// devices (`/dev/zero`) have no size.
+fn read(path: &Path) -> Result<String, SpecError> {
+    let whole = |message: String| {
+        SpecError::new(
+            path,
+            vec![SpecIssue {
+                position: None,
+                field: String::new(),
+                message,
+            }],
+        )
+    };
+    let cannot = |e: std::io::Error| whole(format!("cannot read the study file: {e}"));
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(cannot)?
+        .take(MAX_FILE_SIZE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > MAX_FILE_SIZE {
+        return Err(whole(format!(
+            "the study file is larger than {} MiB, the most hptune reads",
+            MAX_FILE_SIZE >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        whole(format!(
+            "cannot read the study file: it is not UTF-8 text (byte {} is not)",
+            e.utf8_error().valid_up_to()
+        ))
+    })
+}
+
+/// Where each field of `text` stands. Indexing comes before serde: it refuses text nested
+/// too deep for serde_yaml to read in linear time.
+fn index(path: &Path, text: &str) -> Result<Locations, SpecError> {
+    Locations::index(text).map_err(|e| {
+        let Position { line, column } = e.position();
+        SpecError::new(
+            path,
+            vec![SpecIssue {
+                position: Some((line, column)),
+                field: String::new(),
+                message: e.to_string(),
+            }],
+        )
+    })
 }
 
 /// Validates the text of a study file; `path` is only used in messages.
 pub fn parse(path: &Path, text: &str) -> Result<Study, SpecError> {
-    let fail = |issues| SpecError {
-        file: path.to_path_buf(),
-        issues,
-    };
     let blank = |line: &str| line.trim().is_empty() || line.trim_start().starts_with('#');
     if text.lines().all(blank) {
-        return Err(fail(vec![SpecIssue {
-            position: None,
-            field: String::new(),
-            message: "the file is empty: a study needs name, objective, parameters and trial"
-                .into(),
-        }]));
+        return Err(SpecError::new(
+            path,
+            vec![SpecIssue {
+                position: None,
+                field: String::new(),
+                message: "the file is empty: a study needs name, objective, parameters and trial"
+                    .into(),
+            }],
+        ));
     }
-    let raw: RawStudy = serde_yaml::from_str(text).map_err(|e| fail(vec![serde_issue(&e)]))?;
+    let locations = index(path, text)?;
+    let raw: RawStudy =
+        serde_yaml::from_str(text).map_err(|e| SpecError::new(path, vec![serde_issue(&e)]))?;
     let mut checker = Checker {
-        locations: Locations::index(text),
+        locations,
         issues: Vec::new(),
     };
     let study = checker.study(raw, text);
@@ -228,7 +302,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Study, SpecError> {
         return Ok(study);
     }
     checker.issues.sort_by_key(|i| i.position);
-    Err(fail(checker.issues))
+    Err(SpecError::new(path, checker.issues))
 }
 
 /// Reads another YAML document (a kubeconfig) into `T`: the project's YAML parsing stays in
@@ -276,8 +350,8 @@ impl Checker {
     }
 
     fn study(&mut self, raw: RawStudy, text: &str) -> Option<Study> {
-        if raw.name.trim().is_empty() {
-            self.report("name", "must not be empty");
+        if let Err(message) = check_name(&raw.name) {
+            self.report("name", message);
         }
         if raw.objective.metric.trim().is_empty() {
             self.report("objective.metric", "must not be empty");
@@ -328,7 +402,7 @@ impl Checker {
         };
         let trial = self.trial(raw.trial, space.as_ref());
         if let (Some(Algorithm::Grid), Some(space)) = (algorithm, &space)
-            && let Err(e) = space.grid()
+            && let Err(e) = space.grid_size()
         {
             self.report("parameters", e.to_string());
         }
@@ -530,11 +604,16 @@ impl Checker {
         };
         let mut ok = true;
         for (name, value) in [("min", min), ("max", max)] {
-            if !value.is_finite() || (integer && value.fract() != 0.0) {
+            let fits = if integer {
+                value.as_i64().is_some()
+            } else {
+                value.as_f64().is_finite()
+            };
+            if !fits {
                 let what = if integer {
-                    "an integer"
+                    format!("an integer from {} to {}", i64::MIN, i64::MAX)
                 } else {
-                    "a finite number"
+                    "a finite number".to_string()
                 };
                 self.report(
                     format!("{field}.{name}"),
@@ -543,7 +622,11 @@ impl Checker {
                 ok = false;
             }
         }
-        if ok && min >= max {
+        let ordered = match (min.as_i64(), max.as_i64()) {
+            (Some(lo), Some(hi)) if integer => lo < hi,
+            _ => min.as_f64() < max.as_f64(),
+        };
+        if ok && !ordered {
             self.report(
                 format!("{field}.max"),
                 format!("max must be > min, got min {min} and max {max}"),
@@ -552,7 +635,7 @@ impl Checker {
         }
         if ok && scale != Scale::Linear {
             let lowest = if integer { 1.0 } else { f64::MIN_POSITIVE };
-            if min < lowest {
+            if min.as_f64() < lowest {
                 let need = if integer { "min >= 1" } else { "min > 0" };
                 self.report(
                     format!("{field}.min"),
@@ -561,35 +644,39 @@ impl Checker {
                 ok = false;
             }
         }
-        let grid_points = match p.grid_points {
-            Some(n) if n < 1 => {
-                self.report(
-                    format!("{field}.grid_points"),
-                    format!("must be >= 1, got {n}"),
-                );
-                ok = false;
-                None
-            }
-            n => n.map(|n| n as usize),
-        };
+        let grid_points = self.grid_points(field, p.grid_points);
         if !ok {
             return None;
         }
-        Some(if integer {
-            Domain::Integer {
-                min: min as i64,
-                max: max as i64,
-                scale,
-                grid_points,
-            }
-        } else {
-            Domain::Double {
+        let grid_points = grid_points?;
+        Some(match (min.as_i64(), max.as_i64()) {
+            (Some(min), Some(max)) if integer => Domain::Integer {
                 min,
                 max,
                 scale,
                 grid_points,
-            }
+            },
+            _ => Domain::Double {
+                min: min.as_f64(),
+                max: max.as_f64(),
+                scale,
+                grid_points,
+            },
         })
+    }
+
+    /// `grid_points` as written: from 1 to the most points a grid may have.
+    fn grid_points(&mut self, field: &str, value: Option<i64>) -> Option<Option<usize>> {
+        match value {
+            Some(n) if n < 1 || n > MAX_GRID_POINTS as i64 => {
+                self.report(
+                    format!("{field}.grid_points"),
+                    format!("must be from 1 to {MAX_GRID_POINTS} (the most points a grid may have), got {n}"),
+                );
+                None
+            }
+            n => Some(n.map(|n| n as usize)),
+        }
     }
 
     fn values<'a>(&mut self, field: &str, p: &'a RawParameter) -> Option<&'a [Scalar]> {
@@ -654,17 +741,16 @@ impl Checker {
 
     fn categorical_domain(&mut self, field: &str, p: &RawParameter) -> Option<Domain> {
         let raw = self.values(field, p)?;
-        let mut values: Vec<String> = Vec::with_capacity(raw.len());
-        for (i, value) in raw.iter().enumerate() {
-            let text = value.as_text();
-            if values.contains(&text) {
+        let values: Vec<String> = raw.iter().map(Scalar::as_text).collect();
+        let mut first = HashMap::with_capacity(values.len());
+        for (i, text) in values.iter().enumerate() {
+            if let Some(earlier) = first.insert(text.as_str(), i) {
                 self.report(
                     format!("{field}.values[{i}]"),
-                    format!("duplicate value '{text}'"),
+                    format!("duplicate value '{text}' (also values[{earlier}])"),
                 );
                 return None;
             }
-            values.push(text);
         }
         Some(Domain::Categorical { values })
     }
@@ -752,6 +838,12 @@ impl Checker {
                 }
             }
         }
+        for (key, value) in &raw.env {
+            if let Err(message) = check_env(key, value) {
+                self.report(format!("trial.env.{key}"), message);
+                ok = false;
+            }
+        }
         let timeout = self.duration("trial.timeout", raw.timeout.as_deref());
         let grace = self.duration("trial.grace_period", raw.grace_period.as_deref());
         let executor = self.executor(raw.executor.as_ref());
@@ -794,6 +886,66 @@ fn scale_name(scale: Scale) -> &'static str {
         Scale::Linear => "linear",
         Scale::Log => "log",
         Scale::ReverseLog => "reverse_log",
+    }
+}
+
+/// Checks a study's name. The name is also the folder of its trials' logs and metrics files
+/// under `--log-dir`, so it must be one plain file name: letters, digits, '.', '_' and '-',
+/// starting with a letter or a digit (no `/`, no `..`, no hidden folder), short enough for
+/// any file system.
+fn check_name(name: &str) -> Result<(), String> {
+    let rule = format!(
+        "a study name is 1 to {MAX_NAME_LENGTH} letters, digits, '.', '_' and '-', starting with a letter or a digit (it names the folder of the study's logs)"
+    );
+    let length = name.chars().count();
+    let mut chars = name.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if length == 0 {
+        Err(format!("must not be empty: {rule}"))
+    } else if length > MAX_NAME_LENGTH {
+        Err(format!("{} has {length} characters: {rule}", quoted(name)))
+    } else if !valid {
+        Err(format!(
+            "{} is not a valid study name: {rule}",
+            quoted(name)
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks a `trial.env` entry: a name a process environment can hold, not one of the worker
+/// protocol's (a worker must see its own trial, and a lost worker is found by them).
+fn check_env(key: &str, value: &str) -> Result<(), String> {
+    if is_protocol_variable(key) {
+        Err(format!(
+            "{key} is set by hptune for every worker (the worker protocol): give the variable another name"
+        ))
+    } else if key.is_empty() || key.contains(['=', '\0']) {
+        Err(format!(
+            "{} is not a variable name: it must be non-empty, without '=' or NUL",
+            quoted(key)
+        ))
+    } else if value.contains('\0') {
+        Err("the value holds a NUL character, which no environment variable can".into())
+    } else {
+        Ok(())
+    }
+}
+
+/// `text` in quotes for a message: control characters escaped, cut after 40 characters.
+fn quoted(text: &str) -> String {
+    const SHOWN: usize = 40;
+    let shown: String = text
+        .chars()
+        .take(SHOWN)
+        .flat_map(char::escape_debug)
+        .collect();
+    if text.chars().count() > SHOWN {
+        format!("'{shown}…'")
+    } else {
+        format!("'{shown}'")
     }
 }
 

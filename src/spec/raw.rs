@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
 
 /// A YAML scalar of a `values` list or a `when` clause.
 #[derive(Debug, Clone, Deserialize)]
@@ -36,6 +37,85 @@ impl Scalar {
             Scalar::Bool(b) => b.to_string(),
             Scalar::Str(s) => s.clone(),
         }
+    }
+}
+
+/// A bound as written: an integer keeps every digit (an `f64` would round those past 2^53
+/// and saturate those past i64 when cast), anything else is a float.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Number {
+    /// `16`, `-3`, `99999999999999999999`
+    Int(i128),
+    /// `0.5`, `1e-5`, `-1e30`
+    Float(f64),
+}
+
+impl Number {
+    /// The number as a float (rounded for integers beyond 2^53).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Number::Int(i) => i as f64,
+            Number::Float(x) => x,
+        }
+    }
+
+    /// The number as an i64, when it is a whole number in i64's range.
+    pub fn as_i64(self) -> Option<i64> {
+        match self {
+            Number::Int(i) => i64::try_from(i).ok(),
+            // -2^63 and 2^63 are exact floats; the range is [-2^63, 2^63).
+            Number::Float(x)
+                if x.fract() == 0.0 && (-(2f64.powi(63))..2f64.powi(63)).contains(&x) =>
+            {
+                Some(x as i64)
+            }
+            Number::Float(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Number {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Number::Int(i) => write!(f, "{i}"),
+            Number::Float(x) => write!(f, "{x}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Number {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NumberVisitor;
+
+        impl Visitor<'_> for NumberVisitor {
+            type Value = Number;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number")
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Number, E> {
+                Ok(Number::Int(v.into()))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Number, E> {
+                Ok(Number::Int(v.into()))
+            }
+
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<Number, E> {
+                Ok(Number::Int(v))
+            }
+
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<Number, E> {
+                Ok(i128::try_from(v).map_or(Number::Float(v as f64), Number::Int))
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Number, E> {
+                Ok(Number::Float(v))
+            }
+        }
+
+        deserializer.deserialize_any(NumberVisitor)
     }
 }
 
@@ -79,8 +159,8 @@ pub struct RawParameter {
     pub id: String,
     #[serde(rename = "type")]
     pub kind: String,
-    pub min: Option<f64>,
-    pub max: Option<f64>,
+    pub min: Option<Number>,
+    pub max: Option<Number>,
     pub scale: Option<String>,
     pub values: Option<Vec<Scalar>>,
     pub grid_points: Option<i64>,
@@ -147,4 +227,40 @@ pub struct RawResources {
     pub cpu: Option<String>,
     pub memory: Option<String>,
     pub gpu: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn number(text: &str) -> Number {
+        serde_yaml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn integers_keep_every_digit_and_fit_i64_or_not() {
+        assert_eq!(
+            number("9007199254740993").as_i64(),
+            Some(9_007_199_254_740_993)
+        );
+        assert_eq!(number("-9223372036854775808").as_i64(), Some(i64::MIN));
+        assert_eq!(number("9223372036854775808").as_i64(), None);
+        assert_eq!(
+            number("99999999999999999999").to_string(),
+            "99999999999999999999"
+        );
+        assert_eq!(number("-1e30").as_i64(), None);
+        assert_eq!(number("-9.223372036854775808e18").as_i64(), Some(i64::MIN));
+        assert_eq!(number("9.223372036854775808e18").as_i64(), None);
+        assert_eq!(number("2.5").as_i64(), None);
+        assert_eq!(number(".nan").as_i64(), None);
+        assert_eq!(number("1e3").as_i64(), Some(1000));
+        let error = serde_yaml::from_str::<Number>("[1]").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("invalid type: sequence, expected a number"),
+            "{error}"
+        );
+    }
 }
