@@ -18,6 +18,7 @@ use tokio::time::{Instant, sleep_until};
 use super::http::RemoteError;
 use super::{
     Executor, LocalExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
+    is_protocol_variable,
 };
 use crate::spec::{ExecutorSpec, RemoteSettings};
 use crate::storage::{Storage, StorageUrl};
@@ -25,15 +26,6 @@ use crate::storage::{Storage, StorageUrl};
 /// Polls of a job's state that may fail in a row (each after its own retries) before the
 /// job is given up.
 const FAILED_POLLS: u32 = 5;
-/// Variables of the local worker protocol that the relay sets itself inside the job.
-const SET_BY_RELAY: [&str; 6] = [
-    "HPTUNE_STUDY",
-    "HPTUNE_TRIAL_ID",
-    "HPTUNE_ATTEMPT",
-    "HPTUNE_METRICS_FILE",
-    "CLOUD_ML_HP_METRIC_FILE",
-    "CLOUD_ML_TRIAL_ID",
-];
 
 /// The state of a job as its engine reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,7 +176,9 @@ impl RemoteExecutor {
         let env = job
             .env
             .iter()
-            .filter(|(k, _)| !SET_BY_RELAY.contains(&k.as_str()) && k != STORAGE_VARIABLE)
+            // The relay sets the protocol's variables itself inside the job; the storage
+            // URL goes as the engine decides (`Container::storage_url`).
+            .filter(|(k, _)| !is_protocol_variable(k))
             .cloned()
             .collect();
         Container {

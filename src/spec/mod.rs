@@ -22,7 +22,7 @@ use crate::space::{Condition, Domain, MAX_GRID_POINTS, Parameter, Scale, Space};
 use crate::stopping::StoppingRule;
 pub use executor::{
     Accelerator, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings, Resources,
-    SageMakerSpec, VertexSpec,
+    SageMakerSpec, SecretRef, VertexSpec,
 };
 use locate::{Locations, Position};
 use raw::{RawEarlyStopping, RawParameter, RawStudy, RawTrial, Scalar};
