@@ -3,7 +3,7 @@
 //!
 //! burn's dropout asks the backend for a Bernoulli tensor; burn-flex draws it one element at a
 //! time from one global generator behind a lock, which took about a fifth of a profiled CPU
-//! training step (docs/trainer.md, Speed). Here the mask comes from SplitMix64 streams, in
+//! training step (docs/trainer.md, "How it is built"). Here the mask comes from SplitMix64 streams, in
 //! fixed chunks of [`CHUNK`] elements, through [`FusedOps::dropout`]: on burn-flex one pass
 //! that draws the words and applies them (and the same pass on the gradient backward, the mask
 //! drawn again rather than kept); elsewhere the words are filled on the host on two threads
