@@ -3,11 +3,11 @@
 //!
 //! burn's dropout asks the backend for a Bernoulli tensor; burn-flex draws it one element at a
 //! time from one global generator behind a lock, which took about a fifth of a profiled CPU
-//! training step (docs/trainer.md, "How it is built"). Here the mask comes from SplitMix64 streams, in
-//! fixed chunks of [`CHUNK`] elements, through [`FusedOps::dropout`]: on burn-flex one pass
-//! that draws the words and applies them (and the same pass on the gradient backward, the mask
-//! drawn again rather than kept); elsewhere the words are filled on the host on two threads
-//! and applied with burn's tensor operations.
+//! training step (docs/trainer.md, "How it is built"). Here the mask comes from SplitMix64
+//! streams, in fixed chunks of [`CHUNK`] elements, through [`FusedOps::dropout`]: on burn-flex
+//! one pass that draws the words and applies them (and the same pass on the gradient
+//! backward, the mask drawn again rather than kept); elsewhere the words are filled on the
+//! host on two threads and applied with burn's tensor operations.
 //!
 //! Each mask is a function of (seed, call number, chunk) only, so a run is reproducible for a
 //! given seed whatever the thread timing: [`seed`] sets the seed and restarts the call count
