@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::executor::{
-    Executor, LocalExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
-    protocol_env,
+    AttemptFiles, Executor, LocalExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent,
+    WorkerOutcome, protocol_env,
 };
 use crate::report::{self, Measurement, ReportError};
 use crate::space::Assignment;
@@ -74,16 +74,15 @@ pub async fn relay(
     stop: watch::Receiver<bool>,
 ) -> Result<RelayEnd, RelayError> {
     let trial = running_attempt(storage, job).await?;
-    let stem = format!("trial-{}-attempt-{}", job.number, job.attempt);
-    let metrics_path = job.log_dir.join(format!("{stem}.metrics.jsonl"));
+    let files = AttemptFiles::in_dir(&job.log_dir, job.number, job.attempt);
     let worker = TrialJob {
         study: job.study.clone(),
         number: job.number,
         trial_id: trial.id,
         argv: job.argv.clone(),
-        env: protocol_env(&job.study, job.number, job.attempt, &metrics_path),
-        log_path: job.log_dir.join(format!("{stem}.log")),
-        metrics_path,
+        env: protocol_env(&job.study, job.number, job.attempt, &files.metrics),
+        log_path: files.log,
+        metrics_path: files.metrics,
         timeout: None,
         grace_period: DEFAULT_GRACE_PERIOD,
         metric: job.metric.clone(),

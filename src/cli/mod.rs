@@ -17,6 +17,10 @@ use hptune::controller::ControllerError;
 use hptune::spec::{ExecutorKind, SpecError};
 use hptune::storage::{DEFAULT_STORAGE, Storage, StorageError, StorageUrl, TrialState};
 
+/// Where the workers' log and metrics files go, one folder per study, unless `--log-dir`
+/// says otherwise.
+const DEFAULT_LOG_DIR: &str = "hptune-logs";
+
 /// Tune the hyperparameters of training jobs: Bayesian, random or grid search over parallel
 /// trial workers, every trial recorded in a database.
 #[derive(Debug, Parser)]
@@ -46,7 +50,7 @@ enum Command {
         /// The study file.
         study: PathBuf,
         /// Directory of the workers' logs and metrics files.
-        #[arg(long, default_value = "hptune-logs")]
+        #[arg(long, default_value = DEFAULT_LOG_DIR)]
         log_dir: PathBuf,
     },
     /// List studies: trials by state and best value.
@@ -81,7 +85,7 @@ enum Command {
         #[arg(long = "param", value_name = "ID=VALUE", value_parser = parse_param)]
         params: Vec<(String, String)>,
         /// Directory of the worker's log and metrics file.
-        #[arg(long, default_value = "hptune-logs")]
+        #[arg(long, default_value = DEFAULT_LOG_DIR)]
         log_dir: PathBuf,
         /// Run the trial here (local) or as a job of this engine instead of the study's
         /// executor; a remote engine needs its block in the study file.
@@ -105,7 +109,7 @@ enum Command {
         #[arg(long)]
         metric: String,
         /// Directory of the worker's log and metrics file.
-        #[arg(long, default_value = "hptune-logs")]
+        #[arg(long, default_value = DEFAULT_LOG_DIR)]
         log_dir: PathBuf,
         /// The worker's command line.
         #[arg(last = true, required = true)]

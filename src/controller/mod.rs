@@ -24,8 +24,8 @@ use tokio::task::{self, JoinError, JoinSet};
 
 use crate::executor::process::controller_id;
 use crate::executor::{
-    Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, command_line,
-    worker_env,
+    AttemptFiles, Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
+    command_line, worker_env,
 };
 use crate::report::Measurement;
 use crate::sampler::{ProposalContext, Sampler, SamplerError};
@@ -395,12 +395,11 @@ impl Run<'_> {
 
     fn job(&self, trial: &TrialRecord, start: Start, reported: Vec<Measurement>) -> TrialJob {
         let study = self.study;
-        let dir = self.plan.log_dir.join(&study.name);
-        let stem = match trial.attempt {
-            1 => format!("trial-{}", trial.number),
-            n => format!("trial-{}-attempt-{n}", trial.number),
-        };
-        let metrics_path = dir.join(format!("{stem}.metrics.jsonl"));
+        let files = AttemptFiles::in_dir(
+            &self.plan.log_dir.join(&study.name),
+            trial.number,
+            trial.attempt,
+        );
         TrialJob {
             study: study.name.clone(),
             number: trial.number,
@@ -417,10 +416,10 @@ impl Run<'_> {
                 &study.name,
                 trial.number,
                 trial.attempt,
-                &metrics_path,
+                &files.metrics,
             ),
-            log_path: dir.join(format!("{stem}.log")),
-            metrics_path,
+            log_path: files.log,
+            metrics_path: files.metrics,
             timeout: study
                 .trial
                 .timeout

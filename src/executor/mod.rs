@@ -140,6 +140,32 @@ impl WorkerEnd {
     }
 }
 
+/// The files one attempt of a trial writes in a log directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptFiles {
+    /// The worker's stdout (its stderr goes beside it: [`error_log_path`]).
+    pub log: PathBuf,
+    /// cloudml-hypertune's metrics file.
+    pub metrics: PathBuf,
+}
+
+impl AttemptFiles {
+    /// The files of attempt `attempt` of trial `number` in `dir`: `trial-N.log` and
+    /// `trial-N.metrics.jsonl`, with `-attempt-A` after `N` from the second attempt on. Each
+    /// attempt's files have names of their own, so that one attempt's output is never taken
+    /// for another's.
+    pub fn in_dir(dir: &Path, number: u64, attempt: u32) -> Self {
+        let stem = match attempt {
+            1 => format!("trial-{number}"),
+            n => format!("trial-{number}-attempt-{n}"),
+        };
+        Self {
+            log: dir.join(format!("{stem}.log")),
+            metrics: dir.join(format!("{stem}.metrics.jsonl")),
+        }
+    }
+}
+
 /// Where a worker's stderr goes, beside its stdout log.
 pub fn error_log_path(log_path: &Path) -> PathBuf {
     log_path.with_extension("err")
