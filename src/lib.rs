@@ -1,8 +1,9 @@
 //! hptune: a hyperparameter-tuning orchestrator.
 //!
-//! A study file ([`spec`]) defines a search [`space`]; a [`sampler`] proposes trials; the
-//! [`controller`] runs them as trial workers through an [`executor`], reads what they report
-//! ([`report`]), stops unpromising trials early ([`stopping`]) and records everything in
+//! A study file ([`spec`]) is read into a [`study`]: its objective, search space
+//! ([`study::space`]) and trial template; a [`sampler`] proposes trials; the [`controller`]
+//! runs them as trial workers through an [`executor`], reads what they report ([`report`]),
+//! stops unpromising trials early ([`study::stopping`]) and records everything in
 //! [`storage`]. Inside a remote job, the [`relay`] runs the worker and writes what it
 //! reports into the storage.
 
@@ -11,7 +12,6 @@ pub mod executor;
 pub mod relay;
 pub mod report;
 pub mod sampler;
-pub mod space;
 pub mod spec;
-pub mod stopping;
 pub mod storage;
+pub mod study;

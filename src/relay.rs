@@ -17,9 +17,9 @@ use crate::executor::{
     WorkerOutcome, protocol_env,
 };
 use crate::report::{self, Measurement, ReportError};
-use crate::space::Assignment;
 use crate::spec::DEFAULT_GRACE_PERIOD;
 use crate::storage::{Storage, StorageError, TrialRecord, TrialState};
+use crate::study::space::Assignment;
 
 /// How often the relay tells the database that its attempt is alive.
 const HEARTBEAT: Duration = Duration::from_secs(5);

@@ -14,8 +14,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use hptune::controller::ControllerError;
-use hptune::spec::{ExecutorKind, SpecError};
+use hptune::spec::SpecError;
 use hptune::storage::{DEFAULT_STORAGE, Storage, StorageError, StorageUrl, TrialState};
+use hptune::study::ExecutorKind;
 
 /// Where the workers' log and metrics files go, one folder per study, unless `--log-dir`
 /// says otherwise.

@@ -8,8 +8,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::table::short;
 use hptune::controller::{Progress, RunEvent, RunObserver};
-use hptune::spec::Study;
 use hptune::storage::{TrialRecord, TrialState};
+use hptune::study::Study;
 
 /// Shows the events of a running study on stderr.
 pub struct Display {

@@ -9,8 +9,9 @@ use tokio::sync::watch;
 use hptune::controller::{self, Plan, RunSummary, StudyEnd};
 use hptune::executor::{Executor, StopRequest, check_program, check_storage, for_study};
 use hptune::sampler::{self, ManualSampler};
-use hptune::spec::{self, ExecutorKind, ExecutorSpec, Study};
+use hptune::spec;
 use hptune::storage::{Storage, StorageUrl, TrialState};
+use hptune::study::{ExecutorKind, ExecutorSpec, Study};
 
 use super::progress::Display;
 use super::{Failure, show};

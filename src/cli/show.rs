@@ -5,9 +5,10 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
-use hptune::space::{ParamValue, Space};
-use hptune::spec::{self, Goal};
+use hptune::spec;
 use hptune::storage::{Storage, StudyRecord, TrialRecord, TrialState, best_trial};
+use hptune::study::Goal;
+use hptune::study::space::{ParamValue, Space};
 
 use super::table;
 use super::{BestFormat, Failure, TrialsFormat};

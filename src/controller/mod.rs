@@ -29,13 +29,13 @@ use crate::executor::{
 };
 use crate::report::Measurement;
 use crate::sampler::{ProposalContext, Sampler, SamplerError};
-use crate::space::Assignment;
-use crate::spec::Study;
-use crate::stopping::Curve;
 use crate::storage::{
     Budget, Claim, NextAttempt, Storage, StorageError, StudyRecord, StudyView, TrialEnd,
     TrialRecord, TrialState,
 };
+use crate::study::Study;
+use crate::study::space::Assignment;
+use crate::study::stopping::Curve;
 use liveness::{attempt_began, is_orphan, running_for};
 use verdict::{Verdict, judge};
 

@@ -3,8 +3,8 @@
 
 use crate::executor::{WorkerEnd, WorkerOutcome};
 use crate::report::{self, Measurement};
-use crate::spec::Study;
 use crate::storage::TrialState;
+use crate::study::Study;
 
 /// The last finite value reported of `metric`, with or without a step.
 fn last_value(measurements: &[Measurement], metric: &str) -> Option<f64> {

@@ -19,7 +19,7 @@ use super::TrialJob;
 use super::credentials::kube::KubeAccess;
 use super::http::{Http, RemoteError};
 use super::remote::{Container, Engine, JobState, STORAGE_VARIABLE};
-use crate::spec::KubernetesSpec;
+use crate::study::KubernetesSpec;
 
 /// The name of the trial's container in its pod.
 const CONTAINER: &str = "trial";

@@ -23,8 +23,8 @@ pub use local::LocalExecutor;
 pub use remote::{RemoteExecutor, check_storage, for_study};
 
 use crate::report::Measurement;
-use crate::space::{Assignment, Space};
-use crate::spec::{TemplatePart, TrialTemplate, template_parts};
+use crate::study::space::{Assignment, Space};
+use crate::study::{TemplatePart, TrialTemplate, template_parts};
 
 /// Everything an executor needs to run one trial.
 #[derive(Debug, Clone)]
@@ -350,8 +350,8 @@ pub fn check_program(program: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::space::ParamValue;
     use crate::spec::parse;
+    use crate::study::space::ParamValue;
 
     const STUDY: &str = r#"
 name: s

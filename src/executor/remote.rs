@@ -20,8 +20,8 @@ use super::{
     Executor, LocalExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
     is_protocol_variable,
 };
-use crate::spec::{ExecutorSpec, RemoteSettings};
 use crate::storage::{Storage, StorageUrl};
+use crate::study::{ExecutorSpec, RemoteSettings};
 
 /// Polls of a job's state that may fail in a row (each after its own retries) before the
 /// job is given up.

@@ -15,7 +15,7 @@ use super::TrialJob;
 use super::credentials::aws::AwsCredentials;
 use super::http::{Http, RemoteError};
 use super::remote::{Container, Engine, JobState};
-use crate::spec::SageMakerSpec;
+use crate::study::SageMakerSpec;
 
 /// The job's limit when the study sets no `trial.timeout`: SageMaker's default, one day.
 const DEFAULT_MAX_RUNTIME_S: u64 = 86_400;

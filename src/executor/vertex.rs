@@ -11,7 +11,7 @@ use super::TrialJob;
 use super::credentials::google::GoogleAuth;
 use super::http::{Http, RemoteError};
 use super::remote::{Container, Engine, JobState};
-use crate::spec::VertexSpec;
+use crate::study::VertexSpec;
 
 /// gRPC's code UNAVAILABLE, which Vertex gives a job whose machine was preempted.
 const UNAVAILABLE: i64 = 14;

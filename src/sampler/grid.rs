@@ -1,7 +1,7 @@
 //! Grid search: every point of the grid once, in the stable order of [`Space::grid`].
 
 use super::{ProposalContext, Sampler, SamplerError};
-use crate::space::{Assignment, Space, SpaceError, same_point};
+use crate::study::space::{Assignment, Space, SpaceError, same_point};
 
 /// Proposes the first grid point that no finished or running trial has taken.
 #[derive(Debug, Clone)]

@@ -1,7 +1,7 @@
 //! The parameters a user gave by hand (`hptune trial --param ...`), proposed once.
 
 use super::{ProposalContext, Sampler, SamplerError};
-use crate::space::Assignment;
+use crate::study::space::Assignment;
 
 /// Proposes one given assignment, then nothing.
 #[derive(Debug, Clone)]

@@ -13,8 +13,8 @@ pub use manual::ManualSampler;
 pub use random::RandomSampler;
 pub use timed::Timed;
 
-use crate::space::{Assignment, Space};
-use crate::spec::{Algorithm, Goal, Study};
+use crate::study::space::{Assignment, Space};
+use crate::study::{Algorithm, Goal, Study};
 
 /// A finished trial, as samplers see it.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{ProposalContext, Sampler, SamplerError};
-use crate::space::Assignment;
+use crate::study::space::Assignment;
 
 /// Draws trial `n` from a random stream of its own, derived from the seed and `n`: the
 /// proposals do not depend on the order in which parallel trials finish, and a rerun of a
@@ -38,11 +38,11 @@ impl Sampler for RandomSampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::space::Space;
-    use crate::spec::Goal;
+    use crate::study::Goal;
+    use crate::study::space::Space;
 
     fn space() -> Space {
-        Space::new(vec![crate::space::unit_double("x")])
+        Space::new(vec![crate::study::space::unit_double("x")])
     }
 
     fn propose(sampler: &mut RandomSampler, space: &Space, number: u64) -> Assignment {

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::{ProposalContext, Sampler, SamplerError};
-use crate::space::Assignment;
+use crate::study::space::Assignment;
 
 /// Wraps a sampler and logs the duration of each of its proposals at debug level.
 pub struct Timed {

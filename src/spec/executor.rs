@@ -1,11 +1,14 @@
 //! The `trial.executor` block: which engine runs the workers, and that engine's settings.
 //! Each field applies to some kinds only; a field of another kind is refused by name.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::Checker;
 use super::raw::{RawExecutor, RawSecretRef};
+use crate::study::{
+    Accelerator, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings, Resources,
+    SageMakerSpec, SecretRef, VertexSpec,
+};
 
 /// How often a remote job's state is asked for, when the file does not say.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
@@ -13,169 +16,6 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long Kubernetes keeps a finished Job, when the file does not say.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
-
-/// The engines a trial can run on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExecutorKind {
-    /// Child processes of the controller.
-    Local,
-    /// Vertex AI CustomJobs.
-    Vertex,
-    /// Kubernetes `batch/v1` Jobs.
-    Kubernetes,
-    /// SageMaker training jobs.
-    SageMaker,
-}
-
-impl ExecutorKind {
-    /// Every kind, as written in the study file.
-    pub const NAMES: &'static str = "local, vertex, kubernetes or sagemaker";
-
-    /// The kind as written in the study file.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ExecutorKind::Local => "local",
-            ExecutorKind::Vertex => "vertex",
-            ExecutorKind::Kubernetes => "kubernetes",
-            ExecutorKind::SageMaker => "sagemaker",
-        }
-    }
-
-    /// Reads a kind as written in the study file.
-    pub fn parse(text: &str) -> Option<Self> {
-        [
-            ExecutorKind::Local,
-            ExecutorKind::Vertex,
-            ExecutorKind::Kubernetes,
-            ExecutorKind::SageMaker,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == text)
-    }
-}
-
-/// Where trial workers run, with the engine's settings.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ExecutorSpec {
-    /// Child processes of the controller.
-    Local,
-    /// One Vertex AI CustomJob per trial.
-    Vertex(VertexSpec),
-    /// One Kubernetes Job per trial.
-    Kubernetes(KubernetesSpec),
-    /// One SageMaker training job per trial.
-    SageMaker(SageMakerSpec),
-}
-
-impl ExecutorSpec {
-    /// The engine.
-    pub fn kind(&self) -> ExecutorKind {
-        match self {
-            ExecutorSpec::Local => ExecutorKind::Local,
-            ExecutorSpec::Vertex(_) => ExecutorKind::Vertex,
-            ExecutorSpec::Kubernetes(_) => ExecutorKind::Kubernetes,
-            ExecutorSpec::SageMaker(_) => ExecutorKind::SageMaker,
-        }
-    }
-}
-
-/// Settings every remote engine has.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RemoteSettings {
-    /// The container image holding `hptune` and the worker.
-    pub image: String,
-    /// The API's base URL, when not the engine's usual one (a proxy, a test's fake).
-    pub endpoint: Option<String>,
-    /// How often the job's state and its measurements are read.
-    pub poll_interval: Duration,
-    /// The limit of one request to the engine's API.
-    pub request_timeout: Duration,
-}
-
-/// A Vertex AI CustomJob's settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct VertexSpec {
-    /// Image, endpoint, polling.
-    pub remote: RemoteSettings,
-    /// The Google Cloud project.
-    pub project: String,
-    /// The region (`us-central1`).
-    pub region: String,
-    /// The machine (`n1-standard-8`).
-    pub machine_type: String,
-    /// GPUs or TPUs attached to the machine.
-    pub accelerator: Option<Accelerator>,
-    /// The service account the job runs as.
-    pub service_account: Option<String>,
-}
-
-/// Accelerators of a Vertex AI machine.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Accelerator {
-    /// Vertex's name of the accelerator (`NVIDIA_TESLA_T4`).
-    pub kind: String,
-    /// How many.
-    pub count: u32,
-}
-
-/// A Kubernetes Job's settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KubernetesSpec {
-    /// Image, endpoint (the API server, instead of the kubeconfig's), polling.
-    pub remote: RemoteSettings,
-    /// The namespace; else the kubeconfig context's, else `default`.
-    pub namespace: Option<String>,
-    /// What the trial's container asks for.
-    pub resources: Resources,
-    /// Labels a node must have to run the trial.
-    pub node_selector: BTreeMap<String, String>,
-    /// The service account of the trial's pod.
-    pub service_account: Option<String>,
-    /// How long a finished Job is kept (`ttlSecondsAfterFinished`).
-    pub ttl: Duration,
-    /// The Secret whose key holds the storage URL the job's `HPTUNE_STORAGE` takes
-    /// (`secretKeyRef`); without it, the controller's URL is written in the Job.
-    pub storage_secret: Option<SecretRef>,
-}
-
-/// A key of a Kubernetes Secret in the Jobs' namespace.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SecretRef {
-    /// The Secret's name.
-    pub name: String,
-    /// The key in its `data`.
-    pub key: String,
-}
-
-/// Requests and limits of a trial's container.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Resources {
-    /// CPU, as Kubernetes writes it (`4`, `500m`).
-    pub cpu: Option<String>,
-    /// Memory, as Kubernetes writes it (`16Gi`).
-    pub memory: Option<String>,
-    /// NVIDIA GPUs (`nvidia.com/gpu`).
-    pub gpu: u32,
-}
-
-/// A SageMaker training job's settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SageMakerSpec {
-    /// Image, endpoint, polling.
-    pub remote: RemoteSettings,
-    /// The AWS region.
-    pub region: String,
-    /// The IAM role the job runs as.
-    pub role_arn: String,
-    /// The instance type (`ml.g5.xlarge`).
-    pub instance_type: String,
-    /// Instances per job.
-    pub instance_count: u32,
-    /// The instance's storage volume, in GB.
-    pub volume_size_gb: u32,
-    /// Where SageMaker puts the job's output (`s3://bucket/prefix`).
-    pub output_path: String,
-}
 
 const REMOTE_FIELDS: [&str; 4] = ["image", "endpoint", "poll_interval", "request_timeout"];
 

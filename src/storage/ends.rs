@@ -199,8 +199,8 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::space::Assignment;
     use crate::storage::{Budget, Claim, StudyView};
+    use crate::study::space::Assignment;
 
     async fn claim(storage: &Storage, view: &mut StudyView) -> TrialRecord {
         let budget = Budget {
@@ -225,7 +225,7 @@ mod tests {
     #[tokio::test]
     async fn ends_written_together_are_written_all_or_none() {
         let (_dir, storage, id) = crate::storage::test_study(5).await;
-        let mut view = StudyView::new(id, crate::spec::Goal::Minimize);
+        let mut view = StudyView::new(id, crate::study::Goal::Minimize);
         let first = claim(&storage, &mut view).await;
         let mut ghost = claim(&storage, &mut view).await;
         ghost.id = 9999;

@@ -19,7 +19,7 @@ use chrono::{SecondsFormat, Utc};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, Connection, Executor};
 
-use crate::spec::{Goal, Study};
+use crate::study::{Goal, Study};
 pub use ends::TrialEnd;
 use rows::trial_columns;
 pub use rows::{StudyRecord, StudySummary, TrialRecord, TrialState};

@@ -8,8 +8,8 @@ use sqlx::any::AnyRow;
 
 use super::StorageError;
 use crate::report::Measurement;
-use crate::space::Assignment;
-use crate::spec::Goal;
+use crate::study::Goal;
+use crate::study::space::Assignment;
 
 /// The columns of a trial, in the order [`TrialRecord::from_row`] reads them.
 macro_rules! trial_columns {

@@ -21,9 +21,9 @@ use super::rows::{TrialRecord, TrialState, trial_columns};
 use super::{Storage, StorageError, now, query_error};
 use crate::report::Measurement;
 use crate::sampler::Observation;
-use crate::space::Assignment;
-use crate::spec::Goal;
-use crate::stopping::Curve;
+use crate::study::Goal;
+use crate::study::space::Assignment;
+use crate::study::stopping::Curve;
 
 /// The limits a claim checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,8 +10,8 @@ use super::encoding::Encoding;
 use super::fit::{fit, refit};
 use super::gp::Hyperparameters;
 use crate::sampler::Observation;
-use crate::space::ParamValue;
-use crate::spec::Goal;
+use crate::study::Goal;
+use crate::study::space::ParamValue;
 
 /// Checkpoint fits kept; older ones are dropped.
 const KEPT: usize = 4;
@@ -98,7 +98,7 @@ impl Anchors {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::space::{Assignment, ParamValue, Space, unit_double};
+    use crate::study::space::{Assignment, ParamValue, Space, unit_double};
 
     #[test]
     fn the_fit_at_a_checkpoint_is_kept_for_the_proposals_after_it() {

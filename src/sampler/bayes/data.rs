@@ -4,7 +4,7 @@
 use super::encoding::Encoding;
 use super::search;
 use crate::sampler::Observation;
-use crate::spec::Goal;
+use crate::study::Goal;
 
 /// The most finished trials the model is fitted on: past it, the ones nearest the best point
 /// are kept, which bounds the time of a proposal (cubic in this number) and makes the model

@@ -4,7 +4,7 @@
 //! value shared by every point where it is inactive, so it explains no difference between
 //! them; the parent's own feature tells the branches apart.
 
-use crate::space::{Assignment, Domain, ParamValue, Space};
+use crate::study::space::{Assignment, Domain, ParamValue, Space};
 
 /// The feature of an inactive numeric parameter: the middle of its range.
 const INACTIVE_NUMBER: f64 = 0.5;
@@ -129,7 +129,7 @@ impl<'a> Encoding<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::space::{Condition, Parameter, Scale};
+    use crate::study::space::{Condition, Parameter, Scale};
 
     fn space() -> Space {
         let param = |id: &str, domain| Parameter {

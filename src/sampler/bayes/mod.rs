@@ -34,7 +34,7 @@ fn central_difference(f: impl Fn(&[f64]) -> f64, x: &[f64], d: usize) -> f64 {
 }
 
 use super::{ProposalContext, Sampler, SamplerError};
-use crate::space::Assignment;
+use crate::study::space::Assignment;
 use acquisition::Acquisition;
 use anchor::Anchors;
 use data::TrainingData;
@@ -131,11 +131,11 @@ impl Sampler for BayesSampler {
 mod tests {
     use super::*;
     use crate::sampler::Observation;
-    use crate::space::{Condition, Domain, ParamValue, Parameter, Scale, Space};
-    use crate::spec::Goal;
+    use crate::study::Goal;
+    use crate::study::space::{Condition, Domain, ParamValue, Parameter, Scale, Space};
 
     fn double(id: &str) -> Parameter {
-        crate::space::unit_double(id)
+        crate::study::space::unit_double(id)
     }
 
     fn square() -> Space {

@@ -174,7 +174,7 @@ pub fn stream(seed: u64, number: u64) -> ChaCha8Rng {
 mod tests {
     use super::super::gp::{Gp, Hyperparameters};
     use super::*;
-    use crate::space::{Space, unit_double};
+    use crate::study::space::{Space, unit_double};
 
     #[test]
     fn the_proposal_stays_inside_the_region_even_when_the_acquisition_peaks_outside() {

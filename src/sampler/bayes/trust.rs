@@ -119,7 +119,7 @@ impl Region {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::space::{Domain, Parameter, Space};
+    use crate::study::space::{Domain, Parameter, Space};
 
     #[test]
     fn improvements_double_the_side_and_failures_halve_it() {
@@ -192,7 +192,7 @@ mod tests {
     #[test]
     fn the_box_is_cut_to_the_cube_and_leaves_categoricals_whole() {
         let space = Space::new(vec![
-            crate::space::unit_double("a"),
+            crate::study::space::unit_double("a"),
             Parameter {
                 id: "c".into(),
                 domain: Domain::Categorical {

@@ -10,7 +10,7 @@
 //!   rung; it goes on only if it is among the best `max(1, ⌊n / reduction_factor⌋)` of those
 //!   `n` trials.
 
-use crate::spec::Goal;
+use crate::study::Goal;
 
 /// A trial's learning curve: (step, objective value), by increasing step.
 #[derive(Debug, Clone, PartialEq)]

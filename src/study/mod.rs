@@ -1,0 +1,101 @@
+//! The domain model of a study, without I/O: its objective, its search space, how trials are
+//! proposed, stopped early and started. The study file ([`crate::spec`]) is read into these
+//! types; every other module works on them.
+
+mod executor;
+mod goal;
+pub mod space;
+pub mod stopping;
+mod template;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub use executor::{
+    Accelerator, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings, Resources,
+    SageMakerSpec, SecretRef, VertexSpec,
+};
+pub use goal::Goal;
+pub use template::{TEMPLATE_BUILTINS, TemplatePart, template_parts};
+
+use space::Space;
+use stopping::StoppingRule;
+
+/// What the study optimises.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Objective {
+    /// The tag workers report (`accuracy`).
+    pub metric: String,
+    /// Up or down.
+    pub goal: Goal,
+}
+
+/// How trials are proposed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// Gaussian-process Bayesian optimisation (the default).
+    Bayesian,
+    /// Independent uniform draws in the unit cube, seeded.
+    Random,
+    /// Every point of the grid once.
+    Grid,
+}
+
+impl Algorithm {
+    /// The name as written in the study file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::Bayesian => "bayesian",
+            Algorithm::Random => "random",
+            Algorithm::Grid => "grid",
+        }
+    }
+}
+
+/// How one trial worker is started.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialTemplate {
+    /// The program and its fixed arguments.
+    pub command: Vec<String>,
+    /// Argument template with `{id}` placeholders; when absent each active parameter is
+    /// appended as `--<id>=<value>`.
+    pub args: Option<Vec<String>>,
+    /// Extra environment variables for the worker.
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock limit of one trial.
+    pub timeout: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when a worker is stopped.
+    pub grace_period: Duration,
+    /// Where the worker runs.
+    pub executor: ExecutorSpec,
+}
+
+/// A validated study.
+#[derive(Debug, Clone)]
+pub struct Study {
+    /// Unique key of the study in the database.
+    pub name: String,
+    /// What is optimised.
+    pub objective: Objective,
+    /// The parameters.
+    pub space: Space,
+    /// How trials are proposed.
+    pub algorithm: Algorithm,
+    /// Trials in all (finished or not, across reruns); for grid search at most the grid size.
+    pub max_trial_count: Option<u64>,
+    /// Trials running at once.
+    pub parallel_trial_count: usize,
+    /// Failed trials after which the study stops.
+    pub max_failed_trial_count: u64,
+    /// Further attempts of a trial whose worker was killed from outside (preempted, out of
+    /// memory, its controller gone with it); failures of the worker's own code are not retried.
+    pub max_retries: u32,
+    /// Seed of the sampler.
+    pub seed: u64,
+    /// The early-stopping rule, if any.
+    pub early_stopping: Option<StoppingRule>,
+    /// How a worker is started.
+    pub trial: TrialTemplate,
+    /// The file as written, kept in the database.
+    pub source: String,
+}
