@@ -25,6 +25,12 @@ use crate::report::Measurement;
 /// 32,766, PostgreSQL's 65,535) however many there are.
 const ROWS_PER_INSERT: usize = 1000;
 
+/// The longest script, in bytes, whose statements sqlx keeps prepared: the claims and ends of
+/// trials that report a few values at their end repeat from trial to trial and are prepared
+/// once; a longer script carries many measurements, is unlikely to come again, and would
+/// keep its text and prepared statements (megabytes) in sqlx's cache of 100 statements.
+const LONGEST_CACHED: usize = 4096;
+
 /// What is done, for error messages.
 const FINISHING: &str = "finishing a trial";
 
@@ -223,14 +229,14 @@ impl Script {
     }
 }
 
-/// `sql` with `args` bound, in order.
+/// `sql` with `args` bound, in order, prepared to be kept if it is short.
 fn bound(sql: &str, args: Vec<Arg>) -> Query<'_, Any, AnyArguments<'_>> {
-    args.into_iter()
-        .fold(sqlx::query(sql), |query, arg| match arg {
-            Arg::Text(text) => query.bind(text),
-            Arg::Int(int) => query.bind(int),
-            Arg::Real(real) => query.bind(real),
-        })
+    let query = sqlx::query(sql).persistent(sql.len() <= LONGEST_CACHED);
+    args.into_iter().fold(query, |query, arg| match arg {
+        Arg::Text(text) => query.bind(text),
+        Arg::Int(int) => query.bind(int),
+        Arg::Real(real) => query.bind(real),
+    })
 }
 
 impl Storage {
