@@ -20,6 +20,7 @@ Without --hptune, builds `hptune` (cargo build -p hptune) and runs it.
 """
 
 import argparse
+import math
 import os
 import signal
 import sqlite3
@@ -175,7 +176,7 @@ def main():
         minutes = []  # (minute, {name: (last KiB, largest KiB of the minute)})
         while time.monotonic() - began < args.minutes * 60:
             time.sleep(args.every)
-            minute = int((time.monotonic() - began) // 60) + 1
+            minute = max(1, math.ceil((time.monotonic() - began) / 60))
             if not minutes or minutes[-1][0] != minute:
                 minutes.append((minute, {}))
             for name, proc in procs.items():
