@@ -343,6 +343,8 @@ struct Tail {
     offset: u64,
     /// The line read so far, up to `MAX_LINE` bytes.
     partial: Vec<u8>,
+    /// Whether the last line read ended at `\r`: a `\n` right after it ends no other line.
+    after_cr: bool,
 }
 
 impl Tail {
@@ -369,6 +371,10 @@ impl Tail {
                 Some((b'\n' | b'\r', text)) => (text, true),
                 _ => (piece, false),
             };
+            let crlf = std::mem::replace(&mut self.after_cr, piece.ends_with(b"\r"));
+            if crlf && piece == b"\n" {
+                continue;
+            }
             let room = MAX_LINE - self.partial.len();
             self.partial
                 .extend_from_slice(&text[..text.len().min(room)]);
@@ -430,7 +436,7 @@ mod tests {
         assert!(lines(&mut tail, &path).is_empty());
         std::fs::write(&path, "a=1\nb=").unwrap();
         assert_eq!(lines(&mut tail, &path), ["a=1"]);
-        std::fs::write(&path, "a=1\nb=2\r\nc").unwrap();
+        std::fs::write(&path, "a=1\nb=2\r\n\nc").unwrap();
         assert_eq!(lines(&mut tail, &path), ["b=2", ""]);
         assert_eq!(tail.rest().as_deref(), Some("c"));
     }
@@ -445,6 +451,9 @@ mod tests {
         let mut tail = Tail::default();
         assert_eq!(lines(&mut tail, &path), ["10%", "20%", "step=1 loss=0.5"]);
         assert_eq!(tail.rest(), None);
+        // A `\r\n` split between two reads is one line end.
+        std::fs::write(&path, "10%\r20%\rstep=1 loss=0.5\r\nloss=0.25\n").unwrap();
+        assert_eq!(lines(&mut tail, &path), ["loss=0.25"]);
     }
 
     /// A 100 MB line without a line break (a sparse file: written in no time) is read in
