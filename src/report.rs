@@ -43,14 +43,33 @@ static PAIR: LazyLock<Regex> = LazyLock::new(|| {
 #[derive(Debug, Clone)]
 pub struct LineParser {
     metric: String,
+    /// The objective's pair, whatever its value: `metric=TEXT`.
+    objective: Regex,
 }
 
 impl LineParser {
     /// A parser for a study whose objective is `metric`.
     pub fn new(metric: &str) -> Self {
+        let objective = format!(r"(?:^|[\s,;]){}\s*=\s*([^\s,;]+)", regex::escape(metric));
         Self {
             metric: metric.to_string(),
+            objective: Regex::new(&objective).expect("an escaped name makes a valid pattern"),
         }
+    }
+
+    /// Why `line`, which reports nothing, looks as if it meant to: it gives the objective a
+    /// value that is not a number (`loss=0.5abc`).
+    pub fn unreadable(&self, line: &str) -> Option<ReportError> {
+        let text = self
+            .objective
+            .captures_iter(line)
+            .filter_map(|c| c.get(1))
+            .map(|text| text.as_str())
+            .find(|text| parse_number(text).is_none())?;
+        Some(ReportError::NotANumber {
+            metric: self.metric.clone(),
+            text: text.to_string(),
+        })
     }
 
     /// The measurements on one line: none unless the line reports the objective.
@@ -167,6 +186,14 @@ pub enum ReportError {
         "the worker never reported '{0}': print a line '{0}=<value>' or write it with cloudml-hypertune"
     )]
     Missing(String),
+    /// The objective was given a value that is not a number.
+    #[error("the worker reported {metric}={text}, which is not a number")]
+    NotANumber {
+        /// The metric.
+        metric: String,
+        /// The value as printed.
+        text: String,
+    },
     /// The objective was NaN or infinite.
     #[error("the worker reported {metric}={value}{}", step.map(|s| format!(" at step {s}")).unwrap_or_default())]
     NotFinite {
@@ -224,6 +251,25 @@ mod tests {
         assert!(parser.parse("loss=0.3 lr=1e-3").is_empty());
         assert!(parser.parse("accuracy=high").is_empty());
         assert!(parser.parse("val_accuracy=0.5").is_empty());
+    }
+
+    #[test]
+    fn names_an_objective_value_that_is_not_a_number() {
+        let parser = LineParser::new("loss");
+        assert!(parser.parse("step=3 loss=0.5abc").is_empty());
+        assert_eq!(
+            parser.unreadable("step=3 loss=0.5abc").unwrap().to_string(),
+            "the worker reported loss=0.5abc, which is not a number"
+        );
+        for fine in [
+            "loss=0.5",
+            "loss = 1e-3, acc=2",
+            "val_loss=x",
+            "lossy=x",
+            "no loss",
+        ] {
+            assert_eq!(parser.unreadable(fine), None, "{fine}");
+        }
     }
 
     #[test]

@@ -5,15 +5,34 @@
 //! costs more than the statement. So the ends of the trials that finished together, and the
 //! claims of the next trials when there are some ([`super::Storage::claim_trials`]), are one string
 //! of statements run as one transaction (`BEGIN IMMEDIATE; ...; COMMIT`). PostgreSQL prepares
-//! one statement per call: there each end is a data-modifying CTE of its own.
+//! one statement per call: there each end is a data-modifying CTE of its own, preceded in a
+//! transaction by the inserts of its other measurements when it has more than one insert's
+//! worth ([`ROWS_PER_INSERT`]).
+
+use std::time::Instant;
 
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
-use sqlx::{Any, Pool};
+use sqlx::{Any, Pool, Transaction};
 
 use super::rows::{TrialRecord, TrialState};
-use super::{Storage, StorageError, now, query_error};
+use super::{Storage, StorageError, now, query_error, warn_if_slow};
 use crate::report::Measurement;
+
+/// Measurements per insert. An end holds as many as the worker printed since they were last
+/// written (a worker that prints quickly and exits leaves them all to its end); three
+/// arguments each, an insert stays far below the arguments a statement may have (SQLite's
+/// 32,766, PostgreSQL's 65,535) however many there are.
+const ROWS_PER_INSERT: usize = 1000;
+
+/// The longest script, in bytes, whose statements sqlx keeps prepared: the claims and ends of
+/// trials that report a few values at their end repeat from trial to trial and are prepared
+/// once; a longer script carries many measurements, is unlikely to come again, and would
+/// keep its text and prepared statements (megabytes) in sqlx's cache of 100 statements.
+const LONGEST_CACHED: usize = 4096;
+
+/// What is done, for error messages.
+const FINISHING: &str = "finishing a trial";
 
 /// A trial's end, to be written: the trial as it ended, and the measurements of its attempt
 /// not written yet.
@@ -44,6 +63,20 @@ impl TrialEnd {
             measurements,
         }
     }
+
+    /// The measurements to write: the finite ones.
+    fn recorded(&self) -> Vec<&Measurement> {
+        self.measurements
+            .iter()
+            .filter(|m| m.value.is_finite())
+            .collect()
+    }
+}
+
+/// The placeholders of the trial's id and end time, which each statement of its end names.
+struct EndIds {
+    id: String,
+    finished_at: String,
 }
 
 /// A value bound to a statement built at run time.
@@ -87,36 +120,65 @@ impl Script {
         self.statements.push(statement);
     }
 
-    /// Adds the statements writing `end`: on SQLite the measurements' insert and the
-    /// trial's update, on PostgreSQL one statement (the insert as a CTE of the update).
-    pub(super) fn end(&mut self, end: &TrialEnd, sqlite: bool) {
-        let trial = &end.trial;
-        let id = self.int(trial.id);
-        let finished_at = self.text(trial.finished_at.as_deref());
-        let measurements: Vec<&Measurement> = end
-            .measurements
+    /// Adds the statements writing `end` on SQLite: the inserts of its measurements and the
+    /// trial's update.
+    pub(super) fn sqlite_end(&mut self, end: &TrialEnd) {
+        let ids = self.ids(&end.trial);
+        for rows in end.recorded().chunks(ROWS_PER_INSERT) {
+            let insert = self.insert(&end.trial, &ids, rows);
+            self.push(insert);
+        }
+        let update = self.update(&end.trial, &ids);
+        self.push(update);
+    }
+
+    /// Adds the statement writing `end` with `rows`, the last of its measurements, on
+    /// PostgreSQL: the insert as a CTE of the trial's update.
+    fn postgres_end(&mut self, end: &TrialEnd, rows: &[&Measurement]) {
+        let ids = self.ids(&end.trial);
+        let update = self.update(&end.trial, &ids);
+        match rows.is_empty() {
+            true => self.push(update),
+            false => {
+                let insert = self.insert(&end.trial, &ids, rows);
+                self.push(format!("WITH recorded AS ({insert}) {update}"));
+            }
+        }
+    }
+
+    /// The placeholders of what every statement of a trial's end names.
+    fn ids(&mut self, trial: &TrialRecord) -> EndIds {
+        EndIds {
+            id: self.int(trial.id),
+            finished_at: self.text(trial.finished_at.as_deref()),
+        }
+    }
+
+    /// An insert of `rows` (at most [`ROWS_PER_INSERT`]) of the trial's attempt.
+    fn insert(&mut self, trial: &TrialRecord, ids: &EndIds, rows: &[&Measurement]) -> String {
+        let EndIds { id, finished_at } = ids;
+        let attempt = self.int(i64::from(trial.attempt));
+        let values: Vec<String> = rows
             .iter()
-            .filter(|m| m.value.is_finite())
+            .map(|m| {
+                let step = match m.step {
+                    Some(step) => self.int(step),
+                    None => "NULL".into(),
+                };
+                let metric = self.text(Some(&m.metric));
+                let value = self.real(m.value);
+                format!("({id}, {attempt}, {step}, {metric}, {value}, {finished_at})")
+            })
             .collect();
-        let insert = (!measurements.is_empty()).then(|| {
-            let attempt = self.int(i64::from(trial.attempt));
-            let rows: Vec<String> = measurements
-                .iter()
-                .map(|m| {
-                    let step = match m.step {
-                        Some(step) => self.int(step),
-                        None => "NULL".into(),
-                    };
-                    let metric = self.text(Some(&m.metric));
-                    let value = self.real(m.value);
-                    format!("({id}, {attempt}, {step}, {metric}, {value}, {finished_at})")
-                })
-                .collect();
-            format!(
-                "INSERT INTO measurements (trial_id, attempt, step, metric, value, recorded_at) VALUES {}",
-                rows.join(", ")
-            )
-        });
+        format!(
+            "INSERT INTO measurements (trial_id, attempt, step, metric, value, recorded_at) VALUES {}",
+            values.join(", ")
+        )
+    }
+
+    /// The update of the trial to its end.
+    fn update(&mut self, trial: &TrialRecord, ids: &EndIds) -> String {
+        let EndIds { id, finished_at } = ids;
         // sqlx 0.8's Any driver binds a NULL f64 as PostgreSQL's float4, and the statement it
         // caches then refuses a float8: a missing value is written as NULL in the SQL.
         let value = match trial.value.filter(|v| v.is_finite()) {
@@ -125,7 +187,7 @@ impl Script {
         };
         // The owner and attempt are the row's own when this controller still runs the trial;
         // otherwise the database refuses the end (migration 0005).
-        let update = format!(
+        format!(
             "UPDATE trials SET state = {}, error = {}, finished_at = {finished_at}, value = {value}, \
              worker = COALESCE({}, worker), log_path = COALESCE({}, log_path), owner = {}, \
              attempt = {} WHERE id = {id}",
@@ -135,15 +197,7 @@ impl Script {
             self.text(trial.log_path.as_deref()),
             self.text(trial.owner.as_deref()),
             self.int(i64::from(trial.attempt)),
-        );
-        match insert {
-            None => self.push(update),
-            Some(insert) if sqlite => {
-                self.push(insert);
-                self.push(update);
-            }
-            Some(insert) => self.push(format!("WITH recorded AS ({insert}) {update}")),
-        }
+        )
     }
 
     /// Runs the statements as one call, in one transaction on SQLite when there are several
@@ -159,40 +213,87 @@ impl Script {
             true => format!("BEGIN IMMEDIATE; {}; COMMIT", self.statements.join("; ")),
             false => self.statements.join("; "),
         };
-        let mut query: Query<'_, Any, AnyArguments<'_>> = sqlx::query(&sql);
-        for arg in self.args {
-            query = match arg {
-                Arg::Text(text) => query.bind(text),
-                Arg::Int(int) => query.bind(int),
-                Arg::Real(real) => query.bind(real),
-            };
-        }
+        let started = Instant::now();
         // `fetch_all`: every statement runs, the COMMIT included, whatever rows come first.
-        let result = query.fetch_all(pool).await;
+        let result = bound(&sql, self.args).fetch_all(pool).await;
         if result.is_err() && transaction {
             // Whatever statement failed, the transaction must not stay open.
             let _ = sqlx::query("ROLLBACK").execute(pool).await;
         }
+        warn_if_slow(&sql, started.elapsed());
         result.map_err(query_error(doing))
+    }
+
+    /// Runs the statement (only one: see [`Script::run`]) in the transaction `tx`.
+    async fn run_in(self, tx: &mut Transaction<'_, Any>) -> Result<(), StorageError> {
+        let sql = self.statements.join("; ");
+        let started = Instant::now();
+        let result = bound(&sql, self.args).execute(&mut **tx).await;
+        warn_if_slow(&sql, started.elapsed());
+        result.map(drop).map_err(query_error(FINISHING))
     }
 }
 
+/// `sql` with `args` bound, in order, prepared to be kept if it is short.
+fn bound(sql: &str, args: Vec<Arg>) -> Query<'_, Any, AnyArguments<'_>> {
+    let query = sqlx::query(sql).persistent(sql.len() <= LONGEST_CACHED);
+    args.into_iter().fold(query, |query, arg| match arg {
+        Arg::Text(text) => query.bind(text),
+        Arg::Int(int) => query.bind(int),
+        Arg::Real(real) => query.bind(real),
+    })
+}
+
 impl Storage {
-    /// Writes the trials' ends (see [`TrialEnd`]): on SQLite in one call, on PostgreSQL
-    /// one call each. Leaves `ends` empty once they are written (as they were, on an error).
+    /// Writes the trials' ends (see [`TrialEnd`]): on SQLite in one call, on PostgreSQL one
+    /// call each (or one transaction, for an end of more than [`ROWS_PER_INSERT`]
+    /// measurements). Leaves `ends` empty once they are written (as they were, on an error).
     pub async fn finish_trials(&self, ends: &mut Vec<TrialEnd>) -> Result<(), StorageError> {
-        let per_call = if self.sqlite { ends.len().max(1) } else { 1 };
-        for batch in ends.chunks(per_call) {
-            let mut script = Script::default();
-            for end in batch {
-                script.end(end, self.sqlite);
+        match self.sqlite {
+            true if ends.is_empty() => {}
+            true => {
+                let mut script = Script::default();
+                for end in ends.iter() {
+                    script.sqlite_end(end);
+                }
+                script.run(&self.pool, true, FINISHING).await?;
             }
-            script
-                .run(&self.pool, self.sqlite, "finishing a trial")
-                .await?;
+            false => {
+                for end in ends.iter() {
+                    self.finish_on_postgres(end).await?;
+                }
+            }
         }
         ends.clear();
         Ok(())
+    }
+
+    /// Writes one end on PostgreSQL, which prepares one statement per call: the trial's
+    /// update with its last [`ROWS_PER_INSERT`] measurements, after the inserts of the others
+    /// in the same transaction when there are more.
+    async fn finish_on_postgres(&self, end: &TrialEnd) -> Result<(), StorageError> {
+        let rows = end.recorded();
+        let last_insert = rows.len().saturating_sub(1) / ROWS_PER_INSERT * ROWS_PER_INSERT;
+        let (earlier, last) = rows.split_at(last_insert);
+        let ending = |rows| {
+            let mut script = Script::default();
+            script.postgres_end(end, rows);
+            script
+        };
+        if earlier.is_empty() {
+            ending(last).run(&self.pool, false, FINISHING).await?;
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await.map_err(query_error(FINISHING))?;
+        for rows in earlier.chunks(ROWS_PER_INSERT) {
+            let mut script = Script::default();
+            let ids = script.ids(&end.trial);
+            let insert = script.insert(&end.trial, &ids, rows);
+            script.push(insert);
+            script.run_in(&mut tx).await?;
+        }
+        ending(last).run_in(&mut tx).await?;
+        tx.commit().await.map_err(query_error(FINISHING))
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyConnection, AnyPool, Connection, Executor};
+use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 
 use crate::study::{Goal, Study};
 pub use ends::TrialEnd;
@@ -87,6 +87,33 @@ fn query_error(doing: &'static str) -> impl FnOnce(sqlx::Error) -> StorageError 
 /// controller took over (migration 0005's trigger).
 const TAKEN_OVER: &str = "trial taken over by another controller";
 
+/// A statement that runs longer is warned about.
+const SLOW_STATEMENT: Duration = Duration::from_secs(1);
+/// How many characters of a slow statement its warning shows.
+const SLOW_STATEMENT_SHOWN: usize = 200;
+
+/// Warns of `sql` if it ran `elapsed` or longer (see [`slow_statement`]).
+fn warn_if_slow(sql: &str, elapsed: Duration) {
+    if let Some(warning) = slow_statement(sql, elapsed) {
+        tracing::warn!("{warning}");
+    }
+}
+
+/// The warning about `sql` if it ran `elapsed` or longer, showing its first characters: the
+/// statements of claims and ends grow with the measurements they write (megabytes for a
+/// worker that printed many), and sqlx's own warning, which prints a statement whole, is off.
+fn slow_statement(sql: &str, elapsed: Duration) -> Option<String> {
+    if elapsed < SLOW_STATEMENT {
+        return None;
+    }
+    let shown: String = sql.chars().take(SLOW_STATEMENT_SHOWN).collect();
+    let cut = if shown.len() < sql.len() { " ..." } else { "" };
+    Some(format!(
+        "slow statement ({elapsed:.1?}, {} bytes): {shown}{cut}",
+        sql.len()
+    ))
+}
+
 /// The current time as stored: UTC, RFC 3339, milliseconds.
 pub fn now() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
@@ -111,7 +138,10 @@ impl Storage {
             source,
         };
         let sqlite = matches!(url, StorageUrl::Sqlite { .. });
-        let options = AnyConnectOptions::from_str(&url.connect_string()).map_err(open_error)?;
+        // sqlx logs every statement whole; the slow ones are warned about by `warn_if_slow`.
+        let options = AnyConnectOptions::from_str(&url.connect_string())
+            .map_err(open_error)?
+            .disable_statement_logging();
         // sqlx's pool tries a refused connection or a failed set-up again until its acquire
         // timeout, logging each try, and then says only that it timed out: one connection
         // first says at once what is wrong.
@@ -337,4 +367,27 @@ pub(crate) async fn test_study(max_trial_count: u64) -> (tempfile::TempDir, Stor
     let study = crate::spec::parse(std::path::Path::new("s.yaml"), &yaml).unwrap();
     let id = storage.ensure_study(&study).await.unwrap().id;
     (dir, storage, id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_statement_is_shown_by_its_start() {
+        let second = Duration::from_secs(1);
+        assert_eq!(slow_statement("SELECT 1", second / 2), None);
+        assert_eq!(
+            slow_statement("SELECT 1", second).unwrap(),
+            "slow statement (1.0s, 8 bytes): SELECT 1"
+        );
+        let huge = format!(
+            "INSERT INTO measurements VALUES {}",
+            "($1, $2), ".repeat(100_000)
+        );
+        let warning = slow_statement(&huge, 3 * second).unwrap();
+        assert!(warning.starts_with("slow statement (3.0s, 1000032 bytes): INSERT INTO"));
+        assert!(warning.ends_with(" ..."));
+        assert!(warning.len() < SLOW_STATEMENT_SHOWN + 60, "{warning}");
+    }
 }

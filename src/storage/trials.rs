@@ -351,7 +351,7 @@ impl Storage {
         let first = view.next_number();
         let mut script = Script::default();
         for end in &ends {
-            script.end(end, self.sqlite);
+            script.sqlite_end(end);
         }
         let since = view.first_changed_id();
         let (rows, unfinished) = view.rows_since(since);
