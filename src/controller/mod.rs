@@ -30,8 +30,8 @@ use crate::executor::{
 use crate::report::Measurement;
 use crate::sampler::{ProposalContext, Sampler, SamplerError};
 use crate::storage::{
-    Budget, Claim, NextAttempt, Storage, StorageError, StudyRecord, StudyView, TrialEnd,
-    TrialRecord, TrialState,
+    Budget, Claim, ClaimError, NextAttempt, Storage, StorageError, StudyRecord, StudyView,
+    TrialEnd, TrialRecord, TrialState,
 };
 use crate::study::Study;
 use crate::study::space::Assignment;
@@ -51,6 +51,15 @@ pub enum ControllerError {
     /// The sampler failed.
     #[error(transparent)]
     Sampler(#[from] SamplerError),
+}
+
+impl From<ClaimError<SamplerError>> for ControllerError {
+    fn from(e: ClaimError<SamplerError>) -> Self {
+        match e {
+            ClaimError::Storage(e) => ControllerError::Storage(e),
+            ClaimError::Proposal(e) => ControllerError::Sampler(e),
+        }
+    }
 }
 
 /// Limits of one run of the loop.
@@ -226,7 +235,7 @@ pub async fn run(
                     &mut run.ends,
                     propose,
                 )
-                .await??;
+                .await?;
             for claim in claims {
                 match claim {
                     Claim::Started(trial) => run.launch(*trial, None, observer),

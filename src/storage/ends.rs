@@ -16,7 +16,7 @@ use sqlx::query::Query;
 use sqlx::{Any, Pool, Transaction};
 
 use super::rows::{TrialRecord, TrialState};
-use super::{Storage, StorageError, now, query_error, warn_if_slow};
+use super::{Dialect, Storage, StorageError, now, query_error, warn_if_slow};
 use crate::report::Measurement;
 
 /// Measurements per insert. An end holds as many as the worker printed since they were last
@@ -205,10 +205,10 @@ impl Script {
     pub(super) async fn run(
         self,
         pool: &Pool<Any>,
-        sqlite: bool,
+        dialect: Dialect,
         doing: &'static str,
     ) -> Result<Vec<AnyRow>, StorageError> {
-        let transaction = sqlite && self.statements.len() > 1;
+        let transaction = dialect == Dialect::Sqlite && self.statements.len() > 1;
         let sql = match transaction {
             true => format!("BEGIN IMMEDIATE; {}; COMMIT", self.statements.join("; ")),
             false => self.statements.join("; "),
@@ -249,16 +249,16 @@ impl Storage {
     /// call each (or one transaction, for an end of more than [`ROWS_PER_INSERT`]
     /// measurements). Leaves `ends` empty once they are written (as they were, on an error).
     pub async fn finish_trials(&self, ends: &mut Vec<TrialEnd>) -> Result<(), StorageError> {
-        match self.sqlite {
-            true if ends.is_empty() => {}
-            true => {
+        match self.dialect {
+            Dialect::Sqlite if ends.is_empty() => {}
+            Dialect::Sqlite => {
                 let mut script = Script::default();
                 for end in ends.iter() {
                     script.sqlite_end(end);
                 }
-                script.run(&self.pool, true, FINISHING).await?;
+                script.run(&self.pool, Dialect::Sqlite, FINISHING).await?;
             }
-            false => {
+            Dialect::Postgres => {
                 for end in ends.iter() {
                     self.finish_on_postgres(end).await?;
                 }
@@ -281,7 +281,9 @@ impl Storage {
             script
         };
         if earlier.is_empty() {
-            ending(last).run(&self.pool, false, FINISHING).await?;
+            ending(last)
+                .run(&self.pool, Dialect::Postgres, FINISHING)
+                .await?;
             return Ok(());
         }
         let mut tx = self.pool.begin().await.map_err(query_error(FINISHING))?;
@@ -313,7 +315,6 @@ mod tests {
                 Ok::<_, ()>(Some(Assignment::default()))
             })
             .await
-            .unwrap()
             .unwrap();
         match &claimed[..] {
             [Claim::Started(trial)] => (**trial).clone(),

@@ -23,7 +23,7 @@ use crate::study::{Goal, Study};
 pub use ends::TrialEnd;
 use rows::trial_columns;
 pub use rows::{StudyRecord, StudySummary, TrialRecord, TrialState};
-pub use trials::{Budget, Claim, NextAttempt, StudyView};
+pub use trials::{Budget, Claim, ClaimError, NextAttempt, StudyView};
 pub use url::{DEFAULT_STORAGE, StorageUrl};
 
 /// Why the database could not do what was asked.
@@ -123,9 +123,27 @@ pub fn now() -> String {
 #[derive(Debug, Clone)]
 pub struct Storage {
     pool: AnyPool,
-    /// Whether the database is SQLite (else PostgreSQL): they take the study's lock
-    /// differently.
-    sqlite: bool,
+    /// Which database it is: they are set up, locked and written differently.
+    dialect: Dialect,
+}
+
+/// The two databases hptune writes, where they differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    /// One file of one machine: one connection, the database's write lock, statements sent
+    /// together as one string.
+    Sqlite,
+    /// A server many controllers share: a pool, a row lock per study, one statement a call.
+    Postgres,
+}
+
+impl Dialect {
+    fn of(url: &StorageUrl) -> Self {
+        match url {
+            StorageUrl::Sqlite { .. } => Dialect::Sqlite,
+            StorageUrl::Postgres(_) => Dialect::Postgres,
+        }
+    }
 }
 
 impl Storage {
@@ -137,7 +155,7 @@ impl Storage {
             url: url.to_string(),
             source,
         };
-        let sqlite = matches!(url, StorageUrl::Sqlite { .. });
+        let dialect = Dialect::of(url);
         // sqlx logs every statement whole; the slow ones are warned about by `warn_if_slow`.
         let options = AnyConnectOptions::from_str(&url.connect_string())
             .map_err(open_error)?
@@ -145,30 +163,32 @@ impl Storage {
         // sqlx's pool tries a refused connection or a failed set-up again until its acquire
         // timeout, logging each try, and then says only that it timed out: one connection
         // first says at once what is wrong.
-        connect_once(&options, sqlite).await.map_err(open_error)?;
+        connect_once(&options, dialect).await.map_err(open_error)?;
         let pool = AnyPoolOptions::new()
             // SQLite: one connection, so its page cache stays valid (another connection's
             // write would make it read the changed pages again) and one thread stays warm;
             // there is a single writer anyway.
-            .max_connections(if sqlite { 1 } else { 4 })
+            .max_connections(match dialect {
+                Dialect::Sqlite => 1,
+                Dialect::Postgres => 4,
+            })
             // An unreachable server fails in seconds; SQLite waits for its lock inside a
             // connection (busy_timeout), not here.
             .acquire_timeout(CONNECT_TIMEOUT)
             // A ping before each use guards against a server that dropped the connection;
             // an embedded SQLite file has no such server, and the ping is a round trip to the
             // connection's thread for every statement.
-            .test_before_acquire(!sqlite)
-            .after_connect(move |conn, _meta| Box::pin(prepare(conn, sqlite)))
+            .test_before_acquire(dialect == Dialect::Postgres)
+            .after_connect(move |conn, _meta| Box::pin(prepare(conn, dialect)))
             .connect_with(options)
             .await
             .map_err(open_error)?;
-        let migrator = if sqlite {
-            sqlx::migrate!("./migrations/sqlite")
-        } else {
-            sqlx::migrate!("./migrations/postgres")
+        let migrator = match dialect {
+            Dialect::Sqlite => sqlx::migrate!("./migrations/sqlite"),
+            Dialect::Postgres => sqlx::migrate!("./migrations/postgres"),
         };
         migrate(&pool, &migrator).await.map_err(open_error)?;
-        Ok(Self { pool, sqlite })
+        Ok(Self { pool, dialect })
     }
 
     /// The record of `study`, created on first run. A rerun must keep the objective and the
@@ -263,8 +283,8 @@ impl Storage {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Sets up a new connection: SQLite's journal, durability, foreign keys and lock wait.
-async fn prepare(conn: &mut AnyConnection, sqlite: bool) -> Result<(), sqlx::Error> {
-    if sqlite {
+async fn prepare(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), sqlx::Error> {
+    if dialect == Dialect::Sqlite {
         conn.execute("PRAGMA journal_mode = WAL").await?;
         conn.execute("PRAGMA synchronous = NORMAL").await?;
         conn.execute("PRAGMA foreign_keys = ON").await?;
@@ -275,10 +295,10 @@ async fn prepare(conn: &mut AnyConnection, sqlite: bool) -> Result<(), sqlx::Err
 
 /// Opens and sets up one connection, and closes it: fails at once where the pool would try
 /// again (a refused connection, a file that is not a database).
-async fn connect_once(options: &AnyConnectOptions, sqlite: bool) -> Result<(), sqlx::Error> {
+async fn connect_once(options: &AnyConnectOptions, dialect: Dialect) -> Result<(), sqlx::Error> {
     let attempt = async {
         let mut conn = AnyConnection::connect_with(options).await?;
-        prepare(&mut conn, sqlite).await?;
+        prepare(&mut conn, dialect).await?;
         conn.close().await
     };
     tokio::time::timeout(CONNECT_TIMEOUT, attempt)

@@ -18,7 +18,7 @@ use sqlx::{Any, Transaction};
 
 use super::ends::{Script, TrialEnd};
 use super::rows::{TrialRecord, TrialState, trial_columns};
-use super::{Storage, StorageError, now, query_error};
+use super::{Dialect, Storage, StorageError, now, query_error};
 use crate::report::Measurement;
 use crate::sampler::Observation;
 use crate::study::Goal;
@@ -228,6 +228,22 @@ fn params_json(params: &Assignment) -> String {
     serde_json::to_string(params).expect("parameters serialise")
 }
 
+/// Why a claim failed: the database, or the proposal of the trial's parameters (`E`, the
+/// proposer's error).
+#[derive(Debug)]
+pub enum ClaimError<E> {
+    /// The database failed.
+    Storage(StorageError),
+    /// The proposal failed.
+    Proposal(E),
+}
+
+impl<E> From<StorageError> for ClaimError<E> {
+    fn from(e: StorageError) -> Self {
+        ClaimError::Storage(e)
+    }
+}
+
 /// When the next attempt of a retried trial runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NextAttempt {
@@ -269,8 +285,8 @@ impl Storage {
         slots: usize,
         ends: &mut Vec<TrialEnd>,
         mut propose: impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
-    ) -> Result<Result<Vec<Claim>, E>, StorageError> {
-        if self.sqlite {
+    ) -> Result<Vec<Claim>, ClaimError<E>> {
+        if self.dialect == Dialect::Sqlite {
             // The parameters of the trials numbered from the view's next number on.
             let mut planned: Vec<Assignment> = Vec::new();
             while planned.len() < slots {
@@ -285,14 +301,14 @@ impl Storage {
                     .await?;
                 if !claimed.is_empty() {
                     let started = claimed.into_iter().map(|t| Claim::Started(Box::new(t)));
-                    return Ok(Ok(started.collect()));
+                    return Ok(started.collect());
                 }
             }
         }
-        Ok(self
+        let claim = self
             .claim_locked(view, budget, owner, ends, propose)
-            .await?
-            .map(|claim| vec![claim]))
+            .await?;
+        Ok(vec![claim])
     }
 
     /// Claims one trial under the study's lock, having written the `ends`.
@@ -303,7 +319,7 @@ impl Storage {
         owner: &str,
         ends: &mut Vec<TrialEnd>,
         mut propose: impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
-    ) -> Result<Result<Claim, E>, StorageError> {
+    ) -> Result<Claim, ClaimError<E>> {
         self.finish_trials(ends).await?;
         let doing = "claiming a trial";
         let mut tx = self.lock_study(view.study_id).await?;
@@ -311,8 +327,8 @@ impl Storage {
         view.absorb(&rows)?;
         let (number, params) = match decide(view, budget, &[], &mut propose) {
             Ok(Decision::Run(number, params)) => (number, params),
-            Ok(Decision::Not(claim)) => return Ok(Ok(claim)),
-            Err(e) => return Ok(Err(e)),
+            Ok(Decision::Not(claim)) => return Ok(claim),
+            Err(e) => return Err(ClaimError::Proposal(e)),
         };
         let started = now();
         let row = sqlx::query(concat!(
@@ -331,7 +347,7 @@ impl Storage {
         let trial = TrialRecord::from_row(&row)?;
         tx.commit().await.map_err(query_error(doing))?;
         view.update(trial.clone());
-        Ok(Ok(Claim::Started(Box::new(trial))))
+        Ok(Claim::Started(Box::new(trial)))
     }
 
     /// Inserts the `planned` trials (numbered from the view's next number on) as running, in
@@ -379,7 +395,7 @@ impl Storage {
             script.push(insert);
         }
         let inserted = script
-            .run(&self.pool, self.sqlite, "claiming a trial")
+            .run(&self.pool, self.dialect, "claiming a trial")
             .await?;
         let mut trials = Vec::with_capacity(inserted.len());
         for row in &inserted {
@@ -394,7 +410,7 @@ impl Storage {
     /// `BEGIN IMMEDIATE` (one statement), or a row lock on the study in PostgreSQL.
     async fn lock_study(&self, study_id: i64) -> Result<Transaction<'static, Any>, StorageError> {
         let doing = "locking the study";
-        if self.sqlite {
+        if self.dialect == Dialect::Sqlite {
             return self
                 .pool
                 .begin_with("BEGIN IMMEDIATE")
@@ -727,7 +743,6 @@ mod tests {
                     Ok::<_, ()>(Some(Assignment::default()))
                 })
                 .await
-                .unwrap()
                 .unwrap();
             assert!(ends.is_empty(), "the claim writes every end");
             match &claimed[..] {
@@ -848,7 +863,6 @@ mod tests {
                     },
                 )
                 .await
-                .unwrap()
                 .unwrap();
             claimed
                 .into_iter()
