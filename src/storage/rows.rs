@@ -127,6 +127,28 @@ pub struct TrialRecord {
     pub owner: Option<String>,
 }
 
+#[cfg(test)]
+impl TrialRecord {
+    /// Trial `number` (row id `100 + number`), running its first attempt, nothing else
+    /// recorded: the start of the records unit tests build.
+    pub(crate) fn for_test(number: u64) -> Self {
+        TrialRecord {
+            id: number as i64 + 100,
+            number,
+            state: TrialState::Running,
+            params: Default::default(),
+            value: None,
+            error: None,
+            worker: None,
+            log_path: None,
+            started_at: None,
+            finished_at: None,
+            attempt: 1,
+            owner: None,
+        }
+    }
+}
+
 /// A study with its trial counts and best value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StudySummary {

@@ -661,18 +661,9 @@ mod tests {
 
     fn trial(number: u64, state: TrialState, value: Option<f64>) -> TrialRecord {
         TrialRecord {
-            id: number as i64 + 100,
-            number,
             state,
-            params: Assignment::default(),
             value,
-            error: None,
-            worker: None,
-            log_path: None,
-            started_at: None,
-            finished_at: None,
-            attempt: 1,
-            owner: None,
+            ..TrialRecord::for_test(number)
         }
     }
 
