@@ -238,9 +238,8 @@ mod tests {
 
     fn outcome(end: WorkerEnd) -> WorkerOutcome {
         WorkerOutcome {
-            trial_id: 1,
-            end,
             last_output: Some("Traceback: boom".into()),
+            ..WorkerOutcome::new(1, end)
         }
     }
 

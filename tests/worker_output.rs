@@ -139,5 +139,10 @@ fn an_objective_value_that_is_not_a_number_is_named() {
         "{}",
         stderr(&out)
     );
-    assert_eq!(states(&scratch.trials("garbled")), ["failed"]);
+    let trials = scratch.trials("garbled");
+    assert_eq!(states(&trials), ["failed"]);
+    assert_eq!(
+        trials[0]["error"],
+        "the worker reported loss=0.5abc, which is not a number"
+    );
 }

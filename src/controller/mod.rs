@@ -557,11 +557,10 @@ impl Run<'_> {
                 self.tasks.remove(&id);
                 outcome
             }
-            Err(e) => WorkerOutcome {
-                trial_id: self.tasks.remove(&e.id()).unwrap_or_default(),
-                end: WorkerEnd::LaunchFailed(format!("the task watching the worker failed: {e}")),
-                last_output: None,
-            },
+            Err(e) => WorkerOutcome::new(
+                self.tasks.remove(&e.id()).unwrap_or_default(),
+                WorkerEnd::LaunchFailed(format!("the task watching the worker failed: {e}")),
+            ),
         }
     }
 

@@ -2,7 +2,7 @@
 //! whether the trial succeeded, failed, was stopped, or runs again.
 
 use crate::executor::{WorkerEnd, WorkerOutcome};
-use crate::report::{self, Measurement};
+use crate::report::{self, Measurement, ReportError};
 use crate::storage::TrialState;
 use crate::study::Study;
 
@@ -39,9 +39,11 @@ pub(super) fn judge(
     let failed = |message: String| Verdict::Final(TrialState::Failed, None, Some(message));
     let with_output = |message: String| outcome.with_last_output(message);
     let reported = || report::final_value(measurements, metric);
-    let finished = || match reported() {
-        Ok(value) => Verdict::Final(TrialState::Succeeded, Some(value), None),
-        Err(e) => failed(e.to_string()),
+    let finished = || match (reported(), &outcome.unreadable) {
+        (Ok(value), _) => Verdict::Final(TrialState::Succeeded, Some(value), None),
+        // No value, but one the worker meant as a value: say what it printed.
+        (Err(ReportError::Missing(_)), Some(unreadable)) => failed(unreadable.clone()),
+        (Err(e), _) => failed(e.to_string()),
     };
     match &outcome.end {
         WorkerEnd::Exited(0) => finished(),
@@ -101,9 +103,8 @@ mod tests {
 
     fn verdict(end: WorkerEnd, measurements: &[Measurement], early: Option<&str>) -> Verdict {
         let outcome = WorkerOutcome {
-            trial_id: 1,
-            end,
             last_output: Some("Traceback: boom".into()),
+            ..WorkerOutcome::new(1, end)
         };
         judge(&study(), measurements, &outcome, early.map(str::to_string))
     }
@@ -122,6 +123,14 @@ mod tests {
         assert_eq!(
             verdict(WorkerEnd::Exited(0), &curve[..1], None),
             Verdict::Final(TrialState::Succeeded, Some(3.0), None)
+        );
+        let garbled = WorkerOutcome {
+            unreadable: Some("the worker reported loss=0.5abc, which is not a number".into()),
+            ..WorkerOutcome::new(1, WorkerEnd::Exited(0))
+        };
+        assert_eq!(
+            judge(&study(), &[], &garbled, None),
+            failed("the worker reported loss=0.5abc, which is not a number")
         );
         match verdict(WorkerEnd::Exited(0), &[], None) {
             Verdict::Final(TrialState::Failed, None, Some(e)) => assert!(e.contains("loss"), "{e}"),

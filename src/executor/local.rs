@@ -53,14 +53,9 @@ impl Executor for LocalExecutor {
             },
             Start::Fresh => Worker::start(&job, events),
         };
-        let (end, last_output) = match started {
+        match started {
             Ok(worker) => worker.watch(&job, stop).await,
-            Err(message) => (WorkerEnd::LaunchFailed(message), None),
-        };
-        WorkerOutcome {
-            trial_id,
-            end,
-            last_output,
+            Err(message) => WorkerOutcome::new(trial_id, WorkerEnd::LaunchFailed(message)),
         }
     }
 }
@@ -90,8 +85,8 @@ struct Reported {
     events: mpsc::UnboundedSender<WorkerEvent>,
     trial_id: i64,
     number: u64,
-    /// Whether a line giving the objective a value that is not a number was warned about.
-    warned_unreadable: bool,
+    /// The first report of the objective whose value is not a number, said once.
+    unreadable: Option<String>,
 }
 
 impl Worker {
@@ -177,7 +172,7 @@ impl Worker {
                 events,
                 trial_id: job.trial_id,
                 number: job.number,
-                warned_unreadable: false,
+                unreadable: None,
             },
         }
     }
@@ -187,18 +182,14 @@ impl Worker {
         mut self,
         job: &TrialJob,
         mut stop: watch::Receiver<StopRequest>,
-    ) -> (WorkerEnd, Option<String>) {
+    ) -> WorkerOutcome {
         let deadline = job.timeout.map(|t| Instant::now() + t);
         // The first read is one period in: a worker that ends sooner is read once, at its end.
         let mut poll = tokio::time::interval_at(Instant::now() + POLL, POLL);
         let mut stop_open = true;
-        let reason = loop {
+        let end = loop {
             tokio::select! {
-                end = wait(&mut self.process) => {
-                    self.finish(job);
-                    let output = last_output(job, &end);
-                    return (end, output);
-                }
+                end = wait(&mut self.process) => break end,
                 _ = poll.tick() => self.read(job),
                 _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     break WorkerEnd::TimedOut(job.timeout.unwrap_or_default());
@@ -212,10 +203,15 @@ impl Worker {
                 }
             }
         };
-        self.terminate(job.grace_period, &mut stop).await;
+        if matches!(end, WorkerEnd::TimedOut(_) | WorkerEnd::Stopped) {
+            self.terminate(job.grace_period, &mut stop).await;
+        }
         self.finish(job);
-        let output = last_output(job, &reason);
-        (reason, output)
+        WorkerOutcome {
+            last_output: last_output(job, &end),
+            unreadable: self.reported.unreadable.take(),
+            ..WorkerOutcome::new(job.trial_id, end)
+        }
     }
 
     /// SIGTERM to the worker's group, then SIGKILL after the grace period, or as soon as
@@ -277,11 +273,11 @@ impl Reported {
     fn line(&mut self, parser: &LineParser, line: &str) {
         let measurements = parser.parse(line);
         if measurements.is_empty()
-            && !self.warned_unreadable
+            && self.unreadable.is_none()
             && let Some(problem) = parser.unreadable(line)
         {
             tracing::warn!("trial {}: {problem}", self.number);
-            self.warned_unreadable = true;
+            self.unreadable = Some(problem.to_string());
         }
         self.emit(measurements);
     }

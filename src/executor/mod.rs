@@ -180,9 +180,22 @@ pub struct WorkerOutcome {
     pub end: WorkerEnd,
     /// The last line the worker printed, for error messages (none after a clean exit).
     pub last_output: Option<String>,
+    /// Why a report of the objective could not be read (`loss=0.5abc`), if one could not:
+    /// what a trial that ends without a value failed of.
+    pub unreadable: Option<String>,
 }
 
 impl WorkerOutcome {
+    /// The outcome `end` of the trial's worker, with nothing else known.
+    pub fn new(trial_id: i64, end: WorkerEnd) -> Self {
+        Self {
+            trial_id,
+            end,
+            last_output: None,
+            unreadable: None,
+        }
+    }
+
     /// `message`, followed by the worker's last line of output when there is one.
     pub fn with_last_output(&self, message: String) -> String {
         match &self.last_output {

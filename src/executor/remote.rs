@@ -277,11 +277,7 @@ impl Executor for RemoteExecutor {
         events: mpsc::UnboundedSender<WorkerEvent>,
         stop: watch::Receiver<StopRequest>,
     ) -> WorkerOutcome {
-        let outcome = |end| WorkerOutcome {
-            trial_id: job.trial_id,
-            end,
-            last_output: None,
-        };
+        let outcome = |end| WorkerOutcome::new(job.trial_id, end);
         let handle = match &job.start {
             Start::Adopt(handle) => handle.clone(),
             // A job submitted by a controller that died before it recorded the job's name
