@@ -3,14 +3,9 @@
 //! [`LocalExecutor`]; each cloud engine (`vertex.rs`, `kubernetes.rs`, `sagemaker.rs`) is one
 //! file implementing `remote::Engine`, driven by [`RemoteExecutor`].
 
-mod credentials;
-mod http;
-mod kubernetes;
 mod local;
 pub mod process;
 mod remote;
-mod sagemaker;
-mod vertex;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -18,9 +13,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
-pub use http::RemoteError;
 pub use local::LocalExecutor;
-pub use remote::{RemoteExecutor, check_storage, for_study};
+pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study};
 
 use crate::report::Measurement;
 use crate::study::space::{Assignment, Space};

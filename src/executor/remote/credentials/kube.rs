@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde::Deserialize;
 
-use crate::executor::http::RemoteError;
+use crate::executor::remote::http::RemoteError;
 
 /// Where the in-cluster service account's files are mounted.
 const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -326,7 +326,7 @@ fn find<'a, T>(items: &'a [Named<T>], name: &str) -> Option<&'a T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::executor::http::Http;
+    use crate::executor::remote::http::Http;
 
     #[test]
     fn reads_the_current_context_of_a_kubeconfig() {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::executor::http::{Http, RemoteError};
+use crate::executor::remote::http::{Http, RemoteError};
 
 /// The scope of every token: Vertex AI is a Cloud Platform API.
 const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";

@@ -11,10 +11,10 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::TrialJob;
 use super::credentials::aws::AwsCredentials;
 use super::http::{Http, RemoteError};
-use super::remote::{Container, Engine, JobState};
+use super::{Container, Engine, JobState};
+use crate::executor::TrialJob;
 use crate::study::SageMakerSpec;
 
 /// The job's limit when the study sets no `trial.timeout`: SageMaker's default, one day.

@@ -10,7 +10,7 @@ use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
 use aws_sigv4::sign::v4;
 
-use crate::executor::http::RemoteError;
+use crate::executor::remote::http::RemoteError;
 
 /// An access key, its secret and maybe a session token; `Debug` shows none of them.
 #[derive(Clone)]

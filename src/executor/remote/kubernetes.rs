@@ -15,10 +15,10 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::TrialJob;
 use super::credentials::kube::KubeAccess;
 use super::http::{Http, RemoteError};
-use super::remote::{Container, Engine, JobState, STORAGE_VARIABLE};
+use super::{Container, Engine, JobState, STORAGE_VARIABLE};
+use crate::executor::TrialJob;
 use crate::study::KubernetesSpec;
 
 /// The name of the trial's container in its pod.

@@ -8,6 +8,12 @@
 //! stopped or times out, and turns what it sees into [`WorkerEvent`]s and a
 //! [`WorkerOutcome`].
 
+mod credentials;
+mod http;
+mod kubernetes;
+mod sagemaker;
+mod vertex;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,13 +21,13 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
-use super::http::RemoteError;
-use super::{
+use crate::executor::{
     Executor, LocalExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
     is_protocol_variable,
 };
 use crate::storage::{Storage, StorageUrl};
 use crate::study::{ExecutorSpec, RemoteSettings};
+pub use http::RemoteError;
 
 /// Polls of a job's state that may fail in a row (each after its own retries) before the
 /// job is given up.
@@ -140,15 +146,15 @@ pub fn for_study(
         ExecutorSpec::Local => Arc::new(LocalExecutor),
         ExecutorSpec::Vertex(spec) => remote(
             &spec.remote,
-            Box::new(super::vertex::Vertex::new(spec).map_err(error)?),
+            Box::new(vertex::Vertex::new(spec).map_err(error)?),
         ),
         ExecutorSpec::Kubernetes(spec) => remote(
             &spec.remote,
-            Box::new(super::kubernetes::Kubernetes::new(spec).map_err(error)?),
+            Box::new(kubernetes::Kubernetes::new(spec).map_err(error)?),
         ),
         ExecutorSpec::SageMaker(spec) => remote(
             &spec.remote,
-            Box::new(super::sagemaker::SageMaker::new(spec).map_err(error)?),
+            Box::new(sagemaker::SageMaker::new(spec).map_err(error)?),
         ),
     })
 }

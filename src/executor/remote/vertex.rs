@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::TrialJob;
 use super::credentials::google::GoogleAuth;
 use super::http::{Http, RemoteError};
-use super::remote::{Container, Engine, JobState};
+use super::{Container, Engine, JobState};
+use crate::executor::TrialJob;
 use crate::study::VertexSpec;
 
 /// gRPC's code UNAVAILABLE, which Vertex gives a job whose machine was preempted.
