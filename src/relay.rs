@@ -134,7 +134,7 @@ pub async fn relay(
     if let Some(e) = failed {
         return Err(e.into());
     }
-    let end = conclude(&outcome, &measurements, &job.metric, log_path);
+    let end = relay_end(&outcome, &measurements, &job.metric, log_path);
     storage
         .attempt_heartbeat(&trial, end.last_output.as_deref())
         .await?;
@@ -183,7 +183,7 @@ async fn record(
 /// The relay's exit code and the trial's failure, from how the worker ended and what it
 /// reported. A worker that exits 0 having reported a NaN objective fails: the database keeps
 /// finite values only, so the relay says it with its exit code and the recorded failure.
-fn conclude(
+fn relay_end(
     outcome: &WorkerOutcome,
     measurements: &[Measurement],
     metric: &str,
@@ -250,7 +250,7 @@ mod tests {
             metric: "loss".into(),
             value: 0.5,
         }];
-        let end = |e| conclude(&outcome(e), &ok, "loss", PathBuf::new());
+        let end = |e| relay_end(&outcome(e), &ok, "loss", PathBuf::new());
         assert_eq!(end(WorkerEnd::Exited(0)).exit_code, 0);
         let failed = end(WorkerEnd::Exited(3));
         assert_eq!(failed.exit_code, 3);
@@ -269,7 +269,7 @@ mod tests {
             metric: "loss".into(),
             value: f64::NAN,
         }];
-        let end = conclude(&outcome(WorkerEnd::Exited(0)), &nan, "loss", PathBuf::new());
+        let end = relay_end(&outcome(WorkerEnd::Exited(0)), &nan, "loss", PathBuf::new());
         assert_eq!(end.exit_code, 1);
         assert_eq!(
             end.failure.as_deref(),

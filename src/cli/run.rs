@@ -32,7 +32,7 @@ pub async fn run_study(path: &Path, url: &StorageUrl, log_dir: &Path) -> Result<
     let plan = Plan::for_study(&study, log_dir);
     let summary = supervise(&study, &storage, executor, sampler.as_mut(), &plan).await?;
     storage.close().await;
-    Ok(conclude(&summary))
+    Ok(print_end(&summary))
 }
 
 /// Runs one trial of the study of `path` with the parameters given by hand.
@@ -166,7 +166,7 @@ pub(super) async fn wait_for_signal() {
 }
 
 /// Prints the best trials and why the study ended; returns the exit code.
-fn conclude(summary: &RunSummary) -> ExitCode {
+fn print_end(summary: &RunSummary) -> ExitCode {
     let best = show::best_first(&summary.trials, summary.study.goal, TOP_TRIALS);
     if !best.is_empty()
         && let Err(e) = show::print_trials(&best, &summary.study, super::TrialsFormat::Table)

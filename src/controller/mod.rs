@@ -37,7 +37,7 @@ use crate::study::Study;
 use crate::study::space::Assignment;
 use crate::study::stopping::Curve;
 use liveness::{attempt_began, is_orphan, running_for};
-use verdict::{Verdict, judge};
+use verdict::{Verdict, verdict_on};
 
 /// How often a controller tells the database that its trials are alive.
 const HEARTBEAT: Duration = Duration::from_secs(10);
@@ -198,7 +198,7 @@ pub async fn run(
             &run.progress(),
         );
     }
-    run.take_over(adopted, observer).await?;
+    run.adopt(adopted, observer).await?;
 
     let mut exhausted = false;
     let mut failures = false;
@@ -254,7 +254,7 @@ pub async fn run(
         // The ends no claim took are written before the loop waits or leaves.
         storage.finish_trials(&mut run.ends).await?;
         if run.running.is_empty() {
-            // Before leaving, take over what a controller that died meanwhile left running.
+            // Before leaving, adopt what a controller that died meanwhile left running.
             let orphans = match interrupted {
                 true => Vec::new(),
                 false => {
@@ -266,7 +266,7 @@ pub async fn run(
             if orphans.is_empty() {
                 break;
             }
-            run.take_over(orphans, observer).await?;
+            run.adopt(orphans, observer).await?;
             continue;
         }
         tokio::select! {
@@ -286,7 +286,7 @@ pub async fn run(
                     while let Ok(event) = events.try_recv() {
                         run.record(event, Some(outcome.trial_id)).await?;
                     }
-                    run.conclude(outcome, interrupted, observer).await?;
+                    run.settle(outcome, interrupted, observer).await?;
                     next = run.workers.try_join_next_with_id();
                 }
             }
@@ -300,7 +300,7 @@ pub async fn run(
                 // A controller of the same study may have died meanwhile.
                 if !interrupted {
                     let orphans = storage.adopt_orphans(run.study_id, &run.owner, is_orphan).await?;
-                    run.take_over(orphans, observer).await?;
+                    run.adopt(orphans, observer).await?;
                 }
             }
             changed = interrupt.changed(), if interrupt_open && urgency != StopRequest::Now => {
@@ -347,8 +347,9 @@ pub async fn run(
 }
 
 impl Run<'_> {
-    /// Launches the trials taken over from a controller that is gone, with what it recorded.
-    async fn take_over(
+    /// Adopts the trials of a controller that is gone (or was interrupted): launches each with
+    /// what that controller recorded.
+    async fn adopt(
         &mut self,
         trials: Vec<TrialRecord>,
         observer: &mut dyn RunObserver,
@@ -565,7 +566,7 @@ impl Run<'_> {
     }
 
     /// Judges how a worker ended: retries the trial, or records its end.
-    async fn conclude(
+    async fn settle(
         &mut self,
         outcome: WorkerOutcome,
         interrupted: bool,
@@ -575,7 +576,7 @@ impl Run<'_> {
             return Ok(());
         };
         let early_stop = self.early_stops.remove(&outcome.trial_id);
-        let verdict = match judge(self.study, &done.measurements, &outcome, early_stop) {
+        let verdict = match verdict_on(self.study, &done.measurements, &outcome, early_stop) {
             Verdict::Retry(reason) if interrupted => {
                 Verdict::Interrupted(format!("the study was interrupted ({reason})"))
             }

@@ -29,7 +29,7 @@ pub(super) enum Verdict {
 
 /// How an attempt ended; `early_stop` is the stopping rule's reason if it asked the worker to
 /// stop.
-pub(super) fn judge(
+pub(super) fn verdict_on(
     study: &Study,
     measurements: &[Measurement],
     outcome: &WorkerOutcome,
@@ -106,7 +106,7 @@ mod tests {
             last_output: Some("Traceback: boom".into()),
             ..WorkerOutcome::new(1, end)
         };
-        judge(&study(), measurements, &outcome, early.map(str::to_string))
+        verdict_on(&study(), measurements, &outcome, early.map(str::to_string))
     }
 
     fn failed(message: &str) -> Verdict {
@@ -129,7 +129,7 @@ mod tests {
             ..WorkerOutcome::new(1, WorkerEnd::Exited(0))
         };
         assert_eq!(
-            judge(&study(), &[], &garbled, None),
+            verdict_on(&study(), &[], &garbled, None),
             failed("the worker reported loss=0.5abc, which is not a number")
         );
         match verdict(WorkerEnd::Exited(0), &[], None) {
