@@ -10,7 +10,7 @@ use hptune::controller::{self, Plan, RunSummary, StudyEnd};
 use hptune::executor::{Executor, StopRequest, check_program, check_storage, for_study};
 use hptune::sampler::{self, ManualSampler};
 use hptune::spec;
-use hptune::storage::{Storage, StorageUrl, TrialState};
+use hptune::storage::{Storage, StorageUrl, TrialState, best_first};
 use hptune::study::{ExecutorKind, ExecutorSpec, Study};
 
 use super::progress::Display;
@@ -167,7 +167,7 @@ pub(super) async fn wait_for_signal() {
 
 /// Prints the best trials and why the study ended; returns the exit code.
 fn print_end(summary: &RunSummary) -> ExitCode {
-    let best = show::best_first(&summary.trials, summary.study.goal, TOP_TRIALS);
+    let best = best_first(&summary.trials, summary.study.goal, TOP_TRIALS);
     if !best.is_empty()
         && let Err(e) = show::print_trials(&best, &summary.study, super::TrialsFormat::Table)
     {

@@ -6,8 +6,7 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use hptune::spec;
-use hptune::storage::{Storage, StudyRecord, TrialRecord, TrialState, best_trial};
-use hptune::study::Goal;
+use hptune::storage::{Storage, StudyRecord, TrialRecord, TrialState, best_first, best_trial};
 use hptune::study::space::{ParamValue, Space};
 
 use super::table;
@@ -113,25 +112,6 @@ pub async fn best(storage: &Storage, study: &str, format: BestFormat) -> Result<
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The `n` best succeeded trials, best first (ties by number).
-pub fn best_first(trials: &[TrialRecord], goal: Goal, n: usize) -> Vec<TrialRecord> {
-    let mut succeeded: Vec<TrialRecord> = trials
-        .iter()
-        .filter(|t| t.state == TrialState::Succeeded && t.value.is_some())
-        .cloned()
-        .collect();
-    succeeded.sort_by(|a, b| {
-        let (a_value, b_value) = (a.value.unwrap_or_default(), b.value.unwrap_or_default());
-        let order = match goal {
-            Goal::Maximize => b_value.total_cmp(&a_value),
-            Goal::Minimize => a_value.total_cmp(&b_value),
-        };
-        order.then(a.number.cmp(&b.number))
-    });
-    succeeded.truncate(n);
-    succeeded
 }
 
 /// Prints trials in a format.

@@ -356,20 +356,33 @@ async fn migrate(pool: &AnyPool, migrator: &sqlx::migrate::Migrator) -> Result<(
     }
 }
 
-/// The best finished trial of `trials` for `goal`, if any succeeded.
+/// The `n` best succeeded trials of `trials` for `goal`, best first.
+pub fn best_first(trials: &[TrialRecord], goal: Goal, n: usize) -> Vec<TrialRecord> {
+    let mut succeeded: Vec<&TrialRecord> = succeeded(trials).collect();
+    succeeded.sort_by(|a, b| ranking(goal, a, b));
+    succeeded.into_iter().take(n).cloned().collect()
+}
+
+/// The best succeeded trial of `trials` for `goal`, if any succeeded.
 pub fn best_trial(trials: &[TrialRecord], goal: Goal) -> Option<&TrialRecord> {
+    succeeded(trials).min_by(|a, b| ranking(goal, a, b))
+}
+
+fn succeeded(trials: &[TrialRecord]) -> impl Iterator<Item = &TrialRecord> {
     trials
         .iter()
-        .filter(|t| t.state == TrialState::Succeeded)
-        .filter_map(|t| t.value.map(|v| (t, v)))
-        .fold(
-            None,
-            |best: Option<(&TrialRecord, f64)>, (t, v)| match best {
-                Some((_, b)) if !goal.better(v, b) => best,
-                _ => Some((t, v)),
-            },
-        )
-        .map(|(t, _)| t)
+        .filter(|t| t.state == TrialState::Succeeded && t.value.is_some())
+}
+
+/// Which of two succeeded trials ranks first: the better value, and of equal values the
+/// lower number.
+fn ranking(goal: Goal, a: &TrialRecord, b: &TrialRecord) -> std::cmp::Ordering {
+    let (a_value, b_value) = (a.value.unwrap_or_default(), b.value.unwrap_or_default());
+    let order = match goal {
+        Goal::Maximize => b_value.total_cmp(&a_value),
+        Goal::Minimize => a_value.total_cmp(&b_value),
+    };
+    order.then(a.number.cmp(&b.number))
 }
 
 /// A study of one double parameter and at most `max_trial_count` trials, in a new SQLite file
