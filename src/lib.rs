@@ -4,12 +4,11 @@
 //! ([`study::space`]) and trial template; a [`sampler`] proposes trials; the [`controller`]
 //! runs them as trial workers through an [`executor`], reads what they report ([`report`]),
 //! stops unpromising trials early ([`study::stopping`]) and records everything in
-//! [`storage`]. Inside a remote job, the [`relay`] runs the worker and writes what it
-//! reports into the storage.
+//! [`storage`]. Inside a remote job, the relay ([`executor::relay`]) runs the worker and
+//! writes what it reports into the storage.
 
 pub mod controller;
 pub mod executor;
-pub mod relay;
 pub mod report;
 pub mod sampler;
 pub mod spec;

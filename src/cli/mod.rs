@@ -242,7 +242,7 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             log_dir,
             command,
         } => {
-            let job = hptune::relay::RelayJob {
+            let job = hptune::executor::relay::RelayJob {
                 study,
                 number: trial,
                 attempt,

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use tokio::sync::watch;
 
 use hptune::executor::error_log_path;
-use hptune::relay::{RelayError, RelayJob, relay as run_relay};
+use hptune::executor::relay::{RelayError, RelayJob, relay as run_relay};
 use hptune::storage::{Storage, StorageUrl};
 
 use super::Failure;

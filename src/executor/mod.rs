@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
 pub use local::LocalExecutor;
-pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study};
+pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study, relay};
 
 use crate::report::Measurement;
 use crate::study::space::{Assignment, Space};

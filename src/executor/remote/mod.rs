@@ -11,6 +11,7 @@
 mod credentials;
 mod http;
 mod kubernetes;
+pub mod relay;
 mod sagemaker;
 mod vertex;
 
