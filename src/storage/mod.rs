@@ -6,11 +6,13 @@
 //! The relay of a remote job (PostgreSQL only) writes its attempt's measurements and
 //! heartbeats ([`relayed`]).
 
+mod claim;
 mod ends;
 mod relayed;
 mod rows;
 mod trials;
 mod url;
+mod view;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -20,11 +22,13 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 
 use crate::study::{Goal, Study};
+pub use claim::{Budget, Claim, ClaimError};
 pub use ends::TrialEnd;
 use rows::trial_columns;
 pub use rows::{StudyRecord, StudySummary, TrialRecord, TrialState};
-pub use trials::{Budget, Claim, ClaimError, NextAttempt, StudyView};
+pub use trials::NextAttempt;
 pub use url::{DEFAULT_STORAGE, StorageUrl};
+pub use view::StudyView;
 
 /// Why the database could not do what was asked.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,190 @@
+//! What a controller knows of a study's trials, kept up to date from the rows that changed.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use sqlx::any::AnyRow;
+
+use super::StorageError;
+use super::rows::{TrialRecord, TrialState};
+use crate::sampler::Observation;
+use crate::study::Goal;
+use crate::study::space::Assignment;
+
+/// What a controller knows of a study's trials, kept up to date incrementally: finished
+/// trials never change, so only new rows and unfinished ones are read again, and the counts,
+/// the best trial and the unfinished ones are kept as rows come in (every question a
+/// controller asks per trial costs the number of running trials, not the number of trials).
+#[derive(Debug, Clone)]
+pub struct StudyView {
+    pub(super) study_id: i64,
+    goal: Goal,
+    trials: BTreeMap<u64, TrialRecord>,
+    history: Vec<Observation>,
+    newest_id: i64,
+    counts: HashMap<TrialState, usize>,
+    unfinished: BTreeSet<u64>,
+    best: Option<(u64, f64)>,
+}
+
+impl StudyView {
+    /// An empty view of a study whose objective has `goal`.
+    pub fn new(study_id: i64, goal: Goal) -> Self {
+        Self {
+            study_id,
+            goal,
+            trials: BTreeMap::new(),
+            history: Vec::new(),
+            newest_id: 0,
+            counts: HashMap::new(),
+            unfinished: BTreeSet::new(),
+            best: None,
+        }
+    }
+
+    /// Every trial, by number.
+    pub fn trials(&self) -> impl Iterator<Item = &TrialRecord> {
+        self.trials.values()
+    }
+
+    /// Finished trials as samplers see them, by number.
+    pub fn history(&self) -> &[Observation] {
+        &self.history
+    }
+
+    /// The parameters of the trials not finished yet.
+    pub fn unfinished_params(&self) -> Vec<Assignment> {
+        self.unfinished_trials().map(|t| t.params.clone()).collect()
+    }
+
+    /// How many trials are in `state`.
+    pub fn count(&self, state: TrialState) -> usize {
+        self.counts.get(&state).copied().unwrap_or(0)
+    }
+
+    /// The number and value of the best succeeded trial, if any.
+    pub fn best(&self) -> Option<(u64, f64)> {
+        self.best
+    }
+
+    /// The trials not finished yet (pending or running).
+    pub(super) fn unfinished_trials(&self) -> impl Iterator<Item = &TrialRecord> {
+        self.unfinished.iter().filter_map(|n| self.trials.get(n))
+    }
+
+    /// How many trials the study has.
+    pub(super) fn trial_count(&self) -> usize {
+        self.trials.len()
+    }
+
+    /// The number the next trial of the study gets.
+    pub(super) fn next_number(&self) -> u64 {
+        self.trials.keys().next_back().map_or(0, |n| n + 1)
+    }
+
+    /// The first row id that may have changed since the view was read: the oldest
+    /// unfinished trial's, or else the first id after the newest seen.
+    pub(super) fn first_changed_id(&self) -> i64 {
+        self.unfinished_trials()
+            .map(|t| t.id)
+            .min()
+            .unwrap_or(self.newest_id + 1)
+    }
+
+    /// How many trials of the view have a row id from `since` on, and how many of those
+    /// are unfinished. Ids grow with numbers, so only the newest trials are looked at (were
+    /// they not to, the count would fall short and a guarded claim would take the lock).
+    pub(super) fn rows_since(&self, since: i64) -> (usize, usize) {
+        let from = self.trials.values().rev().take_while(|t| t.id >= since);
+        from.fold((0, 0), |(rows, unfinished), t| {
+            (rows + 1, unfinished + usize::from(!t.state.is_finished()))
+        })
+    }
+
+    /// Takes in the rows read from the database (new or changed trials).
+    pub(super) fn absorb(&mut self, rows: &[AnyRow]) -> Result<(), StorageError> {
+        for row in rows {
+            self.update(TrialRecord::from_row(row)?);
+        }
+        Ok(())
+    }
+
+    /// Puts the trial as it now is into the view.
+    pub fn update(&mut self, trial: TrialRecord) {
+        self.newest_id = self.newest_id.max(trial.id);
+        let old = self.trials.get(&trial.number);
+        if let Some(old) = old {
+            *self.counts.entry(old.state).or_default() -= 1;
+        }
+        let newly_finished =
+            trial.state.is_finished() && old.is_none_or(|old| !old.state.is_finished());
+        *self.counts.entry(trial.state).or_default() += 1;
+        if trial.state.is_finished() {
+            self.unfinished.remove(&trial.number);
+        } else {
+            self.unfinished.insert(trial.number);
+        }
+        if newly_finished {
+            let value = trial.value.filter(|_| trial.state == TrialState::Succeeded);
+            if let Some(v) = value
+                && self.best.is_none_or(|(_, best)| self.goal.better(v, best))
+            {
+                self.best = Some((trial.number, v));
+            }
+            let at = self.history.partition_point(|o| o.number < trial.number);
+            self.history.insert(
+                at,
+                Observation {
+                    number: trial.number,
+                    params: trial.params.clone(),
+                    value,
+                },
+            );
+        }
+        self.trials.insert(trial.number, trial);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(number: u64, state: TrialState, value: Option<f64>) -> TrialRecord {
+        TrialRecord {
+            state,
+            value,
+            ..TrialRecord::for_test(number)
+        }
+    }
+
+    #[test]
+    fn the_view_keeps_counts_best_and_unfinished_trials_as_rows_change() {
+        let mut view = StudyView::new(1, Goal::Minimize);
+        for n in 0..4 {
+            view.update(trial(n, TrialState::Running, None));
+        }
+        assert_eq!(view.count(TrialState::Running), 4);
+        assert_eq!(view.first_changed_id(), 100);
+        view.update(trial(2, TrialState::Succeeded, Some(3.0)));
+        view.update(trial(0, TrialState::Failed, None));
+        view.update(trial(3, TrialState::Succeeded, Some(1.5)));
+        // A row read again after it finished changes nothing.
+        view.update(trial(3, TrialState::Succeeded, Some(1.5)));
+        view.update(trial(4, TrialState::Running, None));
+        assert_eq!(view.count(TrialState::Running), 2);
+        assert_eq!(view.count(TrialState::Succeeded), 2);
+        assert_eq!(view.count(TrialState::Failed), 1);
+        assert_eq!(view.best(), Some((3, 1.5)));
+        assert_eq!(view.unfinished_params().len(), 2);
+        assert_eq!(view.first_changed_id(), 101);
+        let numbers: Vec<u64> = view.history().iter().map(|o| o.number).collect();
+        assert_eq!(numbers, [0, 2, 3]);
+        assert_eq!(view.history()[0].value, None);
+        view.update(trial(1, TrialState::Stopped, Some(0.5)));
+        view.update(trial(4, TrialState::Succeeded, Some(2.0)));
+        // A stopped trial's last value is not a result: the best stays trial 3.
+        assert_eq!(view.best(), Some((3, 1.5)));
+        assert_eq!(view.count(TrialState::Running), 0);
+        assert_eq!(view.first_changed_id(), 105);
+        assert_eq!(view.next_number(), 5);
+    }
+}
