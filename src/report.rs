@@ -43,17 +43,13 @@ static PAIR: LazyLock<Regex> = LazyLock::new(|| {
 #[derive(Debug, Clone)]
 pub struct LineParser {
     metric: String,
-    /// The objective's pair, whatever its value: `metric=TEXT`.
-    objective: Regex,
 }
 
 impl LineParser {
     /// A parser for a study whose objective is `metric`.
     pub fn new(metric: &str) -> Self {
-        let objective = format!(r"(?:^|[\s,;]){}\s*=\s*([^\s,;]+)", regex::escape(metric));
         Self {
             metric: metric.to_string(),
-            objective: Regex::new(&objective).expect("an escaped name makes a valid pattern"),
         }
     }
 
@@ -61,15 +57,31 @@ impl LineParser {
     /// value that is not a number (`loss=0.5abc`).
     pub fn unreadable(&self, line: &str) -> Option<ReportError> {
         let text = self
-            .objective
-            .captures_iter(line)
-            .filter_map(|c| c.get(1))
-            .map(|text| text.as_str())
+            .objective_texts(line)
             .find(|text| parse_number(text).is_none())?;
         Some(ReportError::NotANumber {
             metric: self.metric.clone(),
             text: text.to_string(),
         })
+    }
+
+    /// The text of each `metric=TEXT` pair of the objective on `line` (at the line's start
+    /// or after a space, `,` or `;`; the text runs to the next of them), whatever it is.
+    /// Scanned by hand: a pattern made for the metric would be compiled for every worker.
+    fn objective_texts<'a>(&'a self, line: &'a str) -> impl Iterator<Item = &'a str> {
+        let separator = |c: char| c.is_whitespace() || c == ',' || c == ';';
+        line.match_indices(self.metric.as_str())
+            .filter_map(move |(at, name)| {
+                if !line[..at].chars().next_back().is_none_or(separator) {
+                    return None;
+                }
+                let value = line[at + name.len()..]
+                    .trim_start()
+                    .strip_prefix('=')?
+                    .trim_start();
+                let end = value.find(separator).unwrap_or(value.len());
+                Some(&value[..end]).filter(|text| !text.is_empty())
+            })
     }
 
     /// The measurements on one line: none unless the line reports the objective.
@@ -261,6 +273,12 @@ mod tests {
             parser.unreadable("step=3 loss=0.5abc").unwrap().to_string(),
             "the worker reported loss=0.5abc, which is not a number"
         );
+        for (line, text) in [("acc=1,loss = 0.5abc;x", "0.5abc"), ("loss=x loss=1", "x")] {
+            match parser.unreadable(line) {
+                Some(ReportError::NotANumber { text: got, .. }) => assert_eq!(got, text, "{line}"),
+                other => panic!("{line}: {other:?}"),
+            }
+        }
         for fine in [
             "loss=0.5",
             "loss = 1e-3, acc=2",

@@ -374,6 +374,8 @@ struct Tail {
     partial: Vec<u8>,
     /// Whether the last line read ended at `\r`: a `\n` right after it ends no other line.
     after_cr: bool,
+    /// The buffer reads go into, kept between reads.
+    chunk: Vec<u8>,
 }
 
 impl Tail {
@@ -386,11 +388,13 @@ impl Tail {
         if !grown || file.seek(SeekFrom::Start(self.offset)).is_err() {
             return;
         }
-        let mut chunk = vec![0; CHUNK];
+        let mut chunk = std::mem::take(&mut self.chunk);
+        chunk.resize(CHUNK, 0);
         while let Ok(read @ 1..) = file.read(&mut chunk) {
             self.offset += read as u64;
             self.split(&chunk[..read], &mut line);
         }
+        self.chunk = chunk;
     }
 
     /// Adds `bytes` to the line read so far, giving `line` each line they complete.
