@@ -565,6 +565,22 @@ impl Run<'_> {
         }
     }
 
+    /// Ends the attempt of a trial whose worker ended (its last measurements written first)
+    /// and opens the next one, to run `when` says.
+    async fn next_attempt(
+        &self,
+        done: &Running,
+        reason: &str,
+        when: NextAttempt,
+    ) -> Result<TrialRecord, StorageError> {
+        for measurement in &done.unsaved {
+            self.storage
+                .record_measurement(&done.trial, measurement)
+                .await?;
+        }
+        self.storage.retry(&done.trial, reason, when).await
+    }
+
     /// Judges how a worker ended: retries the trial, or records its end.
     async fn settle(
         &mut self,
@@ -576,29 +592,18 @@ impl Run<'_> {
             return Ok(());
         };
         let early_stop = self.early_stops.remove(&outcome.trial_id);
-        let verdict = match verdict_on(self.study, &done.measurements, &outcome, early_stop) {
-            Verdict::Retry(reason) if interrupted => {
-                Verdict::Interrupted(format!("the study was interrupted ({reason})"))
-            }
-            verdict => verdict,
-        };
-        let next = match &verdict {
-            Verdict::Retry(_) if done.trial.attempt <= self.plan.max_retries => {
-                Some(NextAttempt::Now)
-            }
-            Verdict::Interrupted(_) => Some(NextAttempt::Later),
-            _ => None,
-        };
-        if let (Some(next), Verdict::Retry(reason) | Verdict::Interrupted(reason)) =
-            (next, &verdict)
-        {
-            for measurement in &done.unsaved {
-                self.storage
-                    .record_measurement(&done.trial, measurement)
+        let (state, value, error) = match verdict_on(
+            self.study,
+            &done.measurements,
+            &outcome,
+            early_stop,
+            interrupted,
+        ) {
+            Verdict::Final(state, value, error) => (state, value, error),
+            Verdict::Interrupted(reason) => {
+                let trial = self
+                    .next_attempt(&done, &reason, NextAttempt::Later)
                     .await?;
-            }
-            let trial = self.storage.retry(&done.trial, reason, next).await?;
-            if next == NextAttempt::Later {
                 self.view.update(trial.clone());
                 observer.observe(
                     RunEvent::TrialInterrupted { trial: &trial },
@@ -606,19 +611,19 @@ impl Run<'_> {
                 );
                 return Ok(());
             }
-            observer.observe(
-                RunEvent::TrialRetried {
-                    trial: &trial,
-                    reason,
-                },
-                &self.progress(),
-            );
-            self.launch(trial, None, observer);
-            return Ok(());
-        }
-        let (state, value, error) = match verdict {
-            Verdict::Final(state, value, error) => (state, value, error),
-            Verdict::Retry(reason) | Verdict::Interrupted(reason) => (
+            Verdict::Retry(reason) if done.trial.attempt <= self.plan.max_retries => {
+                let trial = self.next_attempt(&done, &reason, NextAttempt::Now).await?;
+                observer.observe(
+                    RunEvent::TrialRetried {
+                        trial: &trial,
+                        reason: &reason,
+                    },
+                    &self.progress(),
+                );
+                self.launch(trial, None, observer);
+                return Ok(());
+            }
+            Verdict::Retry(reason) => (
                 TrialState::Failed,
                 None,
                 Some(format!(

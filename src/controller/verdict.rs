@@ -28,8 +28,25 @@ pub(super) enum Verdict {
 }
 
 /// How an attempt ended; `early_stop` is the stopping rule's reason if it asked the worker to
-/// stop.
+/// stop, `interrupted` whether the user stopped the study (a worker killed from outside
+/// meanwhile is then handed back, not retried).
 pub(super) fn verdict_on(
+    study: &Study,
+    measurements: &[Measurement],
+    outcome: &WorkerOutcome,
+    early_stop: Option<String>,
+    interrupted: bool,
+) -> Verdict {
+    match verdict_on_end(study, measurements, outcome, early_stop) {
+        Verdict::Retry(reason) if interrupted => {
+            Verdict::Interrupted(format!("the study was interrupted ({reason})"))
+        }
+        verdict => verdict,
+    }
+}
+
+/// How an attempt ended, from its worker's end and what it reported alone.
+fn verdict_on_end(
     study: &Study,
     measurements: &[Measurement],
     outcome: &WorkerOutcome,
@@ -106,7 +123,13 @@ mod tests {
             last_output: Some("Traceback: boom".into()),
             ..WorkerOutcome::new(1, end)
         };
-        verdict_on(&study(), measurements, &outcome, early.map(str::to_string))
+        verdict_on(
+            &study(),
+            measurements,
+            &outcome,
+            early.map(str::to_string),
+            false,
+        )
     }
 
     fn failed(message: &str) -> Verdict {
@@ -129,7 +152,7 @@ mod tests {
             ..WorkerOutcome::new(1, WorkerEnd::Exited(0))
         };
         assert_eq!(
-            verdict_on(&study(), &[], &garbled, None),
+            verdict_on(&study(), &[], &garbled, None, false),
             failed("the worker reported loss=0.5abc, which is not a number")
         );
         match verdict(WorkerEnd::Exited(0), &[], None) {
@@ -198,6 +221,17 @@ mod tests {
         assert_eq!(
             verdict(WorkerEnd::Stopped, &curve, None),
             Verdict::Interrupted("the study was interrupted".into())
+        );
+    }
+
+    #[test]
+    fn a_worker_killed_while_the_user_stops_the_study_is_handed_back() {
+        let outcome = WorkerOutcome::new(1, WorkerEnd::Killed("SIGTERM".into()));
+        assert_eq!(
+            verdict_on(&study(), &[], &outcome, None, true),
+            Verdict::Interrupted(
+                "the study was interrupted (the worker was killed by SIGTERM)".into()
+            )
         );
     }
 }

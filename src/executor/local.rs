@@ -25,6 +25,7 @@ use tokio::time::{Instant, sleep_until};
 use super::process::{ProcessId, find_by_environment};
 use super::{
     Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, error_log_path,
+    is_protocol_variable,
 };
 use crate::report::{LineParser, Measurement, MetricsFileReader};
 
@@ -307,12 +308,7 @@ fn unrecorded_worker(job: &TrialJob) -> Option<String> {
     let vars: Vec<(&str, &str)> = job
         .env
         .iter()
-        .filter(|(k, _)| {
-            matches!(
-                k.as_str(),
-                "HPTUNE_STUDY" | "HPTUNE_TRIAL_ID" | "HPTUNE_ATTEMPT" | "HPTUNE_METRICS_FILE"
-            )
-        })
+        .filter(|(k, _)| is_protocol_variable(k))
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     find_by_environment(&vars).map(|id| format!("pid:{id}"))

@@ -161,12 +161,15 @@ impl<'a> PostgresParts<'a> {
         }
     }
 
-    /// The query's `(key, value)` pairs as written.
-    fn pairs(&self) -> impl Iterator<Item = (&'a str, &'a str)> {
+    /// The query's `(key, value)` pairs as written; `None` for a key without `=`.
+    fn pairs(&self) -> impl Iterator<Item = (&'a str, Option<&'a str>)> {
         self.query
             .split('&')
             .filter(|pair| !pair.is_empty())
-            .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+            .map(|pair| match pair.split_once('=') {
+                Some((key, value)) => (key, Some(value)),
+                None => (pair, None),
+            })
     }
 }
 
@@ -188,8 +191,7 @@ fn check_postgres(rest: &str) -> Result<(), StorageError> {
     if parts.credentials.is_some_and(|c| c.contains(['/', '?'])) {
         return bad("holds a raw '/' or '?' in its user or password");
     }
-    for pair in parts.query.split('&').filter(|pair| !pair.is_empty()) {
-        let key = pair.split_once('=').map_or(pair, |(key, _)| key);
+    for (key, value) in parts.pairs() {
         let known = POSTGRES_PARAMETERS.contains(&key)
             || (key.starts_with("options[") && key.ends_with(']'));
         if !known {
@@ -197,7 +199,7 @@ fn check_postgres(rest: &str) -> Result<(), StorageError> {
             let plain = key
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "_-[]".contains(c));
-            let shown = match pair.contains('=') && plain {
+            let shown = match value.is_some() && plain {
                 true => format!("'{key}'"),
                 false => "not repeated here".to_string(),
             };
@@ -223,9 +225,10 @@ fn without_password(rest: &str) -> String {
     };
     let query: Vec<String> = parts
         .pairs()
-        .map(|(key, value)| match key {
-            "password" => format!("{key}=***"),
-            _ => format!("{key}={value}"),
+        .map(|(key, value)| match (key, value) {
+            ("password", _) => format!("{key}=***"),
+            (_, Some(value)) => format!("{key}={value}"),
+            (_, None) => key.to_string(),
         })
         .collect();
     let query = match query.is_empty() {

@@ -551,16 +551,12 @@ impl Space {
             if !active.contains(&true) {
                 continue;
             }
-            let values = parameter.domain.grid_values(&parameter.id)?;
+            let n = parameter.domain.grid_count(&parameter.id)?;
             let size = points
                 .iter()
                 .zip(&active)
                 .try_fold(0usize, |sum, ((_, count), &on)| {
-                    let count = if on {
-                        count.checked_mul(values.len())?
-                    } else {
-                        *count
-                    };
+                    let count = if on { count.checked_mul(n)? } else { *count };
                     sum.checked_add(count)
                 });
             if size.is_none_or(|size| size > MAX_GRID_POINTS) {
@@ -568,10 +564,11 @@ impl Space {
             }
             if !listed(parameter) {
                 for ((_, count), _) in points.iter_mut().zip(&active).filter(|(_, on)| **on) {
-                    *count *= values.len();
+                    *count *= n;
                 }
                 continue;
             }
+            let values = parameter.domain.grid_values(&parameter.id)?;
             let mut next = Vec::new();
             for ((point, count), on) in points.into_iter().zip(active) {
                 if !on {
