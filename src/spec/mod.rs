@@ -57,6 +57,18 @@ impl SpecError {
             issues,
         }
     }
+
+    /// One issue of the file as a whole (no field), at `position` when known.
+    fn of_file(file: &Path, position: Option<(usize, usize)>, message: String) -> Self {
+        Self::new(
+            file,
+            vec![SpecIssue {
+                position,
+                field: String::new(),
+                message,
+            }],
+        )
+    }
 }
 
 impl fmt::Display for SpecError {
@@ -107,16 +119,7 @@ pub fn load_name(path: &Path) -> Result<String, SpecError> {
 /// The text of the file, read up to [`MAX_FILE_SIZE`]: a stat would not do, as pipes and
 /// devices (`/dev/zero`) have no size.
 fn read(path: &Path) -> Result<String, SpecError> {
-    let whole = |message: String| {
-        SpecError::new(
-            path,
-            vec![SpecIssue {
-                position: None,
-                field: String::new(),
-                message,
-            }],
-        )
-    };
+    let whole = |message: String| SpecError::of_file(path, None, message);
     let cannot = |e: std::io::Error| whole(format!("cannot read the study file: {e}"));
     let mut bytes = Vec::new();
     std::fs::File::open(path)
@@ -143,14 +146,7 @@ fn read(path: &Path) -> Result<String, SpecError> {
 fn index(path: &Path, text: &str) -> Result<Locations, SpecError> {
     Locations::index(text).map_err(|e| {
         let Position { line, column } = e.position();
-        SpecError::new(
-            path,
-            vec![SpecIssue {
-                position: Some((line, column)),
-                field: String::new(),
-                message: e.to_string(),
-            }],
-        )
+        SpecError::of_file(path, Some((line, column)), e.to_string())
     })
 }
 
@@ -158,14 +154,10 @@ fn index(path: &Path, text: &str) -> Result<Locations, SpecError> {
 pub fn parse(path: &Path, text: &str) -> Result<Study, SpecError> {
     let blank = |line: &str| line.trim().is_empty() || line.trim_start().starts_with('#');
     if text.lines().all(blank) {
-        return Err(SpecError::new(
+        return Err(SpecError::of_file(
             path,
-            vec![SpecIssue {
-                position: None,
-                field: String::new(),
-                message: "the file is empty: a study needs name, objective, parameters and trial"
-                    .into(),
-            }],
+            None,
+            "the file is empty: a study needs name, objective, parameters and trial".into(),
         ));
     }
     let locations = index(path, text)?;
