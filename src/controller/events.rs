@@ -26,6 +26,7 @@ impl Progress {
         self.succeeded + self.failed + self.stopped
     }
 
+    /// The counts of the study `view` holds, of a budget of `budget` trials.
     pub(super) fn of(view: &StudyView, budget: Option<u64>) -> Self {
         Progress {
             budget,

@@ -5,6 +5,7 @@ use super::raw::RawEarlyStopping;
 use crate::study::stopping::StoppingRule;
 
 impl Checker {
+    /// Checks the `early_stopping` block.
     pub(super) fn early_stopping(&mut self, raw: &RawEarlyStopping) -> Option<StoppingRule> {
         let field = "early_stopping";
         let (median, asha) = match raw.rule.as_str() {

@@ -8,6 +8,7 @@ use super::raw::{RawParameter, Scalar};
 use crate::study::space::{Condition, Domain, MAX_GRID_POINTS, Parameter, Scale, Space};
 
 impl Checker {
+    /// Checks the `parameters` list; the space when every parameter is right.
     pub(super) fn space(&mut self, raw: &[RawParameter]) -> Option<Space> {
         if raw.is_empty() {
             self.report("parameters", "must list at least one parameter");
@@ -48,7 +49,7 @@ impl Checker {
         ok.then(|| Space::new(parameters))
     }
 
-    pub(super) fn domain(&mut self, field: &str, p: &RawParameter) -> Option<Domain> {
+    fn domain(&mut self, field: &str, p: &RawParameter) -> Option<Domain> {
         let scale = match p.scale.as_deref() {
             None | Some("linear") => Some(Scale::Linear),
             Some("log") => Some(Scale::Log),
@@ -92,12 +93,7 @@ impl Checker {
         }
     }
 
-    pub(super) fn numeric_domain(
-        &mut self,
-        field: &str,
-        p: &RawParameter,
-        scale: Scale,
-    ) -> Option<Domain> {
+    fn numeric_domain(&mut self, field: &str, p: &RawParameter, scale: Scale) -> Option<Domain> {
         let integer = p.kind == "integer";
         let (Some(min), Some(max)) = (p.min, p.max) else {
             for (name, value) in [("min", p.min), ("max", p.max)] {
@@ -174,7 +170,7 @@ impl Checker {
     }
 
     /// `grid_points` as written: from 1 to the most points a grid may have.
-    pub(super) fn grid_points(&mut self, field: &str, value: Option<i64>) -> Option<Option<usize>> {
+    fn grid_points(&mut self, field: &str, value: Option<i64>) -> Option<Option<usize>> {
         match value {
             Some(n) if n < 1 || n > MAX_GRID_POINTS as i64 => {
                 self.report(
@@ -187,7 +183,7 @@ impl Checker {
         }
     }
 
-    pub(super) fn values<'a>(&mut self, field: &str, p: &'a RawParameter) -> Option<&'a [Scalar]> {
+    fn values<'a>(&mut self, field: &str, p: &'a RawParameter) -> Option<&'a [Scalar]> {
         match p.values.as_deref() {
             None => {
                 self.report(
@@ -204,12 +200,7 @@ impl Checker {
         }
     }
 
-    pub(super) fn discrete_domain(
-        &mut self,
-        field: &str,
-        p: &RawParameter,
-        scale: Scale,
-    ) -> Option<Domain> {
+    fn discrete_domain(&mut self, field: &str, p: &RawParameter, scale: Scale) -> Option<Domain> {
         let raw = self.values(field, p)?;
         let mut values = Vec::with_capacity(raw.len());
         for (i, value) in raw.iter().enumerate() {
@@ -252,7 +243,7 @@ impl Checker {
         Some(Domain::Discrete { values, scale })
     }
 
-    pub(super) fn categorical_domain(&mut self, field: &str, p: &RawParameter) -> Option<Domain> {
+    fn categorical_domain(&mut self, field: &str, p: &RawParameter) -> Option<Domain> {
         let raw = self.values(field, p)?;
         let values: Vec<String> = raw.iter().map(Scalar::as_text).collect();
         let mut first = HashMap::with_capacity(values.len());
@@ -268,7 +259,7 @@ impl Checker {
         Some(Domain::Categorical { values })
     }
 
-    pub(super) fn condition(
+    fn condition(
         &mut self,
         field: &str,
         p: &RawParameter,

@@ -10,6 +10,7 @@ use crate::study::space::Space;
 use crate::study::{TEMPLATE_BUILTINS, TemplatePart, TrialTemplate, template_parts};
 
 impl Checker {
+    /// Checks the `trial` block (the parameters' ids are needed by argument templates).
     pub(super) fn trial(&mut self, raw: RawTrial, space: Option<&Space>) -> Option<TrialTemplate> {
         let mut ok = true;
         if raw.command.first().is_none_or(|c| c.trim().is_empty()) {
@@ -49,6 +50,7 @@ impl Checker {
         })
     }
 
+    /// Reads a duration field (`30s`, `2h`), absent or longer than zero.
     pub(super) fn duration(&mut self, field: &str, text: Option<&str>) -> Option<Option<Duration>> {
         let Some(text) = text else {
             return Some(None);
