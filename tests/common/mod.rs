@@ -113,29 +113,40 @@ impl Scratch {
     /// Changes the database as another controller would (the tests that stage what a
     /// controller on another machine does).
     pub fn execute(&self, sql: &str) {
+        self.on_database(
+            "",
+            |pool| async move { sqlx::query(sql).execute(&pool).await },
+        )
+        .unwrap();
+    }
+
+    /// Runs `work` on a pool of the database (SQLite opened with `sqlite_query`).
+    fn on_database<T, F>(
+        &self,
+        sqlite_query: &str,
+        work: impl FnOnce(sqlx::AnyPool) -> F,
+    ) -> Result<T, sqlx::Error>
+    where
+        F: std::future::Future<Output = Result<T, sqlx::Error>>,
+    {
         let url = match &self.postgres {
             Some(url) => url.clone(),
-            None => format!("sqlite://{}", self.path("hptune.db").display()),
+            None => format!(
+                "sqlite://{}{sqlite_query}",
+                self.path("hptune.db").display()
+            ),
         };
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
             sqlx::any::install_default_drivers();
-            let pool = sqlx::AnyPool::connect(&url).await.unwrap();
-            sqlx::query(sql).execute(&pool).await.unwrap();
-        });
+            work(sqlx::AnyPool::connect(&url).await?).await
+        })
     }
 
     /// Runs SQL on the database, or says why it cannot (e.g. a database still being created).
     pub fn try_query(&self, sql: &str) -> Result<Vec<Vec<Value>>, sqlx::Error> {
-        let url = match &self.postgres {
-            Some(url) => url.clone(),
-            None => format!("sqlite://{}?mode=ro", self.path("hptune.db").display()),
-        };
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        runtime.block_on(async {
+        self.on_database("?mode=ro", |pool| async move {
             use sqlx::Row;
-            sqlx::any::install_default_drivers();
-            let pool = sqlx::AnyPool::connect(&url).await?;
             let rows = sqlx::query(sql).fetch_all(&pool).await?;
             Ok(rows
                 .iter()
