@@ -609,12 +609,7 @@ fn remote_executors_refuse_a_sqlite_storage() {
         "--",
         "true",
     ]);
-    assert_eq!(relay.status.code(), Some(2));
-    assert!(
-        stderr(&relay).contains("the relay writes to PostgreSQL"),
-        "{}",
-        stderr(&relay)
-    );
+    common::assert_exit_says(&relay, 2, "the relay writes to PostgreSQL");
 }
 
 /// A Kubernetes study that names a Secret for the storage URL submits Jobs whose

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Scratch, assert_success, stderr, stdout};
+use common::{Scratch, assert_exit_says, assert_success, stderr, stdout};
 
 const STUDY: &str = r#"
 name: quad
@@ -112,13 +112,10 @@ fn a_file_that_is_not_a_database_is_reported_at_once_with_the_cause() {
     std::fs::write(&path, "this is not a database, ".repeat(200)).unwrap();
     let url = format!("sqlite://{}", path.display());
     let out = hptune_on(&scratch, &url, &["studies"]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let message = stderr(&out);
-    assert!(
-        message.contains(&format!(
-            "cannot open the database {url}: file is not a database"
-        )),
-        "{message}"
+    let message = assert_exit_says(
+        &out,
+        1,
+        &format!("cannot open the database {url}: file is not a database"),
     );
     assert_no_log_lines(&message);
     assert_eq!(message.lines().count(), 1, "{message}");
@@ -132,13 +129,10 @@ fn a_refused_postgres_connection_is_reported_at_once_with_the_cause() {
         "postgres://tuner:s3cret@127.0.0.1:1/studies",
         &["studies"],
     );
-    assert_eq!(out.status.code(), Some(1));
-    let message = stderr(&out);
-    assert!(
-        message.contains(
-            "cannot open the database postgres://tuner:***@127.0.0.1:1/studies: connection refused"
-        ),
-        "{message}"
+    let message = assert_exit_says(
+        &out,
+        1,
+        "cannot open the database postgres://tuner:***@127.0.0.1:1/studies: connection refused",
     );
     assert!(!message.contains("s3cret"), "{message}");
     assert_no_log_lines(&message);
@@ -158,12 +152,7 @@ fn a_read_only_sqlite_url_is_never_written() {
 
     let other = scratch.study("other.yaml", &STUDY.replace("name: quad", "name: other"));
     let out = hptune_on(&scratch, &read_only, &["run", other.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("attempt to write a readonly database"),
-        "{}",
-        stderr(&out)
-    );
+    assert_exit_says(&out, 1, "attempt to write a readonly database");
     let names = scratch.query("SELECT name FROM studies ORDER BY id");
     assert_eq!(names, [[serde_json::Value::from("quad")]]);
 
@@ -172,12 +161,7 @@ fn a_read_only_sqlite_url_is_never_written() {
         &format!("{}?mode=readonly", scratch.storage()),
         &["studies"],
     );
-    assert_eq!(wrong.status.code(), Some(2));
-    assert!(
-        stderr(&wrong).contains("unknown value \"readonly\" for `mode`"),
-        "{}",
-        stderr(&wrong)
-    );
+    assert_exit_says(&wrong, 2, "unknown value \"readonly\" for `mode`");
 }
 
 /// A database whose schema a newer hptune brought further than this one knows is said to be
@@ -193,13 +177,12 @@ fn a_database_of_a_newer_hptune_is_reported_at_once() {
          VALUES (9999, 'from the future', TRUE, x'00', 0)",
     );
     let out = scratch.hptune(&["studies"]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let message = stderr(&out);
-    assert!(
-        message.contains("its schema is at version 9999, which this hptune does not know")
-            && message.contains("written by a newer hptune"),
-        "{message}"
+    let message = assert_exit_says(
+        &out,
+        1,
+        "its schema is at version 9999, which this hptune does not know",
     );
+    assert!(message.contains("written by a newer hptune"), "{message}");
     assert_eq!(message.lines().count(), 1, "{message}");
     assert_eq!(
         scratch.query("SELECT COUNT(*) FROM trials")[0][0],

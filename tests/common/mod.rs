@@ -178,6 +178,17 @@ pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Checks that the command exited with `code` and said `expected` on stderr; returns stderr.
+pub fn assert_exit_says(out: &Output, code: i32, expected: &str) -> String {
+    let message = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "{message}");
+    assert!(
+        message.contains(expected),
+        "expected '{expected}' in:\n{message}"
+    );
+    message
+}
+
 pub fn assert_success(out: &Output) {
     assert!(
         out.status.success(),
