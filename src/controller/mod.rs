@@ -565,22 +565,6 @@ impl Run<'_> {
         }
     }
 
-    /// Ends the attempt of a trial whose worker ended (its last measurements written first)
-    /// and opens the next one, to run `when` says.
-    async fn next_attempt(
-        &self,
-        done: &Running,
-        reason: &str,
-        when: NextAttempt,
-    ) -> Result<TrialRecord, StorageError> {
-        for measurement in &done.unsaved {
-            self.storage
-                .record_measurement(&done.trial, measurement)
-                .await?;
-        }
-        self.storage.retry(&done.trial, reason, when).await
-    }
-
     /// Judges how a worker ended: retries the trial, or records its end.
     async fn settle(
         &mut self,
@@ -602,7 +586,8 @@ impl Run<'_> {
             Verdict::Final(state, value, error) => (state, value, error),
             Verdict::Interrupted(reason) => {
                 let trial = self
-                    .next_attempt(&done, &reason, NextAttempt::Later)
+                    .storage
+                    .retry(&done.trial, &reason, &done.unsaved, NextAttempt::Later)
                     .await?;
                 self.view.update(trial.clone());
                 observer.observe(
@@ -612,7 +597,10 @@ impl Run<'_> {
                 return Ok(());
             }
             Verdict::Retry(reason) if done.trial.attempt <= self.plan.max_retries => {
-                let trial = self.next_attempt(&done, &reason, NextAttempt::Now).await?;
+                let trial = self
+                    .storage
+                    .retry(&done.trial, &reason, &done.unsaved, NextAttempt::Now)
+                    .await?;
                 observer.observe(
                     RunEvent::TrialRetried {
                         trial: &trial,

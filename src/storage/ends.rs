@@ -66,11 +66,17 @@ impl TrialEnd {
 
     /// The measurements to write: the finite ones.
     fn recorded(&self) -> Vec<&Measurement> {
-        self.measurements
-            .iter()
-            .filter(|m| m.value.is_finite())
-            .collect()
+        finite(&self.measurements)
     }
+}
+
+/// The measurements that are stored: the finite ones (the trial's error says what else was
+/// reported).
+pub(super) fn finite(measurements: &[Measurement]) -> Vec<&Measurement> {
+    measurements
+        .iter()
+        .filter(|m| m.value.is_finite())
+        .collect()
 }
 
 /// The placeholders of the trial's id and end time, which each statement of its end names.
@@ -148,9 +154,14 @@ impl Script {
 
     /// The placeholders of what every statement of a trial's end names.
     fn ids(&mut self, trial: &TrialRecord) -> EndIds {
+        self.ids_at(trial, trial.finished_at.as_deref())
+    }
+
+    /// The placeholders of the trial's id and of `at`, when its measurements are recorded.
+    fn ids_at(&mut self, trial: &TrialRecord, at: Option<&str>) -> EndIds {
         EndIds {
             id: self.int(trial.id),
-            finished_at: self.text(trial.finished_at.as_deref()),
+            finished_at: self.text(at),
         }
     }
 
@@ -225,13 +236,36 @@ impl Script {
     }
 
     /// Runs the statement (only one: see [`Script::run`]) in the transaction `tx`.
-    async fn run_in(self, tx: &mut Transaction<'_, Any>) -> Result<(), StorageError> {
+    async fn run_in(
+        self,
+        tx: &mut Transaction<'_, Any>,
+        doing: &'static str,
+    ) -> Result<(), StorageError> {
         let sql = self.statements.join("; ");
         let started = Instant::now();
         let result = bound(&sql, self.args).execute(&mut **tx).await;
         warn_if_slow(&sql, started.elapsed());
-        result.map(drop).map_err(query_error(FINISHING))
+        result.map(drop).map_err(query_error(doing))
     }
+}
+
+/// Inserts `rows`, measurements of the trial's current attempt recorded `at`, in `tx`,
+/// [`ROWS_PER_INSERT`] to a statement.
+pub(super) async fn insert_measurements(
+    tx: &mut Transaction<'_, Any>,
+    trial: &TrialRecord,
+    rows: &[&Measurement],
+    at: Option<&str>,
+    doing: &'static str,
+) -> Result<(), StorageError> {
+    for rows in rows.chunks(ROWS_PER_INSERT) {
+        let mut script = Script::default();
+        let ids = script.ids_at(trial, at);
+        let insert = script.insert(trial, &ids, rows);
+        script.push(insert);
+        script.run_in(tx, doing).await?;
+    }
+    Ok(())
 }
 
 /// `sql` with `args` bound, in order, prepared to be kept if it is short.
@@ -287,14 +321,9 @@ impl Storage {
             return Ok(());
         }
         let mut tx = self.pool.begin().await.map_err(query_error(FINISHING))?;
-        for rows in earlier.chunks(ROWS_PER_INSERT) {
-            let mut script = Script::default();
-            let ids = script.ids(&end.trial);
-            let insert = script.insert(&end.trial, &ids, rows);
-            script.push(insert);
-            script.run_in(&mut tx).await?;
-        }
-        ending(last).run_in(&mut tx).await?;
+        let at = end.trial.finished_at.as_deref();
+        insert_measurements(&mut tx, &end.trial, earlier, at, FINISHING).await?;
+        ending(last).run_in(&mut tx, FINISHING).await?;
         tx.commit().await.map_err(query_error(FINISHING))
     }
 }
@@ -368,5 +397,29 @@ mod tests {
             storage.measurements(first.id, 1).await.unwrap(),
             [final_loss(1.0)]
         );
+    }
+
+    /// A retried attempt's measurements not written yet go with its retry, in inserts of
+    /// [`ROWS_PER_INSERT`] rows (more than one insert's worth here), the non-finite left out.
+    #[tokio::test]
+    async fn a_retry_writes_the_measurements_of_the_attempt_it_ends() {
+        let (_dir, storage, id) = crate::storage::test_study(5).await;
+        let mut view = StudyView::new(id, crate::study::Goal::Minimize);
+        let trial = claim(&storage, &mut view).await;
+        let step = |i: usize, value| Measurement {
+            step: Some(i as i64),
+            metric: "loss".into(),
+            value,
+        };
+        let mut unsaved: Vec<Measurement> = (0..2500).map(|i| step(i, i as f64)).collect();
+        unsaved.push(step(2500, f64::NAN));
+        let next = storage
+            .retry(&trial, "killed", &unsaved, crate::storage::NextAttempt::Now)
+            .await
+            .unwrap();
+        assert_eq!(next.attempt, 2);
+        let stored = storage.measurements(trial.id, 1).await.unwrap();
+        assert_eq!(stored, unsaved[..2500]);
+        assert!(storage.measurements(trial.id, 2).await.unwrap().is_empty());
     }
 }

@@ -5,6 +5,7 @@
 //! or raising its attempt number opens an attempt, finishing the trial closes it. Only a
 //! retry, whose outcome is not a trial state, closes its attempt itself.
 
+use super::ends::{finite, insert_measurements};
 use super::rows::{TrialRecord, TrialState, trial_columns};
 use super::{Storage, StorageError, now, query_error};
 use crate::report::Measurement;
@@ -190,13 +191,14 @@ impl Storage {
         Ok(adopted)
     }
 
-    /// Ends the trial's current attempt with `error` and opens the next one with the same
-    /// parameters, to run now (`NextAttempt::Now`) or by the next controller of the study
-    /// (`NextAttempt::Later`); returns the trial as it now is.
+    /// Ends the trial's current attempt with `error`, writing its `unsaved` measurements, and
+    /// opens the next one with the same parameters, to run now (`NextAttempt::Now`) or by the
+    /// next controller of the study (`NextAttempt::Later`); returns the trial as it now is.
     pub async fn retry(
         &self,
         trial: &TrialRecord,
         error: &str,
+        unsaved: &[Measurement],
         when: NextAttempt,
     ) -> Result<TrialRecord, StorageError> {
         let doing = "starting another attempt";
@@ -227,6 +229,7 @@ impl Storage {
         if moved_on.rows_affected() != 1 {
             return Err(StorageError::TakenOver);
         }
+        insert_measurements(&mut tx, trial, &finite(unsaved), Some(&at), doing).await?;
         sqlx::query(
             "UPDATE attempts SET finished_at = $1, outcome = 'retried', error = $2, worker = $5
              WHERE trial_id = $3 AND attempt = $4",
