@@ -9,6 +9,7 @@
 
 pub mod controller;
 pub mod executor;
+pub mod gpus;
 pub mod report;
 pub mod sampler;
 pub mod spec;

@@ -176,7 +176,15 @@ pub struct RawTrial {
     pub env: BTreeMap<String, String>,
     pub timeout: Option<String>,
     pub grace_period: Option<String>,
+    pub resources: Option<RawTrialResources>,
     pub executor: Option<RawExecutor>,
+}
+
+/// `trial.resources`: what each trial holds while it runs.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTrialResources {
+    pub gpus: Option<Number>,
 }
 
 /// The executor block: `kind` and the fields of every engine; which ones apply to which

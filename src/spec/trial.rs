@@ -1,13 +1,17 @@
 //! The `trial` block: the worker's command line and its argument template, its environment,
-//! its time limits (the executor block is `executor.rs`).
+//! its time limits, its GPUs (the executor block is `executor.rs`).
 
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use super::raw::RawTrial;
+use super::raw::{Number, RawTrial, RawTrialResources};
 use super::{Checker, DEFAULT_GRACE_PERIOD, quoted};
-use crate::executor::is_protocol_variable;
+use crate::executor::{DEVICE_VARIABLES, is_protocol_variable};
 use crate::study::space::Space;
-use crate::study::{TEMPLATE_BUILTINS, TemplatePart, TrialTemplate, template_parts};
+use crate::study::{ExecutorSpec, TEMPLATE_BUILTINS, TemplatePart, TrialTemplate, template_parts};
+
+/// The most GPUs a trial may ask for (the largest machines have 16).
+const MAX_GPUS: i64 = 1024;
 
 impl Checker {
     /// Checks the `trial` block (the parameters' ids are needed by argument templates).
@@ -37,6 +41,19 @@ impl Checker {
         let timeout = self.duration("trial.timeout", raw.timeout.as_deref());
         let grace = self.duration("trial.grace_period", raw.grace_period.as_deref());
         let executor = self.executor(raw.executor.as_ref());
+        let gpus = self.gpus(raw.resources.as_ref(), executor.as_ref());
+        if let Some(Some(_)) = gpus {
+            for name in DEVICE_VARIABLES
+                .iter()
+                .filter(|v| raw.env.contains_key(**v))
+            {
+                self.report(
+                    format!("trial.env.{name}"),
+                    format!("{name} is set by hptune to each trial's own devices (trial.resources.gpus): remove it"),
+                );
+                ok = false;
+            }
+        }
         if !ok {
             return None;
         }
@@ -46,8 +63,57 @@ impl Checker {
             env: raw.env,
             timeout: timeout?,
             grace_period: grace?.unwrap_or(DEFAULT_GRACE_PERIOD),
+            gpus: gpus?,
             executor: executor?,
         })
+    }
+
+    /// Checks `trial.resources.gpus`: a whole number of devices from 1, for local workers
+    /// (a remote engine asks for GPUs in its own block).
+    fn gpus(
+        &mut self,
+        raw: Option<&RawTrialResources>,
+        executor: Option<&ExecutorSpec>,
+    ) -> Option<Option<NonZeroUsize>> {
+        let field = "trial.resources.gpus";
+        let Some(number) = raw.and_then(|r| r.gpus) else {
+            return Some(None);
+        };
+        let count = match number {
+            Number::Int(n) if (1..=i128::from(MAX_GPUS)).contains(&n) => n as usize,
+            Number::Int(n) => {
+                self.report(
+                    field,
+                    format!("must be from 1 to {MAX_GPUS}, got {n} (leave `resources` out for trials without GPUs)"),
+                );
+                return None;
+            }
+            Number::Float(x) => {
+                self.report(
+                    field,
+                    format!("{x} is not a whole number of GPUs: each trial gets whole devices of its own (processes sharing a GPU share its memory without any limit, so trials would run each other out of memory)"),
+                );
+                return None;
+            }
+        };
+        // Exhaustive: an engine added later says here where its jobs ask for GPUs.
+        let engine_field = match executor {
+            None | Some(ExecutorSpec::Local) => None,
+            Some(ExecutorSpec::Vertex(_)) => Some("accelerator: {type: NVIDIA_TESLA_T4, count: 1}"),
+            Some(ExecutorSpec::Kubernetes(_)) => Some("resources: {gpu: 1}"),
+            Some(ExecutorSpec::SageMaker(_)) => Some("a GPU instance_type, e.g. ml.g5.xlarge"),
+        };
+        if let (Some(engine_field), Some(engine)) = (engine_field, executor) {
+            self.report(
+                field,
+                format!(
+                    "is for local workers; a {} job asks for GPUs in trial.executor: {engine_field}",
+                    engine.kind().as_str()
+                ),
+            );
+            return None;
+        }
+        NonZeroUsize::new(count).map(Some)
     }
 
     /// Reads a duration field (`30s`, `2h`), absent or longer than zero.
