@@ -25,8 +25,8 @@ use tokio::time::{Instant, sleep_until};
 
 use super::process::{ProcessId, find_by_environment};
 use super::{
-    Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, error_log_path,
-    is_protocol_variable,
+    Executor, PROTOCOL_VARIABLES, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent,
+    WorkerOutcome, error_log_path,
 };
 use crate::report::{LineParser, Measurement, MetricsFileReader};
 
@@ -323,7 +323,8 @@ fn unrecorded_worker(job: &TrialJob) -> Option<String> {
     let vars: Vec<(&str, &str)> = job
         .env
         .iter()
-        .filter(|(k, _)| is_protocol_variable(k))
+        // The trial's own variables; its devices are not what finds it.
+        .filter(|(k, _)| PROTOCOL_VARIABLES.contains(&k.as_str()))
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     find_by_environment(&vars).map(|id| format!("pid:{id}"))
