@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Scratch, assert_exit_says, assert_success, stderr};
@@ -56,7 +56,11 @@ struct Start {
 
 impl Machine {
     fn new(gpus: Option<usize>) -> Self {
-        let scratch = Scratch::new();
+        Self::on(Scratch::new(), gpus)
+    }
+
+    /// The machine of `scratch` (and its database).
+    fn on(scratch: Scratch, gpus: Option<usize>) -> Self {
         let bin = scratch.path("bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::create_dir_all(scratch.path("in-use")).unwrap();
@@ -109,10 +113,17 @@ impl Machine {
         command
     }
 
-    fn run(&self, study: &Path, extra: &[&str]) -> std::process::Output {
+    fn run(&self, study: &Path, extra: &[&str]) -> Output {
+        self.run_with(study, extra, &[])
+    }
+
+    /// `hptune run STUDY EXTRA...` with these variables set.
+    fn run_with(&self, study: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
         let mut args = vec!["run", study.to_str().unwrap()];
         args.extend_from_slice(extra);
-        self.command(&args).output().unwrap()
+        let mut command = self.command(&args);
+        command.envs(env.iter().copied());
+        command.output().unwrap()
     }
 
     fn spawn(&self, study: &Path) -> Child {
@@ -190,9 +201,22 @@ fn recorded_gpus(machine: &Machine, study: &str) -> BTreeMap<u64, String> {
 }
 
 #[test]
-fn four_gpus_run_at_most_four_trials_at_once_each_on_a_device_of_its_own() {
-    let machine = Machine::new(Some(4));
-    let study = machine.study("four", 12, 8, "1", 0.5);
+fn four_gpus_run_at_most_four_trials_at_once_each_on_a_device_of_its_own_on_sqlite() {
+    four_gpus_one_a_trial(Scratch::new());
+}
+
+#[test]
+fn four_gpus_run_at_most_four_trials_at_once_each_on_a_device_of_its_own_on_postgres() {
+    if let Some(url) = common::test_postgres() {
+        four_gpus_one_a_trial(Scratch::on_postgres(&url));
+    }
+}
+
+/// 12 trials of one GPU each, 8 at once, on 4 devices.
+fn four_gpus_one_a_trial(scratch: Scratch) {
+    let machine = Machine::on(scratch, Some(4));
+    let name = common::unique_name("four");
+    let study = machine.study(&name, 12, 8, "1", 0.5);
     let out = machine.run(&study, &[]);
     assert_success(&out);
     let said = stderr(&out);
@@ -216,18 +240,19 @@ fn four_gpus_run_at_most_four_trials_at_once_each_on_a_device_of_its_own() {
     }
     assert_eq!(used, (0..4).collect());
     // The devices are recorded with each trial and with its attempt, and shown.
-    let recorded = recorded_gpus(&machine, "four");
+    let recorded = recorded_gpus(&machine, &name);
     for start in &starts {
         assert_eq!(recorded[&start.trial], start.hptune_gpus, "{start:?}");
     }
-    let attempts = machine.scratch.query(
-        "SELECT t.number, a.gpus FROM attempts a JOIN trials t ON t.id = a.trial_id ORDER BY t.number",
-    );
+    let attempts = machine.scratch.query(&format!(
+        "SELECT t.number, a.gpus FROM attempts a JOIN trials t ON t.id = a.trial_id
+         WHERE t.study_id = (SELECT id FROM studies WHERE name = '{name}') ORDER BY t.number"
+    ));
     assert_eq!(attempts.len(), 12);
     for row in &attempts {
         assert_eq!(row[1], recorded[&row[0].as_u64().unwrap()].as_str());
     }
-    let table = machine.command(&["trials", "four"]).output().unwrap();
+    let table = machine.command(&["trials", &name]).output().unwrap();
     assert_success(&table);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.lines().next().unwrap().ends_with("gpus"), "{table}");
@@ -260,30 +285,12 @@ fn two_gpus_a_trial_on_three_devices_run_one_trial_at_a_time() {
 fn hptune_gpus_and_cuda_visible_devices_name_the_pool_and_a_study_without_gpus_looks_for_none() {
     let machine = Machine::new(Some(4));
     let study = machine.study("env", 2, 2, "1", 0.1);
-    let out = machine
-        .command(&["run", study.to_str().unwrap()])
-        .env("CUDA_VISIBLE_DEVICES", "5,7")
-        .output()
-        .unwrap();
-    assert_success(&out);
-    assert!(
-        stderr(&out).contains("GPUs 5,7 (from CUDA_VISIBLE_DEVICES)"),
-        "{}",
-        stderr(&out)
-    );
+    let visible = ("CUDA_VISIBLE_DEVICES", "5,7");
+    let out = machine.run_with(&study, &[], &[visible]);
+    assert_exit_says(&out, 0, "GPUs 5,7 (from CUDA_VISIBLE_DEVICES)");
     let given = machine.study("given", 2, 2, "1", 0.1);
-    let out = machine
-        .command(&["run", given.to_str().unwrap()])
-        .env("CUDA_VISIBLE_DEVICES", "5,7")
-        .env("HPTUNE_GPUS", "3")
-        .output()
-        .unwrap();
-    assert_success(&out);
-    assert!(
-        stderr(&out).contains("GPUs 3 (from --gpus)"),
-        "{}",
-        stderr(&out)
-    );
+    let out = machine.run_with(&given, &[], &[visible, ("HPTUNE_GPUS", "3")]);
+    assert_exit_says(&out, 0, "GPUs 3 (from --gpus)");
     assert_eq!(machine.nvidia_smi_calls(), 0);
     let seen: BTreeSet<String> = machine
         .starts()
@@ -299,12 +306,7 @@ fn hptune_gpus_and_cuda_visible_devices_name_the_pool_and_a_study_without_gpus_l
         .replace("name: env", "name: cpu")
         .replace("  resources: {gpus: 1}\n", "");
     let cpu = machine.scratch.study("cpu.yaml", &text);
-    let out = machine
-        .command(&["run", cpu.to_str().unwrap()])
-        .env("HPTUNE_GPUS", "0,1")
-        .output()
-        .unwrap();
-    assert_success(&out);
+    assert_success(&machine.run_with(&cpu, &[], &[("HPTUNE_GPUS", "0,1")]));
     assert_eq!(machine.nvidia_smi_calls(), 0);
     let cpu_starts: Vec<Start> = machine
         .starts()
@@ -335,11 +337,7 @@ fn a_study_asking_for_gpus_that_are_not_there_is_refused_before_any_trial() {
     );
     assert!(stderr(&out).contains("could not communicate with the NVIDIA driver"));
     assert!(stderr(&out).contains("--gpus 0,1,2,3"));
-    let hidden = machine
-        .command(&["run", study.to_str().unwrap()])
-        .env("CUDA_VISIBLE_DEVICES", "")
-        .output()
-        .unwrap();
+    let hidden = machine.run_with(&study, &[], &[("CUDA_VISIBLE_DEVICES", "")]);
     assert_exit_says(&hidden, 2, "but CUDA_VISIBLE_DEVICES gives none");
     let pairs = machine.study("pairs", 2, 2, "2", 0.1);
     let out = machine.run(&pairs, &["--gpus", "0"]);
@@ -374,10 +372,22 @@ fn two_controllers_on_one_machine_never_hand_out_one_gpu_at_the_same_time() {
 }
 
 #[test]
-fn a_controller_killed_while_its_workers_run_leaves_them_their_devices() {
-    let machine = Machine::new(Some(4));
+fn a_controller_killed_while_its_workers_run_leaves_them_their_devices_on_sqlite() {
+    killed_while_its_workers_run(Scratch::new());
+}
+
+#[test]
+fn a_controller_killed_while_its_workers_run_leaves_them_their_devices_on_postgres() {
+    if let Some(url) = common::test_postgres() {
+        killed_while_its_workers_run(Scratch::on_postgres(&url));
+    }
+}
+
+fn killed_while_its_workers_run(scratch: Scratch) {
+    let machine = Machine::on(scratch, Some(4));
+    let (name, other_name) = (common::unique_name("crashed"), common::unique_name("other"));
     // Two long trials on devices 0 and 1, two devices free.
-    let study = machine.study("crashed", 4, 2, "1", 4.0);
+    let study = machine.study(&name, 4, 2, "1", 4.0);
     let mut controller = machine.spawn(&study);
     machine.wait_for_starts(2);
     kill(Pid::from_raw(controller.id() as i32), Signal::SIGKILL).unwrap();
@@ -385,7 +395,7 @@ fn a_controller_killed_while_its_workers_run_leaves_them_their_devices() {
 
     // While no controller watches them, the workers hold their devices' locks: another
     // study gets only the two free devices.
-    let other = machine.study("other", 2, 4, "1", 0.2);
+    let other = machine.study(&other_name, 2, 4, "1", 0.2);
     let out = machine.run(&other, &[]);
     assert_success(&out);
     // The study run again adopts its two workers, which keep their devices, and runs its
@@ -395,14 +405,14 @@ fn a_controller_killed_while_its_workers_run_leaves_them_their_devices() {
     machine.assert_no_device_shared();
 
     let starts = machine.starts();
-    let crashed: Vec<&Start> = starts.iter().filter(|s| s.study == "crashed").collect();
+    let crashed: Vec<&Start> = starts.iter().filter(|s| s.study == name).collect();
     assert_eq!(crashed.len(), 4, "each trial started once: {starts:?}");
     assert!(crashed.iter().all(|s| s.attempt == 1), "{starts:?}");
-    let recorded = recorded_gpus(&machine, "crashed");
+    let recorded = recorded_gpus(&machine, &name);
     for start in &crashed {
         assert_eq!(recorded[&start.trial], start.hptune_gpus, "{start:?}");
     }
-    let trials = machine.scratch.trials("crashed");
+    let trials = machine.scratch.trials(&name);
     assert!(
         trials.iter().all(|t| t["state"] == "succeeded"),
         "{trials:?}"

@@ -302,9 +302,13 @@ pub async fn run(
         storage.finish_trials(&mut run.ends).await?;
         let waits_for_gpus = !interrupted && (blocked || !run.waiting.is_empty());
         if run.running.is_empty() && !waits_for_gpus {
-            // Before leaving, adopt what a controller that died meanwhile left running.
+            // Before leaving, adopt what a controller that died meanwhile left running; or,
+            // stopped by the user, hand back a trial retried while its workers stopped.
             let orphans = match interrupted {
-                true => Vec::new(),
+                true => {
+                    run.hand_back_waiting(observer).await?;
+                    Vec::new()
+                }
                 false => {
                     storage
                         .adopt_orphans(run.study_id, &run.owner, is_orphan)

@@ -82,7 +82,7 @@ pub fn find(given: Option<&str>, cuda_visible: Option<&str>) -> Result<Found, St
 
 /// Reads a list of devices as `CUDA_VISIBLE_DEVICES` writes them: indices or UUIDs
 /// (`GPU-…`, `MIG-…`), separated by commas. An empty list is no device.
-pub fn parse_list(text: &str) -> Result<Vec<Device>, String> {
+fn parse_list(text: &str) -> Result<Vec<Device>, String> {
     let mut devices: Vec<Device> = Vec::new();
     if text.trim().is_empty() {
         return Ok(devices);
@@ -113,7 +113,7 @@ pub fn parse_list(text: &str) -> Result<Vec<Device>, String> {
 /// Reads the output of `nvidia-smi -L`: one `GPU <index>: <model> (UUID: GPU-…)` line per GPU
 /// (the MIG instances listed under a GPU are not devices of the pool; name them with
 /// `--gpus` to use them).
-pub fn parse_nvidia_smi(output: &str) -> Vec<Device> {
+fn parse_nvidia_smi(output: &str) -> Vec<Device> {
     output
         .lines()
         .filter_map(|line| {

@@ -31,7 +31,7 @@ impl LockDir {
 
     /// The lock file of `device`: named by its UUID when known (the same GPU whatever index
     /// a process gives it), else by its name.
-    pub fn file_of(&self, device: &Device) -> PathBuf {
+    fn file_of(&self, device: &Device) -> PathBuf {
         let id: String = device
             .uuid
             .as_deref()

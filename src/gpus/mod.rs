@@ -13,7 +13,7 @@ use std::io;
 use std::num::NonZeroUsize;
 use std::os::fd::{AsRawFd, RawFd};
 
-pub use detect::{Found, Source, find, parse_list, parse_nvidia_smi};
+pub use detect::{Found, Source, find};
 pub use lock::{DEFAULT_LOCK_DIR, LockDir};
 
 /// A GPU of the pool.
