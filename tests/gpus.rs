@@ -129,7 +129,7 @@ impl Machine {
     fn spawn(&self, study: &Path) -> Child {
         self.command(&["run", study.to_str().unwrap()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap()
     }
@@ -349,14 +349,52 @@ fn a_study_asking_for_gpus_that_are_not_there_is_refused_before_any_trial() {
 }
 
 #[test]
+fn a_retried_trial_runs_its_next_attempt_on_devices_of_its_own_recorded_with_it() {
+    let machine = Machine::new(Some(2));
+    let text = std::fs::read_to_string(machine.study("retried", 3, 2, "1", 0.3))
+        .unwrap()
+        .replace("SLEEP: '0.3'", "SLEEP: '0.3', KILLED_ONCE: '1'");
+    let study = machine.scratch.study("retried.yaml", &text);
+    assert_success(&machine.run(&study, &[]));
+    machine.assert_no_device_shared();
+    let starts = machine.starts();
+    assert_eq!(starts.len(), 3, "the second attempts: {starts:?}");
+    let attempts = machine.scratch.query(
+        "SELECT t.number, a.attempt, a.outcome, a.gpus FROM attempts a JOIN trials t ON t.id = a.trial_id
+         ORDER BY t.number, a.attempt",
+    );
+    assert_eq!(attempts.len(), 6, "{attempts:?}");
+    for row in &attempts {
+        let outcome = if row[1] == 1 { "retried" } else { "succeeded" };
+        assert_eq!(row[2], outcome, "{attempts:?}");
+        assert!(
+            ["0", "1"].contains(&row[3].as_str().unwrap()),
+            "{attempts:?}"
+        );
+    }
+    for start in &starts {
+        assert_eq!(start.attempt, 2);
+        let row = attempts
+            .iter()
+            .find(|r| r[0] == start.trial && r[1] == 2)
+            .unwrap();
+        assert_eq!(row[3], start.hptune_gpus.as_str(), "{start:?}");
+    }
+}
+
+#[test]
 fn two_controllers_on_one_machine_never_hand_out_one_gpu_at_the_same_time() {
     let machine = Machine::new(Some(4));
     let first = machine.study("first", 8, 4, "1", 0.5);
     let second = machine.study("second", 8, 4, "1", 0.5);
-    let mut a = machine.spawn(&first);
-    let mut b = machine.spawn(&second);
-    assert!(a.wait().unwrap().success());
-    assert!(b.wait().unwrap().success());
+    let a = machine.spawn(&first);
+    let b = machine.spawn(&second);
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert_success(&a);
+    assert_success(&b);
+    // Each wants all four devices at first: one of them waited for the other's.
+    let said = stderr(&a) + &stderr(&b);
+    assert!(said.contains("waiting for GPUs"), "{said}");
     machine.assert_no_device_shared();
     let starts = machine.starts();
     assert_eq!(starts.len(), 16);
