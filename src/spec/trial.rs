@@ -9,7 +9,7 @@ use crate::executor::is_protocol_variable;
 use crate::study::space::Space;
 use crate::study::{TEMPLATE_BUILTINS, TemplatePart, TrialTemplate, template_parts};
 
-impl Checker {
+impl Checker<'_> {
     /// Checks the `trial` block (the parameters' ids are needed by argument templates).
     pub(super) fn trial(&mut self, raw: RawTrial, space: Option<&Space>) -> Option<TrialTemplate> {
         let mut ok = true;
