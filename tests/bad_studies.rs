@@ -244,6 +244,27 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
             "trial.executor: unknown field `imag`",
         ),
         (
+            "a field of the wrong type in an executor block",
+            executor("kind: sagemaker\n    region: r\n    instance_count: many"),
+            "study.yaml:31:21: trial.executor.instance_count: invalid type: string \"many\", expected i64",
+        ),
+        (
+            "a field of another stopping rule",
+            edit(
+                "algorithm: random",
+                "algorithm: random\nearly_stopping: {rule: median, reduction_factor: 2}",
+            ),
+            "early_stopping.reduction_factor: does not apply to the median rule",
+        ),
+        (
+            "unknown stopping field",
+            edit(
+                "algorithm: random",
+                "algorithm: random\nearly_stopping: {rule: asha, min_step: 2}",
+            ),
+            "early_stopping: unknown field `min_step`, expected one of `min_resource`, `reduction_factor`",
+        ),
+        (
             "endpoint not a URL",
             executor("kind: kubernetes\n    image: i\n    endpoint: ftp://cluster"),
             "trial.executor.endpoint: 'ftp://cluster' is not an http:// or https:// URL",

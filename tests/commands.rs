@@ -228,3 +228,31 @@ fn reading_an_unknown_study_or_a_missing_database_is_bad_input() {
     let out = empty.hptune(&["--storage", "mysql://db/x", "studies"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_the_listing_quietly() {
+    // `hptune trials STUDY | head -1`: the pipe closes before everything is written.
+    let (scratch, _) = ran_study();
+    for args in [
+        &["trials", "quad", "--format", "json"][..],
+        &["trials", "quad", "--format", "csv"],
+        &["trials", "quad"],
+        &["studies"],
+        &["best", "quad", "--format", "json"],
+    ] {
+        let mut child = scratch
+            .command(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && !stderr(&out).contains("panicked"),
+            "{args:?}: {:?}\n{}",
+            out.status,
+            stderr(&out)
+        );
+    }
+}

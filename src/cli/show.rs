@@ -1,5 +1,6 @@
 //! `hptune studies`, `trials` and `best`: read the database and print.
 
+use std::io::{ErrorKind, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -39,21 +40,18 @@ pub async fn studies(storage: &Storage) -> Result<ExitCode, Failure> {
             row
         })
         .collect();
-    print!(
-        "{}",
-        table::render(
-            &[
-                "study",
-                "objective",
-                "succeeded",
-                "failed",
-                "stopped",
-                "running",
-                "best"
-            ],
-            &rows
-        )
-    );
+    output(&table::render(
+        &[
+            "study",
+            "objective",
+            "succeeded",
+            "failed",
+            "stopped",
+            "running",
+            "best",
+        ],
+        &rows,
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -95,7 +93,7 @@ pub async fn best(storage: &Storage, study: &str, format: BestFormat) -> Result<
                 .iter()
                 .filter_map(|p| trial.params.get(&p.id).map(|v| format!("--{}={v}", p.id)))
                 .collect();
-            println!("{}", flags.join(" "));
+            output(&format!("{}\n", flags.join(" ")))?;
         }
         BestFormat::Json => {
             let out = json!({
@@ -105,10 +103,10 @@ pub async fn best(storage: &Storage, study: &str, format: BestFormat) -> Result<
                 "value": trial.value,
                 "params": trial.params,
             });
-            println!(
-                "{}",
+            output(&format!(
+                "{}\n",
                 serde_json::to_string_pretty(&out).expect("JSON serialises")
-            );
+            ))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -134,10 +132,10 @@ pub fn print_trials(
     };
     match format {
         TrialsFormat::Json => {
-            println!(
-                "{}",
+            output(&format!(
+                "{}\n",
                 serde_json::to_string_pretty(trials).expect("JSON serialises")
-            );
+            ))?;
         }
         TrialsFormat::Csv => {
             let mut header = vec!["number", "state", study.metric.as_str()];
@@ -158,7 +156,7 @@ pub fn print_trials(
                     row
                 })
                 .collect();
-            print!("{}", table::csv(&header, &rows));
+            output(&table::csv(&header, &rows))?;
         }
         TrialsFormat::Table => {
             let rows: Vec<Vec<String>> = trials
@@ -188,10 +186,25 @@ pub fn print_trials(
             if gpus {
                 header.push("gpus");
             }
-            print!("{}", table::render(&header, &rows));
+            output(&table::render(&header, &rows))?;
         }
     }
     Ok(())
+}
+
+/// Writes a listing to standard output. A reader that has seen enough and closed the pipe
+/// (`hptune trials STUDY | head`) ends it quietly, as the shell's own tools do.
+fn output(text: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != ErrorKind::BrokenPipe => Err(Failure::Other(format!(
+            "cannot write to standard output: {e}"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn shorten(text: &str) -> String {

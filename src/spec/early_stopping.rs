@@ -1,49 +1,52 @@
-//! The `early_stopping` block: the rule and its settings.
+//! The `early_stopping` block: the rule and its settings, each rule's fields one struct of
+//! `raw.rs`.
 
-use super::Checker;
-use super::raw::RawEarlyStopping;
+use super::raw::{RawAsha, RawMedian, RawRule};
+use super::{Checker, block};
 use crate::study::stopping::StoppingRule;
 
-impl Checker {
+/// Where the block stands in the study file.
+const PATH: [&str; 1] = ["early_stopping"];
+
+impl Checker<'_> {
     /// Checks the `early_stopping` block.
-    pub(super) fn early_stopping(&mut self, raw: &RawEarlyStopping) -> Option<StoppingRule> {
-        let field = "early_stopping";
-        let (median, asha) = match raw.rule.as_str() {
-            "median" => (true, false),
-            "asha" => (false, true),
+    pub(super) fn early_stopping(&mut self, raw: &RawRule) -> Option<StoppingRule> {
+        let median = block::fields::<RawMedian>();
+        let asha = block::fields::<RawAsha>();
+        let own = match raw.rule.as_str() {
+            "median" => median,
+            "asha" => asha,
             other => {
                 self.report(
-                    format!("{field}.rule"),
+                    "early_stopping.rule",
                     format!("'{other}' is not a stopping rule: use median or asha"),
                 );
                 return None;
             }
         };
-        let mut ok = true;
-        for (name, present, allowed) in [
-            ("min_steps", raw.min_steps.is_some(), median),
-            ("min_trials", raw.min_trials.is_some(), median),
-            ("min_resource", raw.min_resource.is_some(), asha),
-            ("reduction_factor", raw.reduction_factor.is_some(), asha),
-        ] {
-            if present && !allowed {
-                self.report(
-                    format!("{field}.{name}"),
-                    format!("does not apply to the {} rule", raw.rule),
-                );
-                ok = false;
-            }
-        }
-        if median {
-            let min_steps =
-                self.at_least("early_stopping.min_steps", raw.min_steps.unwrap_or(1), 1);
-            let min_trials =
-                self.at_least("early_stopping.min_trials", raw.min_trials.unwrap_or(3), 1);
-            return Some(StoppingRule::Median {
-                min_steps: min_steps.filter(|_| ok)?,
-                min_trials: min_trials? as usize,
-            });
-        }
+        let every = [median, asha].concat();
+        let variant = format!("the {} rule", raw.rule);
+        let fields_ok = self.variant_fields(&PATH, "rule", own, &every, &variant);
+        let rule = if raw.rule == "median" {
+            let raw = self.block(&PATH)?;
+            self.median(raw)
+        } else {
+            let raw = self.block(&PATH)?;
+            self.asha(raw)
+        };
+        rule.filter(|_| fields_ok)
+    }
+
+    fn median(&mut self, raw: RawMedian) -> Option<StoppingRule> {
+        let min_steps = self.at_least("early_stopping.min_steps", raw.min_steps.unwrap_or(1), 1);
+        let min_trials = self.at_least("early_stopping.min_trials", raw.min_trials.unwrap_or(3), 1);
+        Some(StoppingRule::Median {
+            min_steps: min_steps?,
+            min_trials: min_trials? as usize,
+        })
+    }
+
+    fn asha(&mut self, raw: RawAsha) -> Option<StoppingRule> {
         let min_resource = self.at_least(
             "early_stopping.min_resource",
             raw.min_resource.unwrap_or(1),
@@ -58,7 +61,7 @@ impl Checker {
             return None;
         }
         Some(StoppingRule::Asha {
-            min_resource: min_resource.filter(|_| ok)?,
+            min_resource: min_resource?,
             reduction_factor,
         })
     }

@@ -1,10 +1,11 @@
 //! The `trial.executor` block: which engine runs the workers, and that engine's settings.
-//! Each field applies to some kinds only; a field of another kind is refused by name.
+//! Each engine's fields are one struct of `raw.rs`; a field of another engine is refused by
+//! name.
 
 use std::time::Duration;
 
-use super::Checker;
-use super::raw::{RawExecutor, RawSecretRef};
+use super::raw::{RawKind, RawKubernetes, RawRemote, RawSageMaker, RawSecretRef, RawVertex};
+use super::{Checker, block};
 use crate::study::{
     Accelerator, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings, Resources,
     SageMakerSpec, SecretRef, VertexSpec,
@@ -17,11 +18,12 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long Kubernetes keeps a finished Job, when the file does not say.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 
-const REMOTE_FIELDS: [&str; 4] = ["image", "endpoint", "poll_interval", "request_timeout"];
+/// Where the block stands in the study file.
+const PATH: [&str; 2] = ["trial", "executor"];
 
-impl Checker {
+impl Checker<'_> {
     /// Checks the executor block (absent: local).
-    pub(super) fn executor(&mut self, raw: Option<&RawExecutor>) -> Option<ExecutorSpec> {
+    pub(super) fn executor(&mut self, raw: Option<&RawKind>) -> Option<ExecutorSpec> {
         let Some(raw) = raw else {
             return Some(ExecutorSpec::Local);
         };
@@ -36,59 +38,33 @@ impl Checker {
             );
             return None;
         };
-        let own: &[&str] = match kind {
-            ExecutorKind::Local => &[],
-            ExecutorKind::Vertex => &[
-                "project",
-                "region",
-                "machine_type",
-                "accelerator",
-                "service_account",
-            ],
-            ExecutorKind::Kubernetes => &[
-                "namespace",
-                "resources",
-                "node_selector",
-                "service_account",
-                "ttl",
-                "storage_secret",
-            ],
-            ExecutorKind::SageMaker => &[
-                "region",
-                "role_arn",
-                "instance_type",
-                "instance_count",
-                "volume_size_gb",
-                "output_path",
-            ],
-        };
-        let mut ok = true;
-        for (name, present) in present_fields(raw) {
-            let remote = kind != ExecutorKind::Local && REMOTE_FIELDS.contains(&name);
-            if present && !remote && !own.contains(&name) {
-                self.report(
-                    format!("trial.executor.{name}"),
-                    format!("does not apply to the {} executor", kind.as_str()),
-                );
-                ok = false;
-            }
-        }
+        let every_kind: Vec<_> = ExecutorKind::ALL.into_iter().flat_map(fields_of).collect();
+        let fields_ok = self.variant_fields(
+            &PATH,
+            "kind",
+            &fields_of(kind),
+            &every_kind,
+            &format!("the {} executor", kind.as_str()),
+        );
         let spec = match kind {
             ExecutorKind::Local => Some(ExecutorSpec::Local),
             ExecutorKind::Vertex => {
-                let remote = self.remote_settings(raw, kind);
-                self.vertex(raw, remote).map(ExecutorSpec::Vertex)
+                let remote = self.remote_settings(kind);
+                let raw = self.block(&PATH)?;
+                self.vertex(&raw, remote).map(ExecutorSpec::Vertex)
             }
             ExecutorKind::Kubernetes => {
-                let remote = self.remote_settings(raw, kind);
-                self.kubernetes(raw, remote).map(ExecutorSpec::Kubernetes)
+                let remote = self.remote_settings(kind);
+                let raw = self.block(&PATH)?;
+                self.kubernetes(&raw, remote).map(ExecutorSpec::Kubernetes)
             }
             ExecutorKind::SageMaker => {
-                let remote = self.remote_settings(raw, kind);
-                self.sagemaker(raw, remote).map(ExecutorSpec::SageMaker)
+                let remote = self.remote_settings(kind);
+                let raw = self.block(&PATH)?;
+                self.sagemaker(&raw, remote).map(ExecutorSpec::SageMaker)
             }
         };
-        spec.filter(|_| ok)
+        spec.filter(|_| fields_ok)
     }
 
     /// A field the engine cannot do without.
@@ -119,7 +95,8 @@ impl Checker {
         Some(value.min(i64::from(u32::MAX)) as u32)
     }
 
-    fn remote_settings(&mut self, raw: &RawExecutor, kind: ExecutorKind) -> Option<RemoteSettings> {
+    fn remote_settings(&mut self, kind: ExecutorKind) -> Option<RemoteSettings> {
+        let raw: RawRemote = self.block(&PATH)?;
         let image = self.required(kind, "image", &raw.image);
         if let Some(endpoint) = &raw.endpoint
             && !(endpoint.starts_with("https://") || endpoint.starts_with("http://"))
@@ -145,7 +122,7 @@ impl Checker {
         })
     }
 
-    fn vertex(&mut self, raw: &RawExecutor, remote: Option<RemoteSettings>) -> Option<VertexSpec> {
+    fn vertex(&mut self, raw: &RawVertex, remote: Option<RemoteSettings>) -> Option<VertexSpec> {
         let kind = ExecutorKind::Vertex;
         let project = self.required(kind, "project", &raw.project);
         let region = self.required(kind, "region", &raw.region);
@@ -173,7 +150,7 @@ impl Checker {
 
     fn kubernetes(
         &mut self,
-        raw: &RawExecutor,
+        raw: &RawKubernetes,
         remote: Option<RemoteSettings>,
     ) -> Option<KubernetesSpec> {
         let resources = match &raw.resources {
@@ -248,7 +225,7 @@ impl Checker {
 
     fn sagemaker(
         &mut self,
-        raw: &RawExecutor,
+        raw: &RawSageMaker,
         remote: Option<RemoteSettings>,
     ) -> Option<SageMakerSpec> {
         let kind = ExecutorKind::SageMaker;
@@ -285,27 +262,14 @@ impl Checker {
     }
 }
 
-/// Each field of the block but `kind`, and whether the file sets it.
-fn present_fields(raw: &RawExecutor) -> [(&'static str, bool); 19] {
-    [
-        ("image", raw.image.is_some()),
-        ("endpoint", raw.endpoint.is_some()),
-        ("poll_interval", raw.poll_interval.is_some()),
-        ("request_timeout", raw.request_timeout.is_some()),
-        ("project", raw.project.is_some()),
-        ("region", raw.region.is_some()),
-        ("machine_type", raw.machine_type.is_some()),
-        ("accelerator", raw.accelerator.is_some()),
-        ("service_account", raw.service_account.is_some()),
-        ("namespace", raw.namespace.is_some()),
-        ("resources", raw.resources.is_some()),
-        ("node_selector", raw.node_selector.is_some()),
-        ("ttl", raw.ttl.is_some()),
-        ("role_arn", raw.role_arn.is_some()),
-        ("instance_type", raw.instance_type.is_some()),
-        ("instance_count", raw.instance_count.is_some()),
-        ("volume_size_gb", raw.volume_size_gb.is_some()),
-        ("output_path", raw.output_path.is_some()),
-        ("storage_secret", raw.storage_secret.is_some()),
-    ]
+/// The fields a kind takes besides `kind`: its engine's own and, for a remote engine, the
+/// ones every remote engine takes.
+fn fields_of(kind: ExecutorKind) -> Vec<&'static str> {
+    let own = match kind {
+        ExecutorKind::Local => return Vec::new(),
+        ExecutorKind::Vertex => block::fields::<RawVertex>(),
+        ExecutorKind::Kubernetes => block::fields::<RawKubernetes>(),
+        ExecutorKind::SageMaker => block::fields::<RawSageMaker>(),
+    };
+    [block::fields::<RawRemote>(), own].concat()
 }

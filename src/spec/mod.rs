@@ -5,6 +5,7 @@
 //! then every rule of meaning is checked and each broken one is reported with its field path
 //! and, through [`locate`], its position.
 
+mod block;
 mod early_stopping;
 mod executor;
 mod locate;
@@ -164,10 +165,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Study, SpecError> {
     let raw: RawStudy =
         serde_yaml::from_str(text).map_err(|e| SpecError::new(path, vec![serde_issue(&e)]))?;
     let mut checker = Checker {
+        text,
         locations,
         issues: Vec::new(),
     };
-    let study = checker.study(raw, text);
+    let study = checker.study(raw);
     if checker.issues.is_empty()
         && let Some(study) = study
     {
@@ -202,17 +204,24 @@ fn serde_issue(error: &serde_yaml::Error) -> SpecIssue {
 }
 
 /// Collects every broken rule while turning the raw file into a [`Study`].
-struct Checker {
+struct Checker<'a> {
+    /// The file's text, for the blocks read by their tag ([`block`]).
+    text: &'a str,
     locations: Locations,
     issues: Vec<SpecIssue>,
 }
 
-impl Checker {
+impl Checker<'_> {
     fn report(&mut self, field: impl Into<String>, message: impl Into<String>) {
         let field = field.into();
+        self.report_at(&field.clone(), field, message);
+    }
+
+    /// Reports a broken rule of `field` at the position of the node at `place`.
+    fn report_at(&mut self, place: &str, field: String, message: impl Into<String>) {
         let position = self
             .locations
-            .find(&field)
+            .find(place)
             .map(|Position { line, column }| (line, column));
         self.issues.push(SpecIssue {
             position,
@@ -221,7 +230,58 @@ impl Checker {
         });
     }
 
-    fn study(&mut self, raw: RawStudy, text: &str) -> Option<Study> {
+    /// Reads the block at `path` into the struct of its tag's variant; `None` when it is
+    /// not there or a field does not read (reported where it stands).
+    fn block<T: serde::de::DeserializeOwned>(&mut self, path: &[&str]) -> Option<T> {
+        match block::read(self.text, path) {
+            Ok(found) => found,
+            Err(e) => {
+                self.issues.push(serde_issue(&e));
+                None
+            }
+        }
+    }
+
+    /// Reports each field of the block at `path` that its variant does not take (`own`,
+    /// besides the `tag`): one of another variant (in `every`) does not apply to `variant`
+    /// (`the kubernetes executor`), any other is unknown. Whether all fields fit.
+    fn variant_fields(
+        &mut self,
+        path: &[&str],
+        tag: &str,
+        own: &[&'static str],
+        every: &[&'static str],
+        variant: &str,
+    ) -> bool {
+        let Ok(keys) = block::keys(self.text, path) else {
+            return false;
+        };
+        let block = path.join(".");
+        let mut ok = true;
+        for key in &keys {
+            if key == tag || own.contains(&key.as_str()) {
+                continue;
+            }
+            ok = false;
+            let field = format!("{block}.{key}");
+            if every.contains(&key.as_str()) {
+                self.report(field, format!("does not apply to {variant}"));
+            } else {
+                let expected: Vec<String> = own.iter().map(|f| format!("`{f}`")).collect();
+                let message = match expected.is_empty() {
+                    true => format!("unknown field `{key}`: {variant} takes no other field"),
+                    false => format!(
+                        "unknown field `{key}`, expected one of {}",
+                        expected.join(", ")
+                    ),
+                };
+                self.report_at(&field, block.clone(), message);
+            }
+        }
+        ok
+    }
+
+    fn study(&mut self, raw: RawStudy) -> Option<Study> {
         if let Err(message) = check_name(&raw.name) {
             self.report("name", message);
         }
@@ -293,7 +353,7 @@ impl Checker {
             seed: raw.seed.unwrap_or(0),
             early_stopping: early_stopping?,
             trial: trial?,
-            source: text.to_string(),
+            source: self.text.to_string(),
         })
     }
 

@@ -7,7 +7,7 @@ use super::Checker;
 use super::raw::{RawParameter, Scalar};
 use crate::study::space::{Condition, Domain, MAX_GRID_POINTS, Parameter, Scale, Space};
 
-impl Checker {
+impl Checker<'_> {
     /// Checks the `parameters` list; the space when every parameter is right.
     pub(super) fn space(&mut self, raw: &[RawParameter]) -> Option<Space> {
         if raw.is_empty() {

@@ -132,16 +132,27 @@ pub struct RawStudy {
     pub max_failed_trial_count: Option<i64>,
     pub max_retries: Option<i64>,
     pub seed: Option<u64>,
-    pub early_stopping: Option<RawEarlyStopping>,
+    pub early_stopping: Option<RawRule>,
     pub trial: RawTrial,
 }
 
+/// The early-stopping block: here only its `rule` is read; the rule's own fields are read
+/// into [`RawMedian`] or [`RawAsha`] by [`super::block`].
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawEarlyStopping {
+pub struct RawRule {
     pub rule: String,
+}
+
+/// `rule: median`.
+#[derive(Debug, Deserialize)]
+pub struct RawMedian {
     pub min_steps: Option<i64>,
     pub min_trials: Option<i64>,
+}
+
+/// `rule: asha`.
+#[derive(Debug, Deserialize)]
+pub struct RawAsha {
     pub min_resource: Option<i64>,
     pub reduction_factor: Option<f64>,
 }
@@ -177,7 +188,7 @@ pub struct RawTrial {
     pub timeout: Option<String>,
     pub grace_period: Option<String>,
     pub resources: Option<RawTrialResources>,
-    pub executor: Option<RawExecutor>,
+    pub executor: Option<RawKind>,
 }
 
 /// `trial.resources`: what each trial holds while it runs.
@@ -187,31 +198,52 @@ pub struct RawTrialResources {
     pub gpus: Option<Number>,
 }
 
-/// The executor block: `kind` and the fields of every engine; which ones apply to which
-/// kind is checked in `spec/executor.rs`.
+/// A block whose fields depend on its `kind`: here only the kind is read; the kind's own
+/// fields are read into their struct by [`super::block`].
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawExecutor {
+pub struct RawKind {
     pub kind: String,
+}
+
+/// The fields every remote engine takes.
+#[derive(Debug, Deserialize)]
+pub struct RawRemote {
     pub image: Option<String>,
     pub endpoint: Option<String>,
     pub poll_interval: Option<String>,
     pub request_timeout: Option<String>,
+}
+
+/// `kind: vertex`: a Vertex AI CustomJob.
+#[derive(Debug, Deserialize)]
+pub struct RawVertex {
     pub project: Option<String>,
     pub region: Option<String>,
     pub machine_type: Option<String>,
     pub accelerator: Option<RawAccelerator>,
     pub service_account: Option<String>,
+}
+
+/// `kind: kubernetes`: a Kubernetes Job.
+#[derive(Debug, Deserialize)]
+pub struct RawKubernetes {
     pub namespace: Option<String>,
     pub resources: Option<RawResources>,
     pub node_selector: Option<BTreeMap<String, String>>,
+    pub service_account: Option<String>,
     pub ttl: Option<String>,
+    pub storage_secret: Option<RawSecretRef>,
+}
+
+/// `kind: sagemaker`: a SageMaker training job.
+#[derive(Debug, Deserialize)]
+pub struct RawSageMaker {
+    pub region: Option<String>,
     pub role_arn: Option<String>,
     pub instance_type: Option<String>,
     pub instance_count: Option<i64>,
     pub volume_size_gb: Option<i64>,
     pub output_path: Option<String>,
-    pub storage_secret: Option<RawSecretRef>,
 }
 
 #[derive(Debug, Deserialize)]

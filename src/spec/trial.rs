@@ -13,7 +13,7 @@ use crate::study::{ExecutorSpec, TEMPLATE_BUILTINS, TemplatePart, TrialTemplate,
 /// The most GPUs a trial may ask for (the largest machines have 16).
 const MAX_GPUS: i64 = 1024;
 
-impl Checker {
+impl Checker<'_> {
     /// Checks the `trial` block (the parameters' ids are needed by argument templates).
     pub(super) fn trial(&mut self, raw: RawTrial, space: Option<&Space>) -> Option<TrialTemplate> {
         let mut ok = true;

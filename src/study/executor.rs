@@ -17,6 +17,14 @@ pub enum ExecutorKind {
 }
 
 impl ExecutorKind {
+    /// Every kind.
+    pub const ALL: [ExecutorKind; 4] = [
+        ExecutorKind::Local,
+        ExecutorKind::Vertex,
+        ExecutorKind::Kubernetes,
+        ExecutorKind::SageMaker,
+    ];
+
     /// Every kind, as written in the study file.
     pub const NAMES: &'static str = "local, vertex, kubernetes or sagemaker";
 
@@ -32,14 +40,7 @@ impl ExecutorKind {
 
     /// Reads a kind as written in the study file.
     pub fn parse(text: &str) -> Option<Self> {
-        [
-            ExecutorKind::Local,
-            ExecutorKind::Vertex,
-            ExecutorKind::Kubernetes,
-            ExecutorKind::SageMaker,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == text)
+        Self::ALL.into_iter().find(|k| k.as_str() == text)
     }
 }
 
