@@ -79,19 +79,20 @@ impl Checker<'_> {
         let Some(number) = raw.and_then(|r| r.gpus) else {
             return Some(None);
         };
-        let count = match number {
-            Number::Int(n) if (1..=i128::from(MAX_GPUS)).contains(&n) => n as usize,
-            Number::Int(n) => {
+        let fraction = matches!(number, Number::Float(x) if x.is_finite() && x.fract() != 0.0);
+        let count = match number.as_i64() {
+            Some(n) if (1..=MAX_GPUS).contains(&n) => n as usize,
+            _ if fraction => {
                 self.report(
                     field,
-                    format!("must be from 1 to {MAX_GPUS}, got {n} (leave `resources` out for trials without GPUs)"),
+                    format!("{number} is not a whole number of GPUs: each trial gets whole devices of its own (processes sharing a GPU share its memory without any limit, so trials would run each other out of memory)"),
                 );
                 return None;
             }
-            Number::Float(x) => {
+            _ => {
                 self.report(
                     field,
-                    format!("{x} is not a whole number of GPUs: each trial gets whole devices of its own (processes sharing a GPU share its memory without any limit, so trials would run each other out of memory)"),
+                    format!("must be from 1 to {MAX_GPUS}, got {number} (leave `resources` out for trials without GPUs)"),
                 );
                 return None;
             }
@@ -171,4 +172,39 @@ fn check_template(template: &str, space: &Space) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::spec::parse;
+
+    const STUDY: &str = "name: s\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0.0, max: 1.0}\nalgorithm: random\nmax_trial_count: 1\ntrial:\n  command: [train]\n";
+
+    fn gpus(value: &str) -> Result<Option<usize>, String> {
+        let text = format!("{STUDY}  resources: {{gpus: {value}}}\n");
+        parse(Path::new("s.yaml"), &text)
+            .map(|study| study.trial.gpus.map(|n| n.get()))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_trial_holds_a_whole_number_of_gpus_from_one() {
+        assert_eq!(gpus("2"), Ok(Some(2)));
+        assert_eq!(gpus("2.0"), Ok(Some(2)));
+        let fraction = gpus("0.5").unwrap_err();
+        assert!(
+            fraction.starts_with(
+                "s.yaml:9:21: trial.resources.gpus: 0.5 is not a whole number of GPUs"
+            ),
+            "{fraction}"
+        );
+        for value in ["0", "-1", "1e9", ".inf"] {
+            let error = gpus(value).unwrap_err();
+            assert!(error.contains("must be from 1 to 1024"), "{value}: {error}");
+        }
+        let none = parse(Path::new("s.yaml"), STUDY).unwrap();
+        assert_eq!(none.trial.gpus, None);
+    }
 }
