@@ -2,9 +2,13 @@
 //! `CUDA_VISIBLE_DEVICES`, else the GPUs `nvidia-smi -L` lists.
 
 use std::fmt;
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use super::Device;
+
+/// How long `nvidia-smi -L` may take: it hangs with a driver that does.
+const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the devices of a pool came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,10 +63,10 @@ pub fn find(given: Option<&str>, cuda_visible: Option<&str>) -> Result<Found, St
             source: Source::CudaVisibleDevices,
         });
     }
-    let out = Command::new("nvidia-smi")
-        .arg("-L")
-        .output()
-        .map_err(|e| format!("nvidia-smi -L could not run ({e})"))?;
+    let mut nvidia_smi = Command::new("nvidia-smi");
+    nvidia_smi.arg("-L");
+    let out = output_within(&mut nvidia_smi, NVIDIA_SMI_TIMEOUT)
+        .map_err(|e| format!("nvidia-smi -L {e}"))?;
     if !out.status.success() {
         let said = String::from_utf8_lossy(&out.stderr);
         let said = said
@@ -78,6 +82,27 @@ pub fn find(given: Option<&str>, cuda_visible: Option<&str>) -> Result<Found, St
         devices: parse_nvidia_smi(&String::from_utf8_lossy(&out.stdout)),
         source: Source::NvidiaSmi,
     })
+}
+
+/// Runs `command` to its end and returns what it printed, or kills it after `timeout`.
+fn output_within(command: &mut Command, timeout: Duration) -> Result<Output, String> {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("could not run ({e})"))?;
+    let deadline = Instant::now() + timeout;
+    let failed = |e: std::io::Error| format!("failed ({e})");
+    while child.try_wait().map_err(failed)?.is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("did not answer within {} s", timeout.as_secs_f64()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().map_err(failed)
 }
 
 /// Reads a list of devices as `CUDA_VISIBLE_DEVICES` writes them: indices or UUIDs
@@ -171,6 +196,21 @@ mod tests {
             parse_list("0;1")
                 .unwrap_err()
                 .contains("'0;1' is not a device")
+        );
+    }
+
+    #[test]
+    fn a_listing_that_hangs_is_given_up() {
+        let mut sleep = Command::new("sleep");
+        sleep.arg("10");
+        let error = output_within(&mut sleep, Duration::from_millis(100)).unwrap_err();
+        assert_eq!(error, "did not answer within 0.1 s");
+        let mut echo = Command::new("echo");
+        echo.arg("GPU 0: A (UUID: GPU-1)");
+        let out = output_within(&mut echo, Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            parse_nvidia_smi(&String::from_utf8_lossy(&out.stdout)).len(),
+            1
         );
     }
 
