@@ -383,6 +383,42 @@ fn a_retried_trial_runs_its_next_attempt_on_devices_of_its_own_recorded_with_it(
 }
 
 #[test]
+fn a_study_stopped_by_ctrl_c_hands_its_trials_back_without_devices_and_runs_them_on_new_ones() {
+    let machine = Machine::new(Some(2));
+    let study = machine.study("stopped", 2, 2, "1", 3.0);
+    let controller = machine.spawn(&study);
+    machine.wait_for_starts(2);
+    kill(Pid::from_raw(controller.id() as i32), Signal::SIGINT).unwrap();
+    let out = controller.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let trials = machine.scratch.trials("stopped");
+    for trial in &trials {
+        assert_eq!(trial["state"], "pending", "{trial}");
+        assert_eq!(trial["gpus"], serde_json::json!([]), "{trial}");
+    }
+    assert_success(&machine.run(&study, &[]));
+    machine.assert_no_device_shared();
+    let attempts = machine.scratch.query(
+        "SELECT a.attempt, a.outcome, a.gpus FROM attempts a ORDER BY a.trial_id, a.attempt",
+    );
+    assert_eq!(attempts.len(), 4, "{attempts:?}");
+    for row in &attempts {
+        let outcome = if row[0] == 1 { "retried" } else { "succeeded" };
+        assert_eq!(row[1], outcome, "{attempts:?}");
+        assert!(
+            ["0", "1"].contains(&row[2].as_str().unwrap()),
+            "{attempts:?}"
+        );
+    }
+    let recorded = recorded_gpus(&machine, "stopped");
+    let starts = machine.starts();
+    assert_eq!(starts.len(), 4, "{starts:?}");
+    for start in starts.iter().filter(|s| s.attempt == 2) {
+        assert_eq!(recorded[&start.trial], start.hptune_gpus, "{start:?}");
+    }
+}
+
+#[test]
 fn two_controllers_on_one_machine_never_hand_out_one_gpu_at_the_same_time() {
     let machine = Machine::new(Some(4));
     let first = machine.study("first", 8, 4, "1", 0.5);
