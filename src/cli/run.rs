@@ -156,10 +156,11 @@ fn gpu_plan(study: &Study, given: &GpusArg, path: &Path) -> Result<Option<GpuPla
         devices: found.devices,
         locks: LockDir::new(&locks),
     };
+    let at_once = plan.trials_at_once().min(study.parallel_trial_count);
     eprintln!(
-        "GPUs {names} (from {}), {per_trial} per trial: at most {} trials at once",
+        "GPUs {names} (from {}), {per_trial} per trial: at most {at_once} trial{} at once",
         found.source,
-        plan.trials_at_once().min(study.parallel_trial_count)
+        if at_once == 1 { "" } else { "s" }
     );
     Ok(Some(plan))
 }
