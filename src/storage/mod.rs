@@ -8,6 +8,8 @@
 
 mod claim;
 mod ends;
+mod follow;
+mod read_only;
 mod relayed;
 mod rows;
 mod trials;
@@ -24,8 +26,12 @@ use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 use crate::study::{Goal, Study};
 pub use claim::{Budget, Claim, ClaimError};
 pub use ends::TrialEnd;
+pub use follow::StudyFollower;
 use rows::trial_columns;
-pub use rows::{StudyRecord, StudySummary, TrialRecord, TrialState};
+pub use rows::{
+    AttemptRecord, MeasurementRecord, StudyOverview, StudyRecord, StudySummary, TrialRecord,
+    TrialState,
+};
 pub use trials::NextAttempt;
 pub use url::{DEFAULT_STORAGE, StorageUrl};
 pub use view::StudyView;
@@ -43,6 +49,19 @@ pub enum StorageError {
         url: String,
         /// The driver's error.
         source: sqlx::Error,
+    },
+    /// There is no database file to read (reading never creates one).
+    #[error(
+        "no database at {0}: run a study first, or name the database with --storage or HPTUNE_STORAGE"
+    )]
+    Missing(String),
+    /// The database's schema is not the one this hptune reads (reading never migrates).
+    #[error("the database {url} {problem}")]
+    Schema {
+        /// The database, without credentials.
+        url: String,
+        /// What is wrong with its schema.
+        problem: String,
     },
     /// A query failed.
     #[error("database error while {doing}: {source}")]

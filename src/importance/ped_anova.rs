@@ -1,0 +1,278 @@
+//! PED-ANOVA (Watanabe, Bansal and Hutter, "PED-ANOVA: Efficiently Quantifying
+//! Hyperparameter Importance in Arbitrary Subspaces", IJCAI 2023), computed as Optuna's
+//! `PedAnovaImportanceEvaluator` computes it, so that the two rank a study's parameters alike.
+//!
+//! A parameter matters when the values it takes in the best trials (the top 10%, at least
+//! two) are distributed differently from the values it takes in all trials. Each
+//! distribution is a Parzen estimator over a grid of the parameter's values (50 points of its
+//! scale, or each integer or choice), with Scott's bandwidth and a wide prior kernel; the
+//! importance is the share of top trials times the Pearson divergence of the two densities,
+//! `Σ p_all(x) (p_top(x) / p_all(x) - 1)²`. The goal's direction decides which trials are the
+//! top ones. A conditional parameter is judged on the trials where it is active.
+
+use crate::study::Goal;
+use crate::study::space::{Assignment, Domain, ParamValue, Parameter};
+
+/// The share of trials that are the top ones.
+const TOP_QUANTILE: f64 = 0.1;
+/// The fewest top trials.
+const MIN_TOP_TRIALS: usize = 2;
+/// Grid points of a continuous parameter.
+const GRID_STEPS: usize = 50;
+/// The prior kernel's weight, against one per trial.
+const PRIOR_WEIGHT: f64 = 1.0;
+/// Added to each density so that the ratio is defined everywhere.
+const EPSILON: f64 = 1e-12;
+
+/// How much one parameter matters.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Importance {
+    /// The parameter's id.
+    pub parameter: String,
+    /// Its PED-ANOVA importance (0: none; not normalised).
+    pub value: f64,
+}
+
+/// The importance of each parameter of `parameters` over `trials` (each finished trial's
+/// parameters and objective value), most important first.
+pub fn ped_anova(
+    parameters: &[Parameter],
+    goal: Goal,
+    trials: &[(&Assignment, f64)],
+) -> Vec<Importance> {
+    let mut importances: Vec<Importance> = parameters
+        .iter()
+        .map(|p| Importance {
+            parameter: p.id.clone(),
+            value: importance_of(p, goal, trials),
+        })
+        .collect();
+    importances.sort_by(|a, b| b.value.total_cmp(&a.value));
+    importances
+}
+
+/// The importance of one parameter, over the trials where it is active.
+fn importance_of(parameter: &Parameter, goal: Goal, trials: &[(&Assignment, f64)]) -> f64 {
+    let Some(grid) = Grid::of(&parameter.domain) else {
+        return 0.0;
+    };
+    let active: Vec<(usize, f64)> = trials
+        .iter()
+        .filter(|(_, v)| v.is_finite())
+        .filter_map(|(params, v)| Some((grid.cell(params.get(&parameter.id)?)?, *v)))
+        .collect();
+    if active.len() <= MIN_TOP_TRIALS {
+        return 0.0;
+    }
+    let losses: Vec<f64> = active
+        .iter()
+        .map(|(_, v)| match goal {
+            Goal::Minimize => *v,
+            Goal::Maximize => -*v,
+        })
+        .collect();
+    let cutoff = top_cutoff(&losses);
+    let mut all = vec![0.0; grid.steps];
+    let mut top = vec![0.0; grid.steps];
+    for ((cell, _), loss) in active.iter().zip(&losses) {
+        all[*cell] += 1.0;
+        if *loss <= cutoff {
+            top[*cell] += 1.0;
+        }
+    }
+    let share = top.iter().sum::<f64>() / active.len() as f64;
+    let p_top = grid.density(&top);
+    let p_all = grid.density(&all);
+    share * pearson_divergence(&p_top, &p_all)
+}
+
+/// The loss at or below which a trial is a top one: the `TOP_QUANTILE` quantile of the
+/// losses (the inverted empirical distribution), or the `MIN_TOP_TRIALS`-th lowest loss if
+/// that is higher.
+fn top_cutoff(losses: &[f64]) -> f64 {
+    let mut sorted = losses.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let quantile_index = ((TOP_QUANTILE * sorted.len() as f64).ceil() as usize).saturating_sub(1);
+    sorted[quantile_index].max(sorted[MIN_TOP_TRIALS - 1])
+}
+
+/// `Σ q(x) (p(x) / q(x) - 1)²` over the grid, each density shifted by [`EPSILON`].
+fn pearson_divergence(p: &[f64], q: &[f64]) -> f64 {
+    p.iter()
+        .zip(q)
+        .map(|(p, q)| {
+            let (p, q) = (p + EPSILON, q + EPSILON);
+            q * (p / q - 1.0).powi(2)
+        })
+        .sum()
+}
+
+/// The points a parameter's values are counted on.
+struct Grid {
+    steps: usize,
+    kind: GridKind,
+}
+
+enum GridKind {
+    /// Ordered: a value's cell is its nearest point of `steps` even points of its scale.
+    Ordered {
+        position: Box<dyn Fn(&ParamValue) -> Option<f64>>,
+    },
+    /// Unordered: one cell per choice.
+    Choices(Vec<String>),
+}
+
+impl Grid {
+    /// The grid of a domain; `None` for a domain of a single value, which cannot matter.
+    fn of(domain: &Domain) -> Option<Self> {
+        let (steps, kind) = match domain.clone() {
+            Domain::Double {
+                min, max, scale, ..
+            } => (
+                GRID_STEPS,
+                GridKind::Ordered {
+                    position: Box::new(move |v| Some(scale.to_unit(v.as_f64()?, min, max))),
+                },
+            ),
+            Domain::Integer {
+                min, max, scale, ..
+            } => {
+                let count = (max - min + 1) as f64;
+                let steps = match scale {
+                    crate::study::space::Scale::Linear => count,
+                    _ => count.log2().ceil(),
+                };
+                let (lo, hi) = (min as f64, max as f64);
+                (
+                    (steps as usize).min(GRID_STEPS),
+                    GridKind::Ordered {
+                        position: Box::new(move |v| Some(scale.to_unit(v.as_f64()?, lo, hi))),
+                    },
+                )
+            }
+            Domain::Discrete { values, .. } => {
+                let last = values.len().saturating_sub(1).max(1) as f64;
+                (
+                    values.len().min(GRID_STEPS),
+                    GridKind::Ordered {
+                        position: Box::new(move |v| {
+                            let x = v.as_f64()?;
+                            let index = values.iter().position(|w| *w == x)?;
+                            Some(index as f64 / last)
+                        }),
+                    },
+                )
+            }
+            Domain::Categorical { values } => (values.len(), GridKind::Choices(values)),
+        };
+        (steps > 1).then_some(Grid { steps, kind })
+    }
+
+    /// The cell of `value`: for an ordered grid, the first point at or above
+    /// `position - step / 2`.
+    fn cell(&self, value: &ParamValue) -> Option<usize> {
+        match &self.kind {
+            GridKind::Ordered { position } => {
+                let last = (self.steps - 1) as f64;
+                let cell = (position(value)? * last - 0.5).ceil();
+                Some(cell.clamp(0.0, last) as usize)
+            }
+            GridKind::Choices(choices) => match value {
+                ParamValue::Str(s) => choices.iter().position(|c| c == s),
+                _ => None,
+            },
+        }
+    }
+
+    /// The Parzen estimator's density over the grid from the `counts` of each cell.
+    fn density(&self, counts: &[f64]) -> Vec<f64> {
+        match self.kind {
+            GridKind::Ordered { .. } => ordered_density(counts),
+            GridKind::Choices(_) => choice_density(counts),
+        }
+    }
+}
+
+/// One normal kernel per occupied cell (weighted by its count) with Scott's bandwidth, and a
+/// prior kernel as wide as the grid at its centre, each truncated to the grid and
+/// discretised on its cells.
+fn ordered_density(counts: &[f64]) -> Vec<f64> {
+    let steps = counts.len();
+    let n: f64 = counts.iter().sum();
+    let occupied: Vec<(f64, f64)> = counts
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0.0)
+        .map(|(i, c)| (i as f64, *c))
+        .collect();
+    let mean = occupied.iter().map(|(x, c)| x * c).sum::<f64>() / n;
+    let spread = occupied
+        .iter()
+        .map(|(x, c)| (x - mean).powi(2) * c)
+        .sum::<f64>();
+    let std = (spread / (n - 1.0).max(1.0)).sqrt();
+    let cumulative: Vec<f64> = occupied
+        .iter()
+        .scan(0.0, |sum, (_, c)| {
+            *sum += c;
+            Some(*sum)
+        })
+        .collect();
+    let quarter = (n as u64 / 4) as f64;
+    let three_quarters = (n as u64 * 3 / 4) as f64;
+    let q25 = cumulative.partition_point(|c| *c < quarter);
+    let q75 = cumulative.partition_point(|c| *c <= three_quarters);
+    let last = occupied.len() - 1;
+    let iqr = occupied[q75.min(last)].0 - occupied[q25.min(last)].0;
+    let scott = 1.059 * (iqr / 1.34).min(std) * n.powf(-0.2);
+    let sigma = scott.max(0.5 / 1.64);
+    let high = (steps - 1) as f64;
+    let mut kernels: Vec<(f64, f64, f64)> = occupied.iter().map(|(x, c)| (*x, sigma, *c)).collect();
+    kernels.push((0.5 * high, high + 1.0, PRIOR_WEIGHT));
+    let total: f64 = kernels.iter().map(|k| k.2).sum();
+    (0..steps)
+        .map(|cell| {
+            let x = cell as f64;
+            kernels
+                .iter()
+                .map(|(mu, sigma, weight)| {
+                    let mass = gauss_mass((x - 0.5 - mu) / sigma, (x + 0.5 - mu) / sigma);
+                    let accepted = gauss_mass((-0.5 - mu) / sigma, (high + 0.5 - mu) / sigma);
+                    weight / total * mass / accepted
+                })
+                .sum()
+        })
+        .collect()
+}
+
+/// One kernel per chosen value (weighted by its count) that puts most of its mass on that
+/// value and spreads the prior's share over all, and a uniform prior kernel.
+fn choice_density(counts: &[f64]) -> Vec<f64> {
+    let k = counts.len() as f64;
+    let chosen = counts.iter().filter(|c| **c > 0.0).count() as f64;
+    let n: f64 = counts.iter().sum();
+    let fill = PRIOR_WEIGHT / (chosen + 1.0);
+    let row_total = 1.0 + k * fill;
+    let total = n + PRIOR_WEIGHT;
+    counts
+        .iter()
+        .map(|c| {
+            // Every chosen value's kernel gives this value `fill`; its own kernel 1 more.
+            let from_kernels = (n * fill + c) / row_total;
+            (from_kernels + PRIOR_WEIGHT / k) / total
+        })
+        .collect()
+}
+
+/// The standard normal's mass between `a` and `b`, accurate in both tails.
+fn gauss_mass(a: f64, b: f64) -> f64 {
+    let cdf = |z: f64| 0.5 * libm::erfc(-z / std::f64::consts::SQRT_2);
+    if a > 0.0 {
+        cdf(-a) - cdf(-b)
+    } else {
+        cdf(b) - cdf(a)
+    }
+}
+
+#[cfg(test)]
+mod tests;
