@@ -135,11 +135,15 @@ fn nice_ticks(low: f64, high: f64, wanted: usize) -> Vec<f64> {
     }
     let rough = (high - low) / wanted as f64;
     let power = 10f64.powf(rough.log10().floor());
+    // The round step whose number of ticks is nearest the wanted one.
     let step = [1.0, 2.0, 5.0, 10.0]
         .iter()
         .map(|m| m * power)
-        .find(|s| *s >= rough)
-        .unwrap_or(10.0 * power);
+        .min_by(|a, b| {
+            let miss = |s: f64| ((high - low) / s - wanted as f64).abs();
+            miss(*a).total_cmp(&miss(*b))
+        })
+        .unwrap_or(power);
     let first = (low / step).ceil() as i64;
     let last = (high / step).floor() as i64;
     (first..=last).map(|i| i as f64 * step).collect()
@@ -208,7 +212,7 @@ mod tests {
         .into_iter()
         .map(|t| t.1)
         .collect();
-        assert_eq!(log, ["1e-5", "1e-4", "1e-3", "0.01"]);
+        assert_eq!(log, ["1e-5", "1e-4", "0.001", "0.01"]);
     }
 
     #[test]

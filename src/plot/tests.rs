@@ -161,7 +161,7 @@ fn every_figure_draws_a_study_with_results() {
         12
     );
     // The log-scaled parameter's axis is labelled in powers of ten.
-    assert!(draw(Kind::Parallel, &data, &Options::default()).contains(">1e-3<"));
+    assert!(draw(Kind::Parallel, &data, &Options::default()).contains(">0.01<"));
 }
 
 #[test]
