@@ -1,5 +1,6 @@
 //! `hptune dashboard`: serve the read-only web UI until interrupted.
 
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 
@@ -27,12 +28,16 @@ pub async fn dashboard(
         IpAddr::V6(_) => format!("[{}]:{}", address.ip(), address.port()),
         IpAddr::V4(_) => address.to_string(),
     };
-    println!("hptune dashboard: http://{shown}/ (read-only view of {url}; Ctrl-C stops it)");
+    let mut banner =
+        format!("hptune dashboard: http://{shown}/ (read-only view of {url}; Ctrl-C stops it)\n");
     if let Access::Token(_) = access {
-        println!(
-            "every request needs the token: open http://{shown}/?token=<the token> once in a browser, or send 'Authorization: Bearer <the token>'"
-        );
+        banner.push_str(&format!(
+            "every request needs the token: open http://{shown}/?token=<the token> once in a browser, or send 'Authorization: Bearer <the token>'\n"
+        ));
     }
+    // Whoever started the dashboard may stop reading its output: it goes on serving.
+    let mut stdout = std::io::stdout();
+    let _ = stdout.write_all(banner.as_bytes()).and_then(|()| stdout.flush());
     if let StorageUrl::Sqlite { path, .. } = url
         && !std::path::Path::new(path).exists()
     {
