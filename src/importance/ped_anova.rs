@@ -1,22 +1,25 @@
 //! PED-ANOVA (Watanabe, Bansal and Hutter, "PED-ANOVA: Efficiently Quantifying
 //! Hyperparameter Importance in Arbitrary Subspaces", IJCAI 2023), computed as Optuna's
-//! `PedAnovaImportanceEvaluator` computes it, so that the two rank a study's parameters alike.
+//! `PedAnovaImportanceEvaluator` (Optuna 5) computes it, so that the two rank a study's
+//! parameters alike (`bench/importance.py` checks it).
 //!
-//! A parameter matters when the values it takes in the best trials (the top 10%, at least
-//! two) are distributed differently from the values it takes in all trials. Each
-//! distribution is a Parzen estimator over a grid of the parameter's values (50 points of its
-//! scale, or each integer or choice), with Scott's bandwidth and a wide prior kernel; the
-//! importance is the share of top trials times the Pearson divergence of the two densities,
-//! `Σ p_all(x) (p_top(x) / p_all(x) - 1)²`. The goal's direction decides which trials are the
-//! top ones. A conditional parameter is judged on the trials where it is active.
+//! A parameter matters when the values it takes in the best trials (the top 10%) are
+//! distributed differently from the values it takes in all trials. Each distribution is a
+//! Parzen estimator over a grid of the parameter's values (50 points of its scale, or each
+//! integer or choice), with Scott's bandwidth and a wide prior kernel; the importance is the
+//! Pearson divergence of the two densities, `Σ p_all(x) (p_top(x) / p_all(x) - 1)²`, times
+//! the squared share of top trials. The goal's direction decides which trials are the top
+//! ones. A conditional parameter is judged as conditional PED-ANOVA (Optuna's, KDD 2026)
+//! judges it: on the trials where it is active, weighted by how many of the top and of all
+//! trials those are; the trials where it is inactive add nothing.
 
 use crate::study::Goal;
 use crate::study::space::{Assignment, Domain, ParamValue, Parameter};
 
 /// The share of trials that are the top ones.
 const TOP_QUANTILE: f64 = 0.1;
-/// The fewest top trials.
-const MIN_TOP_TRIALS: usize = 2;
+/// The fewest trials a parameter must be active in to be judged.
+const MIN_ACTIVE_TRIALS: usize = 2;
 /// Grid points of a continuous parameter.
 const GRID_STEPS: usize = 50;
 /// The prior kernel's weight, against one per trial.
@@ -51,49 +54,56 @@ pub fn ped_anova(
     importances
 }
 
-/// The importance of one parameter, over the trials where it is active.
+/// The importance of one parameter.
 fn importance_of(parameter: &Parameter, goal: Goal, trials: &[(&Assignment, f64)]) -> f64 {
     let Some(grid) = Grid::of(&parameter.domain) else {
         return 0.0;
     };
-    let active: Vec<(usize, f64)> = trials
+    // Each trial's cell (`None` where the parameter is inactive) and loss (lower is better).
+    let judged: Vec<(Option<usize>, f64)> = trials
         .iter()
         .filter(|(_, v)| v.is_finite())
-        .filter_map(|(params, v)| Some((grid.cell(params.get(&parameter.id)?)?, *v)))
-        .collect();
-    if active.len() <= MIN_TOP_TRIALS {
-        return 0.0;
-    }
-    let losses: Vec<f64> = active
-        .iter()
-        .map(|(_, v)| match goal {
-            Goal::Minimize => *v,
-            Goal::Maximize => -*v,
+        .map(|(params, v)| {
+            let cell = params.get(&parameter.id).and_then(|value| grid.cell(value));
+            let loss = match goal {
+                Goal::Minimize => *v,
+                Goal::Maximize => -*v,
+            };
+            (cell, loss)
         })
         .collect();
+    if judged.len() <= 1 {
+        return 0.0;
+    }
+    let losses: Vec<f64> = judged.iter().map(|(_, loss)| *loss).collect();
     let cutoff = top_cutoff(&losses);
     let mut all = vec![0.0; grid.steps];
     let mut top = vec![0.0; grid.steps];
-    for ((cell, _), loss) in active.iter().zip(&losses) {
-        all[*cell] += 1.0;
-        if *loss <= cutoff {
-            top[*cell] += 1.0;
+    for (cell, loss) in &judged {
+        if let Some(cell) = cell {
+            all[*cell] += 1.0;
+            if *loss <= cutoff {
+                top[*cell] += 1.0;
+            }
         }
     }
-    let share = top.iter().sum::<f64>() / active.len() as f64;
-    let p_top = grid.density(&top);
-    let p_all = grid.density(&all);
-    share * pearson_divergence(&p_top, &p_all)
+    let (active, top_active): (f64, f64) = (all.iter().sum(), top.iter().sum());
+    if active < MIN_ACTIVE_TRIALS as f64 || top_active == 0.0 {
+        return 0.0;
+    }
+    let divergence = pearson_divergence(&grid.density(&top), &grid.density(&all));
+    // (top / all)² · (top_active / top)² / (active / all): the squared share of top trials,
+    // for a parameter active in the active trials' share of the study.
+    divergence * top_active * top_active / (judged.len() as f64 * active)
 }
 
 /// The loss at or below which a trial is a top one: the `TOP_QUANTILE` quantile of the
-/// losses (the inverted empirical distribution), or the `MIN_TOP_TRIALS`-th lowest loss if
-/// that is higher.
+/// losses (the inverted empirical distribution: the `⌈0.1 n⌉`-th lowest).
 fn top_cutoff(losses: &[f64]) -> f64 {
     let mut sorted = losses.to_vec();
     sorted.sort_by(f64::total_cmp);
-    let quantile_index = ((TOP_QUANTILE * sorted.len() as f64).ceil() as usize).saturating_sub(1);
-    sorted[quantile_index].max(sorted[MIN_TOP_TRIALS - 1])
+    let index = ((TOP_QUANTILE * sorted.len() as f64).ceil() as usize).saturating_sub(1);
+    sorted[index]
 }
 
 /// `Σ q(x) (p(x) / q(x) - 1)²` over the grid, each density shifted by [`EPSILON`].
@@ -140,7 +150,7 @@ impl Grid {
                 let count = (max - min + 1) as f64;
                 let steps = match scale {
                     crate::study::space::Scale::Linear => count,
-                    _ => count.log2().ceil(),
+                    _ => count.log2().ceil() + 1.0,
                 };
                 let (lo, hi) = (min as f64, max as f64);
                 (

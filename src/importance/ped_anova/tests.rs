@@ -25,33 +25,40 @@ fn choice(id: &str) -> Parameter {
 }
 
 #[test]
-fn a_choice_whose_top_trials_all_took_one_value_has_the_closed_form_importance() {
-    // Trials 0-4 took "a" and are the best (minimised values 0..4); 5-9 took "b". The top
-    // trials are 0 and 1 (the two lowest: 10% of 10 is 1, at least 2). Top density:
-    // 2/3 * [3/4, 1/4] + 1/3 * [1/2, 1/2] = [2/3, 1/3]; all trials: [1/2, 1/2].
-    // Divergence: 1/2 (4/3 - 1)² + 1/2 (2/3 - 1)² = 1/9; share of top trials 2/10.
+fn a_choice_whose_top_trial_took_one_value_has_the_closed_form_importance() {
+    // Trials 0-4 took "a" and 5-9 took "b"; minimised values 0..9, so the top 10% is trial 0.
+    // Top density: 1/2 * [3/4, 1/4] + 1/2 * [1/2, 1/2] = [5/8, 3/8]; all trials: [1/2, 1/2].
+    // Divergence: 1/2 (5/4 - 1)² + 1/2 (3/4 - 1)² = 1/16; squared share of top trials 1/100.
     let params: Vec<Assignment> = (0..10)
-        .map(|i| {
-            [(
-                "c".to_string(),
-                ParamValue::Str(if i < 5 { "a" } else { "b" }.into()),
-            )]
-            .into()
+        .map(|i| [("c".to_string(), ParamValue::Str(if i < 5 { "a" } else { "b" }.into()))].into())
+        .collect();
+    let trials: Vec<(&Assignment, f64)> = params.iter().zip(0..).map(|(p, i)| (p, i as f64)).collect();
+    let importance = ped_anova(&[choice("c")], Goal::Minimize, &trials);
+    assert!((importance[0].value - 0.01 / 16.0).abs() < 1e-12, "{importance:?}");
+    // Maximising makes trial 9, a "b", the top one: the same divergence, mirrored.
+    let importance = ped_anova(&[choice("c")], Goal::Maximize, &trials);
+    assert!((importance[0].value - 0.01 / 16.0).abs() < 1e-12, "{importance:?}");
+}
+
+#[test]
+fn a_conditional_parameter_counts_by_the_share_of_trials_where_it_is_active() {
+    // "c" is active in trials 0-4 only (values 0..9 minimised, the top trial is 0, active):
+    // within them the top trial took "a", the others "a" twice and "b" twice.
+    let params: Vec<Assignment> = (0..10)
+        .map(|i| match i {
+            0..=2 => [("c".to_string(), ParamValue::Str("a".into()))].into(),
+            3 | 4 => [("c".to_string(), ParamValue::Str("b".into()))].into(),
+            _ => Assignment::new(),
         })
         .collect();
-    let trials: Vec<(&Assignment, f64)> =
-        params.iter().zip(0..).map(|(p, i)| (p, i as f64)).collect();
+    let trials: Vec<(&Assignment, f64)> = params.iter().zip(0..).map(|(p, i)| (p, i as f64)).collect();
+    // Top density [5/8, 3/8]; active trials: 3/5 * [0.8, 0.2] + 2/5 * [0.2, 0.8] + 1/6 prior
+    // mixed as (3 * [0.8, 0.2] + 2 * [0.2, 0.8] + [0.5, 0.5]) / 6 = [3.3, 2.7] / 6.
+    let (p_top, p_all) = ([0.625, 0.375], [3.3 / 6.0, 2.7 / 6.0]);
+    let divergence: f64 = (0..2).map(|i| p_all[i] * (p_top[i] / p_all[i] - 1.0_f64).powi(2)).sum();
+    // Weight: 1 top trial of 1 is active, 5 of 10 trials are: 1² / (10 · 5).
     let importance = ped_anova(&[choice("c")], Goal::Minimize, &trials);
-    assert!(
-        (importance[0].value - 0.2 / 9.0).abs() < 1e-9,
-        "{importance:?}"
-    );
-    // Maximising turns the top trials to 8 and 9, both "b": the same divergence, mirrored.
-    let importance = ped_anova(&[choice("c")], Goal::Maximize, &trials);
-    assert!(
-        (importance[0].value - 0.2 / 9.0).abs() < 1e-9,
-        "{importance:?}"
-    );
+    assert!((importance[0].value - divergence / 50.0).abs() < 1e-12, "{importance:?}");
 }
 
 #[test]
@@ -116,7 +123,7 @@ fn the_parameter_that_drives_the_objective_ranks_first() {
 #[test]
 fn too_few_trials_or_a_single_value_give_no_importance() {
     let one: Assignment = [("x".to_string(), ParamValue::Float(0.5))].into();
-    let trials = [(&one, 1.0), (&one, 2.0)];
+    let trials = [(&one, 1.0)];
     assert_eq!(
         ped_anova(&[double("x")], Goal::Minimize, &trials)[0].value,
         0.0
