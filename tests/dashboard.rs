@@ -43,21 +43,36 @@ fn every_page_renders_and_the_history_has_one_point_per_finished_trial() {
     let mut browser = Browser::start(&chromium, 1400);
 
     browser.open(&format!("{}/", dashboard.base));
-    browser.wait_for("the studies list", "document.querySelector('a[href=\"/studies/known\"]')");
+    browser.wait_for(
+        "the studies list",
+        "document.querySelector('a[href=\"/studies/known\"]')",
+    );
     let row = browser.eval("document.querySelector('#studies-body tr').innerText");
     assert!(row.as_str().unwrap().contains("40"), "{row}");
     browser.screenshot("studies.png");
 
     browser.open(&format!("{}/studies/known", dashboard.base));
-    for kind in ["history", "intermediate", "importance", "parallel", "contour", "edf", "slice", "timeline"] {
+    for kind in [
+        "history",
+        "intermediate",
+        "importance",
+        "parallel",
+        "contour",
+        "edf",
+        "slice",
+        "timeline",
+    ] {
         let drawn = browser.eval(&format!(
             "!!document.querySelector('.figure-slot[data-kind={kind}] svg.figure') && !document.querySelector('.figure-slot[data-kind={kind}] .empty')"
         ));
         assert_eq!(drawn, json!(true), "figure {kind} is missing or empty");
     }
-    let points = browser.eval("document.querySelectorAll('.figure-slot[data-kind=history] circle[data-trial]').length");
+    let points = browser.eval(
+        "document.querySelectorAll('.figure-slot[data-kind=history] circle[data-trial]').length",
+    );
     assert_eq!(points, json!(finished));
-    let rows = browser.eval("document.querySelectorAll('#trial-table tbody tr[data-trial]').length");
+    let rows =
+        browser.eval("document.querySelectorAll('#trial-table tbody tr[data-trial]').length");
     assert_eq!(rows, json!(40));
     browser.screenshot("study.png");
 }
@@ -75,10 +90,20 @@ fn importance_ranks_first_the_parameter_that_drives_the_objective() {
     assert_eq!(ranked[0], json!("x"), "{ranked}");
     // `hptune plot` draws the same figure.
     let out = scratch.path("importance.svg");
-    assert_success(&scratch.hptune(&["plot", "known", "--kind", "importance", "--out", out.to_str().unwrap()]));
+    assert_success(&scratch.hptune(&[
+        "plot",
+        "known",
+        "--kind",
+        "importance",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
     let svg = std::fs::read_to_string(&out).unwrap();
     let first = svg.find("data-param=\"x\"").unwrap();
-    assert!(first < svg.find("data-param=\"y\"").unwrap() && first < svg.find("data-param=\"act\"").unwrap());
+    assert!(
+        first < svg.find("data-param=\"y\"").unwrap()
+            && first < svg.find("data-param=\"act\"").unwrap()
+    );
 }
 
 #[test]
@@ -89,12 +114,18 @@ fn clicking_a_trial_shows_its_parameters_and_log_tail() {
     let mut browser = Browser::start(&chromium, 1400);
     browser.open(&format!("{}/studies/known", dashboard.base));
     browser.eval("document.querySelector('#trial-table tbody tr[data-trial=\"7\"]').click()");
-    browser.wait_for("trial 7's details", "document.querySelector('#drawer:not([hidden]) [data-trial-detail=\"7\"]')");
+    browser.wait_for(
+        "trial 7's details",
+        "document.querySelector('#drawer:not([hidden]) [data-trial-detail=\"7\"]')",
+    );
     let detail = browser.eval("document.querySelector('#drawer-body').innerText");
     let detail = detail.as_str().unwrap();
     // The worker's first line (tests/fixtures/workers/quadratic.sh), from its log file.
     assert!(detail.contains("starting trial 7 of known"), "{detail}");
-    assert!(detail.contains("Parameters") && detail.contains("Attempts"), "{detail}");
+    assert!(
+        detail.contains("Parameters") && detail.contains("Attempts"),
+        "{detail}"
+    );
     browser.screenshot("trial.png");
 }
 
@@ -119,7 +150,10 @@ fn a_trial_finished_by_a_running_study_appears_without_a_reload() {
             worker.display()
         ),
     );
-    let mut run = scratch.command(&["run", study.to_str().unwrap()]).spawn().unwrap();
+    let mut run = scratch
+        .command(&["run", study.to_str().unwrap()])
+        .spawn()
+        .unwrap();
     wait_until("the first trial to run", || {
         scratch
             .try_query("SELECT COUNT(*) FROM trials WHERE state = 'running'")
@@ -128,7 +162,8 @@ fn a_trial_finished_by_a_running_study_appears_without_a_reload() {
     let dashboard = Dashboard::start(&scratch, &[]);
     let mut browser = Browser::start(&chromium, 1400);
     browser.open(&format!("{}/studies/live", dashboard.base));
-    let state = browser.eval("document.querySelector('#trial-table tbody tr[data-trial=\"0\"]').dataset.state");
+    let state = browser
+        .eval("document.querySelector('#trial-table tbody tr[data-trial=\"0\"]').dataset.state");
     assert_eq!(state, json!("running"));
     browser.eval("window.stillTheSamePage = true");
     std::fs::write(&gate, "").unwrap();
@@ -137,6 +172,10 @@ fn a_trial_finished_by_a_running_study_appears_without_a_reload() {
         "the finished trials to appear",
         "document.querySelectorAll('#trial-table tbody tr[data-state=succeeded]').length === 3 && document.querySelectorAll('.figure-slot[data-kind=history] circle[data-trial]').length === 3",
     );
-    assert_eq!(browser.eval("window.stillTheSamePage === true"), json!(true), "the page reloaded");
+    assert_eq!(
+        browser.eval("window.stillTheSamePage === true"),
+        json!(true),
+        "the page reloaded"
+    );
     browser.screenshot("live.png");
 }

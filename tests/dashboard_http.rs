@@ -28,20 +28,46 @@ fn a_wrong_or_missing_token_is_refused() {
     let scratch = Scratch::new();
     run_study(&scratch, STUDY);
     let dashboard = Dashboard::start(&scratch, &["--token", "s3cret"]);
-    for path in ["/", "/studies/q", "/api/studies", "/studies/q/figures/history"] {
-        assert_eq!(dashboard.get(path, &[]).status, 401, "{path} without a token");
+    for path in [
+        "/",
+        "/studies/q",
+        "/api/studies",
+        "/studies/q/figures/history",
+    ] {
+        assert_eq!(
+            dashboard.get(path, &[]).status,
+            401,
+            "{path} without a token"
+        );
         let wrong = dashboard.get(path, &[("Authorization", "Bearer s3cre")]);
         assert_eq!(wrong.status, 401, "{path} with a wrong token");
-        assert_eq!(dashboard.get(&format!("{path}?token=nope"), &[]).status, 401);
+        assert_eq!(
+            dashboard.get(&format!("{path}?token=nope"), &[]).status,
+            401
+        );
         let right = dashboard.get(path, &[("Authorization", "Bearer s3cret")]);
         assert_eq!(right.status, 200, "{path}: {}", right.body);
     }
     // A browser gives the token once in the URL and keeps it as a cookie.
     let first = dashboard.get("/?token=s3cret", &[]);
     assert_eq!(first.status, 200);
-    assert!(first.headers.contains("hptune_token=s3cret"), "{}", first.headers);
-    assert_eq!(dashboard.get("/studies/q", &[("Cookie", "hptune_token=s3cret")]).status, 200);
-    assert_eq!(dashboard.get("/studies/q", &[("Cookie", "hptune_token=other")]).status, 401);
+    assert!(
+        first.headers.contains("hptune_token=s3cret"),
+        "{}",
+        first.headers
+    );
+    assert_eq!(
+        dashboard
+            .get("/studies/q", &[("Cookie", "hptune_token=s3cret")])
+            .status,
+        200
+    );
+    assert_eq!(
+        dashboard
+            .get("/studies/q", &[("Cookie", "hptune_token=other")])
+            .status,
+        401
+    );
 }
 
 #[test]
@@ -58,27 +84,61 @@ fn an_unknown_study_or_trial_is_a_404_page_and_the_server_stays_up() {
     let dashboard = Dashboard::start(&scratch, &[]);
     let unknown = dashboard.get("/studies/nope", &[]);
     assert_eq!(unknown.status, 404);
-    assert!(unknown.body.contains("No study named “nope”") && unknown.body.contains("/studies/q"), "{}", unknown.body);
-    for path in ["/studies/q/trials/99", "/studies/q/trials/x", "/studies/q/figures/pie", "/nothing", "/api/studies/nope/changes?since=1"] {
+    assert!(
+        unknown.body.contains("No study named “nope”") && unknown.body.contains("/studies/q"),
+        "{}",
+        unknown.body
+    );
+    for path in [
+        "/studies/q/trials/99",
+        "/studies/q/trials/x",
+        "/studies/q/figures/pie",
+        "/nothing",
+        "/api/studies/nope/changes?since=1",
+    ] {
         assert_eq!(dashboard.get(path, &[]).status, 404, "{path}");
     }
     assert_eq!(dashboard.get("/studies/q/trials/1", &[]).status, 200);
-    assert_eq!(dashboard.get("/api/studies/q/changes?since=abc", &[]).status, 400);
+    assert_eq!(
+        dashboard
+            .get("/api/studies/q/changes?since=abc", &[])
+            .status,
+        400
+    );
     assert_eq!(dashboard.get("/studies/q", &[]).status, 200);
 }
 
 #[test]
 fn a_study_whose_trials_all_failed_is_shown_with_the_reason_and_no_nan() {
     let scratch = Scratch::new();
-    run_study(&scratch, &STUDY.replace("command: [{worker}]", "command: [{worker}]\n  env: {MODE: fail}").replace("algorithm: random", "algorithm: random\nmax_failed_trial_count: 10"));
+    run_study(
+        &scratch,
+        &STUDY
+            .replace(
+                "command: [{worker}]",
+                "command: [{worker}]\n  env: {MODE: fail}",
+            )
+            .replace(
+                "algorithm: random",
+                "algorithm: random\nmax_failed_trial_count: 10",
+            ),
+    );
     let dashboard = Dashboard::start(&scratch, &[]);
     let page = dashboard.get("/studies/q", &[]);
     assert_eq!(page.status, 200);
-    assert!(page.body.contains("No trial has succeeded yet (4 failed"), "{}", page.body);
+    assert!(
+        page.body.contains("No trial has succeeded yet (4 failed"),
+        "{}",
+        page.body
+    );
     let html = page.body.split("<script>").next().unwrap();
     assert!(!html.contains("NaN"), "{html}");
     let trial = dashboard.get("/studies/q/trials/0?fragment=1", &[]);
-    assert!(trial.body.contains("ValueError: bad things happened"), "{}", trial.body);
+    assert!(
+        trial.body.contains("ValueError: bad things happened"),
+        "{}",
+        trial.body
+    );
 }
 
 #[test]
@@ -88,7 +148,10 @@ fn a_missing_database_is_said_until_a_study_creates_it() {
     let page = dashboard.get("/", &[]);
     assert_eq!(page.status, 503);
     assert!(page.body.contains("no database at"), "{}", page.body);
-    assert!(!scratch.path("hptune.db").exists(), "the dashboard created the database");
+    assert!(
+        !scratch.path("hptune.db").exists(),
+        "the dashboard created the database"
+    );
     run_study(&scratch, STUDY);
     let page = dashboard.get("/", &[]);
     assert_eq!(page.status, 200, "{}", page.body);
@@ -99,13 +162,19 @@ fn a_missing_database_is_said_until_a_study_creates_it() {
 fn a_database_from_an_older_schema_is_said_not_migrated() {
     let scratch = Scratch::new();
     run_study(&scratch, STUDY);
-    scratch.execute("DELETE FROM _sqlx_migrations WHERE version = (SELECT MAX(version) FROM _sqlx_migrations)");
+    scratch.execute(
+        "DELETE FROM _sqlx_migrations WHERE version = (SELECT MAX(version) FROM _sqlx_migrations)",
+    );
     let dashboard = Dashboard::start(&scratch, &[]);
     let page = dashboard.get("/studies/q", &[]);
     assert_eq!(page.status, 503);
     assert!(page.body.contains("has an older schema"), "{}", page.body);
     let versions = scratch.query("SELECT COUNT(*) FROM _sqlx_migrations");
-    assert_eq!(versions[0][0], serde_json::json!(4), "the dashboard migrated the database");
+    assert_eq!(
+        versions[0][0],
+        serde_json::json!(4),
+        "the dashboard migrated the database"
+    );
 }
 
 #[test]
@@ -118,9 +187,18 @@ fn a_locked_database_is_said_and_read_again_once_free() {
     let mut holder = runtime.block_on(async {
         use sqlx::Connection;
         let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-        sqlx::query("PRAGMA locking_mode = EXCLUSIVE").execute(&mut conn).await.unwrap();
-        sqlx::query("BEGIN EXCLUSIVE").execute(&mut conn).await.unwrap();
-        sqlx::query("UPDATE studies SET spec = spec").execute(&mut conn).await.unwrap();
+        sqlx::query("PRAGMA locking_mode = EXCLUSIVE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("BEGIN EXCLUSIVE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE studies SET spec = spec")
+            .execute(&mut conn)
+            .await
+            .unwrap();
         conn
     });
     let dashboard = Dashboard::start(&scratch, &[]);

@@ -37,7 +37,9 @@ pub async fn dashboard(
     }
     // Whoever started the dashboard may stop reading its output: it goes on serving.
     let mut stdout = std::io::stdout();
-    let _ = stdout.write_all(banner.as_bytes()).and_then(|()| stdout.flush());
+    let _ = stdout
+        .write_all(banner.as_bytes())
+        .and_then(|()| stdout.flush());
     if let StorageUrl::Sqlite { path, .. } = url
         && !std::path::Path::new(path).exists()
     {

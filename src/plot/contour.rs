@@ -4,15 +4,13 @@
 
 use super::axis::Axis;
 use super::svg::{Frame, NARROW, Svg, value_colour};
-use super::{StudyData, place, tip};
+use super::{MOST_MARKS, StudyData, place, thin, thinned_note, tip};
 use crate::importance::ped_anova;
 use crate::study::space::{Domain, Parameter};
 
 const HEIGHT: f64 = 420.0;
 /// Cells of the heat map along each axis.
 const CELLS: usize = 36;
-/// The most trials the interpolation uses (every k-th beyond).
-const MOST_TRIALS: usize = 4000;
 
 pub(super) fn draw(data: &StudyData) -> String {
     let succeeded = data.succeeded();
@@ -39,7 +37,6 @@ pub(super) fn draw(data: &StudyData) -> String {
         return super::svg::message("A contour needs two numeric parameters.");
     };
     let (x_axis, y_axis) = (Axis::of_domain(&px.domain), Axis::of_domain(&py.domain));
-    let stride = succeeded.len().div_ceil(MOST_TRIALS);
     let points: Vec<(f64, f64, f64, usize)> = succeeded
         .iter()
         .enumerate()
@@ -58,7 +55,18 @@ pub(super) fn draw(data: &StudyData) -> String {
     let shares = data.rank_shares(&values);
     let frame = Frame::standard(NARROW, HEIGHT);
     let mut svg = Svg::new(NARROW, HEIGHT);
-    let used: Vec<_> = points.iter().step_by(stride).collect();
+    // The map is interpolated from, and shows, the same trials: the best and a sample.
+    let best_share = (MOST_MARKS / 4) as f64 / succeeded.len() as f64;
+    let drawn = thin(points.len(), MOST_MARKS, |i| {
+        shares[points[i].3] < best_share
+    });
+    let used: Vec<_> = points
+        .iter()
+        .zip(&drawn)
+        .filter(|(_, d)| **d)
+        .map(|(p, _)| p)
+        .collect();
+    thinned_note(&mut svg, frame.left, used.len(), points.len(), "the best");
     let (w, h) = (frame.width / CELLS as f64, frame.height / CELLS as f64);
     for cx in 0..CELLS {
         for cy in 0..CELLS {
@@ -79,7 +87,7 @@ pub(super) fn draw(data: &StudyData) -> String {
     }
     svg.x_axis(&frame, &x_axis, &px.id);
     svg.y_axis(&frame, &y_axis, &py.id);
-    for (x, y, _, i) in &points {
+    for (x, y, _, i) in &used {
         let trial = succeeded[*i].0;
         svg.point(
             frame.x(*x),

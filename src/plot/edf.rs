@@ -1,9 +1,9 @@
 //! The empirical distribution of the succeeded trials' values: for each value, the share of
 //! trials at or below it.
 
-use super::StudyData;
 use super::axis::Axis;
 use super::svg::{Frame, NARROW, Svg};
+use super::{MOST_MARKS, StudyData};
 
 const HEIGHT: f64 = 300.0;
 
@@ -26,7 +26,9 @@ pub(super) fn draw(data: &StudyData) -> String {
     svg.y_axis(&frame, &y_axis, "share of trials at or below");
     let n = values.len() as f64;
     let mut points = vec![(frame.x(0.0), frame.y(0.0))];
-    for (i, v) in values.iter().enumerate() {
+    // A step per value, or per quantile when there are more values than marks.
+    let stride = values.len().div_ceil(MOST_MARKS);
+    for (i, v) in values.iter().enumerate().step_by(stride) {
         let x = frame.x(x_axis.position(*v).unwrap_or(0.0));
         points.push((x, frame.y(i as f64 / n)));
         points.push((x, frame.y((i + 1) as f64 / n)));

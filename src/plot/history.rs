@@ -3,7 +3,7 @@
 
 use super::axis::Axis;
 use super::svg::{Frame, Svg, WIDE};
-use super::{HistoryX, StudyData, seconds, time_unit, tip};
+use super::{HistoryX, MOST_MARKS, StudyData, seconds, thin, thinned_note, time_unit, tip};
 use crate::storage::{TrialRecord, TrialState};
 
 const HEIGHT: f64 = 340.0;
@@ -67,26 +67,33 @@ pub(super) fn draw(data: &StudyData, by: HistoryX) -> String {
         .filter_map(|(t, v)| Some((*t, *v, x_of(t)?)))
         .collect();
     ordered.sort_by(|a, b| a.2.total_cmp(&b.2));
+    // A step at each trial that improved on the best (its "record"), nothing between.
     let mut best: Option<f64> = None;
     let mut steps = Vec::new();
+    let mut records = std::collections::HashSet::new();
     for (trial, value, _) in &ordered {
-        let improved = best.is_none_or(|b| data.goal().better(*value, b));
-        if let Some((x, _)) = at(trial, *value) {
-            if let (Some(b), true) = (best, improved) {
-                steps.push((x, frame.y(y_axis.position(b).unwrap_or(0.0))));
-            }
-            if improved {
-                best = Some(*value);
-            }
-            let b = best.unwrap_or(*value);
-            steps.push((x, frame.y(y_axis.position(b).unwrap_or(0.0))));
+        if best.is_some_and(|b| !data.goal().better(*value, b)) {
+            continue;
         }
+        if let Some((x, y)) = at(trial, *value) {
+            if let Some(&(_, previous)) = steps.last() {
+                steps.push((x, previous));
+            }
+            steps.push((x, y));
+            records.insert(trial.number);
+        }
+        best = Some(*value);
     }
     if let Some(&(_, y)) = steps.last() {
         steps.push((frame.x(1.0), y));
     }
     svg.polyline(&steps, "best-line", "");
-    for trial in finished.iter().filter(|t| t.state == TrialState::Failed) {
+    let failed: Vec<&&TrialRecord> = finished
+        .iter()
+        .filter(|t| t.state == TrialState::Failed)
+        .collect();
+    let failed_drawn = thin(failed.len(), MOST_MARKS / 4, |_| false);
+    for (trial, _) in failed.iter().zip(&failed_drawn).filter(|(_, d)| **d) {
         if let Some(x) = x_of(trial).and_then(|x| x_axis.position(x)) {
             let reason = trial.error.as_deref().unwrap_or("failed");
             svg.raw(&format!(
@@ -98,7 +105,13 @@ pub(super) fn draw(data: &StudyData, by: HistoryX) -> String {
             ));
         }
     }
-    for trial in finished.iter().filter(|t| plotted(t)) {
+    let values: Vec<&&TrialRecord> = finished.iter().filter(|t| plotted(t)).collect();
+    let drawn = thin(values.len(), MOST_MARKS, |i| {
+        records.contains(&values[i].number)
+    });
+    let count = drawn.iter().filter(|d| **d).count();
+    thinned_note(&mut svg, frame.left, count, values.len(), "every new best");
+    for (trial, _) in values.iter().zip(&drawn).filter(|(_, d)| **d) {
         let value = trial.value.unwrap_or_default();
         if let Some((x, y)) = at(trial, value) {
             let class = match trial.state {

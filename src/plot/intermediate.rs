@@ -2,9 +2,9 @@
 //! coloured by how the trial ended; a stopped trial's curve ends in a cross where it was
 //! stopped.
 
-use super::StudyData;
 use super::axis::Axis;
 use super::svg::{Frame, NARROW, Svg, escape};
+use super::{MOST_MARKS, StudyData, thin, thinned_note};
 use crate::storage::TrialState;
 
 const HEIGHT: f64 = 340.0;
@@ -28,9 +28,25 @@ pub(super) fn draw(data: &StudyData) -> String {
     let mut svg = Svg::new(NARROW, HEIGHT);
     svg.x_axis(&frame, &x_axis, "step");
     svg.y_axis(&frame, &y_axis, data.metric());
-    for curve in &curves {
+    let state_of = |number| {
+        data.follower
+            .trial(number)
+            .map_or(TrialState::Running, |t| t.state)
+    };
+    let drawn = thin(curves.len(), MOST_MARKS / 4, |i| {
+        !state_of(curves[i].number).is_finished()
+    });
+    let count = drawn.iter().filter(|d| **d).count();
+    thinned_note(
+        &mut svg,
+        frame.left,
+        count,
+        curves.len(),
+        "the running ones",
+    );
+    for (curve, _) in curves.iter().zip(&drawn).filter(|(_, d)| **d) {
         let trial = data.follower.trial(curve.number);
-        let state = trial.map_or(TrialState::Running, |t| t.state);
+        let state = state_of(curve.number);
         let points: Vec<(f64, f64)> = curve
             .points
             .iter()

@@ -228,6 +228,45 @@ pub fn standalone_html(title: &str, figure: &str) -> String {
     )
 }
 
+/// The most marks (points, lines, bars) one figure draws: beyond it a figure draws the
+/// trials that matter most and an even sample of the others, and says so, so that a study of
+/// 100,000 trials costs the page what one of a few thousand does.
+pub const MOST_MARKS: usize = 2000;
+
+/// Which of `count` items to draw: each one `keep` holds for, and an even sample of the
+/// others, about `most` in all.
+fn thin(count: usize, most: usize, keep: impl Fn(usize) -> bool) -> Vec<bool> {
+    if count <= most {
+        return vec![true; count];
+    }
+    let kept = (0..count).filter(|i| keep(*i)).count();
+    let room = most.saturating_sub(kept).max(1);
+    let stride = (count - kept).div_ceil(room).max(1);
+    let mut others = 0;
+    (0..count)
+        .map(|i| {
+            if keep(i) {
+                return true;
+            }
+            others += 1;
+            (others - 1) % stride == 0
+        })
+        .collect()
+}
+
+/// Says, above the plotting area, that only `drawn` of `total` trials are drawn.
+fn thinned_note(svg: &mut svg::Svg, left: f64, drawn: usize, total: usize, which: &str) {
+    if drawn < total {
+        svg.text(
+            left,
+            11.0,
+            "start",
+            "caption",
+            &format!("{drawn} of {total} trials drawn: {which} and an even sample of the others"),
+        );
+    }
+}
+
 /// A trial's tooltip: its number, value and parameters.
 fn tip(trial: &TrialRecord, metric: &str) -> String {
     let value = match trial.value {

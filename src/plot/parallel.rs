@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::axis::Axis;
 use super::svg::{Svg, WIDE, escape, value_colour};
-use super::{StudyData, place, tip};
+use super::{MOST_MARKS, StudyData, place, thin, thinned_note, tip};
 
 const HEIGHT: f64 = 380.0;
 const TOP: f64 = 44.0;
@@ -34,9 +34,18 @@ pub(super) fn draw(data: &StudyData) -> String {
     let y = |position: f64| BOTTOM - position * (BOTTOM - TOP);
     let mut svg = Svg::new(WIDE, HEIGHT);
     let shares = data.rank_shares(&values);
-    let mut order: Vec<usize> = (0..succeeded.len()).collect();
+    let best_share = (MOST_MARKS / 4) as f64 / succeeded.len() as f64;
+    let drawn = thin(succeeded.len(), MOST_MARKS, |i| shares[i] < best_share);
+    let mut order: Vec<usize> = (0..succeeded.len()).filter(|i| drawn[*i]).collect();
+    thinned_note(
+        &mut svg,
+        20.0,
+        order.len(),
+        succeeded.len(),
+        "the best 25% of those drawn",
+    );
     order.sort_by(|a, b| shares[*b].total_cmp(&shares[*a]));
-    let faint = if succeeded.len() > 500 { " faint" } else { "" };
+    let faint = if order.len() > 500 { " faint" } else { "" };
     for index in order {
         let (trial, value) = succeeded[index];
         let mut d = String::new();

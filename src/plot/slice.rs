@@ -3,7 +3,7 @@
 
 use super::axis::Axis;
 use super::svg::{Frame, Svg, WIDE, value_colour};
-use super::{StudyData, place, tip};
+use super::{MOST_MARKS, StudyData, place, thin, thinned_note, tip};
 
 const PANEL_HEIGHT: f64 = 230.0;
 const COLUMNS: usize = 4;
@@ -26,17 +26,24 @@ pub(super) fn draw(data: &StudyData) -> String {
         .max()
         .unwrap_or(0)
         .max(1) as f64;
+    let values: Vec<f64> = succeeded.iter().map(|(_, v)| *v).collect();
+    let shares = data.rank_shares(&values);
+    let most = (MOST_MARKS / parameters.len().max(1)).max(100);
+    let best_share = (most / 4) as f64 / succeeded.len() as f64;
+    let drawn = thin(succeeded.len(), most, |i| shares[i] < best_share);
+    let count = drawn.iter().filter(|d| **d).count();
+    thinned_note(&mut svg, 12.0, count, succeeded.len(), "the best");
     for (i, parameter) in parameters.iter().enumerate() {
         let frame = Frame {
             left: (i % COLUMNS) as f64 * panel_width + 52.0,
-            top: (i / COLUMNS) as f64 * PANEL_HEIGHT + 12.0,
+            top: (i / COLUMNS) as f64 * PANEL_HEIGHT + 20.0,
             width: panel_width - 64.0,
             height: PANEL_HEIGHT - 60.0,
         };
         let axis = Axis::of_domain(&parameter.domain);
         svg.x_axis(&frame, &axis, &parameter.id);
         svg.y_axis_ticks(&frame, &y_axis);
-        for (trial, value) in &succeeded {
+        for ((trial, value), _) in succeeded.iter().zip(&drawn).filter(|(_, d)| **d) {
             let (Some(v), Some(y)) = (trial.params.get(&parameter.id), y_axis.position(*value))
             else {
                 continue;

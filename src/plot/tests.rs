@@ -165,6 +165,41 @@ fn every_figure_draws_a_study_with_results() {
 }
 
 #[test]
+fn thinning_keeps_what_matters_and_about_the_most_asked() {
+    assert_eq!(thin(5, 10, |_| false), [true; 5]);
+    let mask = thin(10_000, 100, |i| i % 1000 == 7);
+    assert!((0..10_000).filter(|i| i % 1000 == 7).all(|i| mask[i]));
+    let drawn = mask.iter().filter(|d| **d).count();
+    assert!((90..=110).contains(&drawn), "{drawn}");
+}
+
+#[test]
+fn a_large_study_draws_at_most_the_most_marks_and_says_so() {
+    let trials: Vec<TrialRecord> = (0..3 * MOST_MARKS as u64)
+        .map(|n| trial(n % 60, TrialState::Succeeded, Some((n % 97) as f64)))
+        .enumerate()
+        .map(|(i, t)| TrialRecord {
+            number: i as u64,
+            ..t
+        })
+        .collect();
+    let follower = follower(trials);
+    let data = StudyData::new(&follower).unwrap();
+    for kind in [
+        Kind::History,
+        Kind::Parallel,
+        Kind::Slice,
+        Kind::Contour,
+        Kind::Timeline,
+    ] {
+        let svg = draw(kind, &data, &Options::default());
+        let marks = svg.matches("data-trial=").count();
+        assert!(marks <= 2 * MOST_MARKS + 10, "{kind:?}: {marks}");
+        assert!(svg.contains(" drawn: "), "{kind:?}");
+    }
+}
+
+#[test]
 fn standalone_files_carry_their_styles() {
     let svg = standalone_svg(&svg::message("x"));
     assert!(svg.starts_with("<svg") && svg.contains("<style>svg.figure"));

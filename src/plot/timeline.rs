@@ -4,7 +4,7 @@
 
 use super::axis::Axis;
 use super::svg::{Frame, Svg, WIDE, escape};
-use super::{StudyData, seconds, time_unit};
+use super::{MOST_MARKS, StudyData, seconds, time_unit};
 use crate::storage::TrialState;
 
 const ROW: f64 = 20.0;
@@ -59,6 +59,9 @@ pub(super) fn draw(data: &StudyData) -> String {
         return super::svg::message("No trial has started yet.");
     }
     bars.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // The latest attempts, when there are more than marks.
+    let total = bars.len();
+    bars.drain(..total.saturating_sub(MOST_MARKS));
     let origin = bars[0].0;
     let last = bars.iter().map(|b| b.1).fold(origin, f64::max);
     let (unit, unit_name) = time_unit(last - origin);
@@ -83,6 +86,10 @@ pub(super) fn draw(data: &StudyData) -> String {
         high: ((last - origin) / unit).max(1e-3),
     };
     let mut svg = Svg::new(WIDE, height);
+    if bars.len() < total {
+        let note = format!("{} of {total} attempts drawn: the latest", bars.len());
+        svg.text(frame.left, 11.0, "start", "caption", &note);
+    }
     svg.x_axis(
         &frame,
         &x_axis,

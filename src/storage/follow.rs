@@ -67,7 +67,7 @@ impl StudyFollower {
 
     /// The trial numbered `number`.
     pub fn trial(&self, number: u64) -> Option<&TrialRecord> {
-        self.view.trials().find(|t| t.number == number)
+        self.view.trial(number)
     }
 
     /// The attempts of trial `number`, first first.

@@ -18,7 +18,9 @@ use tungstenite::{Message, WebSocket};
 
 /// The browser to drive, or `None` (and a line saying the test is skipped).
 pub fn chromium() -> Option<PathBuf> {
-    let named = std::env::var("HPTUNE_CHROMIUM").ok().filter(|p| !p.is_empty());
+    let named = std::env::var("HPTUNE_CHROMIUM")
+        .ok()
+        .filter(|p| !p.is_empty());
     let found = named.map(PathBuf::from).or_else(|| {
         std::env::var_os("PATH").and_then(|paths| {
             std::env::split_paths(&paths)
@@ -78,7 +80,11 @@ impl Browser {
         let url = stderr
             .lines()
             .map_while(Result::ok)
-            .find_map(|line| line.split("DevTools listening on ").nth(1).map(str::to_string))
+            .find_map(|line| {
+                line.split("DevTools listening on ")
+                    .nth(1)
+                    .map(str::to_string)
+            })
             .expect("chromium prints its DevTools address");
         let (socket, _) = tungstenite::connect(url.trim()).expect("the DevTools websocket");
         let mut browser = Browser {
@@ -157,7 +163,10 @@ impl Browser {
 
     /// Saves the whole page as a PNG named `name` in [`screenshot_dir`]; returns its path.
     pub fn screenshot(&mut self, name: &str) -> PathBuf {
-        let height = self.eval("document.documentElement.scrollHeight").as_f64().unwrap_or(1000.0);
+        let height = self
+            .eval("document.documentElement.scrollHeight")
+            .as_f64()
+            .unwrap_or(1000.0);
         let width = self.eval("window.innerWidth").as_f64().unwrap_or(1400.0);
         let shot = self.call(
             "Page.captureScreenshot",

@@ -73,7 +73,9 @@ pub fn get(url: &str, headers: &[(&str, &str)]) -> Response {
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
     let mut stream = TcpStream::connect(host).expect("the dashboard accepts connections");
-    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
     let mut request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
@@ -89,7 +91,10 @@ pub fn get(url: &str, headers: &[(&str, &str)]) -> Response {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status in {head}"));
-    let body = match head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = match head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         true => unchunk(body),
         false => body.to_string(),
     };

@@ -30,14 +30,27 @@ fn a_choice_whose_top_trial_took_one_value_has_the_closed_form_importance() {
     // Top density: 1/2 * [3/4, 1/4] + 1/2 * [1/2, 1/2] = [5/8, 3/8]; all trials: [1/2, 1/2].
     // Divergence: 1/2 (5/4 - 1)² + 1/2 (3/4 - 1)² = 1/16; squared share of top trials 1/100.
     let params: Vec<Assignment> = (0..10)
-        .map(|i| [("c".to_string(), ParamValue::Str(if i < 5 { "a" } else { "b" }.into()))].into())
+        .map(|i| {
+            [(
+                "c".to_string(),
+                ParamValue::Str(if i < 5 { "a" } else { "b" }.into()),
+            )]
+            .into()
+        })
         .collect();
-    let trials: Vec<(&Assignment, f64)> = params.iter().zip(0..).map(|(p, i)| (p, i as f64)).collect();
+    let trials: Vec<(&Assignment, f64)> =
+        params.iter().zip(0..).map(|(p, i)| (p, i as f64)).collect();
     let importance = ped_anova(&[choice("c")], Goal::Minimize, &trials);
-    assert!((importance[0].value - 0.01 / 16.0).abs() < 1e-12, "{importance:?}");
+    assert!(
+        (importance[0].value - 0.01 / 16.0).abs() < 1e-12,
+        "{importance:?}"
+    );
     // Maximising makes trial 9, a "b", the top one: the same divergence, mirrored.
     let importance = ped_anova(&[choice("c")], Goal::Maximize, &trials);
-    assert!((importance[0].value - 0.01 / 16.0).abs() < 1e-12, "{importance:?}");
+    assert!(
+        (importance[0].value - 0.01 / 16.0).abs() < 1e-12,
+        "{importance:?}"
+    );
 }
 
 #[test]
@@ -51,14 +64,20 @@ fn a_conditional_parameter_counts_by_the_share_of_trials_where_it_is_active() {
             _ => Assignment::new(),
         })
         .collect();
-    let trials: Vec<(&Assignment, f64)> = params.iter().zip(0..).map(|(p, i)| (p, i as f64)).collect();
+    let trials: Vec<(&Assignment, f64)> =
+        params.iter().zip(0..).map(|(p, i)| (p, i as f64)).collect();
     // Top density [5/8, 3/8]; active trials: 3/5 * [0.8, 0.2] + 2/5 * [0.2, 0.8] + 1/6 prior
     // mixed as (3 * [0.8, 0.2] + 2 * [0.2, 0.8] + [0.5, 0.5]) / 6 = [3.3, 2.7] / 6.
     let (p_top, p_all) = ([0.625, 0.375], [3.3 / 6.0, 2.7 / 6.0]);
-    let divergence: f64 = (0..2).map(|i| p_all[i] * (p_top[i] / p_all[i] - 1.0_f64).powi(2)).sum();
+    let divergence: f64 = (0..2)
+        .map(|i| p_all[i] * (p_top[i] / p_all[i] - 1.0_f64).powi(2))
+        .sum();
     // Weight: 1 top trial of 1 is active, 5 of 10 trials are: 1² / (10 · 5).
     let importance = ped_anova(&[choice("c")], Goal::Minimize, &trials);
-    assert!((importance[0].value - divergence / 50.0).abs() < 1e-12, "{importance:?}");
+    assert!(
+        (importance[0].value - divergence / 50.0).abs() < 1e-12,
+        "{importance:?}"
+    );
 }
 
 #[test]
