@@ -27,13 +27,13 @@ pub struct Followed {
     /// The study's trials, attempts and curves.
     pub follower: StudyFollower,
     read_at: Option<Instant>,
-    figures: HashMap<(Kind, bool), (u64, Arc<str>)>,
+    figures: HashMap<(Kind, plot::HistoryX), (u64, Arc<str>)>,
 }
 
 impl Followed {
     /// Figure `kind` at the current revision, drawn once per revision.
     pub fn figure(&mut self, kind: Kind, options: &Options) -> Result<Arc<str>, String> {
-        let key = (kind, options.history_x == plot::HistoryX::Time);
+        let key = (kind, options.history_x);
         let revision = self.follower.revision();
         if let Some((at, svg)) = self.figures.get(&key)
             && *at == revision

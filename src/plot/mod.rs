@@ -113,7 +113,7 @@ impl FromStr for Kind {
 }
 
 /// What the history's horizontal axis counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum HistoryX {
     /// Trial numbers.
     #[default]
