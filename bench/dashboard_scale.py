@@ -32,27 +32,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import venv
 from pathlib import Path
 
+import bench_venv
+
 ROOT = Path(__file__).resolve().parent.parent
-VENV = ROOT / "bench" / ".venv"
+VENV = bench_venv.VENV
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 if not TARGET.is_absolute():
     TARGET = ROOT / TARGET
-
-
-def ensure_venv(optuna_dashboard):
-    """Re-runs this script inside bench/.venv, with what it needs installed there."""
-    packages = ["websocket-client"] + (["optuna", "optuna-dashboard"] if optuna_dashboard else [])
-    modules = "websocket" + (", optuna, optuna_dashboard" if optuna_dashboard else "")
-    if Path(sys.prefix).resolve() != VENV.resolve():
-        python = VENV / "bin" / "python"
-        if not python.exists():
-            venv.create(VENV, with_pip=True)
-        os.execv(python, [str(python), *sys.argv])
-    if subprocess.run([sys.executable, "-c", f"import {modules}"], capture_output=True).returncode:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", *packages], check=True)
 
 
 def build():
@@ -274,7 +262,11 @@ def main():
     parser.add_argument("--run-trials", type=int, default=1000)
     parser.add_argument("--optuna-dashboard", action="store_true")
     args = parser.parse_args()
-    ensure_venv(args.optuna_dashboard)
+    if args.optuna_dashboard:
+        bench_venv.ensure(["websocket-client", "optuna", "optuna-dashboard"],
+                          "websocket, optuna, optuna_dashboard")
+    else:
+        bench_venv.ensure(["websocket-client"], "websocket")
     hptune, objective = build()
     sizes = [int(s) for s in args.sizes.split(",")]
     browser = Chromium()

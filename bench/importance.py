@@ -23,12 +23,12 @@ import re
 import subprocess
 import sys
 import tempfile
-import venv
 import warnings
 from pathlib import Path
 
+import bench_venv
+
 ROOT = Path(__file__).resolve().parent.parent
-VENV = ROOT / "bench" / ".venv"
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 if not TARGET.is_absolute():
     TARGET = ROOT / TARGET
@@ -41,20 +41,6 @@ FUNCTIONS = {
     "mixed": [("x1", "double", 1e-4, 1.0, True), ("x2", "integer", 1, 8, False),
               ("x3", "categorical", ["relu", "tanh", "sigmoid"])],
 }
-
-
-def ensure_venv():
-    """Re-runs this script inside bench/.venv, with Optuna installed there."""
-    if Path(sys.prefix).resolve() == VENV.resolve():
-        return
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        print(f"creating {VENV} ...", file=sys.stderr)
-        venv.create(VENV, with_pip=True)
-    if subprocess.run([python, "-c", "import optuna, numpy"], capture_output=True).returncode:
-        print("installing optuna and numpy into bench/.venv ...", file=sys.stderr)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "optuna", "numpy"], check=True)
-    os.execv(python, [str(python), *sys.argv])
 
 
 def build():
@@ -121,7 +107,7 @@ def main():
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
-    ensure_venv()
+    bench_venv.ensure(["optuna", "numpy"], "optuna, numpy")
     hptune, objective = build()
     print(f"PED-ANOVA importance, hptune against Optuna {__import__('optuna').__version__} "
           f"({args.trials} random-search trials each)\n")

@@ -170,7 +170,9 @@ fn a_trial_finished_by_a_running_study_appears_without_a_reload() {
     assert!(run.wait().unwrap().success());
     browser.wait_for(
         "the finished trials to appear",
-        "document.querySelectorAll('#trial-table tbody tr[data-state=succeeded]').length === 3 && document.querySelectorAll('.figure-slot[data-kind=history] circle[data-trial]').length === 3",
+        "document.querySelectorAll('#trial-table tbody tr[data-state=succeeded]').length === 3 \
+         && document.querySelectorAll('.figure-slot[data-kind=history] circle[data-trial]').length === 3 \
+         && document.querySelectorAll('.figure-slot[data-kind=timeline] rect.span.succeeded').length === 3",
     );
     assert_eq!(
         browser.eval("window.stillTheSamePage === true"),

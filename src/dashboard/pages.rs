@@ -180,15 +180,14 @@ pub fn study_page(study: &mut Followed) -> String {
         serde_json::from_str::<crate::study::space::Space>(&follower.study.space)
             .map(|s| s.parameters().iter().map(|p| p.id.clone()).collect())
             .unwrap_or_default();
-    let rows: Vec<&TrialRecord> = follower.trials().collect();
-    let init = serde_json::json!({
-        "study": name,
-        "metric": follower.study.metric,
-        "goal": follower.study.goal.as_str(),
-        "params": ids,
-        "revision": follower.revision(),
-        "trials": rows,
-    });
+    let init = PageData {
+        study: &name,
+        metric: &follower.study.metric,
+        goal: follower.study.goal.as_str(),
+        params: ids,
+        revision: follower.revision(),
+        trials: follower.trials().collect(),
+    };
     let body = format!(
         r#"<section class="page-head"><h1>{title}</h1><p class="muted"><span class="chip">{goal} {metric}</span> created {created}</p></section>
 <section class="cards" id="summary">{cards}</section>
@@ -215,6 +214,18 @@ pub fn study_page(study: &mut Followed) -> String {
         &body,
         "study",
     )
+}
+
+/// What a study page's script starts from (written straight to JSON: a large study's trials
+/// are megabytes).
+#[derive(serde::Serialize)]
+struct PageData<'a> {
+    study: &'a str,
+    metric: &'a str,
+    goal: &'a str,
+    params: Vec<String>,
+    revision: u64,
+    trials: Vec<&'a TrialRecord>,
 }
 
 /// The summary cards of a study: trials by state, the best trial, last activity.
@@ -424,6 +435,8 @@ pub fn url_part(name: &str) -> String {
 }
 
 /// JSON safe inside a `<script>` element.
-fn script_json(value: &serde_json::Value) -> String {
-    value.to_string().replace('<', "\\u003c")
+fn script_json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value)
+        .expect("page data serialises")
+        .replace('<', "\\u003c")
 }

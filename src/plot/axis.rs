@@ -12,6 +12,14 @@ pub enum Axis {
         /// The value at its end.
         high: f64,
     },
+    /// Evenly between `low` and `high`, for counts (trial numbers, steps): ticks on whole
+    /// numbers only.
+    Whole {
+        /// The value at the axis' start.
+        low: f64,
+        /// The value at its end.
+        high: f64,
+    },
     /// Evenly in `ln(x)` between `low` and `high` (both positive).
     Log {
         /// The value at the axis' start.
@@ -37,6 +45,14 @@ impl Axis {
             low: low - pad,
             high: high + pad,
         })
+    }
+
+    /// [`Axis::fit`] for whole numbers: ticks only on them.
+    pub fn fit_whole(values: impl IntoIterator<Item = f64>) -> Option<Self> {
+        match Self::fit(values)? {
+            Axis::Linear { low, high } => Some(Axis::Whole { low, high }),
+            other => Some(other),
+        }
     }
 
     /// The axis of a parameter's domain: its own scale over its own range.
@@ -76,8 +92,10 @@ impl Axis {
             return None;
         }
         match self {
-            Axis::Linear { low, high } if high > low => Some((value - low) / (high - low)),
-            Axis::Linear { .. } => Some(0.5),
+            Axis::Linear { low, high } | Axis::Whole { low, high } if high > low => {
+                Some((value - low) / (high - low))
+            }
+            Axis::Linear { .. } | Axis::Whole { .. } => Some(0.5),
             Axis::Log { low, high } if value > 0.0 && high > low => {
                 Some((value / low).ln() / (high / low).ln())
             }
@@ -102,6 +120,11 @@ impl Axis {
         match self {
             Axis::Linear { low, high } => nice_ticks(*low, *high, wanted)
                 .into_iter()
+                .filter_map(|v| Some((self.position(v)?, format_number(v))))
+                .collect(),
+            Axis::Whole { low, high } => nice_ticks(*low, *high, wanted)
+                .into_iter()
+                .filter(|v| v.fract() == 0.0)
                 .filter_map(|v| Some((self.position(v)?, format_number(v))))
                 .collect(),
             Axis::Log { low, high } => log_ticks(*low, *high)
@@ -232,6 +255,13 @@ mod tests {
         };
         assert_eq!(log.position(10.0), Some(0.5));
         assert_eq!(log.position(-1.0), None);
+        let whole: Vec<String> = Axis::fit_whole([0.0, 2.0])
+            .unwrap()
+            .ticks(6)
+            .into_iter()
+            .map(|t| t.1)
+            .collect();
+        assert_eq!(whole, ["0", "1", "2"]);
         let names = Axis::Categories(vec!["a".into(), "b".into()]);
         assert_eq!(names.category_position("b"), Some(0.75));
         assert_eq!(Axis::fit([f64::NAN]), None);

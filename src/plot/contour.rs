@@ -13,13 +13,10 @@ const HEIGHT: f64 = 420.0;
 const CELLS: usize = 36;
 
 pub(super) fn draw(data: &StudyData) -> String {
-    let succeeded = data.succeeded();
-    if succeeded.len() < 3 {
-        return match succeeded.is_empty() {
-            true => data.nothing_to_draw(),
-            false => super::svg::message("A contour needs at least 3 succeeded trials."),
-        };
-    }
+    let succeeded = match data.results(3, "A contour") {
+        Ok(succeeded) => succeeded,
+        Err(figure) => return figure,
+    };
     let numeric: Vec<&Parameter> = data
         .space
         .parameters()

@@ -36,7 +36,12 @@ pub(super) fn draw(data: &StudyData, by: HistoryX) -> String {
         t.value.is_some_and(f64::is_finite)
             && matches!(t.state, TrialState::Succeeded | TrialState::Stopped)
     };
-    let Some(x_axis) = Axis::fit(finished.iter().filter_map(|t| x_of(t))) else {
+    let x_values = finished.iter().filter_map(|t| x_of(t));
+    let x_axis = match by {
+        HistoryX::Number => Axis::fit_whole(x_values),
+        HistoryX::Time => Axis::fit(x_values),
+    };
+    let Some(x_axis) = x_axis else {
         return data.nothing_to_draw();
     };
     let y_values = finished

@@ -7,13 +7,10 @@ use super::svg::{NARROW, Svg, escape};
 use crate::importance::ped_anova;
 
 pub(super) fn draw(data: &StudyData) -> String {
-    let succeeded = data.succeeded();
-    if succeeded.len() < 3 {
-        return match succeeded.is_empty() {
-            true => data.nothing_to_draw(),
-            false => super::svg::message("Importance needs at least 3 succeeded trials."),
-        };
-    }
+    let succeeded = match data.results(3, "Importance") {
+        Ok(succeeded) => succeeded,
+        Err(figure) => return figure,
+    };
     let trials: Vec<_> = succeeded.iter().map(|(t, v)| (&t.params, *v)).collect();
     let importances = ped_anova(data.space.parameters(), data.goal(), &trials);
     let largest = importances.iter().map(|i| i.value).fold(0.0, f64::max);

@@ -19,7 +19,7 @@ pub(super) fn draw(data: &StudyData) -> String {
         .iter()
         .flat_map(|c| c.points.iter().map(|p| p.0 as f64));
     let values = curves.iter().flat_map(|c| c.points.iter().map(|p| p.1));
-    let (Some(x_axis), Some(y_axis)) = (Axis::fit(steps), Axis::fit(values)) else {
+    let (Some(x_axis), Some(y_axis)) = (Axis::fit_whole(steps), Axis::fit(values)) else {
         return super::svg::message(
             "No intermediate values yet: workers report them as `step=N metric=value` lines.",
         );

@@ -161,6 +161,19 @@ impl<'a> StudyData<'a> {
             .collect()
     }
 
+    /// The succeeded trials with their values, or the figure that says why there are fewer
+    /// than `at_least` (`what` needs them).
+    fn results(&self, at_least: usize, what: &str) -> Result<Vec<(&TrialRecord, f64)>, String> {
+        let succeeded = self.succeeded();
+        match succeeded.len() {
+            0 => Err(self.nothing_to_draw()),
+            n if n < at_least => Err(svg::message(&format!(
+                "{what} needs at least {at_least} succeeded trials."
+            ))),
+            _ => Ok(succeeded),
+        }
+    }
+
     /// Why a figure of values is empty: no trial yet, or none succeeded.
     fn nothing_to_draw(&self) -> String {
         let failed = self.follower.count(TrialState::Failed);
@@ -282,6 +295,14 @@ fn tip(trial: &TrialRecord, metric: &str) -> String {
         })
         .collect();
     format!("Trial {} · {value}\n{}", trial.number, params.join("\n"))
+}
+
+/// The axis of the objective over `results` (a unit one if there are none).
+fn value_axis(results: &[(&TrialRecord, f64)]) -> axis::Axis {
+    axis::Axis::fit(results.iter().map(|(_, v)| *v)).unwrap_or(axis::Axis::Linear {
+        low: 0.0,
+        high: 1.0,
+    })
 }
 
 /// Seconds since the epoch of a stored time.

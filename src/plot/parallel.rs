@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::axis::Axis;
 use super::svg::{Svg, WIDE, escape, value_colour};
-use super::{MOST_MARKS, StudyData, place, thin, thinned_note, tip};
+use super::{MOST_MARKS, StudyData, place, thin, thinned_note, tip, value_axis};
 
 const HEIGHT: f64 = 380.0;
 const TOP: f64 = 44.0;
@@ -15,14 +15,12 @@ const BOTTOM: f64 = 320.0;
 const INACTIVE: f64 = 352.0;
 
 pub(super) fn draw(data: &StudyData) -> String {
-    let succeeded = data.succeeded();
-    if succeeded.is_empty() {
-        return data.nothing_to_draw();
-    }
-    let values: Vec<f64> = succeeded.iter().map(|(_, v)| *v).collect();
-    let Some(objective) = Axis::fit(values.iter().copied()) else {
-        return data.nothing_to_draw();
+    let succeeded = match data.results(1, "Parallel coordinates") {
+        Ok(succeeded) => succeeded,
+        Err(figure) => return figure,
     };
+    let values: Vec<f64> = succeeded.iter().map(|(_, v)| *v).collect();
+    let objective = value_axis(&succeeded);
     let parameters = data.space.parameters();
     let axes: Vec<(String, Axis)> = parameters
         .iter()

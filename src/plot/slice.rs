@@ -3,19 +3,17 @@
 
 use super::axis::Axis;
 use super::svg::{Frame, Svg, WIDE, value_colour};
-use super::{MOST_MARKS, StudyData, place, thin, thinned_note, tip};
+use super::{MOST_MARKS, StudyData, place, thin, thinned_note, tip, value_axis};
 
 const PANEL_HEIGHT: f64 = 230.0;
 const COLUMNS: usize = 4;
 
 pub(super) fn draw(data: &StudyData) -> String {
-    let succeeded = data.succeeded();
-    if succeeded.is_empty() {
-        return data.nothing_to_draw();
-    }
-    let Some(y_axis) = Axis::fit(succeeded.iter().map(|(_, v)| *v)) else {
-        return data.nothing_to_draw();
+    let succeeded = match data.results(1, "A slice") {
+        Ok(succeeded) => succeeded,
+        Err(figure) => return figure,
     };
+    let y_axis = value_axis(&succeeded);
     let parameters = data.space.parameters();
     let rows = parameters.len().div_ceil(COLUMNS).max(1);
     let mut svg = Svg::new(WIDE, rows as f64 * PANEL_HEIGHT);

@@ -211,6 +211,7 @@
       const kind = slot.dataset.kind;
       const by = kind === "history" && historyBy === "time" ? "?by=time" : "";
       slot.innerHTML = await fetchText(`${base}/figures/${kind}${by}`);
+      slot.dataset.revision = revision;
     }
 
     poll(async () => {
@@ -220,7 +221,7 @@
       for (const t of changes.trials) trials.set(t.number, t);
       if (changes.summary) $("#summary").innerHTML = changes.summary;
       renderTable();
-      for (const slot of document.querySelectorAll(".figure-slot")) await refreshFigure(slot);
+      await Promise.all([...document.querySelectorAll(".figure-slot")].map(refreshFigure));
       if (openTrialNumber !== null && changes.trials.some((t) => t.number === openTrialNumber)) await openTrial(openTrialNumber);
       document.body.dataset.revision = revision;
     });

@@ -1,18 +1,7 @@
 use super::*;
 use crate::study::space::Scale;
 
-fn double(id: &str) -> Parameter {
-    Parameter {
-        id: id.into(),
-        domain: Domain::Double {
-            min: 0.0,
-            max: 1.0,
-            scale: Scale::Linear,
-            grid_points: None,
-        },
-        condition: None,
-    }
-}
+use crate::study::space::unit_double as double;
 
 fn choice(id: &str) -> Parameter {
     Parameter {
