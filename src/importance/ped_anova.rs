@@ -14,7 +14,7 @@
 //! trials those are; the trials where it is inactive add nothing.
 
 use crate::study::Goal;
-use crate::study::space::{Assignment, Domain, ParamValue, Parameter};
+use crate::study::space::{Assignment, Domain, ParamValue, Parameter, Scale};
 
 /// The share of trials that are the top ones.
 const TOP_QUANTILE: f64 = 0.1;
@@ -124,10 +124,10 @@ struct Grid {
 }
 
 enum GridKind {
-    /// Ordered: a value's cell is its nearest point of `steps` even points of its scale.
-    Ordered {
-        position: Box<dyn Fn(&ParamValue) -> Option<f64>>,
-    },
+    /// Numbers on a scale between two ends: a value's place is its unit coordinate.
+    Scaled { scale: Scale, low: f64, high: f64 },
+    /// An ordered list of numbers: a value's place is its index over the last index.
+    Listed(Vec<f64>),
     /// Unordered: one cell per choice.
     Choices(Vec<String>),
 }
@@ -140,8 +140,10 @@ impl Grid {
                 min, max, scale, ..
             } => (
                 GRID_STEPS,
-                GridKind::Ordered {
-                    position: Box::new(move |v| Some(scale.to_unit(v.as_f64()?, min, max))),
+                GridKind::Scaled {
+                    scale,
+                    low: min,
+                    high: max,
                 },
             ),
             Domain::Integer {
@@ -149,29 +151,20 @@ impl Grid {
             } => {
                 let count = (max - min + 1) as f64;
                 let steps = match scale {
-                    crate::study::space::Scale::Linear => count,
+                    Scale::Linear => count,
                     _ => count.log2().ceil() + 1.0,
                 };
-                let (lo, hi) = (min as f64, max as f64);
                 (
                     (steps as usize).min(GRID_STEPS),
-                    GridKind::Ordered {
-                        position: Box::new(move |v| Some(scale.to_unit(v.as_f64()?, lo, hi))),
+                    GridKind::Scaled {
+                        scale,
+                        low: min as f64,
+                        high: max as f64,
                     },
                 )
             }
             Domain::Discrete { values, .. } => {
-                let last = values.len().saturating_sub(1).max(1) as f64;
-                (
-                    values.len().min(GRID_STEPS),
-                    GridKind::Ordered {
-                        position: Box::new(move |v| {
-                            let x = v.as_f64()?;
-                            let index = values.iter().position(|w| *w == x)?;
-                            Some(index as f64 / last)
-                        }),
-                    },
-                )
+                (values.len().min(GRID_STEPS), GridKind::Listed(values))
             }
             Domain::Categorical { values } => (values.len(), GridKind::Choices(values)),
         };
@@ -179,25 +172,28 @@ impl Grid {
     }
 
     /// The cell of `value`: for an ordered grid, the first point at or above
-    /// `position - step / 2`.
+    /// `place - step / 2`.
     fn cell(&self, value: &ParamValue) -> Option<usize> {
-        match &self.kind {
-            GridKind::Ordered { position } => {
-                let last = (self.steps - 1) as f64;
-                let cell = (position(value)? * last - 0.5).ceil();
-                Some(cell.clamp(0.0, last) as usize)
+        let last = (self.steps - 1) as f64;
+        let place = match (&self.kind, value) {
+            (GridKind::Choices(choices), ParamValue::Str(s)) => {
+                return choices.iter().position(|c| c == s);
             }
-            GridKind::Choices(choices) => match value {
-                ParamValue::Str(s) => choices.iter().position(|c| c == s),
-                _ => None,
-            },
-        }
+            (GridKind::Choices(_), _) | (_, ParamValue::Str(_)) => return None,
+            (GridKind::Scaled { scale, low, high }, v) => scale.to_unit(v.as_f64()?, *low, *high),
+            (GridKind::Listed(values), v) => {
+                let x = v.as_f64()?;
+                let index = values.iter().position(|w| *w == x)?;
+                index as f64 / (values.len() - 1) as f64
+            }
+        };
+        Some((place * last - 0.5).ceil().clamp(0.0, last) as usize)
     }
 
     /// The Parzen estimator's density over the grid from the `counts` of each cell.
     fn density(&self, counts: &[f64]) -> Vec<f64> {
         match self.kind {
-            GridKind::Ordered { .. } => ordered_density(counts),
+            GridKind::Scaled { .. } | GridKind::Listed(_) => ordered_density(counts),
             GridKind::Choices(_) => choice_density(counts),
         }
     }

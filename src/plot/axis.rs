@@ -153,7 +153,7 @@ pub fn bounds(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
 /// Round values (1, 2 or 5 times a power of ten apart) inside `[low, high]`, about `wanted`
 /// of them.
 fn nice_ticks(low: f64, high: f64, wanted: usize) -> Vec<f64> {
-    if !(high > low) || wanted == 0 {
+    if high.partial_cmp(&low) != Some(std::cmp::Ordering::Greater) || wanted == 0 {
         return vec![low];
     }
     let rough = (high - low) / wanted as f64;

@@ -217,6 +217,8 @@
     poll(async () => {
       const changes = JSON.parse(await fetchText(`/api/studies/${encodeURIComponent(init.study)}/changes?since=${revision}`));
       if (changes.revision === revision) return;
+      // A restarted server counts revisions from 1 again: start over from its page.
+      if (changes.revision < revision) { location.reload(); return; }
       revision = changes.revision;
       for (const t of changes.trials) trials.set(t.number, t);
       if (changes.summary) $("#summary").innerHTML = changes.summary;
