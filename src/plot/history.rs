@@ -52,7 +52,13 @@ pub(super) fn draw(data: &StudyData, by: HistoryX) -> String {
         low: 0.0,
         high: 1.0,
     });
-    let frame = Frame::standard(WIDE, HEIGHT);
+    // A band above the plotting area for the key, so that it never hides a point.
+    let standard = Frame::standard(WIDE, HEIGHT);
+    let frame = Frame {
+        top: standard.top + 14.0,
+        height: standard.height - 14.0,
+        ..standard
+    };
     let mut svg = Svg::new(WIDE, HEIGHT);
     let x_title = match by {
         HistoryX::Number => "trial".to_string(),
@@ -132,7 +138,7 @@ pub(super) fn draw(data: &StudyData, by: HistoryX) -> String {
 
 /// The key in the top right corner.
 fn legend(svg: &mut Svg, frame: &Frame) {
-    let (x, y) = (frame.left + frame.width - 230.0, frame.top + 4.0);
+    let (x, y) = (frame.left + frame.width - 230.0, 2.0);
     svg.raw(&format!(
         r#"<g class="legend"><circle class="pt ok" cx="{:.1}" cy="{:.1}" r="4"/><text x="{:.1}" y="{:.1}">value</text><path class="best-line" d="M{:.1},{:.1}h18"/><text x="{:.1}" y="{:.1}">best so far</text><circle class="pt stopped" cx="{:.1}" cy="{:.1}" r="4"/><text x="{:.1}" y="{:.1}">stopped</text></g>"#,
         x,
