@@ -3,9 +3,9 @@
 open dashboard slows the controller.
 
 One command: `python3 bench/dashboard_scale.py [--sizes 10000,100000] [--run-trials 1000]
-[--optuna-dashboard]`. It creates bench/.venv (git-ignored) with websocket-client (and, with
-`--optuna-dashboard`, Optuna and optuna-dashboard), builds hptune and the objective worker in
-release mode, and:
+[--pairs 2] [--parts render,speed,optuna-dashboard]`. It creates bench/.venv (git-ignored)
+with websocket-client (and, for the last part, Optuna and optuna-dashboard), builds hptune
+and the objective worker in release mode, and:
 
 1. for each size N, makes a study of N finished trials of the Branin function (one run of
    `hptune run` creates the study, the rest are inserted as the controller writes them: a
@@ -17,8 +17,8 @@ release mode, and:
    peak memory after;
 2. runs a study of `--run-trials` Branin trials with `hptune run` (random search, 4 at once,
    workers that return at once: the controller's own speed), alternately with no dashboard and
-   with the study page open (polling every 2 s), twice each, and prints trials/s;
-3. with `--optuna-dashboard`, exports the first size's trials into Optuna's storage and times
+   with the study page open (polling every 2 s), `--pairs` times each, and prints trials/s;
+3. (`optuna-dashboard`) exports the first size's trials into Optuna's storage and times
    optuna-dashboard's study page the same way (until its first plot is drawn).
 """
 
@@ -194,10 +194,10 @@ def first_render(hptune, objective, sizes, browser):
                   f"| {mem['VmRSS']:.0f} MiB | {mem['VmHWM']:.0f} MiB |")
 
 
-def controller_speed(hptune, objective, trials, browser):
+def controller_speed(hptune, objective, trials, pairs, browser):
     print("\n| run | dashboard | trials | seconds | trials/s |")
     print("|---|---|---|---|---|")
-    for index, open_page in enumerate([False, True, False, True], 1):
+    for index, open_page in enumerate([False, True] * pairs, 1):
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             env = dict(os.environ, HPTUNE_STORAGE=f"sqlite://{folder / 'hptune.db'}")
@@ -260,9 +260,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--run-trials", type=int, default=1000)
-    parser.add_argument("--optuna-dashboard", action="store_true")
+    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--parts", default="render,speed,optuna-dashboard")
     args = parser.parse_args()
-    if args.optuna_dashboard:
+    parts = args.parts.split(",")
+    if "optuna-dashboard" in parts:
         bench_venv.ensure(["websocket-client", "optuna", "optuna-dashboard"],
                           "websocket, optuna, optuna_dashboard")
     else:
@@ -271,9 +273,11 @@ def main():
     sizes = [int(s) for s in args.sizes.split(",")]
     browser = Chromium()
     try:
-        first_render(hptune, objective, sizes, browser)
-        controller_speed(hptune, objective, args.run_trials, browser)
-        if args.optuna_dashboard:
+        if "render" in parts:
+            first_render(hptune, objective, sizes, browser)
+        if "speed" in parts:
+            controller_speed(hptune, objective, args.run_trials, args.pairs, browser)
+        if "optuna-dashboard" in parts:
             optuna_dashboard(hptune, objective, sizes[0], browser)
     finally:
         browser.close()
