@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use sqlx::Row;
 
-use super::rows::{AttemptRecord, MeasurementRecord, StudyOverview, StudyRecord, attempt_columns};
+use super::rows::{
+    AttemptRecord, MeasurementRecord, StudyOverview, StudyRecord, attempt_columns, study_columns,
+};
 use super::{Storage, StorageError, StudyView, TrialRecord, TrialState, query_error};
 use crate::study::stopping::Curve;
 
@@ -213,9 +215,11 @@ impl Storage {
     /// Every study with its trials counted by state, its best value and last activity,
     /// counted by the database.
     pub async fn study_overviews(&self) -> Result<Vec<StudyOverview>, StorageError> {
-        let studies = sqlx::query(
-            "SELECT id, name, metric, goal, spec, space, created_at FROM studies ORDER BY id",
-        )
+        let studies = sqlx::query(concat!(
+            "SELECT ",
+            study_columns!(),
+            " FROM studies ORDER BY id"
+        ))
         .fetch_all(&self.pool)
         .await
         .map_err(query_error("listing studies"))?;

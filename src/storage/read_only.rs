@@ -3,10 +3,9 @@
 //! create a file.
 
 use std::path::Path;
-use std::str::FromStr;
 
-use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyConnection, ConnectOptions, Executor, Row};
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyConnection, Executor, Row};
 
 use super::{Dialect, Storage, StorageError, StorageUrl, query_error};
 
@@ -20,20 +19,17 @@ impl Storage {
     /// locked for writing), a PostgreSQL session is made read-only. The schema must be the
     /// one this hptune writes: an older or newer one is said, not migrated.
     pub async fn open_read_only(url: &StorageUrl) -> Result<Self, StorageError> {
-        sqlx::any::install_default_drivers();
         if let StorageUrl::Sqlite { path, .. } = url
             && !Path::new(path).exists()
         {
             return Err(StorageError::Missing(url.to_string()));
         }
+        let options = super::connect_options(url, &url.read_only_connect_string())?;
         let open_error = |source| StorageError::Open {
             url: url.to_string(),
             source,
         };
         let dialect = Dialect::of(url);
-        let options = AnyConnectOptions::from_str(&url.read_only_connect_string())
-            .map_err(open_error)?
-            .disable_statement_logging();
         let pool = AnyPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(super::CONNECT_TIMEOUT)

@@ -19,6 +19,14 @@ macro_rules! trial_columns {
 }
 pub(crate) use trial_columns;
 
+/// The columns of a study, in the order [`StudyRecord::from_row`] reads them.
+macro_rules! study_columns {
+    () => {
+        "id, name, metric, goal, spec, space, created_at"
+    };
+}
+pub(crate) use study_columns;
+
 /// The state of a trial: `pending -> running -> succeeded | failed | stopped`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
