@@ -214,7 +214,20 @@
       slot.dataset.revision = revision;
     }
 
+    // The figures follow the table at once on a small study, and at most every 10 s on a
+    // large one that changes all the time: drawing them costs the machine the controller runs on.
+    let figuresStale = false;
+    let figuresAt = Date.now();
+    async function refreshFigures() {
+      const every = trials.size > 1000 ? 10000 : 0;
+      if (!figuresStale || Date.now() - figuresAt < every) return;
+      figuresStale = false;
+      figuresAt = Date.now();
+      await Promise.all([...document.querySelectorAll(".figure-slot")].map(refreshFigure));
+    }
+
     poll(async () => {
+      await refreshFigures();
       const changes = JSON.parse(await fetchText(`/api/studies/${encodeURIComponent(init.study)}/changes?since=${revision}`));
       if (changes.revision === revision) return;
       // A restarted server counts revisions from 1 again: start over from its page.
@@ -223,7 +236,8 @@
       for (const t of changes.trials) trials.set(t.number, t);
       if (changes.summary) $("#summary").innerHTML = changes.summary;
       renderTable();
-      await Promise.all([...document.querySelectorAll(".figure-slot")].map(refreshFigure));
+      figuresStale = true;
+      await refreshFigures();
       if (openTrialNumber !== null && changes.trials.some((t) => t.number === openTrialNumber)) await openTrial(openTrialNumber);
       document.body.dataset.revision = revision;
     });
