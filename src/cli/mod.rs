@@ -56,6 +56,8 @@ enum Command {
         /// Directory of the workers' logs and metrics files.
         #[arg(long, default_value = DEFAULT_LOG_DIR)]
         log_dir: PathBuf,
+        #[command(flatten)]
+        gpus: GpusArg,
     },
     /// List studies: trials by state and best value.
     Studies,
@@ -122,6 +124,8 @@ enum Command {
         /// executor; a remote engine needs its block in the study file.
         #[arg(long, value_parser = parse_executor)]
         executor: Option<ExecutorKind>,
+        #[command(flatten)]
+        gpus: GpusArg,
     },
     /// Inside a remote trial job: run the worker and write what it reports into the
     /// storage (HPTUNE_STORAGE, PostgreSQL). Started by the remote executors.
@@ -146,6 +150,15 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+}
+
+/// The devices of a study with `trial.resources.gpus`.
+#[derive(Debug, clap::Args)]
+pub struct GpusArg {
+    /// The GPUs trials get (with trial.resources.gpus): indices or UUIDs, e.g. 0,1,2,3.
+    /// Default: CUDA_VISIBLE_DEVICES if set, else the GPUs `nvidia-smi -L` lists.
+    #[arg(long = "gpus", env = "HPTUNE_GPUS", value_name = "LIST")]
+    pub list: Option<String>,
 }
 
 /// How `trials` prints.
@@ -256,6 +269,7 @@ impl From<ControllerError> for Failure {
         match e {
             ControllerError::Storage(e) => e.into(),
             ControllerError::Sampler(e) => Failure::BadInput(e.to_string()),
+            ControllerError::Gpus(_) => Failure::Other(e.to_string()),
         }
     }
 }
@@ -280,13 +294,18 @@ pub fn init_logging(verbose: u8) {
 pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
     let url = StorageUrl::parse(&cli.storage)?;
     match cli.command {
-        Command::Run { study, log_dir } => run::run_study(&study, &url, &log_dir).await,
+        Command::Run {
+            study,
+            log_dir,
+            gpus,
+        } => run::run_study(&study, &url, &log_dir, &gpus).await,
         Command::Trial {
             study,
             params,
             log_dir,
             executor,
-        } => run::run_trial(&study, &url, &params, &log_dir, executor).await,
+            gpus,
+        } => run::run_trial(&study, &url, &params, &log_dir, executor, &gpus).await,
         Command::Relay {
             study,
             trial,
