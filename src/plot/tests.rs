@@ -58,6 +58,7 @@ fn follower(trials: Vec<TrialRecord>) -> StudyFollower {
             outcome: Some(t.state.as_str().into()),
             error: t.error.clone(),
             last_output: None,
+            gpus: None,
         })
         .collect();
     let curves = trials

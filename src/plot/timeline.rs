@@ -40,7 +40,12 @@ pub(super) fn draw(data: &StudyData) -> String {
                 .worker
                 .as_deref()
                 .map(|w| format!("\nworker {w}"))
-                .unwrap_or_default(),
+                .unwrap_or_default()
+                + &attempt
+                    .gpus
+                    .as_deref()
+                    .map(|g| format!(" on GPUs {g}"))
+                    .unwrap_or_default(),
             attempt
                 .error
                 .as_deref()

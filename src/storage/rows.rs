@@ -279,13 +279,15 @@ pub struct AttemptRecord {
     pub error: Option<String>,
     /// The worker's last line of output, as a relay recorded it.
     pub last_output: Option<String>,
+    /// The GPUs it ran on, as its worker's HPTUNE_GPUS named them (comma-separated).
+    pub gpus: Option<String>,
 }
 
 /// The columns of an attempt joined with its trial, in the order
 /// [`AttemptRecord::from_row`] reads them.
 macro_rules! attempt_columns {
     () => {
-        "t.number, a.attempt, a.worker, a.owner, a.started_at, a.finished_at, a.outcome, a.error, a.last_output"
+        "t.number, a.attempt, a.worker, a.owner, a.started_at, a.finished_at, a.outcome, a.error, a.last_output, a.gpus"
     };
 }
 pub(crate) use attempt_columns;
@@ -306,6 +308,7 @@ impl AttemptRecord {
             outcome: row.try_get("outcome").map_err(corrupt)?,
             error: row.try_get("error").map_err(corrupt)?,
             last_output: row.try_get("last_output").map_err(corrupt)?,
+            gpus: row.try_get("gpus").map_err(corrupt)?,
         })
     }
 }

@@ -95,13 +95,13 @@ fn attempts_table(attempts: &[AttemptRecord]) -> String {
         return r#"<p class="muted">None recorded.</p>"#.into();
     }
     let mut html = String::from(
-        r#"<table class="grid-table compact"><thead><tr><th>#</th><th>Outcome</th><th>Started</th><th>Finished</th><th>Worker</th><th>Error</th></tr></thead><tbody>"#,
+        r#"<table class="grid-table compact"><thead><tr><th>#</th><th>Outcome</th><th>Started</th><th>Finished</th><th>Worker</th><th>GPUs</th><th>Error</th></tr></thead><tbody>"#,
     );
     for a in attempts {
         let outcome = a.outcome.as_deref().unwrap_or("running");
         let _ = write!(
             html,
-            r#"<tr><td>{}</td><td><span class="badge {o}">{o}</span></td><td>{}</td><td>{}</td><td class="mono">{}</td><td>{}</td></tr>"#,
+            r#"<tr><td>{}</td><td><span class="badge {o}">{o}</span></td><td>{}</td><td>{}</td><td class="mono">{}</td><td class="mono">{}</td><td>{}</td></tr>"#,
             a.attempt,
             short_time(&a.started_at),
             a.finished_at
@@ -109,6 +109,7 @@ fn attempts_table(attempts: &[AttemptRecord]) -> String {
                 .map(short_time)
                 .unwrap_or_else(|| "—".into()),
             escape(a.worker.as_deref().unwrap_or("—")),
+            escape(a.gpus.as_deref().unwrap_or("—")),
             escape(
                 a.error
                     .as_deref()
