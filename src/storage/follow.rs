@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 
 use sqlx::Row;
 
-use super::rows::{
-    AttemptRecord, MeasurementRecord, StudyOverview, StudyRecord, attempt_columns, study_columns,
-};
+use super::rows::{AttemptRecord, MeasurementRecord, StudyOverview, StudyRecord, attempt_columns};
 use super::{Storage, StorageError, StudyView, TrialRecord, TrialState, query_error};
 use crate::study::stopping::Curve;
 
@@ -215,14 +213,7 @@ impl Storage {
     /// Every study with its trials counted by state, its best value and last activity,
     /// counted by the database.
     pub async fn study_overviews(&self) -> Result<Vec<StudyOverview>, StorageError> {
-        let studies = sqlx::query(concat!(
-            "SELECT ",
-            study_columns!(),
-            " FROM studies ORDER BY id"
-        ))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(query_error("listing studies"))?;
+        let studies = self.study_records().await?;
         let counts = sqlx::query(
             "SELECT study_id, state, COUNT(*) AS n, MIN(value) AS low, MAX(value) AS high,
                     MAX(COALESCE(finished_at, started_at, created_at)) AS last
@@ -233,8 +224,7 @@ impl Storage {
         .map_err(query_error("counting trials"))?;
         let corrupt = super::rows::corrupt;
         let mut overviews = Vec::with_capacity(studies.len());
-        for row in &studies {
-            let study = StudyRecord::from_row(row)?;
+        for study in studies {
             let mut overview = StudyOverview {
                 study,
                 counts: [0; 5],

@@ -263,8 +263,8 @@ impl Storage {
         row.as_ref().map(StudyRecord::from_row).transpose()
     }
 
-    /// Every study with its trial counts and best value, in creation order.
-    pub async fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
+    /// Every study, in creation order.
+    pub async fn study_records(&self) -> Result<Vec<StudyRecord>, StorageError> {
         let rows = sqlx::query(concat!(
             "SELECT ",
             study_columns!(),
@@ -273,9 +273,14 @@ impl Storage {
         .fetch_all(&self.pool)
         .await
         .map_err(query_error("listing studies"))?;
-        let mut summaries = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let study = StudyRecord::from_row(row)?;
+        rows.iter().map(StudyRecord::from_row).collect()
+    }
+
+    /// Every study with its trial counts and best value, in creation order.
+    pub async fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
+        let studies = self.study_records().await?;
+        let mut summaries = Vec::with_capacity(studies.len());
+        for study in studies {
             let trials = self.trials(study.id).await?;
             summaries.push(StudySummary::new(study, &trials));
         }
