@@ -162,6 +162,8 @@ fn a_missing_database_is_said_until_a_study_creates_it() {
 fn a_database_from_an_older_schema_is_said_not_migrated() {
     let scratch = Scratch::new();
     run_study(&scratch, STUDY);
+    let count = "SELECT COUNT(*) FROM _sqlx_migrations";
+    let all = scratch.query(count)[0][0].as_i64().unwrap();
     scratch.execute(
         "DELETE FROM _sqlx_migrations WHERE version = (SELECT MAX(version) FROM _sqlx_migrations)",
     );
@@ -169,10 +171,9 @@ fn a_database_from_an_older_schema_is_said_not_migrated() {
     let page = dashboard.get("/studies/q", &[]);
     assert_eq!(page.status, 503);
     assert!(page.body.contains("has an older schema"), "{}", page.body);
-    let versions = scratch.query("SELECT COUNT(*) FROM _sqlx_migrations");
     assert_eq!(
-        versions[0][0],
-        serde_json::json!(4),
+        scratch.query(count)[0][0],
+        serde_json::json!(all - 1),
         "the dashboard migrated the database"
     );
 }
