@@ -339,10 +339,7 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             kind,
             out,
             by,
-        } => {
-            let storage = Storage::open_read_only(&url).await?;
-            plot::plot(&storage, &study, kind, by.into(), &out).await
-        }
+        } => plot::plot(&url, &study, kind, by.into(), &out).await,
         Command::Best { study, format } => {
             show::best(&open_existing(&url).await?, &study, format).await
         }

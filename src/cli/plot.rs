@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use hptune::plot::{self, HistoryX, Kind, Options, StudyData};
-use hptune::storage::{Storage, StudyFollower};
+use hptune::storage::{Storage, StorageUrl, StudyFollower};
 
 use super::Failure;
 
@@ -35,16 +35,17 @@ impl Format {
     }
 }
 
-/// Draws figure `kind` of `study` into `out`.
+/// Draws figure `kind` of `study` (in the database at `url`, opened read-only) into `out`.
 pub async fn plot(
-    storage: &Storage,
+    url: &StorageUrl,
     study: &str,
     kind: Kind,
     history_x: HistoryX,
     out: &Path,
 ) -> Result<ExitCode, Failure> {
     let format = Format::of(out)?;
-    let record = super::show::find(storage, study).await?;
+    let storage = Storage::open_read_only(url).await?;
+    let record = super::show::find(&storage, study).await?;
     let mut follower = StudyFollower::new(record);
     storage.follow(&mut follower).await?;
     let data = StudyData::new(&follower).map_err(Failure::Other)?;
