@@ -2,6 +2,8 @@
 //! into it, and the real `hptune` binary run on them.
 #![allow(dead_code)] // each test file uses its own part of these helpers
 
+pub mod browser;
+pub mod dashboard;
 pub mod fake_cloud;
 
 use std::path::{Path, PathBuf};
