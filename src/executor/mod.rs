@@ -3,7 +3,9 @@
 //! [`LocalExecutor`]; each cloud engine (`vertex.rs`, `kubernetes.rs`, `sagemaker.rs`) is one
 //! file implementing `remote::Engine`, driven by [`RemoteExecutor`].
 
+mod follow;
 mod local;
+mod output;
 pub mod process;
 mod remote;
 
@@ -131,6 +133,15 @@ impl WorkerEnd {
             WorkerEnd::Vanished | WorkerEnd::Preempted(_) => true,
             _ => false,
         }
+    }
+
+    /// The end of a worker killed by signal `signal`, named as `kill -l` names it.
+    pub fn killed_by(signal: i32) -> Self {
+        WorkerEnd::Killed(
+            nix::sys::signal::Signal::try_from(signal)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {signal}")),
+        )
     }
 }
 
