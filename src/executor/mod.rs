@@ -1,6 +1,7 @@
 //! How a trial worker runs. The controller hands an [`Executor`] a [`TrialJob`] and gets back
 //! events while it runs and a [`WorkerOutcome`] at the end. Local processes are
-//! [`LocalExecutor`]; each cloud engine (`vertex.rs`, `kubernetes.rs`, `sagemaker.rs`) is one
+//! [`LocalExecutor`]; Slurm jobs, read through a shared filesystem, are [`SlurmExecutor`];
+//! each cloud engine (`vertex.rs`, `kubernetes.rs`, `sagemaker.rs`) is one
 //! file implementing `remote::Engine`, driven by [`RemoteExecutor`].
 
 mod follow;
@@ -8,6 +9,7 @@ mod local;
 mod output;
 pub mod process;
 mod remote;
+mod slurm;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -16,6 +18,7 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
 pub use local::LocalExecutor;
+pub use slurm::SlurmExecutor;
 pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study, relay};
 
 use crate::report::Measurement;
