@@ -18,8 +18,8 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
 pub use local::LocalExecutor;
-pub use slurm::SlurmExecutor;
 pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study, relay};
+pub use slurm::SlurmExecutor;
 
 use crate::report::Measurement;
 use crate::study::space::{Assignment, Space};

@@ -36,7 +36,7 @@ impl Checker<'_> {
         }
         let timeout = self.duration("trial.timeout", raw.timeout.as_deref());
         let grace = self.duration("trial.grace_period", raw.grace_period.as_deref());
-        let executor = self.executor(raw.executor.as_ref());
+        let executor = self.executor(raw.executor.as_ref(), timeout.flatten());
         if !ok {
             return None;
         }

@@ -23,8 +23,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
 use crate::executor::{
-    Executor, LocalExecutor, SlurmExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
-    is_protocol_variable,
+    Executor, LocalExecutor, SlurmExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent,
+    WorkerOutcome, is_protocol_variable,
 };
 use crate::storage::{Storage, StorageUrl};
 use crate::study::{ExecutorSpec, RemoteSettings};

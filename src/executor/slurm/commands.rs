@@ -107,7 +107,9 @@ pub async fn status(id: u64, exit_file: &Path) -> Result<Status, String> {
     if let Some(status) = accounted(id).await {
         return Ok(status);
     }
-    Ok(Status::Ended(exit_status_file(exit_file).unwrap_or(WorkerEnd::Vanished)))
+    Ok(Status::Ended(
+        exit_status_file(exit_file).unwrap_or(WorkerEnd::Vanished),
+    ))
 }
 
 /// The job whose name is `name` and whose output goes to `log_path`, if Slurm knows one.
@@ -120,7 +122,11 @@ pub async fn find(name: &str, log_path: &Path) -> Result<Option<u64>, String> {
         return Err(format!("squeue: {}", printed.error()));
     }
     let log = log_path.display().to_string();
-    for id in printed.stdout.split_whitespace().filter_map(|i| i.parse().ok()) {
+    for id in printed
+        .stdout
+        .split_whitespace()
+        .filter_map(|i| i.parse().ok())
+    {
         if show_job(id)
             .await?
             .is_some_and(|job| job.get("StdOut") == Some(&log))
@@ -268,10 +274,19 @@ mod tests {
         assert_eq!(ended("FAILED", "3:0"), WorkerEnd::Exited(3));
         assert_eq!(ended("FAILED", "137:0"), WorkerEnd::killed_by(9));
         assert_eq!(ended("FAILED", "0:15"), WorkerEnd::killed_by(15));
-        assert!(matches!(ended("CANCELLED by 0", "0:15"), WorkerEnd::JobFailed(_)));
+        assert!(matches!(
+            ended("CANCELLED by 0", "0:15"),
+            WorkerEnd::JobFailed(_)
+        ));
         assert!(matches!(ended("NODE_FAIL", "0:0"), WorkerEnd::Preempted(_)));
         assert!(matches!(ended("PREEMPTED", "0:0"), WorkerEnd::Preempted(_)));
-        for active in ["PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"] {
+        for active in [
+            "PENDING",
+            "RUNNING",
+            "COMPLETING",
+            "CONFIGURING",
+            "SUSPENDED",
+        ] {
             assert_eq!(status_of(active, "None", "0:0", 0), Status::Active);
         }
         assert!(matches!(

@@ -70,8 +70,12 @@ impl SlurmExecutor {
         ] {
             let _ = std::fs::remove_file(stale);
         }
-        std::fs::write(&files.script, job_script(job, &files)?)
-            .map_err(|e| format!("cannot write the job script {}: {e}", files.script.display()))?;
+        std::fs::write(&files.script, job_script(job, &files)?).map_err(|e| {
+            format!(
+                "cannot write the job script {}: {e}",
+                files.script.display()
+            )
+        })?;
         let work_dir = std::env::current_dir()
             .map_err(|e| format!("cannot tell the directory hptune runs in: {e}"))?;
         let args = sbatch_args(&self.spec, job, &log_path, &files, &work_dir);
@@ -195,7 +199,9 @@ impl Worker for SlurmJob {
                     failed_polls += 1;
                     tracing::warn!("Slurm job {id}: {e}");
                     if failed_polls >= FAILED_POLLS {
-                        return WorkerEnd::JobFailed(format!("lost track of the Slurm job {id}: {e}"));
+                        return WorkerEnd::JobFailed(format!(
+                            "lost track of the Slurm job {id}: {e}"
+                        ));
                     }
                 }
             }

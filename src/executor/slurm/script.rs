@@ -46,7 +46,7 @@ pub fn job_script(job: &TrialJob, files: &JobFiles) -> Result<String, String> {
         .iter()
         .map(|(name, value)| format!("{name}={value}"))
         .chain(job.argv.iter().cloned());
-    let mut command = vec!["env".to_string(), "--".to_string()];
+    let mut command = vec!["env --".to_string()];
     for word in words {
         if word.contains('\0') {
             return Err(format!(
@@ -122,7 +122,10 @@ pub fn sbatch_args(
         ("time", spec.time.map(slurm_time)),
         ("cpus-per-task", spec.cpus_per_task.map(|n| n.to_string())),
         ("mem", spec.mem.clone()),
-        ("gres", (spec.gpus > 0).then(|| format!("gpu:{}", spec.gpus))),
+        (
+            "gres",
+            (spec.gpus > 0).then(|| format!("gpu:{}", spec.gpus)),
+        ),
         ("constraint", spec.constraint.clone()),
     ];
     args.extend(
@@ -183,7 +186,17 @@ mod tests {
     #[test]
     fn every_word_reaches_the_worker_as_it_is() {
         let dir = tempfile::tempdir().unwrap();
-        let tricky = ["a b", "it's", "\"q\"", "$HOME", "`id`", "$(id)", "new\nline", "--x=1;2", ""];
+        let tricky = [
+            "a b",
+            "it's",
+            "\"q\"",
+            "$HOME",
+            "`id`",
+            "$(id)",
+            "new\nline",
+            "--x=1;2",
+            "",
+        ];
         let mut argv = vec!["printf", "<%s>"];
         argv.extend(tricky);
         let (out, code, status) = run(&job(&argv, &[], dir.path()));
