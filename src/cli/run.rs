@@ -115,7 +115,7 @@ fn executor(
     path: &Path,
 ) -> Result<Arc<dyn Executor>, Failure> {
     for_study(&study.trial.executor, storage, url).map_err(|message| {
-        Failure::BadInput(format!("{}: trial.executor: {message}", path.display()))
+        Failure::BadInput(format!("{}: {message}", path.display()))
     })
 }
 

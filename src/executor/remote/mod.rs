@@ -130,7 +130,8 @@ pub fn check_storage(executor: &ExecutorSpec, url: &StorageUrl) -> Result<(), St
 }
 
 /// The executor of a study: local processes, Slurm jobs, or jobs of the cloud engine its file
-/// names (the storage was checked by [`check_storage`]).
+/// names (the storage was checked by [`check_storage`]). An error names the field of the
+/// study file it is about.
 pub fn for_study(
     executor: &ExecutorSpec,
     storage: &Storage,
@@ -144,7 +145,7 @@ pub fn for_study(
             poll_interval: settings.poll_interval,
         })
     };
-    let error = |e: RemoteError| e.to_string();
+    let error = |e: RemoteError| format!("trial.executor: {e}");
     Ok(match executor {
         ExecutorSpec::Local => Arc::new(LocalExecutor),
         ExecutorSpec::Vertex(spec) => remote(

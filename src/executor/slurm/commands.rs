@@ -137,8 +137,9 @@ pub async fn find(name: &str, log_path: &Path) -> Result<Option<u64>, String> {
     Ok(None)
 }
 
-/// Checks that the cluster has the partition `name`, before any job is submitted to it.
-pub fn check_partition(name: &str) -> Result<(), String> {
+/// Checks that the cluster has the partitions `names` (a comma-separated list, as `sbatch`
+/// takes it), before any job is submitted to them.
+pub fn check_partition(names: &str) -> Result<(), String> {
     let output = std::process::Command::new("sinfo")
         .args(["--noheader", "--format=%R"])
         .output()
@@ -149,10 +150,10 @@ pub fn check_partition(name: &str) -> Result<(), String> {
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(format!("sinfo: {}", stderr.trim()));
     }
-    match partitions.contains(&name) {
-        true => Ok(()),
-        false => Err(format!(
-            "partition: '{name}' is not a partition of this Slurm cluster (its partitions: {})",
+    match names.split(',').find(|name| !partitions.contains(name)) {
+        None => Ok(()),
+        Some(name) => Err(format!(
+            "'{name}' is not a partition of this Slurm cluster (its partitions: {})",
             partitions.join(", ")
         )),
     }

@@ -42,10 +42,11 @@ impl SlurmExecutor {
     /// exists.
     pub fn new(spec: &SlurmSpec) -> Result<Self, String> {
         check_program("sbatch").map_err(|e| {
-            format!("the slurm executor submits jobs with sbatch, but {e}: run hptune on a machine of the cluster")
+            format!("trial.executor.kind: the slurm executor submits jobs with sbatch, but {e}: run hptune on a machine of the cluster")
         })?;
         if let Some(partition) = &spec.partition {
-            commands::check_partition(partition)?;
+            commands::check_partition(partition)
+                .map_err(|e| format!("trial.executor.partition: {e}"))?;
         }
         Ok(Self { spec: spec.clone() })
     }
