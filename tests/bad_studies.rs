@@ -215,10 +215,7 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
         ),
         (
             "unknown executor",
-            edit(
-                "  timeout: 10s",
-                "  timeout: 10s\n  executor: {kind: lsf}",
-            ),
+            edit("  timeout: 10s", "  timeout: 10s\n  executor: {kind: lsf}"),
             "trial.executor.kind: 'lsf' is not an executor: use local, vertex, kubernetes, sagemaker or slurm",
         ),
         (

@@ -419,6 +419,30 @@ fn a_controller_killed_mid_study_adopts_its_jobs_and_submits_none_twice() {
 }
 
 #[test]
+fn an_interrupted_study_cancels_its_jobs() {
+    if test_slurm().is_none() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let path = scratch.study(
+        "study.yaml",
+        &study("interrupted", 4, 2, "{SLEEP: '600'}", ""),
+    );
+    let mut run = run_in_background(&scratch, &path, Path::new(&std::env::var("PATH").unwrap()));
+    wait_until("two running jobs", || {
+        running_jobs(&scratch, "interrupted").len() == 2
+    });
+    let jobs = running_jobs(&scratch, "interrupted");
+    // What Ctrl-C in a terminal sends to the controller.
+    kill(Pid::from_raw(run.id() as i32), Signal::SIGINT).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(130));
+    for id in jobs {
+        assert!(!in_queue(id), "job {id} is still queued or running");
+        assert_eq!(slurm_job(id)["JobState"], "CANCELLED");
+    }
+}
+
+#[test]
 fn a_job_requeued_by_slurm_is_retried_as_a_new_attempt() {
     if test_slurm().is_none() {
         return;
@@ -521,4 +545,26 @@ fn without_sbatch_on_path_the_study_is_refused_before_anything_runs() {
         .unwrap();
     assert_exit_says(&out, 2, "'sbatch' is not a program on PATH");
     assert_no_study(&scratch, "no-sbatch");
+}
+
+#[test]
+fn a_slurm_study_runs_here_with_executor_local() {
+    let scratch = Scratch::new();
+    let path = scratch.study("study.yaml", &study("here", 2, 1, "{}", ""));
+    // No sbatch is needed: the study's Slurm block is set aside.
+    let out = scratch
+        .command(&["run", path.to_str().unwrap(), "--executor", "local"])
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let trials = scratch.trials("here");
+    assert_eq!(trials.len(), 2);
+    for trial in &trials {
+        assert_eq!(trial["state"], "succeeded", "{trial}");
+        assert!(
+            trial["worker"].as_str().unwrap().starts_with("pid:"),
+            "{trial}"
+        );
+    }
 }

@@ -53,6 +53,10 @@ enum Command {
         /// Directory of the workers' logs and metrics files.
         #[arg(long, default_value = DEFAULT_LOG_DIR)]
         log_dir: PathBuf,
+        /// Run the trials here (local) or as jobs of this engine instead of the study's
+        /// executor; an engine other than local needs its block in the study file.
+        #[arg(long, value_parser = parse_executor)]
+        executor: Option<ExecutorKind>,
     },
     /// List studies: trials by state and best value.
     Studies,
@@ -227,7 +231,11 @@ pub fn init_logging(verbose: u8) {
 pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
     let url = StorageUrl::parse(&cli.storage)?;
     match cli.command {
-        Command::Run { study, log_dir } => run::run_study(&study, &url, &log_dir).await,
+        Command::Run {
+            study,
+            log_dir,
+            executor,
+        } => run::run_study(&study, &url, &log_dir, executor).await,
         Command::Trial {
             study,
             params,
