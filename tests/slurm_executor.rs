@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Scratch, assert_exit_says, assert_success, expected_loss, stderr, test_slurm};
@@ -44,6 +44,16 @@ fn study(name: &str, trials: u32, parallel: u32, env: &str, executor: &str) -> S
         .replace("{executor}", executor)
 }
 
+/// Runs `hptune run` on the study file `text` in a new scratch directory; `None` where no
+/// Slurm cluster answers.
+fn run_on_slurm(text: &str) -> Option<(Scratch, Output)> {
+    test_slurm()?;
+    let scratch = Scratch::new();
+    let path = scratch.study("study.yaml", text);
+    let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+    Some((scratch, out))
+}
+
 /// `scontrol show job ID`'s fields.
 fn slurm_job(id: u64) -> HashMap<String, String> {
     let out = Command::new("scontrol")
@@ -74,6 +84,12 @@ fn in_queue(id: u64) -> bool {
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim() == id.to_string()
+}
+
+/// Checks that job `id` was cancelled, and is neither queued nor running any more.
+fn assert_cancelled(id: u64) {
+    assert!(!in_queue(id), "job {id} is still queued or running");
+    assert_eq!(slurm_job(id)["JobState"], "CANCELLED");
 }
 
 /// A directory holding an `sbatch` that appends each submission to `submissions` and then
@@ -262,12 +278,9 @@ trial:
 
 #[test]
 fn a_failing_job_is_recorded_failed_with_its_error() {
-    if test_slurm().is_none() {
+    let Some((scratch, out)) = run_on_slurm(&study("failing", 1, 1, "{MODE: fail}", "")) else {
         return;
-    }
-    let scratch = Scratch::new();
-    let path = scratch.study("study.yaml", &study("failing", 1, 1, "{MODE: fail}", ""));
-    let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+    };
     assert_exit_says(&out, 1, "1 trials failed");
     let trial = &scratch.trials("failing")[0];
     assert_eq!(trial["state"], "failed");
@@ -281,20 +294,15 @@ fn a_failing_job_is_recorded_failed_with_its_error() {
 
 #[test]
 fn a_trial_that_times_out_has_its_job_cancelled() {
-    if test_slurm().is_none() {
-        return;
-    }
-    let scratch = Scratch::new();
     let text = study("slow", 1, 1, "{SLEEP: '600'}", "")
         .replace("  env:", "  timeout: 2s\n  grace_period: 30s\n  env:");
-    let path = scratch.study("study.yaml", &text);
-    let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+    let Some((scratch, out)) = run_on_slurm(&text) else {
+        return;
+    };
     assert_exit_says(&out, 1, "timed out");
     let trial = &scratch.trials("slow")[0];
     assert_eq!(trial["state"], "failed");
-    let id = job_id(trial);
-    assert!(!in_queue(id), "job {id} is still queued or running");
-    assert_eq!(slurm_job(id)["JobState"], "CANCELLED");
+    assert_cancelled(job_id(trial));
 }
 
 #[test]
@@ -331,8 +339,7 @@ trial:
     assert_eq!(trials[0]["state"], "succeeded", "{trials:?}");
     assert_eq!(trials[1]["state"], "stopped", "{trials:?}");
     let id = job_id(&trials[1]);
-    assert!(!in_queue(id), "job {id} is still queued or running");
-    assert_eq!(slurm_job(id)["JobState"], "CANCELLED");
+    assert_cancelled(id);
 }
 
 /// Starts `hptune run` on the study in the background.
@@ -437,8 +444,7 @@ fn an_interrupted_study_cancels_its_jobs() {
     kill(Pid::from_raw(run.id() as i32), Signal::SIGINT).unwrap();
     assert_eq!(run.wait().unwrap().code(), Some(130));
     for id in jobs {
-        assert!(!in_queue(id), "job {id} is still queued or running");
-        assert_eq!(slurm_job(id)["JobState"], "CANCELLED");
+        assert_cancelled(id);
     }
 }
 
@@ -497,15 +503,10 @@ fn one_trial_by_hand_runs_as_a_slurm_job() {
 
 #[test]
 fn an_unknown_partition_is_refused_before_anything_runs() {
-    if test_slurm().is_none() {
+    let text = study("nowhere", 2, 1, "{}", ", partition: no-such-partition");
+    let Some((scratch, out)) = run_on_slurm(&text) else {
         return;
-    }
-    let scratch = Scratch::new();
-    let path = scratch.study(
-        "study.yaml",
-        &study("nowhere", 2, 1, "{}", ", partition: no-such-partition"),
-    );
-    let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+    };
     assert_exit_says(
         &out,
         2,
@@ -516,13 +517,10 @@ fn an_unknown_partition_is_refused_before_anything_runs() {
 
 #[test]
 fn a_job_sbatch_refuses_fails_its_trial_with_sbatchs_reason() {
-    if test_slurm().is_none() {
-        return;
-    }
-    let scratch = Scratch::new();
     // More GPUs than any node has.
-    let path = scratch.study("study.yaml", &study("greedy", 2, 1, "{}", ", gpus: 64"));
-    let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+    let Some((scratch, out)) = run_on_slurm(&study("greedy", 2, 1, "{}", ", gpus: 64")) else {
+        return;
+    };
     assert_exit_says(&out, 1, "sbatch refused the job");
     let trials = scratch.trials("greedy");
     assert_eq!(trials.len(), 1, "{trials:?}");
