@@ -6,6 +6,7 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -93,7 +94,8 @@ fn assert_cancelled(id: u64) {
 }
 
 /// A directory holding an `sbatch` that appends each submission to `submissions` and then
-/// runs the real one: put first on PATH, it counts the jobs hptune submits.
+/// runs the real one: put first on PATH (the PATH returned), it counts the jobs hptune
+/// submits.
 fn counting_sbatch(scratch: &Scratch) -> (PathBuf, PathBuf) {
     let bin = scratch.path("bin");
     std::fs::create_dir(&bin).unwrap();
@@ -106,10 +108,15 @@ fn counting_sbatch(scratch: &Scratch) -> (PathBuf, PathBuf) {
             .stdout,
     )
     .unwrap();
+    // With the file `kill-controller` in the scratch directory, it submits the job, then
+    // SIGKILLs the controller (its parent) before it can read the job's id.
     let script = format!(
-        "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
-        log.display(),
-        real.trim()
+        "#!/bin/sh\necho \"$*\" >> '{log}'\n\
+         if [ -e '{kill}' ]; then rm '{kill}'; '{real}' \"$@\" >/dev/null; kill -KILL $PPID; exit 1; fi\n\
+         exec '{real}' \"$@\"\n",
+        log = log.display(),
+        kill = scratch.path("kill-controller").display(),
+        real = real.trim()
     );
     std::fs::write(bin.join("sbatch"), script).unwrap();
     Command::new("chmod")
@@ -446,6 +453,41 @@ fn an_interrupted_study_cancels_its_jobs() {
     for id in jobs {
         assert_cancelled(id);
     }
+}
+
+#[test]
+fn a_job_whose_id_a_killed_controller_never_recorded_is_found_and_adopted() {
+    if test_slurm().is_none() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let (env_path, submissions) = counting_sbatch(&scratch);
+    let starts = scratch.path("starts");
+    let env = format!("{{SLEEP: '2', STARTS: '{}'}}", starts.display());
+    let path = scratch.study("study.yaml", &study("unrecorded", 1, 1, &env, ""));
+    std::fs::write(scratch.path("kill-controller"), "").unwrap();
+    let first = run_in_background(&scratch, &path, &env_path)
+        .wait()
+        .unwrap();
+    assert_eq!(first.signal(), Some(9), "the controller was not killed");
+    assert_eq!(lines(&submissions).len(), 1);
+    let unrecorded = scratch.query("SELECT state, worker FROM trials");
+    assert_eq!(unrecorded, [[Value::from("running"), Value::Null]]);
+
+    let out = scratch
+        .command(&["run", path.to_str().unwrap()])
+        .env("PATH", &env_path)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let trial = &scratch.trials("unrecorded")[0];
+    assert_eq!(trial["state"], "succeeded", "{trial}");
+    assert_eq!(trial["attempt"], 1, "{trial}");
+    // Found by its name and log path: submitted once, its worker started once.
+    assert_eq!(lines(&submissions).len(), 1, "{}", stderr(&out));
+    assert_eq!(lines(&starts).len(), 1);
+    let job = slurm_job(job_id(trial));
+    assert_eq!(job["JobName"], "hptune-unrecorded-0-1");
 }
 
 #[test]
