@@ -69,6 +69,17 @@ fn slurm_job(id: u64) -> HashMap<String, String> {
         .collect()
 }
 
+/// The state job `id` ends in: hptune may see a worker's exit status before Slurm has
+/// finished the job, which then is still COMPLETING for a moment.
+fn final_state(id: u64) -> String {
+    let mut state = String::new();
+    wait_until("the job's end", || {
+        state = slurm_job(id)["JobState"].clone();
+        !matches!(state.as_str(), "RUNNING" | "COMPLETING")
+    });
+    state
+}
+
 /// The Slurm job id of a trial's last attempt, from its recorded handle.
 fn job_id(trial: &Value) -> u64 {
     let handle = trial["worker"].as_str().unwrap_or_default();
@@ -190,7 +201,7 @@ fn a_study_runs_to_completion_as_slurm_jobs_on_distinct_gpus() {
         let id = job_id(trial);
         assert!(ids.insert(id), "job {id} recorded twice");
         let job = slurm_job(id);
-        assert_eq!(job["JobState"], "COMPLETED", "{job:?}");
+        assert_eq!(final_state(id), "COMPLETED", "{job:?}");
         assert_eq!(
             job["JobName"],
             format!("hptune-{name}-{}-1", trial["number"])
@@ -296,7 +307,7 @@ fn a_failing_job_is_recorded_failed_with_its_error() {
         error.contains("exited with code 3") && error.contains("ValueError: bad things happened"),
         "{error}"
     );
-    assert_eq!(slurm_job(job_id(trial))["JobState"], "FAILED");
+    assert_eq!(final_state(job_id(trial)), "FAILED");
 }
 
 #[test]
@@ -540,7 +551,7 @@ fn one_trial_by_hand_runs_as_a_slurm_job() {
     assert_success(&out);
     let trial = &scratch.trials("by-hand")[0];
     assert_eq!(trial["value"], 1.25);
-    assert_eq!(slurm_job(job_id(trial))["JobState"], "COMPLETED");
+    assert_eq!(final_state(job_id(trial)), "COMPLETED");
 }
 
 #[test]

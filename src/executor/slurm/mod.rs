@@ -30,6 +30,10 @@ use crate::study::SlurmSpec;
 
 /// Failed polls of a job's state in a row after which the job is given up.
 const FAILED_POLLS: u32 = 5;
+/// How often the exit status file of a running job is looked for.
+const EXIT_STATUS_POLL: Duration = Duration::from_millis(200);
+/// How often Slurm is asked whether a cancelled job has ended.
+const ENDING_POLL: Duration = Duration::from_millis(500);
 
 /// Runs workers as Slurm jobs on a cluster whose filesystem this machine shares.
 #[derive(Debug, Clone)]
@@ -179,23 +183,16 @@ impl SlurmJob {
     }
 }
 
-#[async_trait]
-impl Worker for SlurmJob {
-    async fn wait(&mut self) -> WorkerEnd {
-        let Some(id) = self.id else {
-            return exit_status_file(&self.files.exit_status).unwrap_or(WorkerEnd::Vanished);
-        };
+impl SlurmJob {
+    /// Asks Slurm how job `id` is every `interval` until it has ended; a job Slurm requeued
+    /// is cancelled and taken as preempted.
+    async fn poll_slurm(&self, id: u64, interval: Duration) -> WorkerEnd {
         let mut failed_polls = 0;
         loop {
             match commands::status(id, &self.files.exit_status).await {
                 Ok(Status::Active) => failed_polls = 0,
                 Ok(Status::Ended(end)) => return end,
-                Ok(Status::Requeued(reason)) => {
-                    // Run again, the job would write over this attempt's files: the trial
-                    // runs again as a new attempt instead.
-                    self.cancel(false).await;
-                    return WorkerEnd::Preempted(reason);
-                }
+                Ok(Status::Requeued(reason)) => return self.requeued(reason).await,
                 Err(e) => {
                     failed_polls += 1;
                     tracing::warn!("Slurm job {id}: {e}");
@@ -206,26 +203,69 @@ impl Worker for SlurmJob {
                     }
                 }
             }
-            tokio::time::sleep(self.poll_interval).await;
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    /// Cancels a job that Slurm requeued: run again, it would write over this attempt's
+    /// files. The trial runs again as a new attempt instead, as after a preemption.
+    async fn requeued(&self, reason: String) -> WorkerEnd {
+        self.cancel(false).await;
+        WorkerEnd::Preempted(reason)
+    }
+
+    /// Waits for the exit status the job script writes when the worker ends: on the shared
+    /// filesystem, it is seen long before Slurm's next poll says the job has ended.
+    async fn exit_status(&self) -> WorkerEnd {
+        loop {
+            if let Some(end) = exit_status_file(&self.files.exit_status) {
+                return end;
+            }
+            tokio::time::sleep(EXIT_STATUS_POLL).await;
+        }
+    }
+}
+
+#[async_trait]
+impl Worker for SlurmJob {
+    /// The worker's end, from its exit status file or from Slurm, whichever says it first.
+    async fn wait(&mut self) -> WorkerEnd {
+        let Some(id) = self.id else {
+            return exit_status_file(&self.files.exit_status).unwrap_or(WorkerEnd::Vanished);
+        };
+        tokio::select! {
+            // A worker killed because Slurm requeues its job ends as any killed worker:
+            // Slurm says which it was.
+            end = self.exit_status() => match commands::status(id, &self.files.exit_status).await {
+                Ok(Status::Requeued(reason)) => self.requeued(reason).await,
+                _ => end,
+            },
+            end = self.poll_slurm(id, self.poll_interval) => end,
         }
     }
 
     /// `scancel` (Slurm sends SIGTERM, then SIGKILL after the cluster's `KillWait`); if the
     /// job is still there after the grace period, or the controller asks for the stop to
-    /// happen now, SIGKILL through `scancel` too. Returns once the job has ended, or after a
-    /// further grace period.
+    /// happen now, SIGKILL through `scancel` too. Returns once Slurm says the job has ended
+    /// (so that it is gone when the trial's end is recorded), or after a further grace
+    /// period.
     async fn terminate(&mut self, grace: Duration, stop: &mut watch::Receiver<StopRequest>) {
+        let Some(id) = self.id else {
+            return;
+        };
         let now = *stop.borrow() == StopRequest::Now;
         self.cancel(false).await;
         if !now {
             tokio::select! {
-                ended = tokio::time::timeout(grace, self.wait()) => if ended.is_ok() {
-                    return;
-                },
+                ended = tokio::time::timeout(grace, self.poll_slurm(id, ENDING_POLL)) => {
+                    if ended.is_ok() {
+                        return;
+                    }
+                }
                 _ = hurried(stop) => {}
             }
         }
         self.cancel(true).await;
-        let _ = tokio::time::timeout(grace, self.wait()).await;
+        let _ = tokio::time::timeout(grace, self.poll_slurm(id, ENDING_POLL)).await;
     }
 }
