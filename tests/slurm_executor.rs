@@ -104,6 +104,57 @@ fn assert_cancelled(id: u64) {
     assert_eq!(slurm_job(id)["JobState"], "CANCELLED");
 }
 
+/// A study on Slurm whose submissions and worker starts are counted.
+struct Counted {
+    scratch: Scratch,
+    /// The study file.
+    path: PathBuf,
+    /// PATH with the counting `sbatch` first.
+    env_path: PathBuf,
+    /// One line per job submitted.
+    submissions: PathBuf,
+    /// One line per worker started: study, trial, attempt.
+    starts: PathBuf,
+}
+
+impl Counted {
+    /// A [`STUDY`] named `name` of `trials` trials, `parallel` at once, whose workers
+    /// sleep `sleep` seconds; `None` where no Slurm cluster answers.
+    fn new(name: &str, trials: u32, parallel: u32, sleep: &str) -> Option<Self> {
+        test_slurm()?;
+        let scratch = Scratch::new();
+        let (env_path, submissions) = counting_sbatch(&scratch);
+        let starts = scratch.path("starts");
+        let env = format!("{{SLEEP: '{sleep}', STARTS: '{}'}}", starts.display());
+        let path = scratch.study("study.yaml", &study(name, trials, parallel, &env, ""));
+        Some(Self {
+            scratch,
+            path,
+            env_path,
+            submissions,
+            starts,
+        })
+    }
+
+    /// Starts `hptune run` on the study in the background.
+    fn start(&self) -> Child {
+        self.run().stderr(Stdio::null()).spawn().unwrap()
+    }
+
+    /// Runs `hptune run` on the study to its end, which must be a success.
+    fn finish(&self) -> Output {
+        let out = self.run().output().unwrap();
+        assert_success(&out);
+        out
+    }
+
+    fn run(&self) -> Command {
+        let mut command = self.scratch.command(&["run", self.path.to_str().unwrap()]);
+        command.env("PATH", &self.env_path);
+        command
+    }
+}
+
 /// A directory holding an `sbatch` that appends each submission to `submissions` and then
 /// runs the real one: put first on PATH (the PATH returned), it counts the jobs hptune
 /// submits.
@@ -360,16 +411,6 @@ trial:
     assert_cancelled(id);
 }
 
-/// Starts `hptune run` on the study in the background.
-fn run_in_background(scratch: &Scratch, path: &Path, env_path: &Path) -> Child {
-    scratch
-        .command(&["run", path.to_str().unwrap()])
-        .env("PATH", env_path)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
 /// Waits until `ready` holds, for at most a minute.
 fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -394,30 +435,21 @@ fn running_jobs(scratch: &Scratch, name: &str) -> Vec<u64> {
 
 #[test]
 fn a_controller_killed_mid_study_adopts_its_jobs_and_submits_none_twice() {
-    if test_slurm().is_none() {
+    let Some(counted) = Counted::new("adopted", 6, 3, "3") else {
         return;
-    }
-    let scratch = Scratch::new();
-    let (env_path, submissions) = counting_sbatch(&scratch);
-    let starts = scratch.path("starts");
-    let env = format!("{{SLEEP: '3', STARTS: '{}'}}", starts.display());
-    let path = scratch.study("study.yaml", &study("adopted", 6, 3, &env, ""));
-    let mut first = run_in_background(&scratch, &path, &env_path);
+    };
+    let scratch = &counted.scratch;
+    let mut first = counted.start();
     wait_until("three running jobs", || {
-        running_jobs(&scratch, "adopted").len() == 3
+        running_jobs(scratch, "adopted").len() == 3
     });
-    let adopted = running_jobs(&scratch, "adopted");
+    let adopted = running_jobs(scratch, "adopted");
     kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
     first.wait().unwrap();
     // The jobs outlive their controller.
     assert!(adopted.iter().any(|id| in_queue(*id)), "{adopted:?}");
 
-    let out = scratch
-        .command(&["run", path.to_str().unwrap()])
-        .env("PATH", &env_path)
-        .output()
-        .unwrap();
-    assert_success(&out);
+    let out = counted.finish();
     let trials = scratch.trials("adopted");
     assert_eq!(trials.len(), 6);
     let attempts: u64 = trials.iter().map(|t| t["attempt"].as_u64().unwrap()).sum();
@@ -428,12 +460,12 @@ fn a_controller_killed_mid_study_adopts_its_jobs_and_submits_none_twice() {
     // One job per attempt, and each worker started once: the killed controller's jobs were
     // adopted, not submitted again.
     assert_eq!(
-        lines(&submissions).len() as u64,
+        lines(&counted.submissions).len() as u64,
         attempts,
         "{}",
         stderr(&out)
     );
-    let started = lines(&starts);
+    let started = lines(&counted.starts);
     let distinct: HashSet<&String> = started.iter().collect();
     assert_eq!((started.len(), distinct.len()), (6, 6), "{started:?}");
     let recorded: HashSet<u64> = trials.iter().map(job_id).collect();
@@ -445,19 +477,14 @@ fn a_controller_killed_mid_study_adopts_its_jobs_and_submits_none_twice() {
 
 #[test]
 fn an_interrupted_study_cancels_its_jobs() {
-    if test_slurm().is_none() {
+    let Some(counted) = Counted::new("interrupted", 4, 2, "600") else {
         return;
-    }
-    let scratch = Scratch::new();
-    let path = scratch.study(
-        "study.yaml",
-        &study("interrupted", 4, 2, "{SLEEP: '600'}", ""),
-    );
-    let mut run = run_in_background(&scratch, &path, Path::new(&std::env::var("PATH").unwrap()));
+    };
+    let mut run = counted.start();
     wait_until("two running jobs", || {
-        running_jobs(&scratch, "interrupted").len() == 2
+        running_jobs(&counted.scratch, "interrupted").len() == 2
     });
-    let jobs = running_jobs(&scratch, "interrupted");
+    let jobs = running_jobs(&counted.scratch, "interrupted");
     // What Ctrl-C in a terminal sends to the controller.
     kill(Pid::from_raw(run.id() as i32), Signal::SIGINT).unwrap();
     assert_eq!(run.wait().unwrap().code(), Some(130));
@@ -468,54 +495,41 @@ fn an_interrupted_study_cancels_its_jobs() {
 
 #[test]
 fn a_job_whose_id_a_killed_controller_never_recorded_is_found_and_adopted() {
-    if test_slurm().is_none() {
+    let Some(counted) = Counted::new("unrecorded", 1, 1, "2") else {
         return;
-    }
-    let scratch = Scratch::new();
-    let (env_path, submissions) = counting_sbatch(&scratch);
-    let starts = scratch.path("starts");
-    let env = format!("{{SLEEP: '2', STARTS: '{}'}}", starts.display());
-    let path = scratch.study("study.yaml", &study("unrecorded", 1, 1, &env, ""));
+    };
+    let scratch = &counted.scratch;
     std::fs::write(scratch.path("kill-controller"), "").unwrap();
-    let first = run_in_background(&scratch, &path, &env_path)
-        .wait()
-        .unwrap();
+    let first = counted.start().wait().unwrap();
     assert_eq!(first.signal(), Some(9), "the controller was not killed");
-    assert_eq!(lines(&submissions).len(), 1);
+    assert_eq!(lines(&counted.submissions).len(), 1);
     let unrecorded = scratch.query("SELECT state, worker FROM trials");
     assert_eq!(unrecorded, [[Value::from("running"), Value::Null]]);
 
-    let out = scratch
-        .command(&["run", path.to_str().unwrap()])
-        .env("PATH", &env_path)
-        .output()
-        .unwrap();
-    assert_success(&out);
+    let out = counted.finish();
     let trial = &scratch.trials("unrecorded")[0];
     assert_eq!(trial["state"], "succeeded", "{trial}");
     assert_eq!(trial["attempt"], 1, "{trial}");
     // Found by its name and log path: submitted once, its worker started once.
-    assert_eq!(lines(&submissions).len(), 1, "{}", stderr(&out));
-    assert_eq!(lines(&starts).len(), 1);
+    assert_eq!(lines(&counted.submissions).len(), 1, "{}", stderr(&out));
+    assert_eq!(lines(&counted.starts).len(), 1);
     let job = slurm_job(job_id(trial));
     assert_eq!(job["JobName"], "hptune-unrecorded-0-1");
 }
 
 #[test]
 fn a_job_requeued_by_slurm_is_retried_as_a_new_attempt() {
-    if test_slurm().is_none() {
+    let Some(counted) = Counted::new("requeued", 1, 1, "3") else {
         return;
-    }
-    let scratch = Scratch::new();
-    let (env_path, submissions) = counting_sbatch(&scratch);
-    let path = scratch.study("study.yaml", &study("requeued", 1, 1, "{SLEEP: '3'}", ""));
-    let mut run = run_in_background(&scratch, &path, &env_path);
+    };
+    let scratch = &counted.scratch;
+    let mut run = counted.start();
     wait_until("a running job", || {
-        running_jobs(&scratch, "requeued")
+        running_jobs(scratch, "requeued")
             .first()
             .is_some_and(|id| slurm_job(*id)["JobState"] == "RUNNING")
     });
-    let first = running_jobs(&scratch, "requeued")[0];
+    let first = running_jobs(scratch, "requeued")[0];
     let requeue = Command::new("scontrol")
         .args(["requeue", &first.to_string()])
         .status()
@@ -526,7 +540,7 @@ fn a_job_requeued_by_slurm_is_retried_as_a_new_attempt() {
     assert_eq!(trial["state"], "succeeded", "{trial}");
     assert_eq!(trial["attempt"], 2, "{trial}");
     assert_ne!(job_id(trial), first);
-    assert_eq!(lines(&submissions).len(), 2);
+    assert_eq!(lines(&counted.submissions).len(), 2);
     // The requeued job was cancelled, not left to run again over the first attempt.
     assert!(!in_queue(first), "job {first} runs again");
 }
