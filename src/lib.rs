@@ -2,13 +2,15 @@
 //!
 //! A study file ([`spec`]) is read into a [`study`]: its objective, search space
 //! ([`study::space`]) and trial template; a [`sampler`] proposes trials; the [`controller`]
-//! runs them as trial workers through an [`executor`], reads what they report ([`report`]),
+//! runs them as trial workers through an [`executor`] (local ones on GPUs of their own,
+//! [`gpus`]), reads what they report ([`report`]),
 //! stops unpromising trials early ([`study::stopping`]) and records everything in
 //! [`storage`]. Inside a remote job, the relay ([`executor::relay`]) runs the worker and
 //! writes what it reports into the storage.
 
 pub mod controller;
 pub mod executor;
+pub mod gpus;
 pub mod report;
 pub mod sampler;
 pub mod spec;

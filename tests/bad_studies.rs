@@ -424,6 +424,42 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
             edit("  timeout: 10s", "  timeout: 10s\n  env: {A: \"x\\0y\"}"),
             "trial.env.A: the value holds a NUL character",
         ),
+        (
+            "no GPU asked for",
+            edit("  timeout: 10s", "  timeout: 10s\n  resources: {gpus: 0}"),
+            "study.yaml:28:21: trial.resources.gpus: must be from 1 to 1024, got 0",
+        ),
+        (
+            "a fraction of a GPU",
+            edit("  timeout: 10s", "  timeout: 10s\n  resources: {gpus: 0.5}"),
+            "study.yaml:28:21: trial.resources.gpus: 0.5 is not a whole number of GPUs",
+        ),
+        (
+            "GPUs as text",
+            edit("  timeout: 10s", "  timeout: 10s\n  resources: {gpus: all}"),
+            "trial.resources.gpus: invalid type: string \"all\"",
+        ),
+        (
+            "an unknown resource",
+            edit("  timeout: 10s", "  timeout: 10s\n  resources: {cpus: 2}"),
+            "trial.resources: unknown field `cpus`",
+        ),
+        (
+            "CUDA_VISIBLE_DEVICES set by hand for a study with GPUs",
+            edit(
+                "  timeout: 10s",
+                "  timeout: 10s\n  resources: {gpus: 1}\n  env: {CUDA_VISIBLE_DEVICES: '0'}",
+            ),
+            "trial.env.CUDA_VISIBLE_DEVICES: CUDA_VISIBLE_DEVICES is set by hptune to each trial's own devices",
+        ),
+        (
+            "GPUs of a remote job asked for as a local worker's",
+            edit(
+                "  timeout: 10s",
+                "  timeout: 10s\n  resources: {gpus: 1}\n  executor: {kind: kubernetes, image: i}",
+            ),
+            "trial.resources.gpus: is for local workers; a kubernetes job asks for GPUs in trial.executor: resources: {gpu: 1}",
+        ),
     ]
 }
 

@@ -57,6 +57,8 @@ enum Command {
         /// executor; an engine other than local needs its block in the study file.
         #[arg(long, value_parser = parse_executor)]
         executor: Option<ExecutorKind>,
+        #[command(flatten)]
+        gpus: GpusArg,
     },
     /// List studies: trials by state and best value.
     Studies,
@@ -96,6 +98,8 @@ enum Command {
         /// executor; a remote engine needs its block in the study file.
         #[arg(long, value_parser = parse_executor)]
         executor: Option<ExecutorKind>,
+        #[command(flatten)]
+        gpus: GpusArg,
     },
     /// Inside a remote trial job: run the worker and write what it reports into the
     /// storage (HPTUNE_STORAGE, PostgreSQL). Started by the remote executors.
@@ -120,6 +124,15 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+}
+
+/// The devices of a study with `trial.resources.gpus`.
+#[derive(Debug, clap::Args)]
+pub struct GpusArg {
+    /// The GPUs trials get (with trial.resources.gpus): indices or UUIDs, e.g. 0,1,2,3.
+    /// Default: CUDA_VISIBLE_DEVICES if set, else the GPUs `nvidia-smi -L` lists.
+    #[arg(long = "gpus", env = "HPTUNE_GPUS", value_name = "LIST")]
+    pub list: Option<String>,
 }
 
 /// How `trials` prints.
@@ -207,6 +220,7 @@ impl From<ControllerError> for Failure {
         match e {
             ControllerError::Storage(e) => e.into(),
             ControllerError::Sampler(e) => Failure::BadInput(e.to_string()),
+            ControllerError::Gpus(_) => Failure::Other(e.to_string()),
         }
     }
 }
@@ -235,13 +249,15 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             study,
             log_dir,
             executor,
-        } => run::run_study(&study, &url, &log_dir, executor).await,
+            gpus,
+        } => run::run_study(&study, &url, &log_dir, executor, &gpus).await,
         Command::Trial {
             study,
             params,
             log_dir,
             executor,
-        } => run::run_trial(&study, &url, &params, &log_dir, executor).await,
+            gpus,
+        } => run::run_trial(&study, &url, &params, &log_dir, executor, &gpus).await,
         Command::Relay {
             study,
             trial,

@@ -81,8 +81,12 @@ fn counts(progress: &Progress) -> String {
         .best
         .map(|(number, value)| format!(", best {} (trial {number})", short(value)))
         .unwrap_or_default();
+    let limit = progress
+        .limited_by_gpus
+        .map(|gpus| format!(" (limited by {gpus} GPUs)"))
+        .unwrap_or_default();
     format!(
-        "{} running, {} failed{best}",
+        "{} running{limit}, {} failed{best}",
         progress.running, progress.failed
     )
 }
@@ -136,6 +140,10 @@ impl RunObserver for Display {
                     ));
                 }
             }
+            RunEvent::WaitingForGpus => self.line(
+                "waiting for GPUs: the free devices of the pool are locked by another process"
+                    .into(),
+            ),
             RunEvent::Stopping { now: false } => self.line(
                 "interrupted: stopping running workers (Ctrl-C again to kill them at once; run the same command to continue)"
                     .into(),

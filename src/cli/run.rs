@@ -1,6 +1,6 @@
 //! `hptune run` and `hptune trial`: run workers under the controller, then show the result.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -8,13 +8,14 @@ use tokio::sync::watch;
 
 use hptune::controller::{self, Plan, RunSummary, StudyEnd};
 use hptune::executor::{Executor, StopRequest, check_program, check_storage, for_study};
+use hptune::gpus::{self, DEFAULT_LOCK_DIR, GpuPlan, LockDir};
 use hptune::sampler::{self, ManualSampler};
 use hptune::spec;
 use hptune::storage::{Storage, StorageUrl, TrialState, best_first};
 use hptune::study::{ExecutorKind, ExecutorSpec, Study};
 
 use super::progress::Display;
-use super::{Failure, show};
+use super::{Failure, GpusArg, show};
 
 /// Exit code of a study stopped by Ctrl-C or SIGTERM.
 const INTERRUPTED: u8 = 130;
@@ -29,13 +30,17 @@ pub async fn run_study(
     url: &StorageUrl,
     log_dir: &Path,
     executor_kind: Option<ExecutorKind>,
+    gpus: &GpusArg,
 ) -> Result<ExitCode, Failure> {
     let study = load_checked(path, url, executor_kind)?;
     let mut sampler = sampler::for_study(&study)
         .map_err(|e| Failure::BadInput(format!("{}: {e}", path.display())))?;
+    let plan = Plan {
+        gpus: gpu_plan(&study, gpus, path)?,
+        ..Plan::for_study(&study, log_dir)
+    };
     let storage = Storage::open(url).await?;
     let executor = executor(&study, &storage, url, path)?;
-    let plan = Plan::for_study(&study, log_dir);
     let summary = supervise(&study, &storage, executor, sampler.as_mut(), &plan).await?;
     storage.close().await;
     Ok(print_end(&summary))
@@ -48,12 +53,14 @@ pub async fn run_trial(
     pairs: &[(String, String)],
     log_dir: &Path,
     executor_kind: Option<ExecutorKind>,
+    gpus: &GpusArg,
 ) -> Result<ExitCode, Failure> {
     let study = load_checked(path, url, executor_kind)?;
     let params = study
         .space
         .parse_assignment(pairs)
         .map_err(|e| Failure::BadInput(format!("--param: {e}")))?;
+    let gpus = gpu_plan(&study, gpus, path)?;
     let storage = Storage::open(url).await?;
     let executor = executor(&study, &storage, url, path)?;
     let plan = Plan {
@@ -62,6 +69,7 @@ pub async fn run_trial(
         max_failed_trial_count: u64::MAX,
         max_retries: study.max_retries,
         log_dir: log_dir.to_path_buf(),
+        gpus,
     };
     let mut sampler = ManualSampler::new(params);
     let summary = supervise(&study, &storage, executor, &mut sampler, &plan).await?;
@@ -111,6 +119,52 @@ fn load_checked(
     }
     check_storage(&study.trial.executor, url).map_err(bad)?;
     Ok(study)
+}
+
+/// The GPUs of a study with `trial.resources.gpus`: the devices given, else the controller's
+/// `CUDA_VISIBLE_DEVICES`, else those `nvidia-smi -L` lists; too few is bad input, found
+/// before anything is recorded. A study without GPUs looks for none.
+fn gpu_plan(study: &Study, given: &GpusArg, path: &Path) -> Result<Option<GpuPlan>, Failure> {
+    let Some(per_trial) = study.trial.gpus else {
+        return Ok(None);
+    };
+    let asks = format!(
+        "{}: trial.resources.gpus: the study asks for {per_trial} GPU{} per trial",
+        path.display(),
+        if per_trial.get() == 1 { "" } else { "s" }
+    );
+    let hint = "give the devices with --gpus 0,1,2,3 (or HPTUNE_GPUS)";
+    let cuda_visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let found = gpus::find(given.list.as_deref(), cuda_visible.as_deref())
+        .map_err(|e| Failure::BadInput(format!("{asks}, but {e}; {hint}")))?;
+    let count = found.devices.len();
+    let names: Vec<&str> = found.devices.iter().map(|d| d.name.as_str()).collect();
+    let names = names.join(",");
+    if count < per_trial.get() {
+        let listed = match count {
+            0 => "none".to_string(),
+            _ => format!("{count} ({names})"),
+        };
+        return Err(Failure::BadInput(format!(
+            "{asks}, but {} gives {listed}; {hint}",
+            found.source
+        )));
+    }
+    let locks = std::env::var_os("HPTUNE_GPU_LOCKS")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_LOCK_DIR), PathBuf::from);
+    let plan = GpuPlan {
+        per_trial,
+        devices: found.devices,
+        locks: LockDir::new(&locks),
+    };
+    let at_once = plan.trials_at_once().min(study.parallel_trial_count);
+    eprintln!(
+        "GPUs {names} (from {}), {per_trial} per trial: at most {at_once} trial{} at once",
+        found.source,
+        if at_once == 1 { "" } else { "s" }
+    );
+    Ok(Some(plan))
 }
 
 /// The study's executor, with its engine's credentials.

@@ -123,6 +123,13 @@ pub fn print_trials(
     let value = |t: &TrialRecord| t.value.map(|v| v.to_string()).unwrap_or_default();
     let param =
         |t: &TrialRecord, id: &str| t.params.get(id).map(|v| v.to_string()).unwrap_or_default();
+    // The devices of a study's trials, shown only for a study with GPUs.
+    let gpus = trials.iter().any(|t| !t.gpus.is_empty());
+    let with_gpus = |row: &mut Vec<String>, t: &TrialRecord| {
+        if gpus {
+            row.push(t.gpus.join(","));
+        }
+    };
     match format {
         TrialsFormat::Json => {
             output(&format!(
@@ -134,6 +141,9 @@ pub fn print_trials(
             let mut header = vec!["number", "state", study.metric.as_str()];
             header.extend(&ids);
             header.extend(["error", "started_at", "finished_at"]);
+            if gpus {
+                header.push("gpus");
+            }
             let rows: Vec<Vec<String>> = trials
                 .iter()
                 .map(|t| {
@@ -142,6 +152,7 @@ pub fn print_trials(
                     row.push(t.error.clone().unwrap_or_default());
                     row.push(t.started_at.clone().unwrap_or_default());
                     row.push(t.finished_at.clone().unwrap_or_default());
+                    with_gpus(&mut row, t);
                     row
                 })
                 .collect();
@@ -160,19 +171,22 @@ pub fn print_trials(
                             })
                         })
                         .collect();
-                    vec![
+                    let mut row = vec![
                         t.number.to_string(),
                         t.state.as_str().into(),
                         t.value.map(table::short).unwrap_or_default(),
                         params.join(" "),
                         shorten(t.error.as_deref().unwrap_or_default()),
-                    ]
+                    ];
+                    with_gpus(&mut row, t);
+                    row
                 })
                 .collect();
-            output(&table::render(
-                &["trial", "state", &study.metric, "parameters", "error"],
-                &rows,
-            ))?;
+            let mut header = vec!["trial", "state", &study.metric, "parameters", "error"];
+            if gpus {
+                header.push("gpus");
+            }
+            output(&table::render(&header, &rows))?;
         }
     }
     Ok(())

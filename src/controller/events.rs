@@ -18,6 +18,9 @@ pub struct Progress {
     pub running: usize,
     /// Number and value of the best trial so far.
     pub best: Option<(u64, f64)>,
+    /// The GPUs of the pool, when they hold fewer trials at once than
+    /// `parallel_trial_count`.
+    pub limited_by_gpus: Option<usize>,
 }
 
 impl Progress {
@@ -35,6 +38,7 @@ impl Progress {
             stopped: view.count(TrialState::Stopped),
             running: view.count(TrialState::Pending) + view.count(TrialState::Running),
             best: view.best(),
+            limited_by_gpus: None,
         }
     }
 }
@@ -73,6 +77,8 @@ pub enum RunEvent<'a> {
         /// The trial in its final state.
         trial: &'a TrialRecord,
     },
+    /// New trials wait for GPUs of the pool that other processes hold.
+    WaitingForGpus,
     /// The user asked to stop; running workers are being stopped, gracefully or (`now`) at
     /// once.
     Stopping {

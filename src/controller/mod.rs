@@ -8,13 +8,14 @@
 //! gone are adopted: a live worker is watched again, a dead one is judged by what it
 //! reported, or retried.
 
+mod devices;
 mod events;
 mod liveness;
 mod verdict;
 
 pub use events::{Progress, RunEvent, RunObserver};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,7 @@ use crate::executor::{
     AttemptFiles, Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
     command_line, worker_env,
 };
+use crate::gpus::{GpuPlan, GpuPool, Lease};
 use crate::report::Measurement;
 use crate::sampler::{ProposalContext, Sampler, SamplerError};
 use crate::storage::{
@@ -36,6 +38,7 @@ use crate::storage::{
 use crate::study::Study;
 use crate::study::space::Assignment;
 use crate::study::stopping::Curve;
+use devices::{GPU_POLL, Waiting};
 use liveness::{attempt_began, is_orphan, running_for};
 use verdict::{Verdict, verdict_on};
 
@@ -51,6 +54,9 @@ pub enum ControllerError {
     /// The sampler failed.
     #[error(transparent)]
     Sampler(#[from] SamplerError),
+    /// A GPU's lock could not be taken (the lock folder cannot be written).
+    #[error("GPU locks: {0}")]
+    Gpus(std::io::Error),
 }
 
 impl From<ClaimError<SamplerError>> for ControllerError {
@@ -75,6 +81,8 @@ pub struct Plan {
     pub max_retries: u32,
     /// Directory of the workers' log and metrics files.
     pub log_dir: PathBuf,
+    /// The GPUs the trials get, for a study with `trial.resources.gpus`.
+    pub gpus: Option<GpuPlan>,
 }
 
 impl Plan {
@@ -86,6 +94,7 @@ impl Plan {
             max_failed_trial_count: study.max_failed_trial_count,
             max_retries: study.max_retries,
             log_dir: log_dir.to_path_buf(),
+            gpus: None,
         }
     }
 
@@ -135,6 +144,8 @@ struct Running {
     handle_unsaved: bool,
     /// Measurements of the worker that ended, to be written with the trial's end.
     unsaved: Vec<Measurement>,
+    /// The GPUs it holds.
+    lease: Option<Lease>,
 }
 
 /// The state of one run of the loop.
@@ -155,6 +166,10 @@ struct Run<'a> {
     /// Ends of trials, in the view already, to be written with the next claim (one call to
     /// the database for both) or before the loop waits again.
     ends: Vec<TrialEnd>,
+    /// The GPUs of a study with `trial.resources.gpus`, and which of them the trials hold.
+    gpus: Option<GpuPool>,
+    /// Trials of this controller waiting for free GPUs, in order.
+    waiting: VecDeque<Waiting>,
 }
 
 /// Runs (or continues) `study` until its plan says to stop.
@@ -183,6 +198,8 @@ pub async fn run(
         running: HashMap::new(),
         early_stops: HashMap::new(),
         ends: Vec::new(),
+        gpus: plan.gpus.clone().map(GpuPool::new),
+        waiting: VecDeque::new(),
     };
     storage.refresh(&mut run.view).await?;
     let adopted = storage
@@ -207,11 +224,19 @@ pub async fn run(
     let mut interrupted = urgency != StopRequest::Run;
     let mut interrupt_open = true;
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
+    // Whether new trials wait for GPUs that other processes hold, and how often to look.
+    let mut blocked = false;
+    let mut gpu_poll = tokio::time::interval(GPU_POLL);
+    gpu_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        if !interrupted {
+            run.start_waiting(observer).await?;
+        }
+        let was_blocked = std::mem::take(&mut blocked);
         'claiming: while !interrupted
             && !exhausted
             && !failures
-            && run.running.len() < plan.parallel_trial_count
+            && run.running.len() + run.waiting.len() < plan.parallel_trial_count
         {
             let propose = |number, view: &StudyView, claimed: &[Assignment]| {
                 let mut running = view.unfinished_params();
@@ -225,7 +250,16 @@ pub async fn run(
                     parallel: plan.parallel_trial_count,
                 })
             };
-            let slots = plan.parallel_trial_count - run.running.len();
+            let mut slots = plan.parallel_trial_count - run.running.len() - run.waiting.len();
+            // With GPUs, as many trials as there are free devices for.
+            let mut leases = run.leases(slots)?.into_iter();
+            if run.gpus.is_some() {
+                slots = leases.len();
+                if slots == 0 {
+                    blocked = run.blocked_by_others();
+                    break 'claiming;
+                }
+            }
             let claims = storage
                 .claim_trials(
                     &mut run.view,
@@ -236,27 +270,45 @@ pub async fn run(
                     propose,
                 )
                 .await?;
+            let mut more = true;
             for claim in claims {
                 match claim {
-                    Claim::Started(trial) => run.launch(*trial, None, observer),
-                    Claim::BudgetSpent => break 'claiming,
+                    Claim::Started(trial) => match leases.next() {
+                        Some(lease) => run.launch_on(*trial, None, lease, observer).await?,
+                        None => run.launch(*trial, None, None, observer),
+                    },
+                    Claim::BudgetSpent => more = false,
                     Claim::Exhausted => {
                         exhausted = true;
-                        break 'claiming;
+                        more = false;
                     }
                     Claim::TooManyFailures => {
                         failures = true;
-                        break 'claiming;
+                        more = false;
                     }
                 }
             }
+            for unused in leases {
+                run.release(Some(unused));
+            }
+            if !more {
+                break 'claiming;
+            }
+        }
+        if blocked && !was_blocked {
+            observer.observe(RunEvent::WaitingForGpus, &run.progress());
         }
         // The ends no claim took are written before the loop waits or leaves.
         storage.finish_trials(&mut run.ends).await?;
-        if run.running.is_empty() {
-            // Before leaving, adopt what a controller that died meanwhile left running.
+        let waits_for_gpus = !interrupted && (blocked || !run.waiting.is_empty());
+        if run.running.is_empty() && !waits_for_gpus {
+            // Before leaving, adopt what a controller that died meanwhile left running; or,
+            // stopped by the user, hand back a trial retried while its workers stopped.
             let orphans = match interrupted {
-                true => Vec::new(),
+                true => {
+                    run.hand_back_waiting(observer).await?;
+                    Vec::new()
+                }
                 false => {
                     storage
                         .adopt_orphans(run.study_id, &run.owner, is_orphan)
@@ -303,6 +355,11 @@ pub async fn run(
                     run.adopt(orphans, observer).await?;
                 }
             }
+            // Devices that other processes hold may be free now; so may the study's budget
+            // (spent by other controllers of the study).
+            _ = gpu_poll.tick(), if waits_for_gpus => {
+                storage.refresh(&mut run.view).await?;
+            }
             changed = interrupt.changed(), if interrupt_open && urgency != StopRequest::Now => {
                 let request = *interrupt.borrow();
                 if changed.is_err() {
@@ -314,6 +371,7 @@ pub async fn run(
                     for r in run.running.values() {
                         let _ = r.stop.send(request);
                     }
+                    run.hand_back_waiting(observer).await?;
                 }
             }
             Some(event) = events.recv() => run.record(event, None).await?,
@@ -353,24 +411,32 @@ impl Run<'_> {
         &mut self,
         trials: Vec<TrialRecord>,
         observer: &mut dyn RunObserver,
-    ) -> Result<(), StorageError> {
+    ) -> Result<(), ControllerError> {
         for trial in trials {
             let reported = self.storage.measurements(trial.id, trial.attempt).await?;
-            self.launch(trial, Some(reported), observer);
+            self.start(trial, Some(reported), observer).await?;
         }
         Ok(())
     }
 
     fn progress(&self) -> Progress {
-        Progress::of(&self.view, self.plan.max_trial_count)
+        let gpus = self.gpus.as_ref().map(GpuPool::plan);
+        Progress {
+            limited_by_gpus: gpus
+                .filter(|gpus| gpus.trials_at_once() < self.plan.parallel_trial_count)
+                .map(|gpus| gpus.devices.len()),
+            ..Progress::of(&self.view, self.plan.max_trial_count)
+        }
     }
 
-    /// Starts the trial's worker, or adopts it when the trial was taken over from a
-    /// controller that is gone (`recovered` holds what that controller had recorded).
+    /// Starts the trial's worker (on the devices of `lease`), or adopts it when the trial was
+    /// taken over from a controller that is gone (`recovered` holds what that controller had
+    /// recorded).
     fn launch(
         &mut self,
         mut trial: TrialRecord,
         recovered: Option<Vec<Measurement>>,
+        lease: Option<Lease>,
         observer: &mut dyn RunObserver,
     ) {
         let start = match (&recovered, &trial.worker) {
@@ -381,7 +447,7 @@ impl Run<'_> {
             },
         };
         let reported = recovered.unwrap_or_default();
-        let job = self.job(&trial, start, reported.clone());
+        let job = self.job(&trial, start, reported.clone(), lease.as_ref());
         trial.log_path = Some(job.log_path.display().to_string());
         observer.observe(RunEvent::TrialStarted { trial: &trial }, &self.progress());
         let (stop, stop_rx) = watch::channel(StopRequest::Run);
@@ -399,11 +465,18 @@ impl Run<'_> {
                 measurements: reported,
                 handle_unsaved: false,
                 unsaved: Vec::new(),
+                lease,
             },
         );
     }
 
-    fn job(&self, trial: &TrialRecord, start: Start, reported: Vec<Measurement>) -> TrialJob {
+    fn job(
+        &self,
+        trial: &TrialRecord,
+        start: Start,
+        reported: Vec<Measurement>,
+        lease: Option<&Lease>,
+    ) -> TrialJob {
         let study = self.study;
         let files = AttemptFiles::in_dir(
             &self.plan.log_dir.join(&study.name),
@@ -427,6 +500,7 @@ impl Run<'_> {
                 trial.number,
                 trial.attempt,
                 &files.metrics,
+                lease.map_or(&[], Lease::devices),
             ),
             log_path: files.log,
             metrics_path: files.metrics,
@@ -440,6 +514,7 @@ impl Run<'_> {
             attempt: trial.attempt,
             start,
             reported,
+            gpu_locks: lease.map(Lease::lock_fds).unwrap_or_default(),
         }
     }
 
@@ -571,10 +646,12 @@ impl Run<'_> {
         outcome: WorkerOutcome,
         interrupted: bool,
         observer: &mut dyn RunObserver,
-    ) -> Result<(), StorageError> {
-        let Some(done) = self.running.remove(&outcome.trial_id) else {
+    ) -> Result<(), ControllerError> {
+        let Some(mut done) = self.running.remove(&outcome.trial_id) else {
             return Ok(());
         };
+        // The worker has ended: its devices are free (a retry leases them again).
+        self.release(done.lease.take());
         let early_stop = self.early_stops.remove(&outcome.trial_id);
         let (state, value, error) = match verdict_on(
             self.study,
@@ -608,7 +685,7 @@ impl Run<'_> {
                     },
                     &self.progress(),
                 );
-                self.launch(trial, None, observer);
+                self.start(trial, None, observer).await?;
                 return Ok(());
             }
             Verdict::Retry(reason) => (

@@ -8,6 +8,7 @@
 //! file are read for measurements as they grow (`output.rs`).
 
 use std::fs::File;
+use std::os::fd::RawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -23,8 +24,8 @@ use super::follow::{Worker, follow, hurried};
 use super::output::{Output, wrote_output};
 use super::process::{ProcessId, find_by_environment};
 use super::{
-    Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, error_log_path,
-    is_protocol_variable,
+    Executor, PROTOCOL_VARIABLES, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent,
+    WorkerOutcome, error_log_path,
 };
 
 /// How often an adopted worker is looked at.
@@ -102,15 +103,29 @@ impl LocalWorker {
             .argv
             .split_first()
             .ok_or_else(|| "the command is empty".to_string())?;
-        let child = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(args)
+            // The controller's pool is not the worker's devices: a trial with GPUs gets its
+            // own below (job.env), a trial without gets none.
+            .env_remove("HPTUNE_GPUS")
             .envs(job.env.iter().map(|(k, v)| (k, v)))
             // The database URL may hold a password, and workers never write the database.
             .env_remove("HPTUNE_STORAGE")
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
-            .process_group(0)
+            .process_group(0);
+        if !job.gpu_locks.is_empty() {
+            let locks = job.gpu_locks.clone();
+            // SAFETY: the closure runs in the child between fork and exec, and only calls
+            // fcntl, which is async-signal-safe, on descriptors the controller holds open
+            // until the worker has ended; it allocates nothing.
+            unsafe {
+                command.pre_exec(move || inherit(&locks));
+            }
+        }
+        let child = command
             .spawn()
             .map_err(|e| format!("cannot start '{program}': {e}"))?;
         let pid = child
@@ -194,7 +209,8 @@ fn unrecorded_worker(job: &TrialJob) -> Option<String> {
     let vars: Vec<(&str, &str)> = job
         .env
         .iter()
-        .filter(|(k, _)| is_protocol_variable(k))
+        // The trial's own variables; its devices are not what finds it.
+        .filter(|(k, _)| PROTOCOL_VARIABLES.contains(&k.as_str()))
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     find_by_environment(&vars).map(|id| format!("pid:{id}"))
@@ -209,4 +225,17 @@ fn exit_end(status: std::io::Result<ExitStatus>) -> WorkerEnd {
         },
         Err(e) => WorkerEnd::LaunchFailed(format!("lost track of the worker: {e}")),
     }
+}
+
+/// Lets the worker inherit the lock files of its GPUs (their descriptors are opened
+/// close-on-exec, as every file of the controller): its devices stay locked while it runs,
+/// also after its controller is killed.
+fn inherit(locks: &[RawFd]) -> std::io::Result<()> {
+    for fd in locks {
+        // SAFETY: fcntl on an open descriptor, changing only its close-on-exec flag.
+        if unsafe { nix::libc::fcntl(*fd, nix::libc::F_SETFD, 0) } == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }

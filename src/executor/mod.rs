@@ -11,6 +11,7 @@ pub mod process;
 mod remote;
 mod slurm;
 
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -21,6 +22,7 @@ pub use local::LocalExecutor;
 pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study, relay};
 pub use slurm::SlurmExecutor;
 
+use crate::gpus::Device;
 use crate::report::Measurement;
 use crate::study::space::{Assignment, Space};
 use crate::study::{TemplatePart, TrialTemplate, template_parts};
@@ -57,6 +59,9 @@ pub struct TrialJob {
     pub attempt: u32,
     /// Measurements already recorded for this attempt, not to be sent again.
     pub reported: Vec<Measurement>,
+    /// The open lock files of the trial's GPUs, which a local worker inherits (see
+    /// [`crate::gpus::Lease::lock_fds`]); empty for a trial without GPUs.
+    pub gpu_locks: Vec<RawFd>,
 }
 
 /// How a trial's worker comes to run.
@@ -279,14 +284,17 @@ fn fill_template(template: &str, study: &str, number: u64, params: &Assignment) 
     Some(out)
 }
 
-/// The study file's own variables, then those of the worker protocol: a worker always sees
-/// its own trial (`spec` refuses a `trial.env` that names a protocol variable).
+/// The study file's own variables, then those of the worker protocol, then the trial's
+/// devices ([`DEVICE_VARIABLES`]) when it has GPUs: a worker always sees its own trial
+/// (`spec` refuses a `trial.env` that names a protocol variable, or a device variable of a
+/// study with GPUs).
 pub fn worker_env(
     template: &TrialTemplate,
     study: &str,
     number: u64,
     attempt: u32,
     metrics_path: &Path,
+    gpus: &[Device],
 ) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = template
         .env
@@ -294,8 +302,18 @@ pub fn worker_env(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     env.extend(protocol_env(study, number, attempt, metrics_path));
+    if !gpus.is_empty() {
+        let list = |id: fn(&Device) -> &str| gpus.iter().map(id).collect::<Vec<_>>().join(",");
+        let [cuda, hptune] = DEVICE_VARIABLES;
+        env.push((cuda.into(), list(Device::cuda_id)));
+        env.push((hptune.into(), list(|d| &d.name)));
+    }
     env
 }
+
+/// The variables that give a trial with GPUs its devices, comma-separated: as CUDA names
+/// them (UUIDs when known), and as hptune names them (recorded with the attempt).
+pub const DEVICE_VARIABLES: [&str; 2] = ["CUDA_VISIBLE_DEVICES", "HPTUNE_GPUS"];
 
 /// The variables of the worker protocol, in the order [`protocol_env`] sets them: study,
 /// trial, attempt, metrics file, and cloudml-hypertune's metrics file and trial.
@@ -310,7 +328,7 @@ pub const PROTOCOL_VARIABLES: [&str; 6] = [
 
 /// Whether `name` belongs to the worker protocol, which a study's `trial.env` may not set:
 /// one of [`PROTOCOL_VARIABLES`], or any other `HPTUNE_` name (`HPTUNE_STORAGE` of remote
-/// jobs, and those the protocol may add).
+/// jobs, `HPTUNE_GPUS` of trials with GPUs, and those the protocol may add).
 pub fn is_protocol_variable(name: &str) -> bool {
     name.starts_with("HPTUNE_") || PROTOCOL_VARIABLES.contains(&name)
 }

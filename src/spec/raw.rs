@@ -187,7 +187,15 @@ pub struct RawTrial {
     pub env: BTreeMap<String, String>,
     pub timeout: Option<String>,
     pub grace_period: Option<String>,
+    pub resources: Option<RawTrialResources>,
     pub executor: Option<RawKind>,
+}
+
+/// `trial.resources`: what each trial holds while it runs.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTrialResources {
+    pub gpus: Option<Number>,
 }
 
 /// A block whose fields depend on its `kind`: here only the kind is read; the kind's own

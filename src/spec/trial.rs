@@ -1,13 +1,17 @@
 //! The `trial` block: the worker's command line and its argument template, its environment,
-//! its time limits (the executor block is `executor.rs`).
+//! its time limits, its GPUs (the executor block is `executor.rs`).
 
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use super::raw::RawTrial;
+use super::raw::{Number, RawTrial, RawTrialResources};
 use super::{Checker, DEFAULT_GRACE_PERIOD, quoted};
-use crate::executor::is_protocol_variable;
+use crate::executor::{DEVICE_VARIABLES, is_protocol_variable};
 use crate::study::space::Space;
-use crate::study::{TEMPLATE_BUILTINS, TemplatePart, TrialTemplate, template_parts};
+use crate::study::{ExecutorSpec, TEMPLATE_BUILTINS, TemplatePart, TrialTemplate, template_parts};
+
+/// The most GPUs a trial may ask for (the largest machines have 16).
+const MAX_GPUS: i64 = 1024;
 
 impl Checker<'_> {
     /// Checks the `trial` block (the parameters' ids are needed by argument templates).
@@ -37,6 +41,19 @@ impl Checker<'_> {
         let timeout = self.duration("trial.timeout", raw.timeout.as_deref());
         let grace = self.duration("trial.grace_period", raw.grace_period.as_deref());
         let executor = self.executor(raw.executor.as_ref(), timeout.flatten());
+        let gpus = self.gpus(raw.resources.as_ref(), executor.as_ref());
+        if let Some(Some(_)) = gpus {
+            for name in DEVICE_VARIABLES
+                .iter()
+                .filter(|v| raw.env.contains_key(**v))
+            {
+                self.report(
+                    format!("trial.env.{name}"),
+                    format!("{name} is set by hptune to each trial's own devices (trial.resources.gpus): remove it"),
+                );
+                ok = false;
+            }
+        }
         if !ok {
             return None;
         }
@@ -46,8 +63,59 @@ impl Checker<'_> {
             env: raw.env,
             timeout: timeout?,
             grace_period: grace?.unwrap_or(DEFAULT_GRACE_PERIOD),
+            gpus: gpus?,
             executor: executor?,
         })
+    }
+
+    /// Checks `trial.resources.gpus`: a whole number of devices from 1, for local workers
+    /// (a remote engine asks for GPUs in its own block).
+    fn gpus(
+        &mut self,
+        raw: Option<&RawTrialResources>,
+        executor: Option<&ExecutorSpec>,
+    ) -> Option<Option<NonZeroUsize>> {
+        let field = "trial.resources.gpus";
+        let Some(number) = raw.and_then(|r| r.gpus) else {
+            return Some(None);
+        };
+        let fraction = matches!(number, Number::Float(x) if x.is_finite() && x.fract() != 0.0);
+        let count = match number.as_i64() {
+            Some(n) if (1..=MAX_GPUS).contains(&n) => n as usize,
+            _ if fraction => {
+                self.report(
+                    field,
+                    format!("{number} is not a whole number of GPUs: each trial gets whole devices of its own (processes sharing a GPU share its memory without any limit, so trials would run each other out of memory)"),
+                );
+                return None;
+            }
+            _ => {
+                self.report(
+                    field,
+                    format!("must be from 1 to {MAX_GPUS}, got {number} (leave `resources` out for trials without GPUs)"),
+                );
+                return None;
+            }
+        };
+        // Exhaustive: an engine added later says here where its jobs ask for GPUs.
+        let engine_field = match executor {
+            None | Some(ExecutorSpec::Local) => None,
+            Some(ExecutorSpec::Vertex(_)) => Some("accelerator: {type: NVIDIA_TESLA_T4, count: 1}"),
+            Some(ExecutorSpec::Kubernetes(_)) => Some("resources: {gpu: 1}"),
+            Some(ExecutorSpec::SageMaker(_)) => Some("a GPU instance_type, e.g. ml.g5.xlarge"),
+            Some(ExecutorSpec::Slurm(_)) => Some("gpus: 1"),
+        };
+        if let (Some(engine_field), Some(engine)) = (engine_field, executor) {
+            self.report(
+                field,
+                format!(
+                    "is for local workers; a {} job asks for GPUs in trial.executor: {engine_field}",
+                    engine.kind().as_str()
+                ),
+            );
+            return None;
+        }
+        NonZeroUsize::new(count).map(Some)
     }
 
     /// Reads a duration field (`30s`, `2h`), absent or longer than zero.
@@ -105,4 +173,39 @@ fn check_template(template: &str, space: &Space) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::spec::parse;
+
+    const STUDY: &str = "name: s\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0.0, max: 1.0}\nalgorithm: random\nmax_trial_count: 1\ntrial:\n  command: [train]\n";
+
+    fn gpus(value: &str) -> Result<Option<usize>, String> {
+        let text = format!("{STUDY}  resources: {{gpus: {value}}}\n");
+        parse(Path::new("s.yaml"), &text)
+            .map(|study| study.trial.gpus.map(|n| n.get()))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_trial_holds_a_whole_number_of_gpus_from_one() {
+        assert_eq!(gpus("2"), Ok(Some(2)));
+        assert_eq!(gpus("2.0"), Ok(Some(2)));
+        let fraction = gpus("0.5").unwrap_err();
+        assert!(
+            fraction.starts_with(
+                "s.yaml:9:21: trial.resources.gpus: 0.5 is not a whole number of GPUs"
+            ),
+            "{fraction}"
+        );
+        for value in ["0", "-1", "1e9", ".inf"] {
+            let error = gpus(value).unwrap_err();
+            assert!(error.contains("must be from 1 to 1024"), "{value}: {error}");
+        }
+        let none = parse(Path::new("s.yaml"), STUDY).unwrap();
+        assert_eq!(none.trial.gpus, None);
+    }
 }

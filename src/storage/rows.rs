@@ -14,7 +14,7 @@ use crate::study::space::Assignment;
 /// The columns of a trial, in the order [`TrialRecord::from_row`] reads them.
 macro_rules! trial_columns {
     () => {
-        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner"
+        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus"
     };
 }
 pub(crate) use trial_columns;
@@ -125,6 +125,8 @@ pub struct TrialRecord {
     pub attempt: u32,
     /// The controller running it (`host:pid@start`).
     pub owner: Option<String>,
+    /// The GPUs of its current attempt, as `HPTUNE_GPUS` names them; empty without GPUs.
+    pub gpus: Vec<String>,
 }
 
 #[cfg(test)]
@@ -145,6 +147,7 @@ impl TrialRecord {
             finished_at: None,
             attempt: 1,
             owner: None,
+            gpus: Vec::new(),
         }
     }
 }
@@ -230,6 +233,11 @@ impl TrialRecord {
                 .try_into()
                 .map_err(|_| StorageError::Corrupt("attempt out of range".into()))?,
             owner: row.try_get("owner").map_err(corrupt)?,
+            gpus: row
+                .try_get::<Option<String>, _>("gpus")
+                .map_err(corrupt)?
+                .map(|list| list.split(',').map(str::to_string).collect())
+                .unwrap_or_default(),
         })
     }
 }

@@ -9,6 +9,7 @@ pub mod stopping;
 mod template;
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 pub use executor::{
@@ -66,6 +67,9 @@ pub struct TrialTemplate {
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when a worker is stopped.
     pub grace_period: Duration,
+    /// GPUs each trial holds alone while it runs (`trial.resources.gpus`); `None`: the study
+    /// uses no GPUs.
+    pub gpus: Option<NonZeroUsize>,
     /// Where the worker runs.
     pub executor: ExecutorSpec,
 }

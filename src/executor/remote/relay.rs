@@ -90,6 +90,7 @@ pub async fn relay(
         attempt: job.attempt,
         start: Start::Fresh,
         reported: Vec::new(),
+        gpu_locks: Vec::new(),
     };
     let log_path = worker.log_path.clone();
     let (events_tx, mut events) = mpsc::unbounded_channel();

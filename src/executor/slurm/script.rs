@@ -162,6 +162,7 @@ mod tests {
             params: Default::default(),
             attempt: 2,
             reported: Vec::new(),
+            gpu_locks: Vec::new(),
         }
     }
 
