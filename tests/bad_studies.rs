@@ -460,6 +460,14 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
             ),
             "trial.resources.gpus: is for local workers; a kubernetes job asks for GPUs in trial.executor: resources: {gpu: 1}",
         ),
+        (
+            "GPUs of a Slurm job asked for as a local worker's",
+            edit(
+                "  timeout: 10s",
+                "  timeout: 10s\n  resources: {gpus: 1}\n  executor: {kind: slurm}",
+            ),
+            "trial.resources.gpus: is for local workers; a slurm job asks for GPUs in trial.executor: gpus: 1",
+        ),
     ]
 }
 
