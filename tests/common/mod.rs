@@ -146,6 +146,37 @@ impl Scratch {
         .unwrap();
     }
 
+    /// Whether a write to the study `name` (its row and its trials') could start now, or
+    /// another connection holds them locked (waiting at most half a second to know).
+    pub fn study_is_unlocked(&self, name: &str) -> bool {
+        let postgres = self.postgres.is_some();
+        let attempt = self.on_database("", |pool| async move {
+            let mut conn = pool.acquire().await?;
+            let statements: &[&str] = if postgres {
+                &[
+                    "BEGIN",
+                    "SET LOCAL lock_timeout = '500ms'",
+                    "UPDATE studies SET id = id WHERE name = $1",
+                    "UPDATE trials SET id = id WHERE study_id = (SELECT id FROM studies WHERE name = $1)",
+                ]
+            } else {
+                &["PRAGMA busy_timeout = 500", "BEGIN IMMEDIATE"]
+            };
+            let mut result = Ok(());
+            for sql in statements {
+                let query = sqlx::query(sql);
+                let query = if sql.contains("$1") { query.bind(name) } else { query };
+                if let Err(e) = query.execute(&mut *conn).await {
+                    result = Err(e);
+                    break;
+                }
+            }
+            sqlx::query("ROLLBACK").execute(&mut *conn).await.ok();
+            result
+        });
+        attempt.is_ok()
+    }
+
     /// Runs `work` on a pool of the database (SQLite opened with `sqlite_query`).
     fn on_database<T, F>(
         &self,
