@@ -56,6 +56,10 @@ enum Command {
         /// Directory of the workers' logs and metrics files.
         #[arg(long, default_value = DEFAULT_LOG_DIR)]
         log_dir: PathBuf,
+        /// Run the trials here (local) or as jobs of this engine instead of the study's
+        /// executor; an engine other than local needs its block in the study file.
+        #[arg(long, value_parser = parse_executor)]
+        executor: Option<ExecutorKind>,
         #[command(flatten)]
         gpus: GpusArg,
     },
@@ -297,8 +301,9 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Run {
             study,
             log_dir,
+            executor,
             gpus,
-        } => run::run_study(&study, &url, &log_dir, &gpus).await,
+        } => run::run_study(&study, &url, &log_dir, executor, &gpus).await,
         Command::Trial {
             study,
             params,

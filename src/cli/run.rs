@@ -23,14 +23,16 @@ const INTERRUPTED: u8 = 130;
 /// How many of the best trials are shown when a study ends.
 const TOP_TRIALS: usize = 5;
 
-/// Runs or continues the study of `path`.
+/// Runs or continues the study of `path`, through `executor_kind` (`--executor`) instead of
+/// the study's executor when it is given.
 pub async fn run_study(
     path: &Path,
     url: &StorageUrl,
     log_dir: &Path,
+    executor_kind: Option<ExecutorKind>,
     gpus: &GpusArg,
 ) -> Result<ExitCode, Failure> {
-    let study = load_checked(path, url, None)?;
+    let study = load_checked(path, url, executor_kind)?;
     let mut sampler = sampler::for_study(&study)
         .map_err(|e| Failure::BadInput(format!("{}: {e}", path.display())))?;
     let plan = Plan {
@@ -90,8 +92,8 @@ pub async fn run_trial(
 }
 
 /// Reads the study file and checks what can be checked before anything runs: a local
-/// worker's program, a remote executor's storage. `executor` (`hptune trial --executor`)
-/// replaces the study's executor: local always, another engine if the file configures it.
+/// worker's program, a remote executor's storage. `executor` (`--executor`) replaces the
+/// study's executor: local always, another engine if the file configures it.
 fn load_checked(
     path: &Path,
     url: &StorageUrl,
@@ -172,9 +174,8 @@ fn executor(
     url: &StorageUrl,
     path: &Path,
 ) -> Result<Arc<dyn Executor>, Failure> {
-    for_study(&study.trial.executor, storage, url).map_err(|message| {
-        Failure::BadInput(format!("{}: trial.executor: {message}", path.display()))
-    })
+    for_study(&study.trial.executor, storage, url)
+        .map_err(|message| Failure::BadInput(format!("{}: {message}", path.display())))
 }
 
 /// Runs the controller with a display, stopping workers on Ctrl-C or SIGTERM.

@@ -1,11 +1,15 @@
 //! How a trial worker runs. The controller hands an [`Executor`] a [`TrialJob`] and gets back
 //! events while it runs and a [`WorkerOutcome`] at the end. Local processes are
-//! [`LocalExecutor`]; each cloud engine (`vertex.rs`, `kubernetes.rs`, `sagemaker.rs`) is one
+//! [`LocalExecutor`]; Slurm jobs, read through a shared filesystem, are [`SlurmExecutor`];
+//! each cloud engine (`vertex.rs`, `kubernetes.rs`, `sagemaker.rs`) is one
 //! file implementing `remote::Engine`, driven by [`RemoteExecutor`].
 
+mod follow;
 mod local;
+mod output;
 pub mod process;
 mod remote;
+mod slurm;
 
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
@@ -16,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 
 pub use local::LocalExecutor;
 pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study, relay};
+pub use slurm::SlurmExecutor;
 
 use crate::gpus::Device;
 use crate::report::Measurement;
@@ -136,6 +141,15 @@ impl WorkerEnd {
             WorkerEnd::Vanished | WorkerEnd::Preempted(_) => true,
             _ => false,
         }
+    }
+
+    /// The end of a worker killed by signal `signal`, named as `kill -l` names it.
+    pub fn killed_by(signal: i32) -> Self {
+        WorkerEnd::Killed(
+            nix::sys::signal::Signal::try_from(signal)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {signal}")),
+        )
     }
 }
 

@@ -39,6 +39,32 @@ pub fn test_postgres() -> Option<String> {
     url
 }
 
+/// The default partition of the Slurm cluster of the tests (`scripts/start-slurm.sh`
+/// starts one), if its commands answer. Without one the test is skipped, unless
+/// `HPTUNE_TEST_SLURM=required` (CI) makes that a failure.
+pub fn test_slurm() -> Option<String> {
+    let partitions = Command::new("sinfo")
+        .args(["--noheader", "--format=%P"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned());
+    // The default partition is the one sinfo marks with `*`.
+    let default = partitions.as_deref().and_then(|text| {
+        text.split_whitespace()
+            .find_map(|p| p.strip_suffix('*'))
+            .map(str::to_string)
+    });
+    if default.is_none() {
+        let why = "no Slurm cluster answers (scripts/start-slurm.sh starts one)";
+        if std::env::var("HPTUNE_TEST_SLURM").as_deref() == Ok("required") {
+            panic!("HPTUNE_TEST_SLURM=required, but {why}");
+        }
+        eprintln!("skipped: {why}");
+    }
+    default
+}
+
 /// A study name no earlier run used: a PostgreSQL database outlives the tests.
 pub fn unique_name(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
