@@ -83,7 +83,12 @@ fn counts(progress: &Progress) -> String {
         .unwrap_or_default();
     let limit = progress
         .limited_by_gpus
-        .map(|gpus| format!(" (limited by {gpus} GPUs)"))
+        .map(|gpus| {
+            format!(
+                " (limited by {gpus} GPU{})",
+                if gpus == 1 { "" } else { "s" }
+            )
+        })
         .unwrap_or_default();
     format!(
         "{} running{limit}, {} failed{best}",
@@ -152,5 +157,31 @@ impl RunObserver for Display {
                 self.line("interrupted again: killing running workers".into())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_counts_say_what_limits_the_running_trials() {
+        let mut progress = Progress {
+            budget: Some(12),
+            succeeded: 3,
+            failed: 1,
+            stopped: 0,
+            running: 1,
+            best: Some((2, 0.5)),
+            limited_by_gpus: Some(1),
+        };
+        assert_eq!(
+            counts(&progress),
+            "1 running (limited by 1 GPU), 1 failed, best 0.5 (trial 2)"
+        );
+        progress.limited_by_gpus = Some(4);
+        assert!(counts(&progress).starts_with("1 running (limited by 4 GPUs), "));
+        progress.limited_by_gpus = None;
+        assert!(counts(&progress).starts_with("1 running, 1 failed"));
     }
 }
