@@ -97,6 +97,10 @@ impl Worker {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create the log directory {}: {e}", dir.display()))?;
         }
+        if let Some(dir) = &job.output_dir {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create the model folder {}: {e}", dir.display()))?;
+        }
         // A metrics file left by an earlier attempt must not be read as this one's.
         let _ = std::fs::remove_file(&job.metrics_path);
         let create = |path: &Path| {
