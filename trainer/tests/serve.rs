@@ -17,10 +17,19 @@ fn fixtures() -> PathBuf {
 
 fn trainer() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hptune-trainer"));
-    for name in ["HPTUNE_METRICS_FILE", "CLOUD_ML_HP_METRIC_FILE", "HPTUNE_OUTPUT_DIR"] {
+    for name in [
+        "HPTUNE_METRICS_FILE",
+        "CLOUD_ML_HP_METRIC_FILE",
+        "HPTUNE_OUTPUT_DIR",
+    ] {
         command.env_remove(name);
     }
-    for name in ["AIP_HTTP_PORT", "AIP_PREDICT_ROUTE", "AIP_HEALTH_ROUTE", "SAGEMAKER_BIND_TO_PORT"] {
+    for name in [
+        "AIP_HTTP_PORT",
+        "AIP_PREDICT_ROUTE",
+        "AIP_HEALTH_ROUTE",
+        "SAGEMAKER_BIND_TO_PORT",
+    ] {
         command.env_remove(name);
     }
     command
@@ -39,8 +48,15 @@ fn fine_tuned(dir: &Path) -> PathBuf {
         .env("HPTUNE_OUTPUT_DIR", &out)
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    assert!(out.join("model.safetensors").is_file(), "HPTUNE_OUTPUT_DIR holds the model");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        out.join("model.safetensors").is_file(),
+        "HPTUNE_OUTPUT_DIR holds the model"
+    );
     out
 }
 
@@ -58,7 +74,11 @@ impl Drop for Server {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Starts `serve` on `model` with Vertex AI's variables and waits until its health route
@@ -66,10 +86,19 @@ fn free_port() -> u16 {
 async fn start(model: &Path, extra: &[&str]) -> Server {
     let port = free_port();
     let child = trainer()
-        .args(["serve", "--model-dir", model.to_str().unwrap(), "--host", "127.0.0.1"])
+        .args([
+            "serve",
+            "--model-dir",
+            model.to_str().unwrap(),
+            "--host",
+            "127.0.0.1",
+        ])
         .args(extra)
         .env("AIP_HTTP_PORT", port.to_string())
-        .env("AIP_PREDICT_ROUTE", "/v1/endpoints/e/deployedModels/m:predict")
+        .env(
+            "AIP_PREDICT_ROUTE",
+            "/v1/endpoints/e/deployedModels/m:predict",
+        )
         .env("AIP_HEALTH_ROUTE", "/v1/endpoints/e/deployedModels/m")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -82,7 +111,10 @@ async fn start(model: &Path, extra: &[&str]) -> Server {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let health = client.get(format!("{}/v1/endpoints/e/deployedModels/m", server.base)).send().await;
+        let health = client
+            .get(format!("{}/v1/endpoints/e/deployedModels/m", server.base))
+            .send()
+            .await;
         if health.is_ok_and(|r| r.status() == 200) {
             return server;
         }
@@ -99,7 +131,11 @@ fn predict(model: &Path, texts: &[&str]) -> Vec<Value> {
         .args(texts)
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
@@ -118,11 +154,24 @@ async fn post(base: &str, route: &str, body: Value) -> (u16, Value) {
 async fn both_services_routes_answer_with_predicts_labels_and_scores() {
     let dir = tempfile::tempdir().unwrap();
     let model = fine_tuned(dir.path());
-    let texts = ["desperate not nobody", "cat the weather mat on on weather", "a", ""];
+    let texts = [
+        "desperate not nobody",
+        "cat the weather mat on on weather",
+        "a",
+        "",
+    ];
     let expected = predict(&model, &texts);
     let server = start(&model, &[]).await;
     let client = reqwest::Client::new();
-    assert_eq!(client.get(format!("{}/ping", server.base)).send().await.unwrap().status(), 200);
+    assert_eq!(
+        client
+            .get(format!("{}/ping", server.base))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
 
     let (status, vertex) = post(&server.base, VERTEX, json!({"instances": texts})).await;
     assert_eq!(status, 200, "{vertex}");
@@ -140,17 +189,31 @@ async fn both_services_routes_answer_with_predicts_labels_and_scores() {
     let csv: Value = csv.json().await.unwrap();
     for answer in [&vertex, &sagemaker, &csv] {
         let predictions = answer["predictions"].as_array().unwrap();
-        assert_eq!(predictions.len(), texts.len(), "one prediction per instance");
+        assert_eq!(
+            predictions.len(),
+            texts.len(),
+            "one prediction per instance"
+        );
         for (got, want) in predictions.iter().zip(&expected) {
             assert_eq!(got["label"], want["label"], "{got} against {want}");
             let score = got["score"].as_f64().unwrap();
-            let probability = want["probabilities"][got["label"].as_str().unwrap()].as_f64().unwrap();
-            assert!((score - probability).abs() < 1e-5, "{score} against predict's {probability}");
+            let probability = want["probabilities"][got["label"].as_str().unwrap()]
+                .as_f64()
+                .unwrap();
+            assert!(
+                (score - probability).abs() < 1e-5,
+                "{score} against predict's {probability}"
+            );
         }
     }
 
     // Every label, best first, with top_k: null; the first two with top_k: 2.
-    let (_, all) = post(&server.base, VERTEX, json!({"instances": [texts[0]], "parameters": {"top_k": null}})).await;
+    let (_, all) = post(
+        &server.base,
+        VERTEX,
+        json!({"instances": [texts[0]], "parameters": {"top_k": null}}),
+    )
+    .await;
     let ranked = all["predictions"][0].as_array().unwrap();
     let probabilities = expected[0]["probabilities"].as_object().unwrap();
     assert_eq!(ranked.len(), probabilities.len());
@@ -158,14 +221,26 @@ async fn both_services_routes_answer_with_predicts_labels_and_scores() {
         assert!(pair[0]["score"].as_f64() >= pair[1]["score"].as_f64());
     }
     for entry in ranked {
-        let want = probabilities[entry["label"].as_str().unwrap()].as_f64().unwrap();
+        let want = probabilities[entry["label"].as_str().unwrap()]
+            .as_f64()
+            .unwrap();
         assert!((entry["score"].as_f64().unwrap() - want).abs() < 1e-5);
     }
-    let (_, two) = post(&server.base, VERTEX, json!({"inputs": texts[0], "parameters": {"top_k": 2}})).await;
+    let (_, two) = post(
+        &server.base,
+        VERTEX,
+        json!({"inputs": texts[0], "parameters": {"top_k": 2}}),
+    )
+    .await;
     assert_eq!(two["predictions"][0].as_array().unwrap()[..], ranked[..2]);
 
     // A text pair is classified as the pair.
-    let (status, pair) = post(&server.base, "/invocations", json!({"instances": [{"text": "a", "text_pair": "b"}]})).await;
+    let (status, pair) = post(
+        &server.base,
+        "/invocations",
+        json!({"instances": [{"text": "a", "text_pair": "b"}]}),
+    )
+    .await;
     assert_eq!(status, 200, "{pair}");
 }
 
@@ -173,7 +248,11 @@ async fn both_services_routes_answer_with_predicts_labels_and_scores() {
 async fn every_bad_request_gets_a_4xx_that_says_why_and_the_server_serves_on() {
     let dir = tempfile::tempdir().unwrap();
     let model = fine_tuned(dir.path());
-    let server = start(&model, &["--max-body-bytes", "2000", "--max-instances", "8"]).await;
+    let server = start(
+        &model,
+        &["--max-body-bytes", "2000", "--max-instances", "8"],
+    )
+    .await;
     let client = reqwest::Client::new();
     let raw = |route: &str, content_type: &str, body: Vec<u8>| {
         client
@@ -183,28 +262,107 @@ async fn every_bad_request_gets_a_4xx_that_says_why_and_the_server_serves_on() {
     };
     let json_type = "application/json";
     let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
-        (raw(VERTEX, json_type, b"{\"instances\": [".to_vec()), 400, "the body is not valid JSON"),
-        (raw(VERTEX, json_type, b"".to_vec()), 400, "the body is empty"),
-        (raw(VERTEX, json_type, b"{}".to_vec()), 400, "the body has no \"instances\""),
-        (raw(VERTEX, json_type, b"{\"instances\": []}".to_vec()), 400, "instances: the list is empty"),
-        (raw(VERTEX, json_type, b"{\"instances\": [\"a\", 7]}".to_vec()), 400, "instances[1]: must be a string"),
-        (raw(VERTEX, json_type, b"{\"instances\": [{\"text\": null}]}".to_vec()), 400, "instances[0].text: must be a string"),
-        (raw(VERTEX, json_type, b"{\"instances\": [\"a\"], \"parameters\": {\"top_k\": 0}}".to_vec()), 400, "parameters.top_k"),
-        (raw("/invocations", json_type, serde_json::to_vec(&json!({"instances": vec!["a"; 9]})).unwrap()), 400, "9 inputs in one request: at most 8"),
-        (raw("/invocations", json_type, serde_json::to_vec(&json!({"instances": ["x".repeat(3000)]})).unwrap()), 413, "the body is over 2000 bytes"),
-        (raw("/invocations", "text/csv", b"a,b,c\n".to_vec()), 400, "CSV row 1: 3 columns"),
-        (raw("/invocations", "text/csv", Vec::new()), 400, "the CSV body has no rows"),
-        (raw("/invocations", "application/xml", b"<a/>".to_vec()), 415, "content type 'application/xml' is not served"),
-        (raw(VERTEX, json_type, vec![0xff, 0xfe]), 400, "the body is not valid JSON"),
-        (client.get(format!("{}/invocations", server.base)), 405, "wrong method"),
-        (client.post(format!("{}/nowhere", server.base)), 404, "no such route"),
+        (
+            raw(VERTEX, json_type, b"{\"instances\": [".to_vec()),
+            400,
+            "the body is not valid JSON",
+        ),
+        (
+            raw(VERTEX, json_type, b"".to_vec()),
+            400,
+            "the body is empty",
+        ),
+        (
+            raw(VERTEX, json_type, b"{}".to_vec()),
+            400,
+            "the body has no \"instances\"",
+        ),
+        (
+            raw(VERTEX, json_type, b"{\"instances\": []}".to_vec()),
+            400,
+            "instances: the list is empty",
+        ),
+        (
+            raw(VERTEX, json_type, b"{\"instances\": [\"a\", 7]}".to_vec()),
+            400,
+            "instances[1]: must be a string",
+        ),
+        (
+            raw(
+                VERTEX,
+                json_type,
+                b"{\"instances\": [{\"text\": null}]}".to_vec(),
+            ),
+            400,
+            "instances[0].text: must be a string",
+        ),
+        (
+            raw(
+                VERTEX,
+                json_type,
+                b"{\"instances\": [\"a\"], \"parameters\": {\"top_k\": 0}}".to_vec(),
+            ),
+            400,
+            "parameters.top_k",
+        ),
+        (
+            raw(
+                "/invocations",
+                json_type,
+                serde_json::to_vec(&json!({"instances": vec!["a"; 9]})).unwrap(),
+            ),
+            400,
+            "9 inputs in one request: at most 8",
+        ),
+        (
+            raw(
+                "/invocations",
+                json_type,
+                serde_json::to_vec(&json!({"instances": ["x".repeat(3000)]})).unwrap(),
+            ),
+            413,
+            "the body is over 2000 bytes",
+        ),
+        (
+            raw("/invocations", "text/csv", b"a,b,c\n".to_vec()),
+            400,
+            "CSV row 1: 3 columns",
+        ),
+        (
+            raw("/invocations", "text/csv", Vec::new()),
+            400,
+            "the CSV body has no rows",
+        ),
+        (
+            raw("/invocations", "application/xml", b"<a/>".to_vec()),
+            415,
+            "content type 'application/xml' is not served",
+        ),
+        (
+            raw(VERTEX, json_type, vec![0xff, 0xfe]),
+            400,
+            "the body is not valid JSON",
+        ),
+        (
+            client.get(format!("{}/invocations", server.base)),
+            405,
+            "wrong method",
+        ),
+        (
+            client.post(format!("{}/nowhere", server.base)),
+            404,
+            "no such route",
+        ),
     ];
     for (request, status, message) in cases {
         let response = request.send().await.unwrap();
         assert_eq!(response.status().as_u16(), status, "{message}");
         let body: Value = response.json().await.unwrap();
         let error = body["error"].as_str().unwrap_or_default();
-        assert!(error.starts_with(message), "expected '{message}...', got {body}");
+        assert!(
+            error.starts_with(message),
+            "expected '{message}...', got {body}"
+        );
         // And the server still answers a good request.
         let (ok, answer) = post(&server.base, VERTEX, json!({"instances": ["a good one"]})).await;
         assert_eq!(ok, 200, "{answer}");
@@ -217,7 +375,9 @@ async fn sigterm_during_a_burst_answers_every_request_it_accepted_then_exits() {
     let model = fine_tuned(dir.path());
     let mut server = start(&model, &["--max-batch-size", "4"]).await;
     let client = reqwest::Client::new();
-    let texts: Vec<String> = (0..16).map(|i| format!("cat the weather {i} mat on")).collect();
+    let texts: Vec<String> = (0..16)
+        .map(|i| format!("cat the weather {i} mat on"))
+        .collect();
     let burst: Vec<_> = (0..64)
         .map(|i| {
             let request = client
@@ -251,11 +411,17 @@ async fn sigterm_during_a_burst_answers_every_request_it_accepted_then_exits() {
     }
     assert!(answered > 0, "some requests came in before SIGTERM");
     let status = server.child.wait().unwrap();
-    assert!(status.success(), "serve exits 0 after SIGTERM: {status:?} ({answered} answered, {refused} refused)");
+    assert!(
+        status.success(),
+        "serve exits 0 after SIGTERM: {status:?} ({answered} answered, {refused} refused)"
+    );
 }
 
 /// Sends SIGTERM to `pid`, as both services stop a container.
 fn nix_kill(pid: u32) {
-    let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
 }
