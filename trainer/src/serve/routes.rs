@@ -62,9 +62,29 @@ pub fn router(routes: &Routes, served: Arc<Served>) -> Router {
         .with_state(served)
 }
 
+/// A refused or failed request: its status and the message of its JSON answer
+/// `{"error": message}`.
+struct Refusal {
+    status: StatusCode,
+    message: String,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(json!({"error": self.message}))).into_response()
+    }
+}
+
+fn refusal(status: StatusCode, message: impl Into<String>) -> Refusal {
+    Refusal {
+        status,
+        message: message.into(),
+    }
+}
+
 /// A JSON answer `{"error": message}` with `status`.
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, axum::Json(json!({"error": message.into()}))).into_response()
+    refusal(status, message).into_response()
 }
 
 async fn not_found() -> Response {
@@ -94,7 +114,7 @@ async fn predict(State(served): State<Arc<Served>>, headers: HeaderMap, body: Bo
     };
     let format = match body_format(&headers) {
         Ok(format) => format,
-        Err(response) => return response,
+        Err(refused) => return refused.into_response(),
     };
     let limit = served.max_body_bytes;
     let too_large = || {
@@ -131,12 +151,12 @@ async fn predict(State(served): State<Arc<Served>>, headers: HeaderMap, body: Bo
             )
                 .into_response()
         }
-        Err(response) => response,
+        Err(refused) => refused.into_response(),
     }
 }
 
 /// The format of the body, from its content type: JSON (also when none is given) or CSV.
-fn body_format(headers: &HeaderMap) -> Result<BodyFormat, Response> {
+fn body_format(headers: &HeaderMap) -> Result<BodyFormat, Refusal> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Ok(BodyFormat::Json);
     };
@@ -151,7 +171,7 @@ fn body_format(headers: &HeaderMap) -> Result<BodyFormat, Response> {
     match essence.as_str() {
         "application/json" | "" => Ok(BodyFormat::Json),
         "text/csv" => Ok(BodyFormat::Csv),
-        other => Err(error(
+        other => Err(refusal(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("content type '{other}' is not served: send application/json or text/csv"),
         )),
@@ -159,14 +179,14 @@ fn body_format(headers: &HeaderMap) -> Result<BodyFormat, Response> {
 }
 
 /// The probabilities of the request's inputs, from the inference thread.
-async fn classify(served: &Served, request: &PredictRequest) -> Result<Vec<Vec<f32>>, Response> {
+async fn classify(served: &Served, request: &PredictRequest) -> Result<Vec<Vec<f32>>, Refusal> {
     let (reply, answer) = oneshot::channel();
     let job = Job {
         inputs: request.inputs.clone(),
         reply,
     };
     let gone = || {
-        error(
+        refusal(
             StatusCode::SERVICE_UNAVAILABLE,
             "the model is no longer served",
         )
@@ -176,11 +196,11 @@ async fn classify(served: &Served, request: &PredictRequest) -> Result<Vec<Vec<f
         Ok(probabilities) => Ok(probabilities),
         // The tokenizer refused an input: the input is what is wrong.
         Err(e @ TrainerError::Tokenizer { .. }) => {
-            Err(error(StatusCode::BAD_REQUEST, e.to_string()))
+            Err(refusal(StatusCode::BAD_REQUEST, e.to_string()))
         }
         Err(e) => {
             tracing::error!("prediction failed: {e}");
-            Err(error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+            Err(refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
         }
     }
 }
