@@ -121,10 +121,8 @@ mod tests {
 
     fn trial(number: u64, state: TrialState, value: Option<f64>) -> TrialRecord {
         TrialRecord {
-            state,
-            value,
             artifact_dir: Some(format!("m/trial-{number}")),
-            ..TrialRecord::for_test(number)
+            ..TrialRecord::in_state(number, state, value)
         }
     }
 

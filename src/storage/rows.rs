@@ -156,6 +156,15 @@ impl TrialRecord {
             artifact_removed_at: None,
         }
     }
+
+    /// Trial `number` in `state` with `value`, as [`TrialRecord::for_test`] otherwise.
+    pub(crate) fn in_state(number: u64, state: TrialState, value: Option<f64>) -> Self {
+        TrialRecord {
+            state,
+            value,
+            ..TrialRecord::for_test(number)
+        }
+    }
 }
 
 /// A study with its trial counts and best value.

@@ -139,15 +139,9 @@ pub struct PredictArgs {
     /// A file with one text per line (instead of, or besides, TEXT arguments).
     #[arg(long)]
     pub file: Option<PathBuf>,
-    /// cpu, cuda or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// burn CPU backend.
-    #[arg(long, alias = "cpu_backend", value_enum, default_value = "flex")]
-    pub cpu_backend: CpuBackend,
-    /// Maximal tokens per text.
-    #[arg(long, alias = "max_seq_len", default_value_t = 128)]
-    pub max_seq_len: usize,
+    /// Where and how the model runs.
+    #[command(flatten)]
+    pub inference: InferenceArgs,
     /// Batch size.
     #[arg(long, alias = "batch_size", default_value_t = 32)]
     pub batch_size: usize,
@@ -172,15 +166,9 @@ pub struct ServeArgs {
     /// Port [default: AIP_HTTP_PORT, else SAGEMAKER_BIND_TO_PORT, else 8080].
     #[arg(long)]
     pub port: Option<u16>,
-    /// cpu, cuda or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// burn CPU backend.
-    #[arg(long, alias = "cpu_backend", value_enum, default_value = "flex")]
-    pub cpu_backend: CpuBackend,
-    /// Maximal tokens per text (pair), special tokens included; longer texts are truncated.
-    #[arg(long, alias = "max_seq_len", default_value_t = 128)]
-    pub max_seq_len: usize,
+    /// Where and how the model runs.
+    #[command(flatten)]
+    pub inference: InferenceArgs,
     /// The most inputs classified in one forward pass, from one request or several.
     #[arg(long, alias = "max_batch_size", default_value_t = 32)]
     pub max_batch_size: usize,
@@ -194,4 +182,18 @@ pub struct ServeArgs {
     /// The most inputs in one request (more get 400).
     #[arg(long, alias = "max_instances", default_value_t = 1024)]
     pub max_instances: usize,
+}
+
+/// Where and how a saved model classifies: the flags `predict` and `serve` share.
+#[derive(Debug, Args, Clone)]
+pub struct InferenceArgs {
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// burn CPU backend.
+    #[arg(long, alias = "cpu_backend", value_enum, default_value = "flex")]
+    pub cpu_backend: CpuBackend,
+    /// Maximal tokens per text (pair), special tokens included; longer texts are truncated.
+    #[arg(long, alias = "max_seq_len", default_value_t = 128)]
+    pub max_seq_len: usize,
 }

@@ -37,8 +37,8 @@ pub fn train(args: &TrainArgs) -> Result<EvalMetrics> {
 
 /// Classifies texts with a fine-tuned checkpoint folder.
 pub fn predict(args: &PredictArgs) -> Result<Vec<Prediction>> {
-    let device: DeviceChoice = args.device.parse()?;
-    dispatch(device, args.cpu_backend, PredictTask(args))
+    let device: DeviceChoice = args.inference.device.parse()?;
+    dispatch(device, args.inference.cpu_backend, PredictTask(args))
 }
 
 fn validate(args: &TrainArgs) -> Result<()> {
@@ -204,8 +204,11 @@ impl BackendTask for PredictTask<'_> {
     fn run<B: TrainBackend>(self, device: B::Device) -> Result<Vec<Prediction>> {
         let args = self.0;
         let texts = collect_texts(args)?;
-        let classifier =
-            Classifier::<B::InnerBackend>::load(&args.model_dir, args.max_seq_len, device)?;
+        let classifier = Classifier::<B::InnerBackend>::load(
+            &args.model_dir,
+            args.inference.max_seq_len,
+            device,
+        )?;
         let inputs: Vec<TextInput> = texts
             .iter()
             .map(|text| TextInput {

@@ -154,11 +154,14 @@ async fn post(base: &str, route: &str, body: Value) -> (u16, Value) {
 async fn both_services_routes_answer_with_predicts_labels_and_scores() {
     let dir = tempfile::tempdir().unwrap();
     let model = fine_tuned(dir.path());
+    // The last is longer than --max-seq-len: truncated, by both, as documented.
+    let long = "cat the weather mat on ".repeat(200);
     let texts = [
         "desperate not nobody",
         "cat the weather mat on on weather",
         "a",
         "",
+        long.as_str(),
     ];
     let expected = predict(&model, &texts);
     let server = start(&model, &[]).await;
@@ -373,7 +376,13 @@ async fn every_bad_request_gets_a_4xx_that_says_why_and_the_server_serves_on() {
 async fn sigterm_during_a_burst_answers_every_request_it_accepted_then_exits() {
     let dir = tempfile::tempdir().unwrap();
     let model = fine_tuned(dir.path());
-    let mut server = start(&model, &["--max-batch-size", "4"]).await;
+    // Requests wait up to 300 ms to share a batch: those received before SIGTERM, 20 ms into
+    // the burst, are still in flight when it comes.
+    let mut server = start(
+        &model,
+        &["--max-batch-size", "4096", "--max-batch-wait-ms", "300"],
+    )
+    .await;
     let client = reqwest::Client::new();
     let texts: Vec<String> = (0..16)
         .map(|i| format!("cat the weather {i} mat on"))
@@ -410,6 +419,7 @@ async fn sigterm_during_a_burst_answers_every_request_it_accepted_then_exits() {
         }
     }
     assert!(answered > 0, "some requests came in before SIGTERM");
+    assert!(refused > 0, "some came after it, and were refused");
     let status = server.child.wait().unwrap();
     assert!(
         status.success(),

@@ -80,7 +80,7 @@ impl Endpoint {
 
 /// Serves the model of `args.model_dir` until SIGTERM or Ctrl-C.
 pub fn serve(args: &ServeArgs) -> Result<()> {
-    let device: DeviceChoice = args.device.parse()?;
+    let device: DeviceChoice = args.inference.device.parse()?;
     if args.max_batch_size == 0 {
         return Err(TrainerError::InvalidArgument {
             flag: "max-batch-size",
@@ -92,7 +92,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     let (loaded_tx, loaded_rx) = mpsc::sync_channel(1);
     let task = InferenceTask {
         model_dir: args.model_dir.clone(),
-        max_seq_len: args.max_seq_len,
+        max_seq_len: args.inference.max_seq_len,
         batching: Batching {
             max_batch_size: args.max_batch_size,
             max_wait: Duration::from_millis(args.max_batch_wait_ms),
@@ -100,7 +100,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         jobs: queue,
         loaded: loaded_tx,
     };
-    let cpu = args.cpu_backend;
+    let cpu = args.inference.cpu_backend;
     let inference = std::thread::Builder::new()
         .name("inference".into())
         .spawn(move || dispatch(device, cpu, task))
