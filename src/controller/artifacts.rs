@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::Run;
 use crate::executor::attempt_stem;
-use crate::storage::{StorageError, TrialRecord, best_first};
+use crate::storage::{StorageError, TrialRecord, TrialState, best_first};
 use crate::study::{Goal, Study};
 
 /// Where the trials' models go and which are kept.
@@ -59,8 +59,12 @@ pub fn doomed<'a>(
     pinned: &BTreeSet<u64>,
 ) -> Vec<&'a TrialRecord> {
     let trials: Vec<&TrialRecord> = trials.collect();
-    let owned: Vec<TrialRecord> = trials.iter().map(|t| (*t).clone()).collect();
-    let best: BTreeSet<u64> = best_first(&owned, goal, keep_best.get())
+    let succeeded: Vec<TrialRecord> = trials
+        .iter()
+        .filter(|t| t.state == TrialState::Succeeded)
+        .map(|t| (*t).clone())
+        .collect();
+    let best: BTreeSet<u64> = best_first(&succeeded, goal, keep_best.get())
         .iter()
         .map(|t| t.number)
         .collect();
@@ -74,11 +78,17 @@ pub fn doomed<'a>(
 
 impl Run<'_> {
     /// Removes the model folders of the trials [`doomed`] names (the ends of this controller's
-    /// trials are all written by now), and records it with their rows.
+    /// trials are all written by now), and records it with their rows; only when a trial has
+    /// ended since the last time.
     pub(super) async fn prune_artifacts(&mut self) -> Result<(), StorageError> {
         let Some(keep_best) = self.plan.artifacts.keep_best else {
             return Ok(());
         };
+        let ended = self.view.trials().filter(|t| t.state.is_finished()).count();
+        if ended == self.ended_at_pruning {
+            return Ok(());
+        }
+        self.ended_at_pruning = ended;
         let goal = self.study.objective.goal;
         let doomed: Vec<TrialRecord> = doomed(
             self.view.trials(),
@@ -98,7 +108,7 @@ impl Run<'_> {
                     ),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => {
-                        // Kept on record: the next pass tries again.
+                        // Kept on record: tried again when the next trial ends.
                         tracing::warn!(
                             "trial {}: cannot remove its model {dir}: {e}",
                             trial.number
@@ -117,7 +127,6 @@ impl Run<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::TrialState;
 
     fn trial(number: u64, state: TrialState, value: Option<f64>) -> TrialRecord {
         TrialRecord {

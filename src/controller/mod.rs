@@ -175,6 +175,9 @@ struct Run<'a> {
     gpus: Option<GpuPool>,
     /// Trials of this controller waiting for free GPUs, in order.
     waiting: VecDeque<Waiting>,
+    /// How many trials of the view had ended when models were last removed (`keep_best`):
+    /// the models to remove change only when another trial ends.
+    ended_at_pruning: usize,
 }
 
 /// Runs (or continues) `study` until its plan says to stop.
@@ -205,6 +208,7 @@ pub async fn run(
         ends: Vec::new(),
         gpus: plan.gpus.clone().map(GpuPool::new),
         waiting: VecDeque::new(),
+        ended_at_pruning: 0,
     };
     storage.refresh(&mut run.view).await?;
     let adopted = storage
