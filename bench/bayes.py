@@ -41,11 +41,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import venv
 from pathlib import Path
 
-import pyenv
-
 ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / "bench" / ".venv"
 RESULTS = ROOT / "bench" / "results"
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 if not TARGET.is_absolute():
@@ -72,11 +72,22 @@ MODES = {"sequential": 1, "parallel": 4, "async": 4}
 
 
 def ensure_venv():
-    """Re-runs this script inside bench/.venv with Optuna, scipy, torch and BoTorch."""
-    # greenlet lets Optuna's GPSampler batch its L-BFGS-B runs (it warns and runs slower
-    # without it).
-    pyenv.ensure_venv(["optuna", "scipy", "torch", "greenlet", "botorch"],
-                      ["optuna", "scipy", "numpy", "greenlet", "torch", "botorch"])
+    """Re-runs this script inside bench/.venv, creating it first if needed."""
+    if Path(sys.prefix).resolve() == VENV.resolve():
+        return
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        print(f"creating {VENV} ...", file=sys.stderr)
+        venv.create(VENV, with_pip=True)
+    check = subprocess.run([python, "-c", "import optuna, scipy, torch, greenlet, botorch"],
+                           capture_output=True)
+    if check.returncode != 0:
+        print("installing optuna, scipy, torch, botorch into bench/.venv ...", file=sys.stderr)
+        # greenlet lets Optuna's GPSampler batch its L-BFGS-B runs (it warns and runs
+        # slower without it).
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "optuna", "scipy", "numpy",
+                        "greenlet", "torch", "botorch"], check=True)
+    os.execv(python, [str(python), *sys.argv])
 
 
 def build():

@@ -2,7 +2,7 @@
 behind a minimal Python HTTP server: the same fine-tuned model, the same machine, the same run.
 
 One command: `python3 bench/serve_load.py [--model DIR] [--seconds N]`. It creates bench/.venv
-with torch and transformers (bench/pyenv.py), fine-tunes the model briefly with
+with torch and transformers (bench/bench_venv.py), fine-tunes the model briefly with
 hptune-trainer (all-MiniLM-L6-v2 from scripts/fetch-model.sh by default; a classifier needs a
 head, and both servers then load the same folder), starts each server in turn on loopback and
 drives it with `wrk` (Debian's package) from a second process: one connection (p50 and p99
@@ -20,7 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pyenv
+import bench_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -130,7 +130,7 @@ def main():
     parser.add_argument("--seconds", type=int, default=15)
     parser.add_argument("--max-batch-size", type=int, default=16)
     args = parser.parse_args()
-    pyenv.ensure_venv(["torch", "transformers"], ["torch", "transformers"])
+    bench_venv.ensure(["torch", "transformers"], "torch, transformers")
     trainer = build()
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)

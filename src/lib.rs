@@ -6,11 +6,15 @@
 //! [`gpus`]), reads what they report ([`report`]),
 //! stops unpromising trials early ([`study::stopping`]) and records everything in
 //! [`storage`]. Inside a remote job, the relay ([`executor::relay`]) runs the worker and
-//! writes what it reports into the storage.
+//! writes what it reports into the storage. The [`dashboard`] and [`plot`] show studies as
+//! figures; [`importance`] says which parameters matter.
 
 pub mod controller;
+pub mod dashboard;
 pub mod executor;
 pub mod gpus;
+pub mod importance;
+pub mod plot;
 pub mod report;
 pub mod sampler;
 pub mod spec;

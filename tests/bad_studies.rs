@@ -215,11 +215,48 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
         ),
         (
             "unknown executor",
-            edit(
-                "  timeout: 10s",
-                "  timeout: 10s\n  executor: {kind: slurm}",
-            ),
-            "trial.executor.kind: 'slurm' is not an executor: use local, vertex, kubernetes or sagemaker",
+            edit("  timeout: 10s", "  timeout: 10s\n  executor: {kind: lsf}"),
+            "trial.executor.kind: 'lsf' is not an executor: use local, vertex, kubernetes, sagemaker or slurm",
+        ),
+        (
+            "a field of a cloud engine in a Slurm block",
+            executor("kind: slurm\n    image: i"),
+            "trial.executor.image: does not apply to the slurm executor",
+        ),
+        (
+            "negative Slurm GPUs",
+            executor("kind: slurm\n    gpus: -1"),
+            "study.yaml:30:11: trial.executor.gpus: must be >= 0, got -1",
+        ),
+        (
+            "Slurm CPUs that are not a number",
+            executor("kind: slurm\n    cpus_per_task: four"),
+            "study.yaml:30:20: trial.executor.cpus_per_task: invalid type: string \"four\", expected i64",
+        ),
+        (
+            "a Slurm memory size with a unit sbatch does not take",
+            executor("kind: slurm\n    mem: 16GB"),
+            "study.yaml:30:10: trial.executor.mem: '16GB' is not a memory size as Slurm writes it",
+        ),
+        (
+            "a Slurm time limit that is not a duration",
+            executor("kind: slurm\n    time: two hours"),
+            "study.yaml:30:11: trial.executor.time: 'two hours' is not a duration",
+        ),
+        (
+            "a Slurm partition with a space",
+            executor("kind: slurm\n    partition: 'gpu a100'"),
+            "study.yaml:30:16: trial.executor.partition: 'gpu a100' is not a Slurm name",
+        ),
+        (
+            "an sbatch option hptune sets itself",
+            executor("kind: slurm\n    extra_args: [--exclusive, --output=mine.log]"),
+            "study.yaml:30:31: trial.executor.extra_args[1]: hptune sets --output itself",
+        ),
+        (
+            "a word of extra_args that is not an option",
+            executor("kind: slurm\n    extra_args: [--nodelist, n1]"),
+            "trial.executor.extra_args[1]: 'n1' is not an sbatch option",
         ),
         (
             "vertex executor without its project",
@@ -422,6 +459,14 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
                 "  timeout: 10s\n  resources: {gpus: 1}\n  executor: {kind: kubernetes, image: i}",
             ),
             "trial.resources.gpus: is for local workers; a kubernetes job asks for GPUs in trial.executor: resources: {gpu: 1}",
+        ),
+        (
+            "GPUs of a Slurm job asked for as a local worker's",
+            edit(
+                "  timeout: 10s",
+                "  timeout: 10s\n  resources: {gpus: 1}\n  executor: {kind: slurm}",
+            ),
+            "trial.resources.gpus: is for local workers; a slurm job asks for GPUs in trial.executor: gpus: 1",
         ),
     ]
 }

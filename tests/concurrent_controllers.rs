@@ -163,12 +163,26 @@ fn stop_a_controller(scratch: &Scratch, sleep: &str) -> (Stale, Child) {
         .spawn()
         .unwrap();
     wait_until("the worker starts", || starts.exists());
-    signal(&stopped, Signal::SIGSTOP);
+    stop_between_transactions(scratch, &stopped, &name);
     scratch.execute(&format!(
         "UPDATE trials SET owner = 'elsewhere:1@1', heartbeat_at = '2000-01-01T00:00:00.000Z'
          WHERE study_id = (SELECT id FROM studies WHERE name = '{name}')"
     ));
     (Stale { name, path, starts }, stopped)
+}
+
+/// Stops `child` where it holds no lock on the study: SIGSTOP lands anywhere, and a
+/// controller stopped inside a transaction would keep the study locked from the one that is
+/// to take its trial over (for as long as it stays stopped).
+fn stop_between_transactions(scratch: &Scratch, child: &Child, name: &str) {
+    loop {
+        signal(child, Signal::SIGSTOP);
+        if scratch.study_is_unlocked(name) {
+            return;
+        }
+        signal(child, Signal::SIGCONT);
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn wait_until(what: &str, done: impl Fn() -> bool) {

@@ -1,6 +1,8 @@
 //! Commands of the `hptune` binary: each file declares one command's work; this one holds the
 //! flags and the mapping of failures to exit codes.
 
+mod dashboard;
+mod plot;
 mod progress;
 mod relay;
 mod run;
@@ -8,6 +10,7 @@ mod show;
 mod table;
 
 use std::fmt;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -53,6 +56,10 @@ enum Command {
         /// Directory of the workers' logs and metrics files.
         #[arg(long, default_value = DEFAULT_LOG_DIR)]
         log_dir: PathBuf,
+        /// Run the trials here (local) or as jobs of this engine instead of the study's
+        /// executor; an engine other than local needs its block in the study file.
+        #[arg(long, value_parser = parse_executor)]
+        executor: Option<ExecutorKind>,
         #[command(flatten)]
         gpus: GpusArg,
         #[command(flatten)]
@@ -88,6 +95,33 @@ enum Command {
         /// Print the folder of the best trial's model instead (fails when it was not kept).
         #[arg(long, conflicts_with = "format")]
         artifact: bool,
+    },
+    /// Serve a read-only web dashboard of the database's studies, updated as they run.
+    Dashboard {
+        /// The address to listen on; other than a loopback one, it needs --token.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: IpAddr,
+        /// The port (0: any free one; the address is printed).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// A secret every request must carry (`?token=` once in a browser, or
+        /// `Authorization: Bearer`).
+        #[arg(long, env = "HPTUNE_DASHBOARD_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+    /// Draw one figure of a study into an SVG or HTML file.
+    Plot {
+        /// The study's name, or its study file.
+        study: String,
+        /// The figure.
+        #[arg(long, value_parser = parse_kind)]
+        kind: hptune::plot::Kind,
+        /// The file to write: .svg or .html.
+        #[arg(long)]
+        out: PathBuf,
+        /// The history's horizontal axis.
+        #[arg(long, value_enum, default_value_t = HistoryBy::Number)]
+        by: HistoryBy,
     },
     /// Run one trial by hand with the given hyperparameters, recorded in the study.
     Trial {
@@ -162,6 +196,24 @@ pub enum TrialsFormat {
     Csv,
 }
 
+/// What the history figure's horizontal axis counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HistoryBy {
+    /// Trial numbers.
+    Number,
+    /// Time since the first trial started.
+    Time,
+}
+
+impl From<HistoryBy> for hptune::plot::HistoryX {
+    fn from(by: HistoryBy) -> Self {
+        match by {
+            HistoryBy::Number => hptune::plot::HistoryX::Number,
+            HistoryBy::Time => hptune::plot::HistoryX::Time,
+        }
+    }
+}
+
 /// How `best` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BestFormat {
@@ -174,6 +226,10 @@ pub enum BestFormat {
 fn parse_executor(text: &str) -> Result<ExecutorKind, String> {
     ExecutorKind::parse(text)
         .ok_or_else(|| format!("'{text}' is not an executor: use {}", ExecutorKind::NAMES))
+}
+
+fn parse_kind(text: &str) -> Result<hptune::plot::Kind, String> {
+    text.parse()
 }
 
 fn parse_state(text: &str) -> Result<TrialState, String> {
@@ -224,6 +280,7 @@ impl From<StorageError> for Failure {
     fn from(e: StorageError) -> Self {
         match e {
             StorageError::BadUrl(_)
+            | StorageError::Missing(_)
             | StorageError::SpaceChanged(_)
             | StorageError::ObjectiveChanged { .. } => Failure::BadInput(e.to_string()),
             _ => Failure::Other(e.to_string()),
@@ -264,10 +321,11 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Run {
             study,
             log_dir,
+            executor,
             gpus,
             artifacts,
             keep,
-        } => run::run_study(&study, &url, &log_dir, &gpus, &artifacts, &keep).await,
+        } => run::run_study(&study, &url, &log_dir, executor, &gpus, &artifacts, &keep).await,
         Command::Trial {
             study,
             params,
@@ -301,6 +359,15 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             state,
             format,
         } => show::trials(&open_existing(&url).await?, &study, best, state, format).await,
+        Command::Dashboard { host, port, token } => {
+            dashboard::dashboard(&url, host, port, token).await
+        }
+        Command::Plot {
+            study,
+            kind,
+            out,
+            by,
+        } => plot::plot(&url, &study, kind, by.into(), &out).await,
         Command::Best {
             study,
             format,

@@ -23,16 +23,18 @@ const INTERRUPTED: u8 = 130;
 /// How many of the best trials are shown when a study ends.
 const TOP_TRIALS: usize = 5;
 
-/// Runs or continues the study of `path`.
+/// Runs or continues the study of `path`, through `executor_kind` (`--executor`) instead of
+/// the study's executor when it is given.
 pub async fn run_study(
     path: &Path,
     url: &StorageUrl,
     log_dir: &Path,
+    executor_kind: Option<ExecutorKind>,
     gpus: &GpusArg,
     artifacts: &ArtifactsArg,
     keep: &[u64],
 ) -> Result<ExitCode, Failure> {
-    let study = load_checked(path, url, None)?;
+    let study = load_checked(path, url, executor_kind)?;
     let mut sampler = sampler::for_study(&study)
         .map_err(|e| Failure::BadInput(format!("{}: {e}", path.display())))?;
     let mut artifacts = artifact_plan(&study, log_dir, artifacts)?;
@@ -97,8 +99,8 @@ pub async fn run_trial(
 }
 
 /// Reads the study file and checks what can be checked before anything runs: a local
-/// worker's program, a remote executor's storage. `executor` (`hptune trial --executor`)
-/// replaces the study's executor: local always, another engine if the file configures it.
+/// worker's program, a remote executor's storage. `executor` (`--executor`) replaces the
+/// study's executor: local always, another engine if the file configures it.
 fn load_checked(
     path: &Path,
     url: &StorageUrl,
@@ -195,9 +197,8 @@ fn executor(
     url: &StorageUrl,
     path: &Path,
 ) -> Result<Arc<dyn Executor>, Failure> {
-    for_study(&study.trial.executor, storage, url).map_err(|message| {
-        Failure::BadInput(format!("{}: trial.executor: {message}", path.display()))
-    })
+    for_study(&study.trial.executor, storage, url)
+        .map_err(|message| Failure::BadInput(format!("{}: {message}", path.display())))
 }
 
 /// Runs the controller with a display, stopping workers on Ctrl-C or SIGTERM.

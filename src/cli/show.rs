@@ -252,7 +252,7 @@ fn stored_space(study: &StudyRecord) -> Result<Space, Failure> {
 }
 
 /// The study named `name`, or the study of the study file `name`.
-async fn find(storage: &Storage, name: &str) -> Result<StudyRecord, Failure> {
+pub(super) async fn find(storage: &Storage, name: &str) -> Result<StudyRecord, Failure> {
     let path = Path::new(name);
     let name = if path.is_file() && (name.ends_with(".yaml") || name.ends_with(".yml")) {
         spec::load_name(path)?

@@ -498,14 +498,17 @@ impl Run<'_> {
             trial.number,
             trial.attempt,
         );
-        // A remote worker saves where its engine says; a local one in its attempt's folder.
+        // A remote worker saves where its engine says; a local one, or a Slurm one on the
+        // shared filesystem, in its attempt's folder.
         let output_dir = match (&study.trial.executor, &trial.artifact_dir) {
-            (ExecutorSpec::Local, Some(recorded)) => Some(PathBuf::from(recorded)),
-            (ExecutorSpec::Local, None) => Some(self.plan.artifacts.attempt_dir(
-                &study.name,
-                trial.number,
-                trial.attempt,
-            )),
+            (ExecutorSpec::Local | ExecutorSpec::Slurm(_), Some(recorded)) => {
+                Some(PathBuf::from(recorded))
+            }
+            (ExecutorSpec::Local | ExecutorSpec::Slurm(_), None) => Some(
+                self.plan
+                    .artifacts
+                    .attempt_dir(&study.name, trial.number, trial.attempt),
+            ),
             _ => None,
         };
         TrialJob {

@@ -1,11 +1,15 @@
 //! How a trial worker runs. The controller hands an [`Executor`] a [`TrialJob`] and gets back
 //! events while it runs and a [`WorkerOutcome`] at the end. Local processes are
-//! [`LocalExecutor`]; each cloud engine (`vertex.rs`, `kubernetes.rs`, `sagemaker.rs`) is one
+//! [`LocalExecutor`]; Slurm jobs, read through a shared filesystem, are [`SlurmExecutor`];
+//! each cloud engine (`vertex.rs`, `kubernetes.rs`, `sagemaker.rs`) is one
 //! file implementing `remote::Engine`, driven by [`RemoteExecutor`].
 
+mod follow;
 mod local;
+mod output;
 pub mod process;
 mod remote;
+mod slurm;
 
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
@@ -16,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 
 pub use local::LocalExecutor;
 pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study, relay};
+pub use slurm::SlurmExecutor;
 
 use crate::gpus::Device;
 use crate::report::Measurement;
@@ -39,8 +44,8 @@ pub struct TrialJob {
     pub log_path: PathBuf,
     /// Where the worker may write cloudml-hypertune's metrics file.
     pub metrics_path: PathBuf,
-    /// The attempt's model folder (`HPTUNE_OUTPUT_DIR`), created before a local worker
-    /// starts; `None` for a remote worker, which saves where its engine says.
+    /// The attempt's model folder (`HPTUNE_OUTPUT_DIR`), created before a local or Slurm
+    /// worker starts; `None` for a remote worker, which saves where its engine says.
     pub output_dir: Option<PathBuf>,
     /// Wall-clock limit.
     pub timeout: Option<Duration>,
@@ -60,6 +65,17 @@ pub struct TrialJob {
     /// The open lock files of the trial's GPUs, which a local worker inherits (see
     /// [`crate::gpus::Lease::lock_fds`]); empty for a trial without GPUs.
     pub gpu_locks: Vec<RawFd>,
+}
+
+impl TrialJob {
+    /// Creates the attempt's model folder, if it has one, before its worker starts.
+    pub fn create_output_dir(&self) -> Result<(), String> {
+        match &self.output_dir {
+            Some(dir) => std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create the model folder {}: {e}", dir.display())),
+            None => Ok(()),
+        }
+    }
 }
 
 /// How a trial's worker comes to run.
@@ -139,6 +155,15 @@ impl WorkerEnd {
             WorkerEnd::Vanished | WorkerEnd::Preempted(_) => true,
             _ => false,
         }
+    }
+
+    /// The end of a worker killed by signal `signal`, named as `kill -l` names it.
+    pub fn killed_by(signal: i32) -> Self {
+        WorkerEnd::Killed(
+            nix::sys::signal::Signal::try_from(signal)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {signal}")),
+        )
     }
 }
 

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use super::raw::{RawKind, RawKubernetes, RawRemote, RawSageMaker, RawSecretRef, RawVertex};
+use super::raw::{
+    RawKind, RawKubernetes, RawRemote, RawSageMaker, RawSecretRef, RawSlurm, RawVertex,
+};
 use super::{Checker, block};
 use crate::study::{
     Accelerator, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings, Resources,
@@ -22,8 +24,13 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 const PATH: [&str; 2] = ["trial", "executor"];
 
 impl Checker<'_> {
-    /// Checks the executor block (absent: local).
-    pub(super) fn executor(&mut self, raw: Option<&RawKind>) -> Option<ExecutorSpec> {
+    /// Checks the executor block (absent: local); `timeout` is the trial's, the default
+    /// time limit of a Slurm job.
+    pub(super) fn executor(
+        &mut self,
+        raw: Option<&RawKind>,
+        timeout: Option<Duration>,
+    ) -> Option<ExecutorSpec> {
         let Some(raw) = raw else {
             return Some(ExecutorSpec::Local);
         };
@@ -62,6 +69,10 @@ impl Checker<'_> {
                 let remote = self.remote_settings(kind);
                 let raw = self.block(&PATH)?;
                 self.sagemaker(&raw, remote).map(ExecutorSpec::SageMaker)
+            }
+            ExecutorKind::Slurm => {
+                let raw = self.block(&PATH)?;
+                self.slurm(&raw, timeout).map(ExecutorSpec::Slurm)
             }
         };
         spec.filter(|_| fields_ok)
@@ -262,14 +273,15 @@ impl Checker<'_> {
     }
 }
 
-/// The fields a kind takes besides `kind`: its engine's own and, for a remote engine, the
-/// ones every remote engine takes.
+/// The fields a kind takes besides `kind`: its engine's own and, for a cloud engine, the
+/// ones every cloud engine takes.
 fn fields_of(kind: ExecutorKind) -> Vec<&'static str> {
     let own = match kind {
         ExecutorKind::Local => return Vec::new(),
         ExecutorKind::Vertex => block::fields::<RawVertex>(),
         ExecutorKind::Kubernetes => block::fields::<RawKubernetes>(),
         ExecutorKind::SageMaker => block::fields::<RawSageMaker>(),
+        ExecutorKind::Slurm => return block::fields::<RawSlurm>().to_vec(),
     };
     [block::fields::<RawRemote>(), own].concat()
 }

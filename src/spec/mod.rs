@@ -12,6 +12,7 @@ mod executor;
 mod locate;
 mod parameters;
 mod raw;
+mod slurm;
 mod trial;
 
 use std::fmt;

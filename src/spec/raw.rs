@@ -255,6 +255,21 @@ pub struct RawSageMaker {
     pub output_path: Option<String>,
 }
 
+/// `kind: slurm`: a Slurm batch job.
+#[derive(Debug, Deserialize)]
+pub struct RawSlurm {
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub time: Option<String>,
+    pub cpus_per_task: Option<i64>,
+    pub mem: Option<String>,
+    pub gpus: Option<i64>,
+    pub constraint: Option<String>,
+    pub extra_args: Option<Vec<String>>,
+    pub poll_interval: Option<String>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSecretRef {

@@ -40,7 +40,7 @@ impl Checker<'_> {
         }
         let timeout = self.duration("trial.timeout", raw.timeout.as_deref());
         let grace = self.duration("trial.grace_period", raw.grace_period.as_deref());
-        let executor = self.executor(raw.executor.as_ref());
+        let executor = self.executor(raw.executor.as_ref(), timeout.flatten());
         let gpus = self.gpus(raw.resources.as_ref(), executor.as_ref());
         if let Some(Some(_)) = gpus {
             for name in DEVICE_VARIABLES
@@ -103,6 +103,7 @@ impl Checker<'_> {
             Some(ExecutorSpec::Vertex(_)) => Some("accelerator: {type: NVIDIA_TESLA_T4, count: 1}"),
             Some(ExecutorSpec::Kubernetes(_)) => Some("resources: {gpu: 1}"),
             Some(ExecutorSpec::SageMaker(_)) => Some("a GPU instance_type, e.g. ml.g5.xlarge"),
+            Some(ExecutorSpec::Slurm(_)) => Some("gpus: 1"),
         };
         if let (Some(engine_field), Some(engine)) = (engine_field, executor) {
             self.report(

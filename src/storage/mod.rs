@@ -9,6 +9,8 @@
 mod artifacts;
 mod claim;
 mod ends;
+mod follow;
+mod read_only;
 mod relayed;
 mod rows;
 mod trials;
@@ -25,8 +27,12 @@ use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 use crate::study::{Goal, Study};
 pub use claim::{Budget, Claim, ClaimError};
 pub use ends::TrialEnd;
-use rows::trial_columns;
-pub use rows::{StudyRecord, StudySummary, TrialRecord, TrialState};
+pub use follow::StudyFollower;
+pub use rows::{
+    AttemptRecord, MeasurementRecord, StudyOverview, StudyRecord, StudySummary, TrialRecord,
+    TrialState,
+};
+use rows::{study_columns, trial_columns};
 pub use trials::NextAttempt;
 pub use url::{DEFAULT_STORAGE, StorageUrl};
 pub use view::StudyView;
@@ -44,6 +50,19 @@ pub enum StorageError {
         url: String,
         /// The driver's error.
         source: sqlx::Error,
+    },
+    /// There is no database file to read (reading never creates one).
+    #[error(
+        "no database at {0}: run a study first, or name the database with --storage or HPTUNE_STORAGE"
+    )]
+    Missing(String),
+    /// The database's schema is not the one this hptune reads (reading never migrates).
+    #[error("the database {url} {problem}")]
+    Schema {
+        /// The database, without credentials.
+        url: String,
+        /// What is wrong with its schema.
+        problem: String,
     },
     /// A query failed.
     #[error("database error while {doing}: {source}")]
@@ -155,16 +174,12 @@ impl Storage {
     /// Opens (creating it if needed, unless the URL's `mode` says otherwise) the database at
     /// `url` and brings its schema up to date.
     pub async fn open(url: &StorageUrl) -> Result<Self, StorageError> {
-        sqlx::any::install_default_drivers();
+        let options = connect_options(url, &url.connect_string())?;
         let open_error = |source| StorageError::Open {
             url: url.to_string(),
             source,
         };
         let dialect = Dialect::of(url);
-        // sqlx logs every statement whole; the slow ones are warned about by `warn_if_slow`.
-        let options = AnyConnectOptions::from_str(&url.connect_string())
-            .map_err(open_error)?
-            .disable_statement_logging();
         // sqlx's pool tries a refused connection or a failed set-up again until its acquire
         // timeout, logging each try, and then says only that it timed out: one connection
         // first says at once what is wrong.
@@ -237,9 +252,11 @@ impl Storage {
 
     /// The study called `name`, if any.
     pub async fn find_study(&self, name: &str) -> Result<Option<StudyRecord>, StorageError> {
-        let row = sqlx::query(
-            "SELECT id, name, metric, goal, spec, space, created_at FROM studies WHERE name = $1",
-        )
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            study_columns!(),
+            " FROM studies WHERE name = $1"
+        ))
         .bind(name)
         .fetch_optional(&self.pool)
         .await
@@ -247,17 +264,24 @@ impl Storage {
         row.as_ref().map(StudyRecord::from_row).transpose()
     }
 
-    /// Every study with its trial counts and best value, in creation order.
-    pub async fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
-        let rows = sqlx::query(
-            "SELECT id, name, metric, goal, spec, space, created_at FROM studies ORDER BY id",
-        )
+    /// Every study, in creation order.
+    pub async fn study_records(&self) -> Result<Vec<StudyRecord>, StorageError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            study_columns!(),
+            " FROM studies ORDER BY id"
+        ))
         .fetch_all(&self.pool)
         .await
         .map_err(query_error("listing studies"))?;
-        let mut summaries = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let study = StudyRecord::from_row(row)?;
+        rows.iter().map(StudyRecord::from_row).collect()
+    }
+
+    /// Every study with its trial counts and best value, in creation order.
+    pub async fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
+        let studies = self.study_records().await?;
+        let mut summaries = Vec::with_capacity(studies.len());
+        for study in studies {
             let trials = self.trials(study.id).await?;
             summaries.push(StudySummary::new(study, &trials));
         }
@@ -282,6 +306,21 @@ impl Storage {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// The driver's options for `connect_string` (the URL `url` as the driver takes it).
+fn connect_options(
+    url: &StorageUrl,
+    connect_string: &str,
+) -> Result<AnyConnectOptions, StorageError> {
+    sqlx::any::install_default_drivers();
+    // sqlx logs every statement whole; the slow ones are warned about by `warn_if_slow`.
+    AnyConnectOptions::from_str(connect_string)
+        .map(|options| options.disable_statement_logging())
+        .map_err(|source| StorageError::Open {
+            url: url.to_string(),
+            source,
+        })
 }
 
 /// How long opening a database may wait for its server.

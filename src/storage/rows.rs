@@ -19,6 +19,14 @@ macro_rules! trial_columns {
 }
 pub(crate) use trial_columns;
 
+/// The columns of a study, in the order [`StudyRecord::from_row`] reads them.
+macro_rules! study_columns {
+    () => {
+        "id, name, metric, goal, spec, space, created_at"
+    };
+}
+pub(crate) use study_columns;
+
 /// The state of a trial: `pending -> running -> succeeded | failed | stopped`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -265,4 +273,103 @@ pub(super) fn measurement_from_row(row: &AnyRow) -> Result<Measurement, StorageE
         metric: row.try_get("metric").map_err(corrupt)?,
         value: row.try_get("value").map_err(corrupt)?,
     })
+}
+
+/// One attempt of a trial as stored: a retry after an infrastructure failure is a new one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptRecord {
+    /// The trial's number.
+    pub number: u64,
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// The worker's handle (local pid, job name).
+    pub worker: Option<String>,
+    /// The controller that ran it.
+    pub owner: Option<String>,
+    /// When it started.
+    pub started_at: String,
+    /// When it ended, if it has.
+    pub finished_at: Option<String>,
+    /// How it ended: succeeded, failed, stopped or retried.
+    pub outcome: Option<String>,
+    /// Why it failed, was stopped or retried.
+    pub error: Option<String>,
+    /// The worker's last line of output, as a relay recorded it.
+    pub last_output: Option<String>,
+    /// The GPUs it ran on, as its worker's HPTUNE_GPUS named them (comma-separated).
+    pub gpus: Option<String>,
+}
+
+/// The columns of an attempt joined with its trial, in the order
+/// [`AttemptRecord::from_row`] reads them.
+macro_rules! attempt_columns {
+    () => {
+        "t.number, a.attempt, a.worker, a.owner, a.started_at, a.finished_at, a.outcome, a.error, a.last_output, a.gpus"
+    };
+}
+pub(crate) use attempt_columns;
+
+impl AttemptRecord {
+    pub(super) fn from_row(row: &AnyRow) -> Result<Self, StorageError> {
+        let number: i64 = row.try_get("number").map_err(corrupt)?;
+        let attempt: i64 = row.try_get("attempt").map_err(corrupt)?;
+        Ok(Self {
+            number: number as u64,
+            attempt: attempt
+                .try_into()
+                .map_err(|_| StorageError::Corrupt("attempt out of range".into()))?,
+            worker: row.try_get("worker").map_err(corrupt)?,
+            owner: row.try_get("owner").map_err(corrupt)?,
+            started_at: row.try_get("started_at").map_err(corrupt)?,
+            finished_at: row.try_get("finished_at").map_err(corrupt)?,
+            outcome: row.try_get("outcome").map_err(corrupt)?,
+            error: row.try_get("error").map_err(corrupt)?,
+            last_output: row.try_get("last_output").map_err(corrupt)?,
+            gpus: row.try_get("gpus").map_err(corrupt)?,
+        })
+    }
+}
+
+/// One measurement as stored, with the attempt that reported it and when.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MeasurementRecord {
+    /// The attempt that reported it.
+    pub attempt: u32,
+    /// Training step or epoch; `None` for a final report.
+    pub step: Option<i64>,
+    /// The metric's tag.
+    pub metric: String,
+    /// The value.
+    pub value: f64,
+    /// When it was recorded.
+    pub recorded_at: String,
+}
+
+/// A study with what its list shows: trials by state, best value, last activity; counted by
+/// the database, so that the list costs no trial rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudyOverview {
+    /// The study.
+    pub study: StudyRecord,
+    /// Trials by state, in the order of [`TrialState::ALL`].
+    pub counts: [usize; 5],
+    /// The best value of a succeeded trial.
+    pub best: Option<f64>,
+    /// When a trial of the study last started or ended (or was created).
+    pub last_activity: Option<String>,
+}
+
+impl StudyOverview {
+    /// Number of trials in `state`.
+    pub fn count(&self, state: TrialState) -> usize {
+        TrialState::ALL
+            .iter()
+            .position(|s| *s == state)
+            .map_or(0, |i| self.counts[i])
+    }
+
+    /// Number of trials.
+    pub fn total(&self) -> usize {
+        self.counts.iter().sum()
+    }
 }

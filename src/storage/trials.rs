@@ -119,13 +119,25 @@ impl Storage {
     /// The learning curves of a study's trials: their current attempt's measurements of
     /// `metric` that have a step.
     pub async fn curves(&self, study_id: i64, metric: &str) -> Result<Vec<Curve>, StorageError> {
+        self.curves_since(study_id, metric, 0).await
+    }
+
+    /// The learning curves of a study's trials whose row id is `since` or more.
+    pub(super) async fn curves_since(
+        &self,
+        study_id: i64,
+        metric: &str,
+        since: i64,
+    ) -> Result<Vec<Curve>, StorageError> {
         let rows = sqlx::query(
             "SELECT t.number, t.state, m.step, m.value FROM measurements m JOIN trials t ON t.id = m.trial_id
              WHERE t.study_id = $1 AND m.metric = $2 AND m.step IS NOT NULL AND m.attempt = t.attempt
+               AND m.trial_id >= $3
              ORDER BY t.number, m.step, m.id",
         )
         .bind(study_id)
         .bind(metric)
+        .bind(since)
         .fetch_all(&self.pool)
         .await
         .map_err(query_error("reading learning curves"))?;

@@ -128,6 +128,23 @@ impl StorageUrl {
             StorageUrl::Postgres(url) => url.clone(),
         }
     }
+
+    /// The URL handed to the driver to read only: a SQLite file is opened with `mode=ro`,
+    /// whatever mode the URL sets.
+    pub(super) fn read_only_connect_string(&self) -> String {
+        match self {
+            StorageUrl::Sqlite { path, query } => {
+                let mut pairs = vec!["mode=ro"];
+                pairs.extend(
+                    query
+                        .split('&')
+                        .filter(|pair| !pair.is_empty() && !pair.starts_with("mode=")),
+                );
+                format!("sqlite://{path}?{}", pairs.join("&"))
+            }
+            StorageUrl::Postgres(url) => url.clone(),
+        }
+    }
 }
 
 /// A PostgreSQL URL after `scheme://`, in its parts.
@@ -271,6 +288,11 @@ mod tests {
         assert_eq!(read_only, sqlite("a/b.db", "mode=ro"));
         assert_eq!(read_only.connect_string(), "sqlite://a/b.db?mode=ro");
         assert_eq!(read_only.to_string(), "sqlite://a/b.db?mode=ro");
+        let written = StorageUrl::parse("sqlite://a/b.db?mode=rwc&cache=shared").unwrap();
+        assert_eq!(
+            written.read_only_connect_string(),
+            "sqlite://a/b.db?mode=ro&cache=shared"
+        );
         let immutable = StorageUrl::parse("a.db?immutable=true").unwrap();
         assert_eq!(
             immutable.connect_string(),

@@ -46,6 +46,11 @@ impl StudyView {
         self.trials.values()
     }
 
+    /// The trial numbered `number`.
+    pub fn trial(&self, number: u64) -> Option<&TrialRecord> {
+        self.trials.get(&number)
+    }
+
     /// Finished trials as samplers see them, by number.
     pub fn history(&self) -> &[Observation] {
         &self.history

@@ -14,19 +14,22 @@ pub enum ExecutorKind {
     Kubernetes,
     /// SageMaker training jobs.
     SageMaker,
+    /// Slurm batch jobs.
+    Slurm,
 }
 
 impl ExecutorKind {
     /// Every kind.
-    pub const ALL: [ExecutorKind; 4] = [
+    pub const ALL: [ExecutorKind; 5] = [
         ExecutorKind::Local,
         ExecutorKind::Vertex,
         ExecutorKind::Kubernetes,
         ExecutorKind::SageMaker,
+        ExecutorKind::Slurm,
     ];
 
     /// Every kind, as written in the study file.
-    pub const NAMES: &'static str = "local, vertex, kubernetes or sagemaker";
+    pub const NAMES: &'static str = "local, vertex, kubernetes, sagemaker or slurm";
 
     /// The kind as written in the study file.
     pub fn as_str(self) -> &'static str {
@@ -35,6 +38,7 @@ impl ExecutorKind {
             ExecutorKind::Vertex => "vertex",
             ExecutorKind::Kubernetes => "kubernetes",
             ExecutorKind::SageMaker => "sagemaker",
+            ExecutorKind::Slurm => "slurm",
         }
     }
 
@@ -55,6 +59,8 @@ pub enum ExecutorSpec {
     Kubernetes(KubernetesSpec),
     /// One SageMaker training job per trial.
     SageMaker(SageMakerSpec),
+    /// One Slurm job per trial attempt.
+    Slurm(SlurmSpec),
 }
 
 impl ExecutorSpec {
@@ -65,6 +71,7 @@ impl ExecutorSpec {
             ExecutorSpec::Vertex(_) => ExecutorKind::Vertex,
             ExecutorSpec::Kubernetes(_) => ExecutorKind::Kubernetes,
             ExecutorSpec::SageMaker(_) => ExecutorKind::SageMaker,
+            ExecutorSpec::Slurm(_) => ExecutorKind::Slurm,
         }
     }
 }
@@ -165,4 +172,30 @@ pub struct SageMakerSpec {
     pub volume_size_gb: u32,
     /// Where SageMaker puts the job's output (`s3://bucket/prefix`).
     pub output_path: String,
+}
+
+/// A Slurm job's settings: what `sbatch` is asked for.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SlurmSpec {
+    /// The partition (`--partition`); else the cluster's default.
+    pub partition: Option<String>,
+    /// The account charged (`--account`).
+    pub account: Option<String>,
+    /// The quality of service (`--qos`).
+    pub qos: Option<String>,
+    /// The job's time limit (`--time`): the file's, else the trial's timeout, else the
+    /// partition's.
+    pub time: Option<Duration>,
+    /// CPUs of the job's one task (`--cpus-per-task`).
+    pub cpus_per_task: Option<u32>,
+    /// Memory, as Slurm writes it (`--mem`: `16G`, `500M`).
+    pub mem: Option<String>,
+    /// GPUs (`--gres=gpu:N`); 0 asks for none.
+    pub gpus: u32,
+    /// Features the node must have (`--constraint`).
+    pub constraint: Option<String>,
+    /// More `sbatch` options, passed as they are, before the job script.
+    pub extra_args: Vec<String>,
+    /// How often the job's state is asked of Slurm.
+    pub poll_interval: Duration,
 }

@@ -166,7 +166,7 @@ pub enum SpaceError {
 
 impl Scale {
     /// Maps `x ∈ [min, max]` to `[0, 1]`.
-    fn to_unit(self, x: f64, min: f64, max: f64) -> f64 {
+    pub(crate) fn to_unit(self, x: f64, min: f64, max: f64) -> f64 {
         if max <= min {
             return 0.5;
         }

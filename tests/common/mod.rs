@@ -2,6 +2,8 @@
 //! into it, and the real `hptune` binary run on them.
 #![allow(dead_code)] // each test file uses its own part of these helpers
 
+pub mod browser;
+pub mod dashboard;
 pub mod fake_cloud;
 
 use std::path::{Path, PathBuf};
@@ -35,6 +37,32 @@ pub fn test_postgres() -> Option<String> {
         );
     }
     url
+}
+
+/// The default partition of the Slurm cluster of the tests (`scripts/start-slurm.sh`
+/// starts one), if its commands answer. Without one the test is skipped, unless
+/// `HPTUNE_TEST_SLURM=required` (CI) makes that a failure.
+pub fn test_slurm() -> Option<String> {
+    let partitions = Command::new("sinfo")
+        .args(["--noheader", "--format=%P"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned());
+    // The default partition is the one sinfo marks with `*`.
+    let default = partitions.as_deref().and_then(|text| {
+        text.split_whitespace()
+            .find_map(|p| p.strip_suffix('*'))
+            .map(str::to_string)
+    });
+    if default.is_none() {
+        let why = "no Slurm cluster answers (scripts/start-slurm.sh starts one)";
+        if std::env::var("HPTUNE_TEST_SLURM").as_deref() == Ok("required") {
+            panic!("HPTUNE_TEST_SLURM=required, but {why}");
+        }
+        eprintln!("skipped: {why}");
+    }
+    default
 }
 
 /// A study name no earlier run used: a PostgreSQL database outlives the tests.
@@ -118,6 +146,37 @@ impl Scratch {
             |pool| async move { sqlx::query(sql).execute(&pool).await },
         )
         .unwrap();
+    }
+
+    /// Whether a write to the study `name` (its row and its trials') could start now, or
+    /// another connection holds them locked (waiting at most half a second to know).
+    pub fn study_is_unlocked(&self, name: &str) -> bool {
+        let postgres = self.postgres.is_some();
+        let attempt = self.on_database("", |pool| async move {
+            let mut conn = pool.acquire().await?;
+            let statements: &[&str] = if postgres {
+                &[
+                    "BEGIN",
+                    "SET LOCAL lock_timeout = '500ms'",
+                    "UPDATE studies SET id = id WHERE name = $1",
+                    "UPDATE trials SET id = id WHERE study_id = (SELECT id FROM studies WHERE name = $1)",
+                ]
+            } else {
+                &["PRAGMA busy_timeout = 500", "BEGIN IMMEDIATE"]
+            };
+            let mut result = Ok(());
+            for sql in statements {
+                let query = sqlx::query(sql);
+                let query = if sql.contains("$1") { query.bind(name) } else { query };
+                if let Err(e) = query.execute(&mut *conn).await {
+                    result = Err(e);
+                    break;
+                }
+            }
+            sqlx::query("ROLLBACK").execute(&mut *conn).await.ok();
+            result
+        });
+        attempt.is_ok()
     }
 
     /// Runs `work` on a pool of the database (SQLite opened with `sqlite_query`).

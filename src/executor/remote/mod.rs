@@ -23,8 +23,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
 use crate::executor::{
-    Executor, LocalExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
-    is_protocol_variable,
+    Executor, LocalExecutor, SlurmExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent,
+    WorkerOutcome, is_protocol_variable,
 };
 use crate::storage::{Storage, StorageUrl};
 use crate::study::{ExecutorSpec, RemoteSettings};
@@ -116,9 +116,11 @@ pub struct RemoteExecutor {
 }
 
 /// Checks that a remote executor's jobs can reach the storage: PostgreSQL, not a SQLite file
-/// on the controller's machine.
+/// on the controller's machine. Local workers and Slurm jobs report through files the
+/// controller reads, and need no storage of their own.
 pub fn check_storage(executor: &ExecutorSpec, url: &StorageUrl) -> Result<(), String> {
-    if executor != &ExecutorSpec::Local && !matches!(url, StorageUrl::Postgres(_)) {
+    let relayed = !matches!(executor, ExecutorSpec::Local | ExecutorSpec::Slurm(_));
+    if relayed && !matches!(url, StorageUrl::Postgres(_)) {
         return Err(format!(
             "trial.executor.kind: the {} executor needs a PostgreSQL storage that its jobs can reach (--storage postgres://... or HPTUNE_STORAGE); {url} is a file on this machine",
             executor.kind().as_str()
@@ -127,8 +129,9 @@ pub fn check_storage(executor: &ExecutorSpec, url: &StorageUrl) -> Result<(), St
     Ok(())
 }
 
-/// The executor of a study: local processes, or jobs of the engine its file names (the
-/// storage was checked by [`check_storage`]).
+/// The executor of a study: local processes, Slurm jobs, or jobs of the cloud engine its file
+/// names (the storage was checked by [`check_storage`]). An error names the field of the
+/// study file it is about.
 pub fn for_study(
     executor: &ExecutorSpec,
     storage: &Storage,
@@ -142,7 +145,7 @@ pub fn for_study(
             poll_interval: settings.poll_interval,
         })
     };
-    let error = |e: RemoteError| e.to_string();
+    let error = |e: RemoteError| format!("trial.executor: {e}");
     Ok(match executor {
         ExecutorSpec::Local => Arc::new(LocalExecutor),
         ExecutorSpec::Vertex(spec) => remote(
@@ -157,6 +160,7 @@ pub fn for_study(
             &spec.remote,
             Box::new(sagemaker::SageMaker::new(spec).map_err(error)?),
         ),
+        ExecutorSpec::Slurm(spec) => Arc::new(SlurmExecutor::new(spec)?),
     })
 }
 

@@ -1,0 +1,315 @@
+//! Slurm's own commands, run as argv: `sbatch` submits, `scontrol show job` (then `sacct`,
+//! where the cluster keeps accounting) says how a job is, `squeue` finds a job by its name,
+//! `scancel` cancels. What they print is read here and nowhere else.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use tokio::process::Command;
+
+use crate::executor::WorkerEnd;
+
+/// A job as Slurm says it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    /// Pending, running, or finishing.
+    Active,
+    /// Requeued by Slurm (preempted, its node lost, or `scontrol requeue`): it would run
+    /// again as the same job, over the files of this attempt.
+    Requeued(String),
+    /// Over, this way.
+    Ended(WorkerEnd),
+}
+
+/// What one of Slurm's commands printed.
+struct Printed {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Printed {
+    /// Its error output, on one line.
+    fn error(&self) -> String {
+        let lines: Vec<&str> = self
+            .stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        match lines.is_empty() {
+            true => "it failed without a message".into(),
+            false => lines.join("; "),
+        }
+    }
+}
+
+async fn run(program: &str, args: &[String]) -> Result<Printed, String> {
+    let output = Command::new(program)
+        .args(args)
+        // The database URL may hold a password, and jobs never write the database.
+        .env_remove("HPTUNE_STORAGE")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run '{program}': {e}"))?;
+    Ok(Printed {
+        success: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}
+
+/// Submits a job with `sbatch ARGS` (`--parsable` among them); returns its id.
+pub async fn submit(args: &[String]) -> Result<u64, String> {
+    let printed = run("sbatch", args).await?;
+    if !printed.success {
+        return Err(format!("sbatch refused the job: {}", printed.error()));
+    }
+    // `--parsable` prints `id` or `id;cluster`.
+    let first = printed.stdout.trim().split(';').next().unwrap_or_default();
+    first.parse().map_err(|_| {
+        format!(
+            "sbatch printed '{}' where a job id was expected",
+            printed.stdout.trim()
+        )
+    })
+}
+
+/// Cancels a job: Slurm sends SIGTERM to its processes, and SIGKILL after the cluster's
+/// `KillWait`; with `now`, SIGKILL at once.
+pub async fn cancel(id: u64, now: bool) -> Result<(), String> {
+    let mut args = vec![id.to_string()];
+    if now {
+        args.splice(0..0, ["--signal=KILL".to_string(), "--full".to_string()]);
+    }
+    let printed = run("scancel", &args).await?;
+    match printed.success {
+        true => Ok(()),
+        false => Err(format!("scancel {id}: {}", printed.error())),
+    }
+}
+
+/// How job `id` is: from `scontrol show job` while the controller remembers it, else from
+/// `sacct` where the cluster keeps accounting, else from the exit status its script wrote
+/// to `exit_file`; a job none of them knows has vanished.
+pub async fn status(id: u64, exit_file: &Path) -> Result<Status, String> {
+    if let Some(job) = show_job(id).await? {
+        let field = |key: &str| job.get(key).map_or("", String::as_str);
+        let restarts = field("Restarts").parse().unwrap_or(0);
+        return Ok(status_of(
+            field("JobState"),
+            field("Reason"),
+            field("ExitCode"),
+            restarts,
+        ));
+    }
+    if let Some(status) = accounted(id).await {
+        return Ok(status);
+    }
+    Ok(Status::Ended(
+        exit_status_file(exit_file).unwrap_or(WorkerEnd::Vanished),
+    ))
+}
+
+/// The job whose name is `name` and whose output goes to `log_path`, if Slurm knows one.
+pub async fn find(name: &str, log_path: &Path) -> Result<Option<u64>, String> {
+    let args = ["--noheader", "--states=all", "--format=%i"].map(String::from);
+    let mut args = args.to_vec();
+    args.push(format!("--name={name}"));
+    let printed = run("squeue", &args).await?;
+    if !printed.success {
+        return Err(format!("squeue: {}", printed.error()));
+    }
+    let log = log_path.display().to_string();
+    for id in printed
+        .stdout
+        .split_whitespace()
+        .filter_map(|i| i.parse().ok())
+    {
+        if show_job(id)
+            .await?
+            .is_some_and(|job| job.get("StdOut") == Some(&log))
+        {
+            return Ok(Some(id));
+        }
+    }
+    Ok(None)
+}
+
+/// Checks that the cluster has the partitions `names` (a comma-separated list, as `sbatch`
+/// takes it), before any job is submitted to them.
+pub fn check_partition(names: &str) -> Result<(), String> {
+    let output = std::process::Command::new("sinfo")
+        .args(["--noheader", "--format=%R"])
+        .output()
+        .map_err(|e| format!("cannot run 'sinfo': {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let partitions: Vec<&str> = stdout.split_whitespace().collect();
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(format!("sinfo: {}", stderr.trim()));
+    }
+    match names.split(',').find(|name| !partitions.contains(name)) {
+        None => Ok(()),
+        Some(name) => Err(format!(
+            "'{name}' is not a partition of this Slurm cluster (its partitions: {})",
+            partitions.join(", ")
+        )),
+    }
+}
+
+/// The fields of `scontrol show job --oneliner ID`, or `None` when the controller does
+/// not know the job (it forgets finished jobs after `MinJobAge`).
+async fn show_job(id: u64) -> Result<Option<HashMap<String, String>>, String> {
+    let args = ["show", "job", "--oneliner", &id.to_string()].map(String::from);
+    let printed = run("scontrol", &args).await?;
+    if printed.success {
+        return Ok(Some(fields(&printed.stdout)));
+    }
+    match printed.stderr.contains("Invalid job id") {
+        true => Ok(None),
+        false => Err(format!("scontrol show job {id}: {}", printed.error())),
+    }
+}
+
+/// The `Key=Value` fields of `scontrol --oneliner`'s line, the first of each key kept (a
+/// later value, such as the command's path, may hold spaces and `=`).
+fn fields(line: &str) -> HashMap<String, String> {
+    let mut fields = HashMap::new();
+    for word in line.split_whitespace() {
+        if let Some((key, value)) = word.split_once('=') {
+            fields
+                .entry(key.to_string())
+                .or_insert_with(|| value.to_string());
+        }
+    }
+    fields
+}
+
+/// How job `id` ended, as `sacct` says, where the cluster keeps accounting.
+async fn accounted(id: u64) -> Option<Status> {
+    let args = [
+        "--noheader",
+        "--allocations",
+        "--parsable2",
+        "--format=State,ExitCode",
+    ];
+    let mut args: Vec<String> = args.map(String::from).to_vec();
+    args.push(format!("--jobs={id}"));
+    let printed = run("sacct", &args).await.ok()?;
+    let line = printed.stdout.lines().next().filter(|_| printed.success)?;
+    let (state, exit) = line.split_once('|')?;
+    Some(status_of(state, "", exit, 0))
+}
+
+/// The status of a job in `state` (the first word of what Slurm prints), for `reason`,
+/// with Slurm's exit code `code:signal` of its script, restarted `restarts` times.
+fn status_of(state: &str, reason: &str, exit: &str, restarts: u32) -> Status {
+    let state = state.split_whitespace().next().unwrap_or_default();
+    let failed = |why: &str| Status::Ended(WorkerEnd::JobFailed(why.to_string()));
+    let lost = |why: &str| Status::Ended(WorkerEnd::Preempted(why.to_string()));
+    match state {
+        "COMPLETED" | "FAILED" => Status::Ended(exit_code(exit)),
+        "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED" => Status::Requeued(format!(
+            "Slurm requeued it ({})",
+            if reason.is_empty() { state } else { reason }
+        )),
+        _ if restarts > 0 => Status::Requeued(format!("Slurm restarted it {restarts} times")),
+        "CANCELLED" => failed("it was cancelled in Slurm, not by hptune"),
+        "TIMEOUT" => failed("Slurm ended it at its time limit (trial.executor.time)"),
+        "OUT_OF_MEMORY" => failed("it ran out of memory (trial.executor.mem)"),
+        "DEADLINE" => failed("Slurm ended it at its deadline"),
+        "NODE_FAIL" => lost("its node failed"),
+        "BOOT_FAIL" => lost("its node failed to boot"),
+        "PREEMPTED" => lost("Slurm preempted it"),
+        _ => Status::Active,
+    }
+}
+
+/// The worker's end from Slurm's `code:signal` of the job script.
+fn exit_code(exit: &str) -> WorkerEnd {
+    let (code, signal) = exit.split_once(':').unwrap_or((exit, "0"));
+    match (code.parse::<i32>(), signal.parse::<i32>()) {
+        (_, Ok(signal @ 1..)) => WorkerEnd::killed_by(signal),
+        (Ok(code), _) => worker_end(code),
+        _ => WorkerEnd::JobFailed(format!("Slurm gave the exit code '{exit}'")),
+    }
+}
+
+/// The worker's end from the exit status its job script wrote, if it wrote one.
+pub fn exit_status_file(path: &Path) -> Option<WorkerEnd> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.trim().parse().ok().map(worker_end)
+}
+
+/// The worker's end from the shell's exit status of it: `128 + N` is a worker killed by
+/// signal N.
+fn worker_end(status: i32) -> WorkerEnd {
+    match status {
+        129..=192 => WorkerEnd::killed_by(status - 128),
+        code => WorkerEnd::Exited(code),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scontrol_fields_keep_the_first_value_of_each_key() {
+        let line = "JobId=7 JobName=hptune-s-0-1 JobState=RUNNING Reason=None Restarts=0 ExitCode=0:0 Command=/a b/JobState=X StdOut=/l/trial-0.log";
+        let f = fields(line);
+        assert_eq!(f["JobState"], "RUNNING");
+        assert_eq!(f["StdOut"], "/l/trial-0.log");
+        assert_eq!(f["ExitCode"], "0:0");
+    }
+
+    #[test]
+    fn each_state_of_a_job_has_its_meaning() {
+        let ended = |state, exit| match status_of(state, "None", exit, 0) {
+            Status::Ended(end) => end,
+            other => panic!("{state}: {other:?}"),
+        };
+        assert_eq!(ended("COMPLETED", "0:0"), WorkerEnd::Exited(0));
+        assert_eq!(ended("FAILED", "3:0"), WorkerEnd::Exited(3));
+        assert_eq!(ended("FAILED", "137:0"), WorkerEnd::killed_by(9));
+        assert_eq!(ended("FAILED", "0:15"), WorkerEnd::killed_by(15));
+        assert!(matches!(
+            ended("CANCELLED by 0", "0:15"),
+            WorkerEnd::JobFailed(_)
+        ));
+        assert!(matches!(ended("NODE_FAIL", "0:0"), WorkerEnd::Preempted(_)));
+        assert!(matches!(ended("PREEMPTED", "0:0"), WorkerEnd::Preempted(_)));
+        for active in [
+            "PENDING",
+            "RUNNING",
+            "COMPLETING",
+            "CONFIGURING",
+            "SUSPENDED",
+        ] {
+            assert_eq!(status_of(active, "None", "0:0", 0), Status::Active);
+        }
+        assert!(matches!(
+            status_of("PENDING", "BeginTime", "0:0", 1),
+            Status::Requeued(_)
+        ));
+        assert!(matches!(
+            status_of("REQUEUED", "", "0:0", 0),
+            Status::Requeued(_)
+        ));
+    }
+
+    #[test]
+    fn the_exit_status_file_says_how_the_worker_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trial-0.exit");
+        assert_eq!(exit_status_file(&path), None);
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(exit_status_file(&path), None);
+        std::fs::write(&path, "2\n").unwrap();
+        assert_eq!(exit_status_file(&path), Some(WorkerEnd::Exited(2)));
+        std::fs::write(&path, "143\n").unwrap();
+        assert_eq!(exit_status_file(&path), Some(WorkerEnd::killed_by(15)));
+    }
+}

@@ -1,0 +1,272 @@
+//! Trial workers as Slurm jobs: one batch job per trial attempt.
+//!
+//! The usual HPC cluster shares a filesystem between the machine the controller runs on and
+//! the compute nodes, and this executor relies on it: a job's stdout, stderr and metrics file
+//! go to the attempt's files in the study's log folder, which the controller reads as it
+//! reads a local worker's (`output.rs`), and the job writes its worker's exit status there
+//! too. Workers never touch the database, so the default SQLite file works.
+//!
+//! The job's id is recorded with the attempt before anything else happens; a controller that
+//! takes the study over adopts the job by that id. A job requeued by Slurm (preempted, its node
+//! lost) is cancelled and its trial retried as a new attempt, so that one attempt is one job.
+
+mod commands;
+mod script;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, watch};
+
+use self::commands::{Status, exit_status_file};
+use self::script::{JobFiles, job_name, job_script, sbatch_args};
+use super::follow::{Worker, follow, hurried};
+use super::output::{Output, wrote_output};
+use super::{
+    Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, check_program,
+    error_log_path,
+};
+use crate::study::SlurmSpec;
+
+/// Failed polls of a job's state in a row after which the job is given up.
+const FAILED_POLLS: u32 = 5;
+/// How often the exit status file of a running job is looked for.
+const EXIT_STATUS_POLL: Duration = Duration::from_millis(200);
+/// How often Slurm is asked whether a cancelled job has ended.
+const ENDING_POLL: Duration = Duration::from_millis(500);
+
+/// Runs workers as Slurm jobs on a cluster whose filesystem this machine shares.
+#[derive(Debug, Clone)]
+pub struct SlurmExecutor {
+    spec: SlurmSpec,
+}
+
+impl SlurmExecutor {
+    /// An executor for jobs of `spec`, once Slurm's commands are found and the partition
+    /// exists.
+    pub fn new(spec: &SlurmSpec) -> Result<Self, String> {
+        check_program("sbatch").map_err(|e| {
+            format!("trial.executor.kind: the slurm executor submits jobs with sbatch, but {e}: run hptune on a machine of the cluster")
+        })?;
+        if let Some(partition) = &spec.partition {
+            commands::check_partition(partition)
+                .map_err(|e| format!("trial.executor.partition: {e}"))?;
+        }
+        Ok(Self { spec: spec.clone() })
+    }
+
+    /// Submits the job of `job`: writes its script, then `sbatch`.
+    async fn submit(&self, job: &TrialJob) -> Result<SlurmJob, String> {
+        let absolute = |path: &std::path::Path| {
+            std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
+        };
+        let log_path = absolute(&job.log_path)?;
+        let files = JobFiles::of(&log_path);
+        if let Some(dir) = log_path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create the log directory {}: {e}", dir.display()))?;
+        }
+        job.create_output_dir()?;
+        // The files of an earlier try of this attempt must not be read as this one's.
+        for stale in [
+            &log_path,
+            &error_log_path(&log_path),
+            &job.metrics_path,
+            &files.exit_status,
+        ] {
+            let _ = std::fs::remove_file(stale);
+        }
+        std::fs::write(&files.script, job_script(job, &files)?).map_err(|e| {
+            format!(
+                "cannot write the job script {}: {e}",
+                files.script.display()
+            )
+        })?;
+        let work_dir = std::env::current_dir()
+            .map_err(|e| format!("cannot tell the directory hptune runs in: {e}"))?;
+        let args = sbatch_args(&self.spec, job, &log_path, &files, &work_dir);
+        let id = commands::submit(&args).await?;
+        Ok(SlurmJob::new(id, job, &self.spec))
+    }
+
+    /// The job of an attempt that a controller now gone submitted without recording its id:
+    /// found by its name and log path; or, when Slurm no longer knows it, the job that ended
+    /// unwatched if it wrote its files since the attempt began; or none.
+    async fn recover(
+        &self,
+        job: &TrialJob,
+        since: std::time::SystemTime,
+    ) -> Result<Option<SlurmJob>, String> {
+        let log_path = std::path::absolute(&job.log_path).unwrap_or(job.log_path.clone());
+        if let Some(id) = commands::find(&job_name(job), &log_path).await? {
+            return Ok(Some(SlurmJob::new(id, job, &self.spec)));
+        }
+        Ok(wrote_output(job, since).then(|| SlurmJob::ended_unwatched(job, &self.spec)))
+    }
+}
+
+#[async_trait]
+impl Executor for SlurmExecutor {
+    async fn run(
+        &self,
+        job: TrialJob,
+        events: mpsc::UnboundedSender<WorkerEvent>,
+        stop: watch::Receiver<StopRequest>,
+    ) -> WorkerOutcome {
+        let started = match &job.start {
+            Start::Adopt(handle) => SlurmJob::adopt(handle, &job, &self.spec),
+            Start::Recover { since } => match self.recover(&job, *since).await {
+                Ok(Some(found)) => Ok(found),
+                Ok(None) => self.submit(&job).await,
+                Err(e) => Err(e),
+            },
+            Start::Fresh => self.submit(&job).await,
+        };
+        let mut slurm_job = match started {
+            Ok(slurm_job) => slurm_job,
+            Err(message) => {
+                return WorkerOutcome::new(job.trial_id, WorkerEnd::LaunchFailed(message));
+            }
+        };
+        if let Some(id) = slurm_job.id {
+            let _ = events.send(WorkerEvent::Started {
+                trial_id: job.trial_id,
+                handle: format!("slurm:{id}"),
+                findable_without_handle: false,
+            });
+        }
+        let output = Output::new(&job, events);
+        follow(&mut slurm_job, output, &job, stop).await
+    }
+}
+
+/// One attempt's Slurm job, seen from the controller.
+struct SlurmJob {
+    /// The job's id; `None` for a job that ended unwatched and that Slurm has forgotten.
+    id: Option<u64>,
+    files: JobFiles,
+    poll_interval: Duration,
+}
+
+impl SlurmJob {
+    fn new(id: u64, job: &TrialJob, spec: &SlurmSpec) -> Self {
+        Self {
+            id: Some(id),
+            ..Self::ended_unwatched(job, spec)
+        }
+    }
+
+    fn adopt(handle: &str, job: &TrialJob, spec: &SlurmSpec) -> Result<Self, String> {
+        let id = handle
+            .strip_prefix("slurm:")
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| format!("'{handle}' is not the handle of a Slurm job"))?;
+        Ok(Self::new(id, job, spec))
+    }
+
+    /// The job of an attempt that ended while no controller watched it, and that Slurm no
+    /// longer knows: it is judged by the files it wrote.
+    fn ended_unwatched(job: &TrialJob, spec: &SlurmSpec) -> Self {
+        Self {
+            id: None,
+            files: JobFiles::of(&job.log_path),
+            poll_interval: spec.poll_interval,
+        }
+    }
+
+    /// Cancels the job (`now`: SIGKILL at once), saying why it could not be.
+    async fn cancel(&self, now: bool) {
+        if let Some(id) = self.id
+            && let Err(e) = commands::cancel(id, now).await
+        {
+            tracing::warn!("cannot cancel the Slurm job {id}: {e}");
+        }
+    }
+}
+
+impl SlurmJob {
+    /// Asks Slurm how job `id` is every `interval` until it has ended; a job Slurm requeued
+    /// is cancelled and taken as preempted.
+    async fn poll_slurm(&self, id: u64, interval: Duration) -> WorkerEnd {
+        let mut failed_polls = 0;
+        loop {
+            match commands::status(id, &self.files.exit_status).await {
+                Ok(Status::Active) => failed_polls = 0,
+                Ok(Status::Ended(end)) => return end,
+                Ok(Status::Requeued(reason)) => return self.requeued(reason).await,
+                Err(e) => {
+                    failed_polls += 1;
+                    tracing::warn!("Slurm job {id}: {e}");
+                    if failed_polls >= FAILED_POLLS {
+                        return WorkerEnd::JobFailed(format!(
+                            "lost track of the Slurm job {id}: {e}"
+                        ));
+                    }
+                }
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    /// Cancels a job that Slurm requeued: run again, it would write over this attempt's
+    /// files. The trial runs again as a new attempt instead, as after a preemption.
+    async fn requeued(&self, reason: String) -> WorkerEnd {
+        self.cancel(false).await;
+        WorkerEnd::Preempted(reason)
+    }
+
+    /// Waits for the exit status the job script writes when the worker ends: on the shared
+    /// filesystem, it is seen long before Slurm's next poll says the job has ended.
+    async fn exit_status(&self) -> WorkerEnd {
+        loop {
+            if let Some(end) = exit_status_file(&self.files.exit_status) {
+                return end;
+            }
+            tokio::time::sleep(EXIT_STATUS_POLL).await;
+        }
+    }
+}
+
+#[async_trait]
+impl Worker for SlurmJob {
+    /// The worker's end, from its exit status file or from Slurm, whichever says it first.
+    async fn wait(&mut self) -> WorkerEnd {
+        let Some(id) = self.id else {
+            return exit_status_file(&self.files.exit_status).unwrap_or(WorkerEnd::Vanished);
+        };
+        tokio::select! {
+            // A worker killed because Slurm requeues its job ends as any killed worker:
+            // Slurm says which it was.
+            end = self.exit_status() => match commands::status(id, &self.files.exit_status).await {
+                Ok(Status::Requeued(reason)) => self.requeued(reason).await,
+                _ => end,
+            },
+            end = self.poll_slurm(id, self.poll_interval) => end,
+        }
+    }
+
+    /// `scancel` (Slurm sends SIGTERM, then SIGKILL after the cluster's `KillWait`); if the
+    /// job is still there after the grace period, or the controller asks for the stop to
+    /// happen now, SIGKILL through `scancel` too. Returns once Slurm says the job has ended
+    /// (so that it is gone when the trial's end is recorded), or after a further grace
+    /// period.
+    async fn terminate(&mut self, grace: Duration, stop: &mut watch::Receiver<StopRequest>) {
+        let Some(id) = self.id else {
+            return;
+        };
+        let now = *stop.borrow() == StopRequest::Now;
+        self.cancel(false).await;
+        if !now {
+            tokio::select! {
+                ended = tokio::time::timeout(grace, self.poll_slurm(id, ENDING_POLL)) => {
+                    if ended.is_ok() {
+                        return;
+                    }
+                }
+                _ = hurried(stop) => {}
+            }
+        }
+        self.cancel(true).await;
+        let _ = tokio::time::timeout(grace, self.poll_slurm(id, ENDING_POLL)).await;
+    }
+}

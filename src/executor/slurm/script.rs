@@ -1,0 +1,271 @@
+//! What is submitted for one trial attempt: the job script, written beside the attempt's log,
+//! and the `sbatch` command line that submits it.
+//!
+//! The script is the only shell text hptune writes: each word in it (program, arguments,
+//! environment, file names) is single-quoted, so whatever a parameter's value holds (spaces,
+//! quotes, `$`, newlines) reaches the worker as it is. The script runs the worker, then writes
+//! its exit status to a file beside the log: Slurm forgets a finished job after a while (and a
+//! cluster without accounting keeps no record of it), and a controller that adopts the job
+//! later still learns how it ended.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::executor::{TrialJob, error_log_path};
+use crate::study::SlurmSpec;
+
+/// The files of one attempt's job, beside its log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFiles {
+    /// The job script.
+    pub script: PathBuf,
+    /// The worker's exit status, written by the script when the worker ends.
+    pub exit_status: PathBuf,
+}
+
+impl JobFiles {
+    /// The job files of the attempt whose log is `log_path`: `trial-N.sbatch` and
+    /// `trial-N.exit`.
+    pub fn of(log_path: &Path) -> Self {
+        Self {
+            script: log_path.with_extension("sbatch"),
+            exit_status: log_path.with_extension("exit"),
+        }
+    }
+}
+
+/// `text` as one word of a POSIX shell: single-quoted, each `'` written as `'\''`.
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The job script of `job`, its files at the (absolute) paths of `files`.
+pub fn job_script(job: &TrialJob, files: &JobFiles) -> Result<String, String> {
+    let words = job
+        .env
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .chain(job.argv.iter().cloned());
+    let mut command = vec!["env --".to_string()];
+    for word in words {
+        if word.contains('\0') {
+            return Err(format!(
+                "{} holds a NUL character, which no command line can",
+                quote(&word.replace('\0', "\\0"))
+            ));
+        }
+        command.push(quote(&word));
+    }
+    Ok(format!(
+        "#!/bin/sh\n\
+         # Trial {number} (attempt {attempt}) of the study {study}, submitted by hptune.\n\
+         # The worker runs with the trial's environment; its exit status is then written\n\
+         # where the controller reads it.\n\
+         {command}\n\
+         status=$?\n\
+         echo \"$status\" > {exit_status}\n\
+         exit \"$status\"\n",
+        number = job.number,
+        attempt = job.attempt,
+        study = quote(&job.study),
+        command = command.join(" \\\n  "),
+        exit_status = quote(&files.exit_status.display().to_string()),
+    ))
+}
+
+/// The name of the attempt's job: the same for the same attempt, so that a controller that
+/// died before it recorded the job's id finds the job by its name (and its log path).
+pub fn job_name(job: &TrialJob) -> String {
+    let study: String = job
+        .study
+        .chars()
+        .map(|c| match c {
+            c if c.is_ascii_alphanumeric() || "-_.".contains(c) => c,
+            _ => '_',
+        })
+        .collect();
+    format!("hptune-{study}-{}-{}", job.number, job.attempt)
+}
+
+/// Slurm's form of a time limit: `days-hours:minutes:seconds`.
+fn slurm_time(limit: Duration) -> String {
+    let seconds = limit.as_secs() + u64::from(limit.subsec_nanos() > 0);
+    format!(
+        "{}-{:02}:{:02}:{:02}",
+        seconds / 86_400,
+        seconds / 3600 % 24,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+}
+
+/// The arguments of `sbatch` that submit `job`'s script, its output going to the attempt's
+/// log files (absolute paths) and the job running in `work_dir`.
+pub fn sbatch_args(
+    spec: &SlurmSpec,
+    job: &TrialJob,
+    log_path: &Path,
+    files: &JobFiles,
+    work_dir: &Path,
+) -> Vec<String> {
+    let mut args = vec![
+        "--parsable".to_string(),
+        format!("--job-name={}", job_name(job)),
+        format!("--output={}", log_path.display()),
+        format!("--error={}", error_log_path(log_path).display()),
+        format!("--chdir={}", work_dir.display()),
+    ];
+    let options = [
+        ("partition", spec.partition.clone()),
+        ("account", spec.account.clone()),
+        ("qos", spec.qos.clone()),
+        ("time", spec.time.map(slurm_time)),
+        ("cpus-per-task", spec.cpus_per_task.map(|n| n.to_string())),
+        ("mem", spec.mem.clone()),
+        (
+            "gres",
+            (spec.gpus > 0).then(|| format!("gpu:{}", spec.gpus)),
+        ),
+        ("constraint", spec.constraint.clone()),
+    ];
+    args.extend(
+        options
+            .into_iter()
+            .filter_map(|(name, value)| Some(format!("--{name}={}", value?))),
+    );
+    args.extend(spec.extra_args.iter().cloned());
+    args.push(files.script.display().to_string());
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::Start;
+
+    fn job(argv: &[&str], env: &[(&str, &str)], log_dir: &Path) -> TrialJob {
+        TrialJob {
+            study: "it's a study".into(),
+            number: 4,
+            trial_id: 9,
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            log_path: log_dir.join("trial-4.log"),
+            metrics_path: log_dir.join("trial-4.metrics.jsonl"),
+            timeout: None,
+            grace_period: Duration::from_secs(1),
+            metric: "loss".into(),
+            start: Start::Fresh,
+            params: Default::default(),
+            attempt: 2,
+            reported: Vec::new(),
+            gpu_locks: Vec::new(),
+            output_dir: None,
+        }
+    }
+
+    /// Runs the script of `job` with `sh`, as Slurm would; returns its stdout and exit code.
+    fn run(job: &TrialJob) -> (String, Option<i32>, String) {
+        let files = JobFiles::of(&job.log_path);
+        std::fs::write(&files.script, job_script(job, &files).unwrap()).unwrap();
+        let out = std::process::Command::new("sh")
+            .arg(&files.script)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap())
+            .output()
+            .unwrap();
+        let status = std::fs::read_to_string(&files.exit_status).unwrap();
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            out.status.code(),
+            status,
+        )
+    }
+
+    #[test]
+    fn every_word_reaches_the_worker_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let tricky = [
+            "a b",
+            "it's",
+            "\"q\"",
+            "$HOME",
+            "`id`",
+            "$(id)",
+            "new\nline",
+            "--x=1;2",
+            "",
+        ];
+        let mut argv = vec!["printf", "<%s>"];
+        argv.extend(tricky);
+        let (out, code, status) = run(&job(&argv, &[], dir.path()));
+        let expected: String = tricky.iter().map(|w| format!("<{w}>")).collect();
+        assert_eq!(out, expected);
+        assert_eq!((code, status.as_str()), (Some(0), "0\n"));
+    }
+
+    #[test]
+    fn the_worker_gets_its_environment_and_its_exit_status_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let argv = ["sh", "-c", "printf %s \"$WEIRD\"; exit 3"];
+        let (out, code, status) = run(&job(&argv, &[("WEIRD", "$x 'y' \\")], dir.path()));
+        assert_eq!(out, "$x 'y' \\");
+        assert_eq!((code, status.as_str()), (Some(3), "3\n"));
+    }
+
+    #[test]
+    fn a_nul_character_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = job(&["w", "a\0b"], &[], dir.path());
+        let error = job_script(&job, &JobFiles::of(&job.log_path)).unwrap_err();
+        assert!(error.contains("NUL"), "{error}");
+    }
+
+    #[test]
+    fn sbatch_gets_each_field_as_one_option() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = job(&["w"], &[], dir.path());
+        let spec = SlurmSpec {
+            partition: Some("gpu".into()),
+            qos: Some("high".into()),
+            time: Some(Duration::from_secs(2 * 86_400 + 3 * 3600 + 4 * 60 + 5)),
+            cpus_per_task: Some(4),
+            mem: Some("16G".into()),
+            gpus: 2,
+            constraint: Some("a100&ib".into()),
+            extra_args: vec!["--exclusive".into()],
+            ..SlurmSpec::default()
+        };
+        let files = JobFiles::of(&job.log_path);
+        let args = sbatch_args(&spec, &job, &job.log_path, &files, Path::new("/w d"));
+        let log = job.log_path.display().to_string();
+        assert_eq!(
+            args,
+            [
+                "--parsable".to_string(),
+                "--job-name=hptune-it_s_a_study-4-2".into(),
+                format!("--output={log}"),
+                format!("--error={}", log.replace(".log", ".err")),
+                "--chdir=/w d".into(),
+                "--partition=gpu".into(),
+                "--qos=high".into(),
+                "--time=2-03:04:05".into(),
+                "--cpus-per-task=4".into(),
+                "--mem=16G".into(),
+                "--gres=gpu:2".into(),
+                "--constraint=a100&ib".into(),
+                "--exclusive".into(),
+                files.script.display().to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_time_limit_is_rounded_up_to_the_second() {
+        assert_eq!(slurm_time(Duration::from_millis(1500)), "0-00:00:02");
+        assert_eq!(slurm_time(Duration::from_secs(90 * 60)), "0-01:30:00");
+    }
+}

@@ -1,0 +1,215 @@
+use super::*;
+use crate::storage::{AttemptRecord, StudyRecord};
+use crate::study::space::{Domain, Parameter, Scale};
+use crate::study::stopping::Curve;
+
+fn study(parameters: Vec<Parameter>) -> StudyRecord {
+    StudyRecord {
+        id: 1,
+        name: "s".into(),
+        metric: "loss".into(),
+        goal: Goal::Minimize,
+        spec: String::new(),
+        space: serde_json::to_string(&Space::new(parameters)).unwrap(),
+        created_at: "2026-01-01T00:00:00.000Z".into(),
+    }
+}
+
+fn double(id: &str, scale: Scale) -> Parameter {
+    Parameter {
+        id: id.into(),
+        domain: Domain::Double {
+            min: 1e-3,
+            max: 1.0,
+            scale,
+            grid_points: None,
+        },
+        condition: None,
+    }
+}
+
+fn trial(number: u64, state: TrialState, value: Option<f64>) -> TrialRecord {
+    let x = (number as f64 + 1.0) / 40.0;
+    TrialRecord {
+        state,
+        value,
+        params: [
+            ("x".to_string(), ParamValue::Float(x)),
+            ("y".to_string(), ParamValue::Float(0.5)),
+        ]
+        .into(),
+        started_at: Some(format!("2026-01-01T00:00:{:02}.000Z", number)),
+        finished_at: Some(format!("2026-01-01T00:00:{:02}.500Z", number)),
+        error: (state == TrialState::Failed).then(|| "exit 3: ValueError".into()),
+        ..TrialRecord::for_test(number)
+    }
+}
+
+fn follower(trials: Vec<TrialRecord>) -> StudyFollower {
+    let attempts = trials
+        .iter()
+        .map(|t| AttemptRecord {
+            number: t.number,
+            attempt: 1,
+            worker: Some("pid:1".into()),
+            owner: None,
+            started_at: t.started_at.clone().unwrap(),
+            finished_at: t.finished_at.clone(),
+            outcome: Some(t.state.as_str().into()),
+            error: t.error.clone(),
+            last_output: None,
+            gpus: None,
+        })
+        .collect();
+    let curves = trials
+        .iter()
+        .map(|t| Curve {
+            number: t.number,
+            points: vec![(1, 2.0), (2, 1.0)],
+            succeeded: t.state == TrialState::Succeeded,
+        })
+        .collect();
+    StudyFollower::for_test(
+        study(vec![double("x", Scale::Log), double("y", Scale::Linear)]),
+        trials,
+        attempts,
+        curves,
+    )
+}
+
+/// The trials' points (the legend's circles have no trial).
+fn points(svg: &str) -> usize {
+    svg.split("<circle")
+        .skip(1)
+        .filter(|c| c.split('>').next().unwrap().contains("data-trial"))
+        .count()
+}
+
+#[test]
+fn the_history_has_one_point_per_trial_with_a_value_and_marks_failures() {
+    let mut trials: Vec<TrialRecord> = (0..6)
+        .map(|n| trial(n, TrialState::Succeeded, Some(6.0 - n as f64)))
+        .collect();
+    trials.push(trial(6, TrialState::Failed, None));
+    trials.push(trial(7, TrialState::Stopped, Some(9.0)));
+    trials.push(trial(8, TrialState::Running, None));
+    let follower = follower(trials);
+    let data = StudyData::new(&follower).unwrap();
+    for by in [HistoryX::Number, HistoryX::Time] {
+        let svg = history::draw(&data, by);
+        assert_eq!(points(&svg), 7, "{svg}");
+        assert_eq!(svg.matches("class=\"fail-mark\"").count(), 1);
+        assert!(!svg.contains("NaN"), "{svg}");
+    }
+}
+
+#[test]
+fn every_figure_of_an_empty_or_failed_study_says_why_it_is_empty() {
+    for trials in [vec![], vec![trial(0, TrialState::Failed, None)]] {
+        let follower = follower(trials);
+        let data = StudyData::new(&follower).unwrap();
+        for kind in [
+            Kind::History,
+            Kind::Parallel,
+            Kind::Importance,
+            Kind::Slice,
+            Kind::Contour,
+            Kind::Edf,
+        ] {
+            let svg = draw(kind, &data, &Options::default());
+            assert!(svg.contains("class=\"empty\""), "{kind:?}: {svg}");
+            assert!(!svg.contains("NaN"), "{kind:?}: {svg}");
+        }
+    }
+}
+
+#[test]
+fn every_figure_draws_a_study_with_results() {
+    let trials: Vec<TrialRecord> = (0..12)
+        .map(|n| trial(n, TrialState::Succeeded, Some((n as f64 - 4.0).powi(2))))
+        .collect();
+    let follower = follower(trials);
+    let data = StudyData::new(&follower).unwrap();
+    for kind in Kind::ALL {
+        let svg = draw(kind, &data, &Options::default());
+        assert!(!svg.contains("class=\"empty\""), "{kind:?}: {svg}");
+        assert!(
+            !svg.contains("NaN") && !svg.contains("inf"),
+            "{kind:?}: {svg}"
+        );
+        assert!(
+            svg.starts_with("<svg") && svg.ends_with("</svg>"),
+            "{kind:?}"
+        );
+        let width = if kind.is_wide() {
+            svg::WIDE
+        } else {
+            svg::NARROW
+        };
+        assert!(svg.contains(&format!("viewBox=\"0 0 {width} ")), "{kind:?}");
+    }
+    // Parallel coordinates: one line per trial; the timeline: one bar per attempt.
+    assert_eq!(
+        draw(Kind::Parallel, &data, &Options::default())
+            .matches("class=\"pc-line")
+            .count(),
+        12
+    );
+    assert_eq!(
+        draw(Kind::Timeline, &data, &Options::default())
+            .matches("class=\"span ")
+            .count(),
+        12
+    );
+    // The log-scaled parameter's axis is labelled in powers of ten.
+    assert!(draw(Kind::Parallel, &data, &Options::default()).contains(">0.01<"));
+}
+
+#[test]
+fn thinning_keeps_what_matters_and_about_the_most_asked() {
+    assert_eq!(thin(5, 10, |_| false), [true; 5]);
+    let mask = thin(10_000, 100, |i| i % 1000 == 7);
+    assert!((0..10_000).filter(|i| i % 1000 == 7).all(|i| mask[i]));
+    let drawn = mask.iter().filter(|d| **d).count();
+    assert!((90..=110).contains(&drawn), "{drawn}");
+}
+
+#[test]
+fn a_large_study_draws_at_most_the_most_marks_and_says_so() {
+    let trials: Vec<TrialRecord> = (0..3 * MOST_MARKS as u64)
+        .map(|n| trial(n % 60, TrialState::Succeeded, Some((n % 97) as f64)))
+        .enumerate()
+        .map(|(i, t)| TrialRecord {
+            number: i as u64,
+            ..t
+        })
+        .collect();
+    let follower = follower(trials);
+    let data = StudyData::new(&follower).unwrap();
+    for kind in [
+        Kind::History,
+        Kind::Parallel,
+        Kind::Slice,
+        Kind::Contour,
+        Kind::Timeline,
+    ] {
+        let svg = draw(kind, &data, &Options::default());
+        let marks = svg.matches("data-trial=").count();
+        assert!(marks <= 2 * MOST_MARKS + 10, "{kind:?}: {marks}");
+        assert!(svg.contains(" drawn: "), "{kind:?}");
+    }
+}
+
+#[test]
+fn standalone_files_carry_their_styles() {
+    let svg = standalone_svg(&svg::message("x"));
+    assert!(svg.starts_with("<svg") && svg.contains("<style>svg.figure"));
+    assert!(standalone_html("a <b>", "<svg></svg>").contains("<title>a &lt;b&gt;</title>"));
+    assert_eq!("edf".parse::<Kind>(), Ok(Kind::Edf));
+    assert!(
+        "pie"
+            .parse::<Kind>()
+            .unwrap_err()
+            .contains("history, intermediate")
+    );
+}

@@ -1,0 +1,126 @@
+//! Timeline: every attempt of every trial as a bar over time, on the worker slot it ran in
+//! (slots assigned as attempts start: the first free one), coloured by how it ended; a
+//! retried attempt and its retry are both shown.
+
+use super::axis::Axis;
+use super::svg::{Frame, Svg, WIDE, escape};
+use super::{MOST_MARKS, StudyData, seconds, time_unit};
+use crate::storage::TrialState;
+
+const ROW: f64 = 20.0;
+
+pub(super) fn draw(data: &StudyData) -> String {
+    let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
+    let mut bars: Vec<(f64, f64, String, String, u64)> = Vec::new();
+    for attempt in data.follower.all_attempts() {
+        let Some(start) = seconds(&attempt.started_at) else {
+            continue;
+        };
+        let running = attempt.finished_at.is_none()
+            && data
+                .follower
+                .trial(attempt.number)
+                .is_some_and(|t| t.state == TrialState::Running && t.attempt == attempt.attempt);
+        let end = match attempt.finished_at.as_deref().and_then(seconds) {
+            Some(end) => end,
+            None if running => now,
+            None => continue,
+        };
+        let outcome = match (running, attempt.outcome.as_deref()) {
+            (true, _) => "running",
+            (false, Some(outcome)) => outcome,
+            (false, None) => "retried",
+        };
+        let tip = format!(
+            "Trial {} · attempt {} · {outcome} · {:.1} s{}{}",
+            attempt.number,
+            attempt.attempt,
+            end - start,
+            attempt
+                .worker
+                .as_deref()
+                .map(|w| format!("\nworker {w}"))
+                .unwrap_or_default()
+                + &attempt
+                    .gpus
+                    .as_deref()
+                    .map(|g| format!(" on GPUs {g}"))
+                    .unwrap_or_default(),
+            attempt
+                .error
+                .as_deref()
+                .map(|e| format!("\n{e}"))
+                .unwrap_or_default()
+        );
+        bars.push((
+            start,
+            end.max(start),
+            outcome.to_string(),
+            tip,
+            attempt.number,
+        ));
+    }
+    if bars.is_empty() {
+        return super::svg::message("No trial has started yet.");
+    }
+    bars.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // The latest attempts, when there are more than marks.
+    let total = bars.len();
+    bars.drain(..total.saturating_sub(MOST_MARKS));
+    let origin = bars[0].0;
+    let last = bars.iter().map(|b| b.1).fold(origin, f64::max);
+    let (unit, unit_name) = time_unit(last - origin);
+    let mut slot_ends: Vec<f64> = Vec::new();
+    let slots: Vec<usize> = bars
+        .iter()
+        .map(|(start, end, ..)| {
+            let free = slot_ends.iter().position(|e| *e <= *start);
+            let slot = free.unwrap_or(slot_ends.len());
+            if slot == slot_ends.len() {
+                slot_ends.push(*end);
+            } else {
+                slot_ends[slot] = *end;
+            }
+            slot
+        })
+        .collect();
+    let height = 16.0 + 48.0 + slot_ends.len() as f64 * ROW + 8.0;
+    let frame = Frame::standard(WIDE, height);
+    let x_axis = Axis::Linear {
+        low: 0.0,
+        high: ((last - origin) / unit).max(1e-3),
+    };
+    let mut svg = Svg::new(WIDE, height);
+    if bars.len() < total {
+        let note = format!("{} of {total} attempts drawn: the latest", bars.len());
+        svg.text(frame.left, 11.0, "start", "caption", &note);
+    }
+    svg.x_axis(
+        &frame,
+        &x_axis,
+        &format!("{unit_name} since the first trial started"),
+    );
+    for slot in 0..slot_ends.len() {
+        let y = frame.top + slot as f64 * ROW + ROW / 2.0 + 4.0;
+        svg.text(
+            frame.left - 8.0,
+            y,
+            "end",
+            "tick",
+            &format!("slot {}", slot + 1),
+        );
+    }
+    for ((start, end, outcome, tip, number), slot) in bars.iter().zip(&slots) {
+        let x0 = frame.x(x_axis.position((start - origin) / unit).unwrap_or(0.0));
+        let x1 = frame.x(x_axis.position((end - origin) / unit).unwrap_or(0.0));
+        svg.raw(&format!(
+            r#"<rect class="span {}" data-trial="{number}" x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" rx="3"><title>{}</title></rect>"#,
+            escape(outcome),
+            frame.top + *slot as f64 * ROW + 3.0,
+            (x1 - x0).max(2.0),
+            ROW - 6.0,
+            escape(tip)
+        ));
+    }
+    svg.finish("timeline")
+}

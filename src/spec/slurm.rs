@@ -1,0 +1,152 @@
+//! The `trial.executor` block of `kind: slurm`: what `sbatch` is asked for.
+
+use std::time::Duration;
+
+use super::Checker;
+use super::raw::RawSlurm;
+use crate::study::SlurmSpec;
+
+/// How often a Slurm job's state is asked for, when the file does not say.
+const DEFAULT_SLURM_POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// `sbatch` options that hptune sets itself for each job: `extra_args` may not hold them.
+const OWN_OPTIONS: [(&str, Option<&str>); 7] = [
+    ("--parsable", None),
+    ("--job-name", Some("-J")),
+    ("--output", Some("-o")),
+    ("--error", Some("-e")),
+    ("--chdir", Some("-D")),
+    ("--wrap", None),
+    ("--array", Some("-a")),
+];
+
+impl Checker<'_> {
+    /// Checks a Slurm block; `timeout` (the trial's) is the job's time limit where the block
+    /// gives none.
+    pub(super) fn slurm(&mut self, raw: &RawSlurm, timeout: Option<Duration>) -> Option<SlurmSpec> {
+        let mut ok = true;
+        for (name, value) in [
+            ("partition", &raw.partition),
+            ("account", &raw.account),
+            ("qos", &raw.qos),
+            ("constraint", &raw.constraint),
+        ] {
+            if let Some(value) = value
+                && (value.trim().is_empty() || value.contains(char::is_whitespace))
+            {
+                self.report(
+                    format!("trial.executor.{name}"),
+                    format!("'{value}' is not a Slurm name: it must be non-empty, without spaces"),
+                );
+                ok = false;
+            }
+        }
+        if let Some(mem) = &raw.mem
+            && !is_memory_size(mem)
+        {
+            self.report(
+                "trial.executor.mem",
+                format!(
+                    "'{mem}' is not a memory size as Slurm writes it: a number of megabytes, or a number with K, M, G or T (16G)"
+                ),
+            );
+            ok = false;
+        }
+        for (i, arg) in raw.extra_args.iter().flatten().enumerate() {
+            if let Err(message) = check_extra_arg(arg) {
+                self.report(format!("trial.executor.extra_args[{i}]"), message);
+                ok = false;
+            }
+        }
+        let time = self.duration("trial.executor.time", raw.time.as_deref());
+        let poll = self.duration("trial.executor.poll_interval", raw.poll_interval.as_deref());
+        let cpus = match raw.cpus_per_task {
+            None => Some(None),
+            Some(n) => self
+                .at_least("trial.executor.cpus_per_task", n, 1)
+                .map(|n| Some(n.min(i64::from(u32::MAX)) as u32)),
+        };
+        let gpus = self.at_least("trial.executor.gpus", raw.gpus.unwrap_or(0), 0);
+        let spec = SlurmSpec {
+            partition: raw.partition.clone(),
+            account: raw.account.clone(),
+            qos: raw.qos.clone(),
+            time: time?.or(timeout),
+            cpus_per_task: cpus?,
+            mem: raw.mem.clone(),
+            gpus: gpus?.min(i64::from(u32::MAX)) as u32,
+            constraint: raw.constraint.clone(),
+            extra_args: raw.extra_args.clone().unwrap_or_default(),
+            poll_interval: poll?.unwrap_or(DEFAULT_SLURM_POLL_INTERVAL),
+        };
+        ok.then_some(spec)
+    }
+}
+
+/// Whether `text` is a memory size as `sbatch --mem` takes it: digits, then at most one of
+/// the units K, M, G, T.
+fn is_memory_size(text: &str) -> bool {
+    let digits = text.trim_end_matches(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']);
+    text.len() - digits.len() <= 1
+        && !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Checks one of `extra_args`: an option of `sbatch`, not one that hptune sets itself.
+fn check_extra_arg(arg: &str) -> Result<(), String> {
+    if !arg.starts_with('-') {
+        return Err(format!(
+            "'{arg}' is not an sbatch option (options start with '-'; write one with its value: --nodelist=n1)"
+        ));
+    }
+    let name = arg.split_once('=').map_or(arg, |(name, _)| name);
+    let own = OWN_OPTIONS
+        .iter()
+        .find(|(long, short)| name == *long || short.is_some_and(|short| arg.starts_with(short)));
+    match own {
+        Some((long, _)) => Err(format!(
+            "hptune sets {long} itself for each job (its name, its log files, its directory): leave it out"
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_sizes_are_slurms() {
+        for good in ["500", "16G", "512M", "1t", "64k"] {
+            assert!(is_memory_size(good), "{good}");
+        }
+        for bad in ["", "G", "16GB", "1.5G", "-1G", "16 G"] {
+            assert!(!is_memory_size(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn extra_args_are_options_hptune_does_not_set() {
+        assert!(check_extra_arg("--exclusive").is_ok());
+        assert!(check_extra_arg("--nodelist=n1").is_ok());
+        assert!(check_extra_arg("-w").is_ok());
+        assert!(
+            check_extra_arg("exclusive")
+                .unwrap_err()
+                .contains("not an sbatch option")
+        );
+        for own in [
+            "--output=x",
+            "-ox",
+            "--job-name=j",
+            "-D/tmp",
+            "--parsable",
+            "--array=1-3",
+        ] {
+            assert!(
+                check_extra_arg(own).unwrap_err().contains("itself"),
+                "{own}"
+            );
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! Following a study from outside, as the dashboard does while a controller runs it: its
+//! trials, their attempts and learning curves, read again only for the rows that may have
+//! changed (those of trials that were unfinished when last read, and new ones), and a
+//! revision number that grows whenever something did change.
+
+use std::collections::BTreeMap;
+
+use sqlx::Row;
+
+use super::rows::{AttemptRecord, MeasurementRecord, StudyOverview, StudyRecord, attempt_columns};
+use super::{Storage, StorageError, StudyView, TrialRecord, TrialState, query_error};
+use crate::study::stopping::Curve;
+
+/// What is known of one study, kept up to date by [`Storage::follow`].
+#[derive(Debug, Clone)]
+pub struct StudyFollower {
+    /// The study.
+    pub study: StudyRecord,
+    view: StudyView,
+    attempts: BTreeMap<u64, Vec<AttemptRecord>>,
+    curves: BTreeMap<u64, Curve>,
+    /// For each trial, the revision at which it (its row, attempts or curve) last changed.
+    changed_at: BTreeMap<u64, u64>,
+    revision: u64,
+}
+
+impl StudyFollower {
+    /// A follower of `study` that has read nothing yet.
+    pub fn new(study: StudyRecord) -> Self {
+        let view = StudyView::new(study.id, study.goal);
+        Self {
+            study,
+            view,
+            attempts: BTreeMap::new(),
+            curves: BTreeMap::new(),
+            changed_at: BTreeMap::new(),
+            revision: 0,
+        }
+    }
+
+    /// Grows each time a read finds something changed; 0 before the first read.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Every trial, by number.
+    pub fn trials(&self) -> impl Iterator<Item = &TrialRecord> {
+        self.view.trials()
+    }
+
+    /// How many trials are in `state`.
+    pub fn count(&self, state: TrialState) -> usize {
+        self.view.count(state)
+    }
+
+    /// The number and value of the best succeeded trial.
+    pub fn best(&self) -> Option<(u64, f64)> {
+        self.view.best()
+    }
+
+    /// The trials that changed after revision `since`, by number.
+    pub fn changed_since(&self, since: u64) -> impl Iterator<Item = &TrialRecord> {
+        self.view
+            .trials()
+            .filter(move |t| self.changed_at.get(&t.number).is_some_and(|r| *r > since))
+    }
+
+    /// The trial numbered `number`.
+    pub fn trial(&self, number: u64) -> Option<&TrialRecord> {
+        self.view.trial(number)
+    }
+
+    /// The attempts of trial `number`, first first.
+    pub fn attempts(&self, number: u64) -> &[AttemptRecord] {
+        self.attempts.get(&number).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every attempt of every trial, by trial number and attempt.
+    pub fn all_attempts(&self) -> impl Iterator<Item = &AttemptRecord> {
+        self.attempts.values().flatten()
+    }
+
+    /// The learning curves (objective values with a step, current attempt), by number.
+    pub fn curves(&self) -> impl Iterator<Item = &Curve> {
+        self.curves.values()
+    }
+}
+
+#[cfg(test)]
+impl StudyFollower {
+    /// A follower that has read `trials`, their `attempts` and `curves`, for unit tests of
+    /// what is drawn from it.
+    pub(crate) fn for_test(
+        study: StudyRecord,
+        trials: Vec<TrialRecord>,
+        attempts: Vec<AttemptRecord>,
+        curves: Vec<Curve>,
+    ) -> Self {
+        let mut follower = Self::new(study);
+        for trial in trials {
+            follower.view.update(trial);
+        }
+        for attempt in attempts {
+            follower
+                .attempts
+                .entry(attempt.number)
+                .or_default()
+                .push(attempt);
+        }
+        for curve in curves {
+            follower.curves.insert(curve.number, curve);
+        }
+        follower.revision = 1;
+        follower
+    }
+}
+
+impl Storage {
+    /// Brings `follower` up to date: reads the rows of the trials that may have changed since
+    /// the last call (all of them the first time), their attempts and learning curves.
+    pub async fn follow(&self, follower: &mut StudyFollower) -> Result<(), StorageError> {
+        let since = follower.view.first_changed_id();
+        let before: BTreeMap<u64, TrialRecord> = follower
+            .view
+            .trials()
+            .filter(|t| t.id >= since)
+            .map(|t| (t.number, t.clone()))
+            .collect();
+        self.refresh(&mut follower.view).await?;
+        let attempts = self.attempts_since(follower.study.id, since).await?;
+        let curves = self
+            .curves_since(follower.study.id, &follower.study.metric, since)
+            .await?;
+        let next = follower.revision + 1;
+        let mut changed = Vec::new();
+        for trial in follower.view.trials().filter(|t| t.id >= since) {
+            if before.get(&trial.number) != Some(trial) {
+                changed.push(trial.number);
+            }
+        }
+        let mut grouped: BTreeMap<u64, Vec<AttemptRecord>> = BTreeMap::new();
+        for attempt in attempts {
+            grouped.entry(attempt.number).or_default().push(attempt);
+        }
+        for (number, list) in grouped {
+            if follower.attempts.get(&number) != Some(&list) {
+                follower.attempts.insert(number, list);
+                changed.push(number);
+            }
+        }
+        for curve in curves {
+            if follower.curves.get(&curve.number) != Some(&curve) {
+                changed.push(curve.number);
+                follower.curves.insert(curve.number, curve);
+            }
+        }
+        if !changed.is_empty() || follower.revision == 0 {
+            follower.revision = next;
+            for number in changed {
+                follower.changed_at.insert(number, next);
+            }
+        }
+        Ok(())
+    }
+
+    /// The attempts of a study's trials whose row id is `since` or more.
+    async fn attempts_since(
+        &self,
+        study_id: i64,
+        since: i64,
+    ) -> Result<Vec<AttemptRecord>, StorageError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM attempts a JOIN trials t ON t.id = a.trial_id
+             WHERE t.study_id = $1 AND a.trial_id >= $2 ORDER BY t.number, a.attempt"
+        ))
+        .bind(study_id)
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("reading attempts"))?;
+        rows.iter().map(AttemptRecord::from_row).collect()
+    }
+
+    /// Every measurement of trial `trial_id`, every attempt's, in the order recorded.
+    pub async fn trial_measurements(
+        &self,
+        trial_id: i64,
+    ) -> Result<Vec<MeasurementRecord>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT attempt, step, metric, value, recorded_at FROM measurements WHERE trial_id = $1 ORDER BY id",
+        )
+        .bind(trial_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("reading measurements"))?;
+        let corrupt = super::rows::corrupt;
+        rows.iter()
+            .map(|row| {
+                let attempt: i64 = row.try_get("attempt").map_err(corrupt)?;
+                Ok(MeasurementRecord {
+                    attempt: attempt as u32,
+                    step: row.try_get("step").map_err(corrupt)?,
+                    metric: row.try_get("metric").map_err(corrupt)?,
+                    value: row.try_get("value").map_err(corrupt)?,
+                    recorded_at: row.try_get("recorded_at").map_err(corrupt)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Every study with its trials counted by state, its best value and last activity,
+    /// counted by the database.
+    pub async fn study_overviews(&self) -> Result<Vec<StudyOverview>, StorageError> {
+        let studies = self.study_records().await?;
+        let counts = sqlx::query(
+            "SELECT study_id, state, COUNT(*) AS n, MIN(value) AS low, MAX(value) AS high,
+                    MAX(COALESCE(finished_at, started_at, created_at)) AS last
+             FROM trials GROUP BY study_id, state",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("counting trials"))?;
+        let corrupt = super::rows::corrupt;
+        let mut overviews = Vec::with_capacity(studies.len());
+        for study in studies {
+            let mut overview = StudyOverview {
+                study,
+                counts: [0; 5],
+                best: None,
+                last_activity: None,
+            };
+            for count in &counts {
+                let study_id: i64 = count.try_get("study_id").map_err(corrupt)?;
+                if study_id != overview.study.id {
+                    continue;
+                }
+                let state: String = count.try_get("state").map_err(corrupt)?;
+                let state: TrialState = state.parse().map_err(StorageError::Corrupt)?;
+                let n: i64 = count.try_get("n").map_err(corrupt)?;
+                let index = TrialState::ALL.iter().position(|s| *s == state);
+                overview.counts[index.unwrap_or(0)] = n as usize;
+                let last: Option<String> = count.try_get("last").map_err(corrupt)?;
+                overview.last_activity = overview.last_activity.max(last);
+                if state == TrialState::Succeeded {
+                    let low: Option<f64> = count.try_get("low").map_err(corrupt)?;
+                    let high: Option<f64> = count.try_get("high").map_err(corrupt)?;
+                    overview.best = match overview.study.goal {
+                        crate::study::Goal::Minimize => low,
+                        crate::study::Goal::Maximize => high,
+                    };
+                }
+            }
+            overviews.push(overview);
+        }
+        Ok(overviews)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Measurement;
+    use crate::storage::{Budget, Claim};
+
+    #[tokio::test]
+    async fn a_follower_reads_again_only_what_changed_and_counts_revisions() {
+        let (_dir, storage, id) = crate::storage::test_study(10).await;
+        let study = storage.find_study("s").await.unwrap().unwrap();
+        let mut follower = StudyFollower::new(study);
+        storage.follow(&mut follower).await.unwrap();
+        assert_eq!(follower.revision(), 1);
+        assert_eq!(follower.trials().count(), 0);
+        let mut view = StudyView::new(id, crate::study::Goal::Minimize);
+        let claims = storage
+            .claim_trials(
+                &mut view,
+                Budget {
+                    max_trial_count: Some(10),
+                    max_failed_trial_count: 10,
+                },
+                "me",
+                2,
+                &mut Vec::new(),
+                |n, _, _| {
+                    Ok::<_, String>(Some(
+                        [(
+                            "x".to_string(),
+                            crate::study::space::ParamValue::Float(n as f64 / 10.0),
+                        )]
+                        .into(),
+                    ))
+                },
+            )
+            .await
+            .unwrap();
+        let Claim::Started(first) = &claims[0] else {
+            panic!("{claims:?}")
+        };
+        storage.follow(&mut follower).await.unwrap();
+        assert_eq!(follower.revision(), 2);
+        assert_eq!(follower.changed_since(1).count(), 2);
+        assert_eq!(follower.attempts(0).len(), 1);
+        // Nothing changed: the revision stays.
+        storage.follow(&mut follower).await.unwrap();
+        assert_eq!(follower.revision(), 2);
+        let step = Measurement {
+            step: Some(1),
+            metric: "loss".into(),
+            value: 0.5,
+        };
+        storage.record_measurement(first, &step).await.unwrap();
+        storage.follow(&mut follower).await.unwrap();
+        assert_eq!(follower.revision(), 3);
+        let changed: Vec<u64> = follower.changed_since(2).map(|t| t.number).collect();
+        assert_eq!(changed, [0]);
+        assert_eq!(follower.curves().next().unwrap().points, [(1, 0.5)]);
+    }
+}

@@ -1,0 +1,183 @@
+//! The dashboard in a real browser (headless Chromium over the DevTools protocol) against the
+//! real binary serving a real study: the pages render, the figures show what the study holds,
+//! a trial opens with its log, and a running study's trials appear without a reload.
+//! Screenshots of each page go to target/dashboard-screenshots/ (printed).
+
+mod common;
+
+use common::browser::{Browser, chromium};
+use common::dashboard::{Dashboard, wait_until};
+use common::{Scratch, assert_success};
+use serde_json::json;
+
+/// A study where the answer is known: the worker's loss is x² + y², with x in [-10, 10]
+/// and y in [-0.1, 0.1] (so y barely matters) and a categorical it ignores.
+const STUDY: &str = "name: known
+objective: {metric: loss, goal: minimize}
+parameters:
+  - {id: x, type: double, min: -10, max: 10}
+  - {id: y, type: double, min: -0.1, max: 0.1}
+  - {id: act, type: categorical, values: [relu, tanh, gelu]}
+algorithm: random
+max_trial_count: 40
+parallel_trial_count: 4
+seed: 11
+trial:
+  command: [{worker}]
+";
+
+/// A scratch directory whose database holds the study [`STUDY`], run to its end.
+fn run_known_study() -> Scratch {
+    let scratch = Scratch::new();
+    let study = scratch.study("known.yaml", STUDY);
+    assert_success(&scratch.hptune(&["run", study.to_str().unwrap()]));
+    scratch
+}
+
+#[test]
+fn every_page_renders_and_the_history_has_one_point_per_finished_trial() {
+    let Some(chromium) = chromium() else { return };
+    let scratch = run_known_study();
+    let finished = scratch.trials("known").len();
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let mut browser = Browser::start(&chromium, 1400);
+
+    browser.open(&format!("{}/", dashboard.base));
+    browser.wait_for(
+        "the studies list",
+        "document.querySelector('a[href=\"/studies/known\"]')",
+    );
+    let row = browser.eval("document.querySelector('#studies-body tr').innerText");
+    assert!(row.as_str().unwrap().contains("40"), "{row}");
+    browser.screenshot("studies.png");
+
+    browser.open(&format!("{}/studies/known", dashboard.base));
+    for kind in [
+        "history",
+        "intermediate",
+        "importance",
+        "parallel",
+        "contour",
+        "edf",
+        "slice",
+        "timeline",
+    ] {
+        let drawn = browser.eval(&format!(
+            "!!document.querySelector('.figure-slot[data-kind={kind}] svg.figure') && !document.querySelector('.figure-slot[data-kind={kind}] .empty')"
+        ));
+        assert_eq!(drawn, json!(true), "figure {kind} is missing or empty");
+    }
+    let points = browser.eval(
+        "document.querySelectorAll('.figure-slot[data-kind=history] circle[data-trial]').length",
+    );
+    assert_eq!(points, json!(finished));
+    let rows =
+        browser.eval("document.querySelectorAll('#trial-table tbody tr[data-trial]').length");
+    assert_eq!(rows, json!(40));
+    browser.screenshot("study.png");
+}
+
+#[test]
+fn importance_ranks_first_the_parameter_that_drives_the_objective() {
+    let Some(chromium) = chromium() else { return };
+    let scratch = run_known_study();
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let mut browser = Browser::start(&chromium, 1400);
+    browser.open(&format!("{}/studies/known", dashboard.base));
+    let ranked = browser.eval(
+        "[...document.querySelectorAll('.figure-slot[data-kind=importance] rect.bar')].map(b => b.dataset.param)",
+    );
+    assert_eq!(ranked[0], json!("x"), "{ranked}");
+    // `hptune plot` draws the same figure.
+    let out = scratch.path("importance.svg");
+    assert_success(&scratch.hptune(&[
+        "plot",
+        "known",
+        "--kind",
+        "importance",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    let svg = std::fs::read_to_string(&out).unwrap();
+    let first = svg.find("data-param=\"x\"").unwrap();
+    assert!(
+        first < svg.find("data-param=\"y\"").unwrap()
+            && first < svg.find("data-param=\"act\"").unwrap()
+    );
+}
+
+#[test]
+fn clicking_a_trial_shows_its_parameters_and_log_tail() {
+    let Some(chromium) = chromium() else { return };
+    let scratch = run_known_study();
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let mut browser = Browser::start(&chromium, 1400);
+    browser.open(&format!("{}/studies/known", dashboard.base));
+    browser.eval("document.querySelector('#trial-table tbody tr[data-trial=\"7\"]').click()");
+    browser.wait_for(
+        "trial 7's details",
+        "document.querySelector('#drawer:not([hidden]) [data-trial-detail=\"7\"]')",
+    );
+    let detail = browser.eval("document.querySelector('#drawer-body').innerText");
+    let detail = detail.as_str().unwrap();
+    // The worker's first line (tests/fixtures/workers/quadratic.sh), from its log file.
+    assert!(detail.contains("starting trial 7 of known"), "{detail}");
+    assert!(
+        detail.contains("Parameters") && detail.contains("Attempts"),
+        "{detail}"
+    );
+    browser.screenshot("trial.png");
+}
+
+#[test]
+fn a_trial_finished_by_a_running_study_appears_without_a_reload() {
+    let Some(chromium) = chromium() else { return };
+    let scratch = Scratch::new();
+    // Each worker waits for the gate file before it reports: the test decides when trials end.
+    let gate = scratch.path("gate");
+    let worker = scratch.path("gated.sh");
+    std::fs::write(
+        &worker,
+        format!("#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.05; done\necho loss=$(echo \"$1\" | cut -d= -f2)\n", gate.display()),
+    )
+    .unwrap();
+    let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&worker, executable).unwrap();
+    let study = scratch.study(
+        "live.yaml",
+        &format!(
+            "name: live\nobjective: {{metric: loss, goal: minimize}}\nparameters:\n  - {{id: x, type: double, min: 0, max: 1}}\nalgorithm: random\nmax_trial_count: 3\nparallel_trial_count: 1\ntrial:\n  command: [{}]\n",
+            worker.display()
+        ),
+    );
+    let mut run = scratch
+        .command(&["run", study.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    wait_until("the first trial to run", || {
+        scratch
+            .try_query("SELECT COUNT(*) FROM trials WHERE state = 'running'")
+            .is_ok_and(|rows| rows[0][0] == json!(1))
+    });
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let mut browser = Browser::start(&chromium, 1400);
+    browser.open(&format!("{}/studies/live", dashboard.base));
+    let state = browser
+        .eval("document.querySelector('#trial-table tbody tr[data-trial=\"0\"]').dataset.state");
+    assert_eq!(state, json!("running"));
+    browser.eval("window.stillTheSamePage = true");
+    std::fs::write(&gate, "").unwrap();
+    assert!(run.wait().unwrap().success());
+    browser.wait_for(
+        "the finished trials to appear",
+        "document.querySelectorAll('#trial-table tbody tr[data-state=succeeded]').length === 3 \
+         && document.querySelectorAll('.figure-slot[data-kind=history] circle[data-trial]').length === 3 \
+         && document.querySelectorAll('.figure-slot[data-kind=timeline] rect.span.succeeded').length === 3",
+    );
+    assert_eq!(
+        browser.eval("window.stillTheSamePage === true"),
+        json!(true),
+        "the page reloaded"
+    );
+    browser.screenshot("live.png");
+}

@@ -1,0 +1,216 @@
+//! The dashboard over plain HTTP: who may look (the token), and the states it must show
+//! rather than crash on: an unknown study, a study with only failed trials, a database that
+//! is missing, locked or from an older schema, and requests that make no sense.
+
+mod common;
+
+use common::dashboard::Dashboard;
+use common::{Scratch, assert_exit_says, assert_success};
+
+const STUDY: &str = "name: q
+objective: {metric: loss, goal: minimize}
+parameters:
+  - {id: x, type: double, min: -1, max: 1}
+algorithm: random
+max_trial_count: 4
+parallel_trial_count: 2
+trial:
+  command: [{worker}]
+";
+
+fn run_study(scratch: &Scratch, text: &str) {
+    let study = scratch.study("q.yaml", text);
+    assert_success(&scratch.hptune(&["run", study.to_str().unwrap()]));
+}
+
+#[test]
+fn a_wrong_or_missing_token_is_refused() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    let dashboard = Dashboard::start(&scratch, &["--token", "s3cret"]);
+    for path in [
+        "/",
+        "/studies/q",
+        "/api/studies",
+        "/studies/q/figures/history",
+    ] {
+        assert_eq!(
+            dashboard.get(path, &[]).status,
+            401,
+            "{path} without a token"
+        );
+        let wrong = dashboard.get(path, &[("Authorization", "Bearer s3cre")]);
+        assert_eq!(wrong.status, 401, "{path} with a wrong token");
+        assert_eq!(
+            dashboard.get(&format!("{path}?token=nope"), &[]).status,
+            401
+        );
+        let right = dashboard.get(path, &[("Authorization", "Bearer s3cret")]);
+        assert_eq!(right.status, 200, "{path}: {}", right.body);
+    }
+    // A browser gives the token once in the URL and keeps it as a cookie.
+    let first = dashboard.get("/?token=s3cret", &[]);
+    assert_eq!(first.status, 200);
+    assert!(
+        first.headers.contains("hptune_token=s3cret"),
+        "{}",
+        first.headers
+    );
+    assert_eq!(
+        dashboard
+            .get("/studies/q", &[("Cookie", "hptune_token=s3cret")])
+            .status,
+        200
+    );
+    assert_eq!(
+        dashboard
+            .get("/studies/q", &[("Cookie", "hptune_token=other")])
+            .status,
+        401
+    );
+}
+
+#[test]
+fn listening_beyond_this_machine_needs_a_token() {
+    let scratch = Scratch::new();
+    let out = scratch.hptune(&["dashboard", "--host", "0.0.0.0", "--port", "0"]);
+    assert_exit_says(&out, 2, "--token");
+}
+
+#[test]
+fn an_unknown_study_or_trial_is_a_404_page_and_the_server_stays_up() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let unknown = dashboard.get("/studies/nope", &[]);
+    assert_eq!(unknown.status, 404);
+    assert!(
+        unknown.body.contains("No study named “nope”") && unknown.body.contains("/studies/q"),
+        "{}",
+        unknown.body
+    );
+    for path in [
+        "/studies/q/trials/99",
+        "/studies/q/trials/x",
+        "/studies/q/figures/pie",
+        "/nothing",
+        "/api/studies/nope/changes?since=1",
+    ] {
+        assert_eq!(dashboard.get(path, &[]).status, 404, "{path}");
+    }
+    assert_eq!(dashboard.get("/studies/q/trials/1", &[]).status, 200);
+    assert_eq!(
+        dashboard
+            .get("/api/studies/q/changes?since=abc", &[])
+            .status,
+        400
+    );
+    assert_eq!(dashboard.get("/studies/q", &[]).status, 200);
+}
+
+#[test]
+fn a_study_whose_trials_all_failed_is_shown_with_the_reason_and_no_nan() {
+    let scratch = Scratch::new();
+    run_study(
+        &scratch,
+        &STUDY
+            .replace(
+                "command: [{worker}]",
+                "command: [{worker}]\n  env: {MODE: fail}",
+            )
+            .replace(
+                "algorithm: random",
+                "algorithm: random\nmax_failed_trial_count: 10",
+            ),
+    );
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let page = dashboard.get("/studies/q", &[]);
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("No trial has succeeded yet (4 failed"),
+        "{}",
+        page.body
+    );
+    let html = page.body.split("<script>").next().unwrap();
+    assert!(!html.contains("NaN"), "{html}");
+    let trial = dashboard.get("/studies/q/trials/0?fragment=1", &[]);
+    assert!(
+        trial.body.contains("ValueError: bad things happened"),
+        "{}",
+        trial.body
+    );
+}
+
+#[test]
+fn a_missing_database_is_said_until_a_study_creates_it() {
+    let scratch = Scratch::new();
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let page = dashboard.get("/", &[]);
+    assert_eq!(page.status, 503);
+    assert!(page.body.contains("no database at"), "{}", page.body);
+    assert!(
+        !scratch.path("hptune.db").exists(),
+        "the dashboard created the database"
+    );
+    run_study(&scratch, STUDY);
+    let page = dashboard.get("/", &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("/studies/q"));
+}
+
+#[test]
+fn a_database_from_an_older_schema_is_said_not_migrated() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    let count = "SELECT COUNT(*) FROM _sqlx_migrations";
+    let all = scratch.query(count)[0][0].as_i64().unwrap();
+    scratch.execute(
+        "DELETE FROM _sqlx_migrations WHERE version = (SELECT MAX(version) FROM _sqlx_migrations)",
+    );
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let page = dashboard.get("/studies/q", &[]);
+    assert_eq!(page.status, 503);
+    assert!(page.body.contains("has an older schema"), "{}", page.body);
+    assert_eq!(
+        scratch.query(count)[0][0],
+        serde_json::json!(all - 1),
+        "the dashboard migrated the database"
+    );
+}
+
+#[test]
+fn a_locked_database_is_said_and_read_again_once_free() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let url = format!("sqlite://{}", scratch.path("hptune.db").display());
+    // Another program takes the database for itself: an exclusive lock, held.
+    let mut holder = runtime.block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("PRAGMA locking_mode = EXCLUSIVE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("BEGIN EXCLUSIVE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE studies SET spec = spec")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        conn
+    });
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let page = dashboard.get("/studies/q", &[]);
+    assert_eq!(page.status, 503);
+    assert!(page.body.contains("locked"), "{}", page.body);
+    runtime.block_on(async {
+        use sqlx::Connection;
+        sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+        holder.close().await.unwrap();
+    });
+    let page = dashboard.get("/studies/q", &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+}

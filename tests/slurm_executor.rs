@@ -1,0 +1,630 @@
+//! `executor: {kind: slurm}` against a real Slurm cluster (`scripts/start-slurm.sh`: one
+//! machine, four fake GPUs): every trial attempt is one `sbatch` job, its output read through
+//! the filesystem the job shares with the controller. Skipped where no cluster answers,
+//! unless `HPTUNE_TEST_SLURM=required`.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Scratch, assert_exit_says, assert_success, expected_loss, stderr, test_slurm};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// A study of `{trials}` quadratic trials, `{parallel}` at once, as Slurm jobs with
+/// `{executor}` added to the block; `{env}` is `trial.env`.
+const STUDY: &str = r#"
+name: {name}
+objective: {metric: loss, goal: minimize}
+parameters:
+  - {id: x, type: double, min: -2.0, max: 2.0}
+  - {id: y, type: double, min: -2.0, max: 2.0}
+algorithm: random
+max_trial_count: {trials}
+parallel_trial_count: {parallel}
+max_failed_trial_count: 1
+seed: 3
+trial:
+  command: [{worker}]
+  env: {env}
+  executor: {kind: slurm, poll_interval: 200ms{executor}}
+"#;
+
+/// The study file of [`STUDY`] with these values.
+fn study(name: &str, trials: u32, parallel: u32, env: &str, executor: &str) -> String {
+    STUDY
+        .replace("{name}", name)
+        .replace("{trials}", &trials.to_string())
+        .replace("{parallel}", &parallel.to_string())
+        .replace("{env}", env)
+        .replace("{executor}", executor)
+}
+
+/// Runs `hptune run` on the study file `text` in a new scratch directory; `None` where no
+/// Slurm cluster answers.
+fn run_on_slurm(text: &str) -> Option<(Scratch, Output)> {
+    test_slurm()?;
+    let scratch = Scratch::new();
+    let path = scratch.study("study.yaml", text);
+    let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+    Some((scratch, out))
+}
+
+/// `scontrol show job ID`'s fields.
+fn slurm_job(id: u64) -> HashMap<String, String> {
+    let out = Command::new("scontrol")
+        .args(["show", "job", "--oneliner", &id.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "Slurm knows no job {id}");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The state job `id` ends in: hptune may see a worker's exit status before Slurm has
+/// finished the job, which then is still COMPLETING for a moment.
+fn final_state(id: u64) -> String {
+    let mut state = String::new();
+    wait_until("the job's end", || {
+        state = slurm_job(id)["JobState"].clone();
+        !matches!(state.as_str(), "RUNNING" | "COMPLETING")
+    });
+    state
+}
+
+/// The Slurm job id of a trial's last attempt, from its recorded handle.
+fn job_id(trial: &Value) -> u64 {
+    let handle = trial["worker"].as_str().unwrap_or_default();
+    handle
+        .strip_prefix("slurm:")
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("not a Slurm job's handle: {trial}"))
+}
+
+/// Whether `squeue` lists the job among those pending or running.
+fn in_queue(id: u64) -> bool {
+    let out = Command::new("squeue")
+        .args(["--noheader", "--format=%i", &format!("--jobs={id}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == id.to_string()
+}
+
+/// Checks that job `id` was cancelled, and is neither queued nor running any more.
+fn assert_cancelled(id: u64) {
+    assert!(!in_queue(id), "job {id} is still queued or running");
+    assert_eq!(slurm_job(id)["JobState"], "CANCELLED");
+}
+
+/// A study on Slurm whose submissions and worker starts are counted.
+struct Counted {
+    scratch: Scratch,
+    /// The study file.
+    path: PathBuf,
+    /// PATH with the counting `sbatch` first.
+    env_path: PathBuf,
+    /// One line per job submitted.
+    submissions: PathBuf,
+    /// One line per worker started: study, trial, attempt.
+    starts: PathBuf,
+}
+
+impl Counted {
+    /// A [`STUDY`] named `name` of `trials` trials, `parallel` at once, whose workers
+    /// sleep `sleep` seconds; `None` where no Slurm cluster answers.
+    fn new(name: &str, trials: u32, parallel: u32, sleep: &str) -> Option<Self> {
+        test_slurm()?;
+        let scratch = Scratch::new();
+        let (env_path, submissions) = counting_sbatch(&scratch);
+        let starts = scratch.path("starts");
+        let env = format!("{{SLEEP: '{sleep}', STARTS: '{}'}}", starts.display());
+        let path = scratch.study("study.yaml", &study(name, trials, parallel, &env, ""));
+        Some(Self {
+            scratch,
+            path,
+            env_path,
+            submissions,
+            starts,
+        })
+    }
+
+    /// Starts `hptune run` on the study in the background.
+    fn start(&self) -> Child {
+        self.run().stderr(Stdio::null()).spawn().unwrap()
+    }
+
+    /// Runs `hptune run` on the study to its end, which must be a success.
+    fn finish(&self) -> Output {
+        let out = self.run().output().unwrap();
+        assert_success(&out);
+        out
+    }
+
+    fn run(&self) -> Command {
+        let mut command = self.scratch.command(&["run", self.path.to_str().unwrap()]);
+        command.env("PATH", &self.env_path);
+        command
+    }
+}
+
+/// A directory holding an `sbatch` that appends each submission to `submissions` and then
+/// runs the real one: put first on PATH (the PATH returned), it counts the jobs hptune
+/// submits.
+fn counting_sbatch(scratch: &Scratch) -> (PathBuf, PathBuf) {
+    let bin = scratch.path("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let log = scratch.path("submissions");
+    let real = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v sbatch"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    // With the file `kill-controller` in the scratch directory, it submits the job, then
+    // SIGKILLs the controller (its parent) before it can read the job's id.
+    let script = format!(
+        "#!/bin/sh\necho \"$*\" >> '{log}'\n\
+         if [ -e '{kill}' ]; then rm '{kill}'; '{real}' \"$@\" >/dev/null; kill -KILL $PPID; exit 1; fi\n\
+         exec '{real}' \"$@\"\n",
+        log = log.display(),
+        kill = scratch.path("kill-controller").display(),
+        real = real.trim()
+    );
+    std::fs::write(bin.join("sbatch"), script).unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(bin.join("sbatch"))
+        .status()
+        .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    (PathBuf::from(path), log)
+}
+
+/// Checks that nothing of the study was recorded.
+fn assert_no_study(scratch: &Scratch, name: &str) {
+    let out = scratch.hptune(&["trials", name]);
+    assert_exit_says(&out, 2, &format!("no study named '{name}'"));
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_study_runs_to_completion_as_slurm_jobs_on_distinct_gpus() {
+    let Some(partition) = test_slurm() else {
+        return;
+    };
+    let scratch = Scratch::new();
+    let name = common::unique_name("slurm");
+    let gpus = scratch.path("gpus");
+    // Each worker notes its trial, the GPU Slurm gave it and when it began; the quadratic
+    // worker notes when it ended (TRACE).
+    let wrapper = scratch.path("wrapper.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$HPTUNE_TRIAL_ID $CUDA_VISIBLE_DEVICES $(date +%s.%N)\" >> '{}'\nexec '{}' \"$@\"\n",
+            gpus.display(),
+            common::worker()
+        ),
+    )
+    .unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&wrapper)
+        .status()
+        .unwrap();
+    let trace = scratch.path("trace");
+    let text = study(
+        &name,
+        12,
+        3,
+        &format!("{{SLEEP: '1', TRACE: '{}'}}", trace.display()),
+        &format!(", partition: {partition}, gpus: 1, cpus_per_task: 1, mem: 100M, time: 10m"),
+    )
+    .replace("{worker}", wrapper.to_str().unwrap());
+    let path = scratch.study("study.yaml", &text);
+    let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+    assert_success(&out);
+
+    let trials = scratch.trials(&name);
+    assert_eq!(trials.len(), 12);
+    let mut ids = HashSet::new();
+    for trial in &trials {
+        assert_eq!(trial["state"], "succeeded", "{trial}");
+        assert!((trial["value"].as_f64().unwrap() - expected_loss(trial)).abs() < 1e-9);
+        // The recorded job is this attempt's, in Slurm's own records.
+        let id = job_id(trial);
+        assert!(ids.insert(id), "job {id} recorded twice");
+        let job = slurm_job(id);
+        assert_eq!(final_state(id), "COMPLETED", "{job:?}");
+        assert_eq!(
+            job["JobName"],
+            format!("hptune-{name}-{}-1", trial["number"])
+        );
+        assert_eq!(job["Partition"], partition);
+        let log = scratch.path(trial["log_path"].as_str().unwrap());
+        assert_eq!(Path::new(&job["StdOut"]), log);
+    }
+    // The best trial shown is the one of least loss.
+    let best = trials
+        .iter()
+        .min_by(|a, b| {
+            a["value"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["value"].as_f64().unwrap())
+        })
+        .unwrap();
+    let shown = scratch.hptune(&["best", &name, "--format", "json"]);
+    assert_success(&shown);
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["params"], best["params"], "{shown}");
+
+    // Jobs that ran at the same time had GPUs of their own, and every GPU was used.
+    let began: HashMap<String, (String, f64)> = lines(&gpus)
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].to_string(), (f[1].to_string(), f[2].parse().unwrap()))
+        })
+        .collect();
+    let ended: HashMap<String, f64> = lines(&trace)
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].to_string(), f[2].parse().unwrap())
+        })
+        .collect();
+    assert_eq!((began.len(), ended.len()), (12, 12));
+    let mut overlaps = 0;
+    for (a, (gpu_a, start_a)) in &began {
+        assert!(!gpu_a.is_empty(), "trial {a} got no GPU");
+        for (b, (gpu_b, start_b)) in &began {
+            if a < b && *start_a < ended[b] && *start_b < ended[a] {
+                overlaps += 1;
+                assert_ne!(
+                    gpu_a, gpu_b,
+                    "trials {a} and {b} ran at once on GPU {gpu_a}"
+                );
+            }
+        }
+    }
+    assert!(overlaps > 0, "no two jobs ran at once");
+    let used: HashSet<&String> = began.values().map(|(gpu, _)| gpu).collect();
+    assert!(used.len() >= 3, "GPUs used: {used:?}");
+}
+
+#[test]
+fn parameters_and_environment_reach_the_job_whatever_they_hold() {
+    if test_slurm().is_none() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let values = ["it's $HOME", "say \"hi\" `id` $(id) \\ ;"];
+    let text = format!(
+        r#"
+name: quoting
+objective: {{metric: loss, goal: minimize}}
+parameters:
+  - {{id: tag, type: categorical, values: ['{}', '{}']}}
+algorithm: grid
+trial:
+  command: [sh, -c, 'printf "%s|%s" "$1" "$GREETING" > "out-$HPTUNE_TRIAL_ID"; echo loss=1', sh]
+  args: ['{{tag}}']
+  env: {{GREETING: "a 'b' $c"}}
+  executor: {{kind: slurm, poll_interval: 200ms}}
+"#,
+        values[0].replace('\'', "''"),
+        values[1].replace('\'', "''"),
+    );
+    let path = scratch.study("study.yaml", &text);
+    assert_success(&scratch.hptune(&["run", path.to_str().unwrap()]));
+    for trial in scratch.trials("quoting") {
+        assert_eq!(trial["state"], "succeeded", "{trial}");
+        let written = std::fs::read_to_string(scratch.path(&format!("out-{}", trial["number"])));
+        assert_eq!(
+            written.unwrap(),
+            format!("{}|a 'b' $c", trial["params"]["tag"].as_str().unwrap())
+        );
+    }
+}
+
+#[test]
+fn a_failing_job_is_recorded_failed_with_its_error() {
+    let Some((scratch, out)) = run_on_slurm(&study("failing", 1, 1, "{MODE: fail}", "")) else {
+        return;
+    };
+    assert_exit_says(&out, 1, "1 trials failed");
+    let trial = &scratch.trials("failing")[0];
+    assert_eq!(trial["state"], "failed");
+    let error = trial["error"].as_str().unwrap();
+    assert!(
+        error.contains("exited with code 3") && error.contains("ValueError: bad things happened"),
+        "{error}"
+    );
+    assert_eq!(final_state(job_id(trial)), "FAILED");
+}
+
+#[test]
+fn a_trial_that_times_out_has_its_job_cancelled() {
+    let text = study("slow", 1, 1, "{SLEEP: '600'}", "")
+        .replace("  env:", "  timeout: 2s\n  grace_period: 30s\n  env:");
+    let Some((scratch, out)) = run_on_slurm(&text) else {
+        return;
+    };
+    assert_exit_says(&out, 1, "timed out");
+    let trial = &scratch.trials("slow")[0];
+    assert_eq!(trial["state"], "failed");
+    assert_cancelled(job_id(trial));
+}
+
+#[test]
+fn an_early_stopped_trial_has_its_job_cancelled() {
+    if test_slurm().is_none() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let dir = scratch.path("curves");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("curve-1.txt"), "1\n1\n").unwrap();
+    std::fs::write(dir.join("curve-2.txt"), "9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n").unwrap();
+    let worker = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/workers/curve.sh");
+    let text = format!(
+        r#"
+name: stopping
+objective: {{metric: loss, goal: minimize}}
+parameters:
+  - {{id: q, type: discrete, values: [1, 2]}}
+algorithm: grid
+parallel_trial_count: 1
+early_stopping: {{rule: median, min_steps: 1, min_trials: 1}}
+trial:
+  command: [{}]
+  env: {{CURVE_DIR: '{}', STEP_SLEEP: '1'}}
+  executor: {{kind: slurm, poll_interval: 200ms}}
+"#,
+        worker.display(),
+        dir.display()
+    );
+    let path = scratch.study("study.yaml", &text);
+    assert_success(&scratch.hptune(&["run", path.to_str().unwrap()]));
+    let trials = scratch.trials("stopping");
+    assert_eq!(trials[0]["state"], "succeeded", "{trials:?}");
+    assert_eq!(trials[1]["state"], "stopped", "{trials:?}");
+    let id = job_id(&trials[1]);
+    assert_cancelled(id);
+}
+
+/// Waits until `ready` holds, for at most a minute.
+fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready() {
+        assert!(Instant::now() < deadline, "waited a minute for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The recorded handles of the study's running attempts.
+fn running_jobs(scratch: &Scratch, name: &str) -> Vec<u64> {
+    scratch
+        .try_query(&format!(
+            "SELECT t.worker FROM trials t JOIN studies s ON s.id = t.study_id
+             WHERE s.name = '{name}' AND t.state = 'running' AND t.worker IS NOT NULL"
+        ))
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|row| row[0].as_str()?.strip_prefix("slurm:")?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_controller_killed_mid_study_adopts_its_jobs_and_submits_none_twice() {
+    let Some(counted) = Counted::new("adopted", 6, 3, "3") else {
+        return;
+    };
+    let scratch = &counted.scratch;
+    let mut first = counted.start();
+    wait_until("three running jobs", || {
+        running_jobs(scratch, "adopted").len() == 3
+    });
+    let adopted = running_jobs(scratch, "adopted");
+    kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
+    first.wait().unwrap();
+    // The jobs outlive their controller.
+    assert!(adopted.iter().any(|id| in_queue(*id)), "{adopted:?}");
+
+    let out = counted.finish();
+    let trials = scratch.trials("adopted");
+    assert_eq!(trials.len(), 6);
+    let attempts: u64 = trials.iter().map(|t| t["attempt"].as_u64().unwrap()).sum();
+    assert!(
+        trials.iter().all(|t| t["state"] == "succeeded"),
+        "{trials:?}"
+    );
+    // One job per attempt, and each worker started once: the killed controller's jobs were
+    // adopted, not submitted again.
+    assert_eq!(
+        lines(&counted.submissions).len() as u64,
+        attempts,
+        "{}",
+        stderr(&out)
+    );
+    let started = lines(&counted.starts);
+    let distinct: HashSet<&String> = started.iter().collect();
+    assert_eq!((started.len(), distinct.len()), (6, 6), "{started:?}");
+    let recorded: HashSet<u64> = trials.iter().map(job_id).collect();
+    assert!(
+        adopted.iter().all(|id| recorded.contains(id)),
+        "{adopted:?} {recorded:?}"
+    );
+}
+
+#[test]
+fn an_interrupted_study_cancels_its_jobs() {
+    let Some(counted) = Counted::new("interrupted", 4, 2, "600") else {
+        return;
+    };
+    let mut run = counted.start();
+    wait_until("two running jobs", || {
+        running_jobs(&counted.scratch, "interrupted").len() == 2
+    });
+    let jobs = running_jobs(&counted.scratch, "interrupted");
+    // What Ctrl-C in a terminal sends to the controller.
+    kill(Pid::from_raw(run.id() as i32), Signal::SIGINT).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(130));
+    for id in jobs {
+        assert_cancelled(id);
+    }
+}
+
+#[test]
+fn a_job_whose_id_a_killed_controller_never_recorded_is_found_and_adopted() {
+    let Some(counted) = Counted::new("unrecorded", 1, 1, "2") else {
+        return;
+    };
+    let scratch = &counted.scratch;
+    std::fs::write(scratch.path("kill-controller"), "").unwrap();
+    let first = counted.start().wait().unwrap();
+    assert_eq!(first.signal(), Some(9), "the controller was not killed");
+    assert_eq!(lines(&counted.submissions).len(), 1);
+    let unrecorded = scratch.query("SELECT state, worker FROM trials");
+    assert_eq!(unrecorded, [[Value::from("running"), Value::Null]]);
+
+    let out = counted.finish();
+    let trial = &scratch.trials("unrecorded")[0];
+    assert_eq!(trial["state"], "succeeded", "{trial}");
+    assert_eq!(trial["attempt"], 1, "{trial}");
+    // Found by its name and log path: submitted once, its worker started once.
+    assert_eq!(lines(&counted.submissions).len(), 1, "{}", stderr(&out));
+    assert_eq!(lines(&counted.starts).len(), 1);
+    let job = slurm_job(job_id(trial));
+    assert_eq!(job["JobName"], "hptune-unrecorded-0-1");
+}
+
+#[test]
+fn a_job_requeued_by_slurm_is_retried_as_a_new_attempt() {
+    let Some(counted) = Counted::new("requeued", 1, 1, "3") else {
+        return;
+    };
+    let scratch = &counted.scratch;
+    let mut run = counted.start();
+    wait_until("a running job", || {
+        running_jobs(scratch, "requeued")
+            .first()
+            .is_some_and(|id| slurm_job(*id)["JobState"] == "RUNNING")
+    });
+    let first = running_jobs(scratch, "requeued")[0];
+    let requeue = Command::new("scontrol")
+        .args(["requeue", &first.to_string()])
+        .status()
+        .unwrap();
+    assert!(requeue.success());
+    assert!(run.wait().unwrap().success());
+    let trial = &scratch.trials("requeued")[0];
+    assert_eq!(trial["state"], "succeeded", "{trial}");
+    assert_eq!(trial["attempt"], 2, "{trial}");
+    assert_ne!(job_id(trial), first);
+    assert_eq!(lines(&counted.submissions).len(), 2);
+    // The requeued job was cancelled, not left to run again over the first attempt.
+    assert!(!in_queue(first), "job {first} runs again");
+}
+
+#[test]
+fn one_trial_by_hand_runs_as_a_slurm_job() {
+    if test_slurm().is_none() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let path = scratch.study("study.yaml", &study("by-hand", 5, 1, "{}", ""));
+    let out = scratch.hptune(&[
+        "trial",
+        path.to_str().unwrap(),
+        "--param",
+        "x=0.5",
+        "--param",
+        "y=1",
+        "--executor",
+        "slurm",
+    ]);
+    assert_success(&out);
+    let trial = &scratch.trials("by-hand")[0];
+    assert_eq!(trial["value"], 1.25);
+    assert_eq!(final_state(job_id(trial)), "COMPLETED");
+}
+
+#[test]
+fn an_unknown_partition_is_refused_before_anything_runs() {
+    let text = study("nowhere", 2, 1, "{}", ", partition: no-such-partition");
+    let Some((scratch, out)) = run_on_slurm(&text) else {
+        return;
+    };
+    assert_exit_says(
+        &out,
+        2,
+        "trial.executor.partition: 'no-such-partition' is not a partition of this Slurm cluster",
+    );
+    assert_no_study(&scratch, "nowhere");
+}
+
+#[test]
+fn a_job_sbatch_refuses_fails_its_trial_with_sbatchs_reason() {
+    // More GPUs than any node has.
+    let Some((scratch, out)) = run_on_slurm(&study("greedy", 2, 1, "{}", ", gpus: 64")) else {
+        return;
+    };
+    assert_exit_says(&out, 1, "sbatch refused the job");
+    let trials = scratch.trials("greedy");
+    assert_eq!(trials.len(), 1, "{trials:?}");
+    assert_eq!(trials[0]["state"], "failed");
+    let error = trials[0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("Requested node configuration is not available"),
+        "{error}"
+    );
+}
+
+#[test]
+fn without_sbatch_on_path_the_study_is_refused_before_anything_runs() {
+    let scratch = Scratch::new();
+    let path = scratch.study("study.yaml", &study("no-sbatch", 2, 1, "{}", ""));
+    let out = scratch
+        .command(&["run", path.to_str().unwrap()])
+        .env("PATH", scratch.path("empty"))
+        .output()
+        .unwrap();
+    assert_exit_says(&out, 2, "'sbatch' is not a program on PATH");
+    assert_no_study(&scratch, "no-sbatch");
+}
+
+#[test]
+fn a_slurm_study_runs_here_with_executor_local() {
+    let scratch = Scratch::new();
+    let path = scratch.study("study.yaml", &study("here", 2, 1, "{}", ""));
+    // The study's Slurm block is set aside: its workers are local processes.
+    assert_success(&scratch.hptune(&["run", path.to_str().unwrap(), "--executor", "local"]));
+    let trials = scratch.trials("here");
+    assert_eq!(trials.len(), 2);
+    for trial in &trials {
+        assert_eq!(trial["state"], "succeeded", "{trial}");
+        assert!(
+            trial["worker"].as_str().unwrap().starts_with("pid:"),
+            "{trial}"
+        );
+    }
+}
