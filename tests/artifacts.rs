@@ -44,17 +44,11 @@ fn pinned_trial_and_the_best_keep_their_models(scratch: &Scratch) {
     assert_success(&out);
     let trials = by_number(scratch, &name);
     assert_eq!(trials.len(), 5);
-    let best = trials
-        .iter()
-        .min_by(|a, b| {
-            a["value"]
-                .as_f64()
-                .unwrap()
-                .total_cmp(&b["value"].as_f64().unwrap())
-        })
-        .unwrap()["number"]
-        .as_u64()
-        .unwrap();
+    // The best trial, as `hptune best` names it.
+    let printed = scratch.hptune(&["best", &name, "--format", "json"]);
+    assert_success(&printed);
+    let best_json: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    let best = best_json["number"].as_u64().unwrap();
     for trial in &trials {
         let number = trial["number"].as_u64().unwrap();
         let dir = models.join(&name).join(format!("trial-{number}"));
@@ -91,6 +85,7 @@ fn pinned_trial_and_the_best_keep_their_models(scratch: &Scratch) {
     assert_success(&printed);
     let expected = models.join(&name).join(format!("trial-{best}"));
     assert_eq!(stdout(&printed).trim(), expected.display().to_string());
+    assert_eq!(best_json["artifact"], json!(expected.display().to_string()));
 }
 
 #[test]
