@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 #
 # The trial image of the remote executors (Vertex AI, Kubernetes, SageMaker): `hptune`, whose
-# `hptune relay` is the command of every trial job, and `hptune-trainer` built with CUDA.
+# `hptune relay` is the command of every trial job, and `hptune-trainer` built with CUDA. It
+# also serves a model (`serve`: hptune-trainer serve, the model in /opt/ml/model) on Vertex
+# AI and SageMaker endpoints: SageMaker runs the image with the argument `serve`.
 #
 #   scripts/fetch-model.sh                       # optional: bakes models/ into the image
 #   docker build -t REGISTRY/hptune:TAG .
@@ -32,6 +34,11 @@ RUN apt-get update \
 COPY --from=build /src/target/release/hptune /src/target/release/hptune-trainer /usr/local/bin/
 COPY --from=build /src/models /opt/hptune/models
 COPY --from=build /src/samples /opt/hptune/samples
+# `serve`, as SageMaker runs a serving image, is hptune-trainer's server (port 8080, or
+# AIP_HTTP_PORT / SAGEMAKER_BIND_TO_PORT; the model in /opt/ml/model unless --model-dir).
+RUN printf '#!/bin/sh\nexec hptune-trainer serve "$@"\n' > /usr/local/bin/serve \
+ && chmod 755 /usr/local/bin/serve
+EXPOSE 8080
 RUN useradd --create-home --uid 1000 hptune
 USER hptune
 WORKDIR /home/hptune

@@ -62,6 +62,12 @@ enum Command {
         executor: Option<ExecutorKind>,
         #[command(flatten)]
         gpus: GpusArg,
+        #[command(flatten)]
+        artifacts: ArtifactsArg,
+        /// Keep trial N's model whatever its rank (with artifacts.keep_best); repeat or
+        /// separate with commas.
+        #[arg(long, value_name = "N", value_delimiter = ',')]
+        keep: Vec<u64>,
     },
     /// List studies: trials by state and best value.
     Studies,
@@ -86,6 +92,9 @@ enum Command {
         /// flags: ready to paste after the worker's command; json: number, value, params.
         #[arg(long, value_enum, default_value_t = BestFormat::Flags)]
         format: BestFormat,
+        /// Print the folder of the best trial's model instead (fails when it was not kept).
+        #[arg(long, conflicts_with = "format")]
+        artifact: bool,
     },
     /// Serve a read-only web dashboard of the database's studies, updated as they run.
     Dashboard {
@@ -130,6 +139,8 @@ enum Command {
         executor: Option<ExecutorKind>,
         #[command(flatten)]
         gpus: GpusArg,
+        #[command(flatten)]
+        artifacts: ArtifactsArg,
     },
     /// Inside a remote trial job: run the worker and write what it reports into the
     /// storage (HPTUNE_STORAGE, PostgreSQL). Started by the remote executors.
@@ -163,6 +174,15 @@ pub struct GpusArg {
     /// Default: CUDA_VISIBLE_DEVICES if set, else the GPUs `nvidia-smi -L` lists.
     #[arg(long = "gpus", env = "HPTUNE_GPUS", value_name = "LIST")]
     pub list: Option<String>,
+}
+
+/// Where the trials' models go.
+#[derive(Debug, clap::Args)]
+pub struct ArtifactsArg {
+    /// Folder of the trials' model folders, one per attempt: DIR/STUDY/trial-N (the study's
+    /// artifacts.dir, else hptune-artifacts beside the log folder).
+    #[arg(long = "artifacts-dir", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 /// How `trials` prints.
@@ -303,14 +323,17 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             log_dir,
             executor,
             gpus,
-        } => run::run_study(&study, &url, &log_dir, executor, &gpus).await,
+            artifacts,
+            keep,
+        } => run::run_study(&study, &url, &log_dir, executor, &gpus, &artifacts, &keep).await,
         Command::Trial {
             study,
             params,
             log_dir,
             executor,
             gpus,
-        } => run::run_trial(&study, &url, &params, &log_dir, executor, &gpus).await,
+            artifacts,
+        } => run::run_trial(&study, &url, &params, &log_dir, executor, &gpus, &artifacts).await,
         Command::Relay {
             study,
             trial,
@@ -345,8 +368,16 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             out,
             by,
         } => plot::plot(&url, &study, kind, by.into(), &out).await,
-        Command::Best { study, format } => {
-            show::best(&open_existing(&url).await?, &study, format).await
+        Command::Best {
+            study,
+            format,
+            artifact,
+        } => {
+            let storage = open_existing(&url).await?;
+            match artifact {
+                true => show::best_artifact(&storage, &study).await,
+                false => show::best(&storage, &study, format).await,
+            }
         }
     }
 }

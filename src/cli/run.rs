@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use hptune::controller::{self, Plan, RunSummary, StudyEnd};
+use hptune::controller::{self, ArtifactPlan, Plan, RunSummary, StudyEnd};
 use hptune::executor::{Executor, StopRequest, check_program, check_storage, for_study};
 use hptune::gpus::{self, DEFAULT_LOCK_DIR, GpuPlan, LockDir};
 use hptune::sampler::{self, ManualSampler};
@@ -15,7 +15,7 @@ use hptune::storage::{Storage, StorageUrl, TrialState, best_first};
 use hptune::study::{ExecutorKind, ExecutorSpec, Study};
 
 use super::progress::Display;
-use super::{Failure, GpusArg, show};
+use super::{ArtifactsArg, Failure, GpusArg, show};
 
 /// Exit code of a study stopped by Ctrl-C or SIGTERM.
 const INTERRUPTED: u8 = 130;
@@ -31,12 +31,17 @@ pub async fn run_study(
     log_dir: &Path,
     executor_kind: Option<ExecutorKind>,
     gpus: &GpusArg,
+    artifacts: &ArtifactsArg,
+    keep: &[u64],
 ) -> Result<ExitCode, Failure> {
     let study = load_checked(path, url, executor_kind)?;
     let mut sampler = sampler::for_study(&study)
         .map_err(|e| Failure::BadInput(format!("{}: {e}", path.display())))?;
+    let mut artifacts = artifact_plan(&study, log_dir, artifacts)?;
+    artifacts.pinned.extend(keep);
     let plan = Plan {
         gpus: gpu_plan(&study, gpus, path)?,
+        artifacts,
         ..Plan::for_study(&study, log_dir)
     };
     let storage = Storage::open(url).await?;
@@ -54,6 +59,7 @@ pub async fn run_trial(
     log_dir: &Path,
     executor_kind: Option<ExecutorKind>,
     gpus: &GpusArg,
+    artifacts: &ArtifactsArg,
 ) -> Result<ExitCode, Failure> {
     let study = load_checked(path, url, executor_kind)?;
     let params = study
@@ -70,6 +76,7 @@ pub async fn run_trial(
         max_retries: study.max_retries,
         log_dir: log_dir.to_path_buf(),
         gpus,
+        artifacts: artifact_plan(&study, log_dir, artifacts)?,
     };
     let mut sampler = ManualSampler::new(params);
     let summary = supervise(&study, &storage, executor, &mut sampler, &plan).await?;
@@ -119,6 +126,22 @@ fn load_checked(
     }
     check_storage(&study.trial.executor, url).map_err(bad)?;
     Ok(study)
+}
+
+/// Where the trials' models go: `--artifacts-dir`, else the study's, else beside the logs; as
+/// an absolute path, which the rows record and `hptune best --artifact` prints.
+fn artifact_plan(
+    study: &Study,
+    log_dir: &Path,
+    given: &ArtifactsArg,
+) -> Result<ArtifactPlan, Failure> {
+    let mut plan = ArtifactPlan::for_study(study, log_dir);
+    if let Some(dir) = &given.dir {
+        plan.dir = dir.clone();
+    }
+    plan.dir = std::path::absolute(&plan.dir)
+        .map_err(|e| Failure::BadInput(format!("--artifacts-dir {}: {e}", plan.dir.display())))?;
+    Ok(plan)
 }
 
 /// The GPUs of a study with `trial.resources.gpus`: the devices given, else the controller's

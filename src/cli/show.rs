@@ -75,16 +75,42 @@ pub async fn trials(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints the best trial's parameters.
-pub async fn best(storage: &Storage, study: &str, format: BestFormat) -> Result<ExitCode, Failure> {
+/// The study's record and its best trial; a study without a succeeded trial is a failure.
+async fn find_best(storage: &Storage, study: &str) -> Result<(StudyRecord, TrialRecord), Failure> {
     let record = find(storage, study).await?;
     let trials = storage.trials(record.id).await?;
-    let Some(trial) = best_trial(&trials, record.goal) else {
-        return Err(Failure::Other(format!(
+    match best_trial(&trials, record.goal) {
+        Some(trial) => Ok((record, trial.clone())),
+        None => Err(Failure::Other(format!(
             "study '{}' has no succeeded trial yet",
+            record.name
+        ))),
+    }
+}
+
+/// Prints the folder of the best trial's model.
+pub async fn best_artifact(storage: &Storage, study: &str) -> Result<ExitCode, Failure> {
+    let (record, trial) = find_best(storage, study).await?;
+    let number = trial.number;
+    let Some(dir) = trial.artifact_dir else {
+        return Err(Failure::Other(format!(
+            "study '{}': the best trial, {number}, has no model folder recorded (it ran without one: a remote worker, or an hptune before model folders)",
             record.name
         )));
     };
+    if let Some(at) = trial.artifact_removed_at {
+        return Err(Failure::Other(format!(
+            "study '{}': the model of the best trial, {number}, was removed at {at} ({dir})",
+            record.name
+        )));
+    }
+    output(&format!("{dir}\n"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the best trial's parameters.
+pub async fn best(storage: &Storage, study: &str, format: BestFormat) -> Result<ExitCode, Failure> {
+    let (record, trial) = find_best(storage, study).await?;
     match format {
         BestFormat::Flags => {
             let space = stored_space(&record)?;
@@ -102,6 +128,7 @@ pub async fn best(storage: &Storage, study: &str, format: BestFormat) -> Result<
                 "metric": record.metric,
                 "value": trial.value,
                 "params": trial.params,
+                "artifact": trial.artifact_removed_at.is_none().then_some(&trial.artifact_dir),
             });
             output(&format!(
                 "{}\n",

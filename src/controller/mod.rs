@@ -8,11 +8,13 @@
 //! gone are adopted: a live worker is watched again, a dead one is judged by what it
 //! reported, or retried.
 
+mod artifacts;
 mod devices;
 mod events;
 mod liveness;
 mod verdict;
 
+pub use artifacts::{ArtifactPlan, DEFAULT_ARTIFACTS_DIR, doomed};
 pub use events::{Progress, RunEvent, RunObserver};
 
 use std::collections::{HashMap, VecDeque};
@@ -35,9 +37,9 @@ use crate::storage::{
     Budget, Claim, ClaimError, NextAttempt, Storage, StorageError, StudyRecord, StudyView,
     TrialEnd, TrialRecord, TrialState,
 };
-use crate::study::Study;
 use crate::study::space::Assignment;
 use crate::study::stopping::Curve;
+use crate::study::{ExecutorSpec, Study};
 use devices::{GPU_POLL, Waiting};
 use liveness::{attempt_began, is_orphan, running_for};
 use verdict::{Verdict, verdict_on};
@@ -83,6 +85,8 @@ pub struct Plan {
     pub log_dir: PathBuf,
     /// The GPUs the trials get, for a study with `trial.resources.gpus`.
     pub gpus: Option<GpuPlan>,
+    /// Where the trials' models go and which are kept.
+    pub artifacts: ArtifactPlan,
 }
 
 impl Plan {
@@ -95,6 +99,7 @@ impl Plan {
             max_retries: study.max_retries,
             log_dir: log_dir.to_path_buf(),
             gpus: None,
+            artifacts: ArtifactPlan::for_study(study, log_dir),
         }
     }
 
@@ -170,6 +175,9 @@ struct Run<'a> {
     gpus: Option<GpuPool>,
     /// Trials of this controller waiting for free GPUs, in order.
     waiting: VecDeque<Waiting>,
+    /// How many trials of the view had ended when models were last removed (`keep_best`):
+    /// the models to remove change only when another trial ends.
+    ended_at_pruning: usize,
 }
 
 /// Runs (or continues) `study` until its plan says to stop.
@@ -200,6 +208,7 @@ pub async fn run(
         ends: Vec::new(),
         gpus: plan.gpus.clone().map(GpuPool::new),
         waiting: VecDeque::new(),
+        ended_at_pruning: 0,
     };
     storage.refresh(&mut run.view).await?;
     let adopted = storage
@@ -298,8 +307,10 @@ pub async fn run(
         if blocked && !was_blocked {
             observer.observe(RunEvent::WaitingForGpus, &run.progress());
         }
-        // The ends no claim took are written before the loop waits or leaves.
+        // The ends no claim took are written before the loop waits or leaves; then the
+        // models that can no longer be among the best go.
         storage.finish_trials(&mut run.ends).await?;
+        run.prune_artifacts().await?;
         let waits_for_gpus = !interrupted && (blocked || !run.waiting.is_empty());
         if run.running.is_empty() && !waits_for_gpus {
             // Before leaving, adopt what a controller that died meanwhile left running; or,
@@ -449,6 +460,10 @@ impl Run<'_> {
         let reported = recovered.unwrap_or_default();
         let job = self.job(&trial, start, reported.clone(), lease.as_ref());
         trial.log_path = Some(job.log_path.display().to_string());
+        // A trial taken over keeps the folder recorded when its worker started.
+        if trial.artifact_dir.is_none() {
+            trial.artifact_dir = job.output_dir.as_ref().map(|d| d.display().to_string());
+        }
         observer.observe(RunEvent::TrialStarted { trial: &trial }, &self.progress());
         let (stop, stop_rx) = watch::channel(StopRequest::Run);
         let executor = self.executor.clone();
@@ -483,6 +498,19 @@ impl Run<'_> {
             trial.number,
             trial.attempt,
         );
+        // A remote worker saves where its engine says; a local one, or a Slurm one on the
+        // shared filesystem, in its attempt's folder.
+        let output_dir = match (&study.trial.executor, &trial.artifact_dir) {
+            (ExecutorSpec::Local | ExecutorSpec::Slurm(_), Some(recorded)) => {
+                Some(PathBuf::from(recorded))
+            }
+            (ExecutorSpec::Local | ExecutorSpec::Slurm(_), None) => Some(
+                self.plan
+                    .artifacts
+                    .attempt_dir(&study.name, trial.number, trial.attempt),
+            ),
+            _ => None,
+        };
         TrialJob {
             study: study.name.clone(),
             number: trial.number,
@@ -500,8 +528,10 @@ impl Run<'_> {
                 trial.number,
                 trial.attempt,
                 &files.metrics,
+                output_dir.as_deref(),
                 lease.map_or(&[], Lease::devices),
             ),
+            output_dir,
             log_path: files.log,
             metrics_path: files.metrics,
             timeout: study

@@ -91,6 +91,7 @@ impl LocalWorker {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create the log directory {}: {e}", dir.display()))?;
         }
+        job.create_output_dir()?;
         // A metrics file left by an earlier attempt must not be read as this one's.
         let _ = std::fs::remove_file(&job.metrics_path);
         let create = |path: &Path| {

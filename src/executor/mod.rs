@@ -44,6 +44,9 @@ pub struct TrialJob {
     pub log_path: PathBuf,
     /// Where the worker may write cloudml-hypertune's metrics file.
     pub metrics_path: PathBuf,
+    /// The attempt's model folder (`HPTUNE_OUTPUT_DIR`), created before a local or Slurm
+    /// worker starts; `None` for a remote worker, which saves where its engine says.
+    pub output_dir: Option<PathBuf>,
     /// Wall-clock limit.
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL.
@@ -62,6 +65,17 @@ pub struct TrialJob {
     /// The open lock files of the trial's GPUs, which a local worker inherits (see
     /// [`crate::gpus::Lease::lock_fds`]); empty for a trial without GPUs.
     pub gpu_locks: Vec<RawFd>,
+}
+
+impl TrialJob {
+    /// Creates the attempt's model folder, if it has one, before its worker starts.
+    pub fn create_output_dir(&self) -> Result<(), String> {
+        match &self.output_dir {
+            Some(dir) => std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create the model folder {}: {e}", dir.display())),
+            None => Ok(()),
+        }
+    }
 }
 
 /// How a trial's worker comes to run.
@@ -168,14 +182,20 @@ impl AttemptFiles {
     /// attempt's files have names of their own, so that one attempt's output is never taken
     /// for another's.
     pub fn in_dir(dir: &Path, number: u64, attempt: u32) -> Self {
-        let stem = match attempt {
-            1 => format!("trial-{number}"),
-            n => format!("trial-{number}-attempt-{n}"),
-        };
+        let stem = attempt_stem(number, attempt);
         Self {
             log: dir.join(format!("{stem}.log")),
             metrics: dir.join(format!("{stem}.metrics.jsonl")),
         }
+    }
+}
+
+/// The name of an attempt's files and model folder: `trial-N`, with `-attempt-A` after `N`
+/// from the second attempt on.
+pub fn attempt_stem(number: u64, attempt: u32) -> String {
+    match attempt {
+        1 => format!("trial-{number}"),
+        n => format!("trial-{number}-attempt-{n}"),
     }
 }
 
@@ -284,16 +304,18 @@ fn fill_template(template: &str, study: &str, number: u64, params: &Assignment) 
     Some(out)
 }
 
-/// The study file's own variables, then those of the worker protocol, then the trial's
-/// devices ([`DEVICE_VARIABLES`]) when it has GPUs: a worker always sees its own trial
-/// (`spec` refuses a `trial.env` that names a protocol variable, or a device variable of a
-/// study with GPUs).
+/// The study file's own variables, then those of the worker protocol, then the attempt's
+/// model folder ([`OUTPUT_VARIABLES`]) when it has one, then the trial's devices
+/// ([`DEVICE_VARIABLES`]) when it has GPUs: a worker always sees its own trial (`spec`
+/// refuses a `trial.env` that names a protocol or output variable, or a device variable of
+/// a study with GPUs).
 pub fn worker_env(
     template: &TrialTemplate,
     study: &str,
     number: u64,
     attempt: u32,
     metrics_path: &Path,
+    output_dir: Option<&Path>,
     gpus: &[Device],
 ) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = template
@@ -302,6 +324,10 @@ pub fn worker_env(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     env.extend(protocol_env(study, number, attempt, metrics_path));
+    if let Some(dir) = output_dir {
+        let dir = dir.display().to_string();
+        env.extend(OUTPUT_VARIABLES.map(|name| (name.to_string(), dir.clone())));
+    }
     if !gpus.is_empty() {
         let list = |id: fn(&Device) -> &str| gpus.iter().map(id).collect::<Vec<_>>().join(",");
         let [cuda, hptune] = DEVICE_VARIABLES;
@@ -310,6 +336,11 @@ pub fn worker_env(
     }
     env
 }
+
+/// The variables that name the folder a worker saves its model to, its attempt's own: as
+/// hptune names it, and as Vertex AI does for its tuning trials (so a script written for
+/// Vertex AI saves there unchanged).
+pub const OUTPUT_VARIABLES: [&str; 2] = ["HPTUNE_OUTPUT_DIR", "AIP_MODEL_DIR"];
 
 /// The variables that give a trial with GPUs its devices, comma-separated: as CUDA names
 /// them (UUIDs when known), and as hptune names them (recorded with the attempt).
@@ -327,10 +358,13 @@ pub const PROTOCOL_VARIABLES: [&str; 6] = [
 ];
 
 /// Whether `name` belongs to the worker protocol, which a study's `trial.env` may not set:
-/// one of [`PROTOCOL_VARIABLES`], or any other `HPTUNE_` name (`HPTUNE_STORAGE` of remote
-/// jobs, `HPTUNE_GPUS` of trials with GPUs, and those the protocol may add).
+/// one of [`PROTOCOL_VARIABLES`] or [`OUTPUT_VARIABLES`], or any other `HPTUNE_` name
+/// (`HPTUNE_STORAGE` of remote jobs, `HPTUNE_GPUS` of trials with GPUs, and those the
+/// protocol may add).
 pub fn is_protocol_variable(name: &str) -> bool {
-    name.starts_with("HPTUNE_") || PROTOCOL_VARIABLES.contains(&name)
+    name.starts_with("HPTUNE_")
+        || PROTOCOL_VARIABLES.contains(&name)
+        || OUTPUT_VARIABLES.contains(&name)
 }
 
 /// The variables of the worker protocol, named by [`PROTOCOL_VARIABLES`].

@@ -5,6 +5,7 @@
 //! then every rule of meaning is checked and each broken one is reported with its field path
 //! and, through [`locate`], its position.
 
+mod artifacts;
 mod block;
 mod early_stopping;
 mod executor;
@@ -334,6 +335,7 @@ impl Checker<'_> {
             None => Some(None),
         };
         let trial = self.trial(raw.trial, space.as_ref());
+        let artifacts = self.artifacts(raw.artifacts);
         if let (Some(Algorithm::Grid), Some(space)) = (algorithm, &space)
             && let Err(e) = space.grid_size()
         {
@@ -354,6 +356,7 @@ impl Checker<'_> {
             seed: raw.seed.unwrap_or(0),
             early_stopping: early_stopping?,
             trial: trial?,
+            artifacts: artifacts?,
             source: self.text.to_string(),
         })
     }

@@ -134,6 +134,15 @@ pub struct RawStudy {
     pub seed: Option<u64>,
     pub early_stopping: Option<RawRule>,
     pub trial: RawTrial,
+    pub artifacts: Option<RawArtifacts>,
+}
+
+/// `artifacts`: the trials' model folders.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawArtifacts {
+    pub dir: Option<String>,
+    pub keep_best: Option<Number>,
 }
 
 /// The early-stopping block: here only its `rule` is read; the rule's own fields are read

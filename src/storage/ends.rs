@@ -200,12 +200,13 @@ impl Script {
         // otherwise the database refuses the end (migration 0005).
         format!(
             "UPDATE trials SET state = {}, error = {}, finished_at = {finished_at}, value = {value}, \
-             worker = COALESCE({}, worker), log_path = COALESCE({}, log_path), owner = {}, \
-             attempt = {} WHERE id = {id}",
+             worker = COALESCE({}, worker), log_path = COALESCE({}, log_path), \
+             artifact_dir = COALESCE({}, artifact_dir), owner = {}, attempt = {} WHERE id = {id}",
             self.text(Some(trial.state.as_str())),
             self.text(trial.error.as_deref()),
             self.text(trial.worker.as_deref()),
             self.text(trial.log_path.as_deref()),
+            self.text(trial.artifact_dir.as_deref()),
             self.text(trial.owner.as_deref()),
             self.int(i64::from(trial.attempt)),
         )

@@ -6,6 +6,7 @@
 //! The relay of a remote job (PostgreSQL only) writes its attempt's measurements and
 //! heartbeats ([`relayed`]).
 
+mod artifacts;
 mod claim;
 mod ends;
 mod follow;

@@ -14,7 +14,7 @@ use crate::study::space::Assignment;
 /// The columns of a trial, in the order [`TrialRecord::from_row`] reads them.
 macro_rules! trial_columns {
     () => {
-        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus"
+        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus, artifact_dir, artifact_removed_at"
     };
 }
 pub(crate) use trial_columns;
@@ -135,6 +135,10 @@ pub struct TrialRecord {
     pub owner: Option<String>,
     /// The GPUs of its current attempt, as `HPTUNE_GPUS` names them; empty without GPUs.
     pub gpus: Vec<String>,
+    /// The model folder of its current attempt (`HPTUNE_OUTPUT_DIR`), once its worker started.
+    pub artifact_dir: Option<String>,
+    /// When hptune removed its attempts' model folders (`artifacts.keep_best`).
+    pub artifact_removed_at: Option<String>,
 }
 
 #[cfg(test)]
@@ -156,6 +160,17 @@ impl TrialRecord {
             attempt: 1,
             owner: None,
             gpus: Vec::new(),
+            artifact_dir: None,
+            artifact_removed_at: None,
+        }
+    }
+
+    /// Trial `number` in `state` with `value`, as [`TrialRecord::for_test`] otherwise.
+    pub(crate) fn in_state(number: u64, state: TrialState, value: Option<f64>) -> Self {
+        TrialRecord {
+            state,
+            value,
+            ..TrialRecord::for_test(number)
         }
     }
 }
@@ -246,6 +261,8 @@ impl TrialRecord {
                 .map_err(corrupt)?
                 .map(|list| list.split(',').map(str::to_string).collect())
                 .unwrap_or_default(),
+            artifact_dir: row.try_get("artifact_dir").map_err(corrupt)?,
+            artifact_removed_at: row.try_get("artifact_removed_at").map_err(corrupt)?,
         })
     }
 }

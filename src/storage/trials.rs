@@ -22,21 +22,25 @@ pub enum NextAttempt {
 }
 
 impl Storage {
-    /// Records the worker of the trial's current attempt and where its log goes (one
-    /// statement: the attempt's row gets the handle when the attempt ends).
+    /// Records the worker of the trial's current attempt, where its log goes and its model
+    /// folder (one statement: the attempt's row gets the handle and the folder when the
+    /// attempt ends).
     pub async fn set_worker(
         &self,
         trial: &TrialRecord,
         worker: &str,
         log_path: &str,
     ) -> Result<(), StorageError> {
-        sqlx::query("UPDATE trials SET worker = $1, log_path = $2 WHERE id = $3")
-            .bind(worker)
-            .bind(log_path)
-            .bind(trial.id)
-            .execute(&self.pool)
-            .await
-            .map_err(query_error("recording the worker"))?;
+        sqlx::query(
+            "UPDATE trials SET worker = $1, log_path = $2, artifact_dir = $3 WHERE id = $4",
+        )
+        .bind(worker)
+        .bind(log_path)
+        .bind(trial.artifact_dir.as_deref())
+        .bind(trial.id)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("recording the worker"))?;
         Ok(())
     }
 
@@ -255,7 +259,7 @@ impl Storage {
         // The next attempt's GPUs are recorded when its worker is about to start.
         let moved_on = sqlx::query(
             "UPDATE trials SET attempt = $1, worker = NULL, started_at = $2, heartbeat_at = $3,
-             state = $4, owner = $5, gpus = NULL
+             state = $4, owner = $5, gpus = NULL, artifact_dir = NULL
              WHERE id = $6 AND owner = $7 AND attempt = $8 AND state = 'running'",
         )
         .bind(next as i64)
@@ -274,14 +278,15 @@ impl Storage {
         }
         insert_measurements(&mut tx, trial, &finite(unsaved), Some(&at), doing).await?;
         sqlx::query(
-            "UPDATE attempts SET finished_at = $1, outcome = 'retried', error = $2, worker = $5
-             WHERE trial_id = $3 AND attempt = $4",
+            "UPDATE attempts SET finished_at = $1, outcome = 'retried', error = $2, worker = $5,
+             artifact_dir = $6 WHERE trial_id = $3 AND attempt = $4",
         )
         .bind(&at)
         .bind(error)
         .bind(trial.id)
         .bind(trial.attempt as i64)
         .bind(trial.worker.as_deref())
+        .bind(trial.artifact_dir.as_deref())
         .execute(&mut *tx)
         .await
         .map_err(query_error(doing))?;
@@ -293,6 +298,7 @@ impl Storage {
         retried.state = state;
         retried.owner = owner;
         retried.gpus = Vec::new();
+        retried.artifact_dir = None;
         Ok(retried)
     }
 }

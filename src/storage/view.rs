@@ -154,11 +154,7 @@ mod tests {
     use super::*;
 
     fn trial(number: u64, state: TrialState, value: Option<f64>) -> TrialRecord {
-        TrialRecord {
-            state,
-            value,
-            ..TrialRecord::for_test(number)
-        }
+        TrialRecord::in_state(number, state, value)
     }
 
     #[test]

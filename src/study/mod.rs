@@ -10,6 +10,7 @@ mod template;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub use executor::{
@@ -74,6 +75,17 @@ pub struct TrialTemplate {
     pub executor: ExecutorSpec,
 }
 
+/// The trials' model folders (`artifacts`): each attempt of a trial gets a folder of its own,
+/// named to the worker by `HPTUNE_OUTPUT_DIR` and `AIP_MODEL_DIR`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Artifacts {
+    /// The folder of the studies' model folders (`--artifacts-dir` overrides it); `None`: the
+    /// default, beside the logs.
+    pub dir: Option<PathBuf>,
+    /// Keep the models of the best K trials only; `None`: keep every model.
+    pub keep_best: Option<NonZeroUsize>,
+}
+
 /// A validated study.
 #[derive(Debug, Clone)]
 pub struct Study {
@@ -100,6 +112,8 @@ pub struct Study {
     pub early_stopping: Option<StoppingRule>,
     /// How a worker is started.
     pub trial: TrialTemplate,
+    /// Where the trials' models go, and how many are kept.
+    pub artifacts: Artifacts,
     /// The file as written, kept in the database.
     pub source: String,
 }

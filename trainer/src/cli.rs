@@ -32,6 +32,9 @@ pub struct Cli {
 pub enum Command {
     /// Classify texts with a fine-tuned model; prints a JSON array of {text, label, probabilities}.
     Predict(PredictArgs),
+    /// Serve a fine-tuned model over HTTP: Vertex AI's and SageMaker's prediction and health
+    /// routes on one port.
+    Serve(ServeArgs),
 }
 
 /// Flags of a training run.
@@ -66,8 +69,10 @@ pub struct TrainArgs {
     /// another number of labels) instead of stopping, as transformers' `ignore_mismatched_sizes`.
     #[arg(long, alias = "ignore_mismatched_sizes")]
     pub ignore_mismatched_sizes: bool,
-    /// Folder to write the fine-tuned checkpoint to (weights, config, tokenizer, labels).
-    #[arg(long, alias = "output_dir")]
+    /// Folder to write the fine-tuned checkpoint to (weights, config, tokenizer, labels);
+    /// under hptune, the trial attempt's own folder (HPTUNE_OUTPUT_DIR, as Vertex AI's
+    /// AIP_MODEL_DIR) unless the flag is given.
+    #[arg(long, alias = "output_dir", env = "HPTUNE_OUTPUT_DIR")]
     pub output_dir: Option<PathBuf>,
     /// cpu, cuda or cuda:N (cuda needs the `cuda` build feature).
     #[arg(long, default_value = "cpu")]
@@ -134,18 +139,61 @@ pub struct PredictArgs {
     /// A file with one text per line (instead of, or besides, TEXT arguments).
     #[arg(long)]
     pub file: Option<PathBuf>,
+    /// Where and how the model runs.
+    #[command(flatten)]
+    pub inference: InferenceArgs,
+    /// Batch size.
+    #[arg(long, alias = "batch_size", default_value_t = 32)]
+    pub batch_size: usize,
+    /// Texts to classify.
+    pub texts: Vec<String>,
+}
+
+/// Flags of `serve`.
+#[derive(Debug, Args, Clone)]
+pub struct ServeArgs {
+    /// A folder written by --output-dir [default: SageMaker's /opt/ml/model].
+    #[arg(
+        long,
+        alias = "model_dir",
+        env = "HPTUNE_MODEL_DIR",
+        default_value = "/opt/ml/model"
+    )]
+    pub model_dir: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub host: String,
+    /// Port [default: AIP_HTTP_PORT, else SAGEMAKER_BIND_TO_PORT, else 8080].
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Where and how the model runs.
+    #[command(flatten)]
+    pub inference: InferenceArgs,
+    /// The most inputs classified in one forward pass, from one request or several.
+    #[arg(long, alias = "max_batch_size", default_value_t = 32)]
+    pub max_batch_size: usize,
+    /// How long a request waits for others to share its forward pass (0: only those queued
+    /// while the model was busy).
+    #[arg(long, alias = "max_batch_wait_ms", default_value_t = 0)]
+    pub max_batch_wait_ms: u64,
+    /// The largest request body, in bytes (larger ones get 413).
+    #[arg(long, alias = "max_body_bytes", default_value_t = 5 << 20)]
+    pub max_body_bytes: usize,
+    /// The most inputs in one request (more get 400).
+    #[arg(long, alias = "max_instances", default_value_t = 1024)]
+    pub max_instances: usize,
+}
+
+/// Where and how a saved model classifies: the flags `predict` and `serve` share.
+#[derive(Debug, Args, Clone)]
+pub struct InferenceArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// burn CPU backend.
     #[arg(long, alias = "cpu_backend", value_enum, default_value = "flex")]
     pub cpu_backend: CpuBackend,
-    /// Maximal tokens per text.
+    /// Maximal tokens per text (pair), special tokens included; longer texts are truncated.
     #[arg(long, alias = "max_seq_len", default_value_t = 128)]
     pub max_seq_len: usize,
-    /// Batch size.
-    #[arg(long, alias = "batch_size", default_value_t = 32)]
-    pub batch_size: usize,
-    /// Texts to classify.
-    pub texts: Vec<String>,
 }

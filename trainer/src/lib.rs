@@ -12,6 +12,7 @@ pub mod backend;
 pub mod batch;
 pub mod blas;
 pub mod checkpoint;
+pub mod classify;
 pub mod cli;
 pub mod config;
 pub mod data;
@@ -24,6 +25,7 @@ pub mod pretrained;
 pub mod progress;
 pub mod report;
 pub mod run;
+pub mod serve;
 pub mod tokenize;
 pub mod train;
 

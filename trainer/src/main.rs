@@ -26,9 +26,10 @@ fn main() -> ExitCode {
             println!("{json}");
             Ok(())
         }),
+        (Some(Command::Serve(args)), _) => hptune_trainer::serve::serve(args),
         (None, Some(args)) => run::train(args).map(|_| ()),
         (None, None) => {
-            eprintln!("hptune-trainer: give training flags (see --help) or `predict`");
+            eprintln!("hptune-trainer: give training flags (see --help), `predict` or `serve`");
             return ExitCode::from(2);
         }
     };

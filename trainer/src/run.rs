@@ -4,6 +4,7 @@ use burn::module::AutodiffModule;
 
 use crate::backend::{BackendTask, DeviceChoice, TrainBackend, dispatch};
 use crate::batch::{EncodedExample, encode_all};
+use crate::classify::{Classifier, TextInput};
 use crate::cli::{PredictArgs, TrainArgs};
 use crate::config::BertConfig;
 use crate::data::{ColumnSpec, LabelMap, read_examples, stratified_split};
@@ -11,10 +12,10 @@ use crate::error::{Result, TrainerError};
 use crate::hub::resolve_model_dir;
 use crate::metrics::EvalMetrics;
 use crate::optim::AdamWSettings;
-use crate::pretrained::{load_classifier, save_checkpoint, saved_labels};
+use crate::pretrained::{load_classifier, save_checkpoint};
 use crate::report::Reporter;
 use crate::tokenize::TextTokenizer;
-use crate::train::{TrainSettings, fine_tune, predict_probabilities};
+use crate::train::{TrainSettings, fine_tune};
 
 /// One prediction as printed by `predict`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -36,8 +37,8 @@ pub fn train(args: &TrainArgs) -> Result<EvalMetrics> {
 
 /// Classifies texts with a fine-tuned checkpoint folder.
 pub fn predict(args: &PredictArgs) -> Result<Vec<Prediction>> {
-    let device: DeviceChoice = args.device.parse()?;
-    dispatch(device, args.cpu_backend, PredictTask(args))
+    let device: DeviceChoice = args.inference.device.parse()?;
+    dispatch(device, args.inference.cpu_backend, PredictTask(args))
 }
 
 fn validate(args: &TrainArgs) -> Result<()> {
@@ -203,44 +204,20 @@ impl BackendTask for PredictTask<'_> {
     fn run<B: TrainBackend>(self, device: B::Device) -> Result<Vec<Prediction>> {
         let args = self.0;
         let texts = collect_texts(args)?;
-        let dir = &args.model_dir;
-        let config = BertConfig::from_file(&dir.join("config.json"))?;
-        let labels = saved_labels(dir, &config)?;
-        let tokenizer =
-            TextTokenizer::from_dir(dir, args.max_seq_len.min(config.max_position_embeddings))?;
-        let (model, report) = load_classifier::<B::InnerBackend>(
-            dir,
-            &config,
-            labels.len(),
-            Some(0.0),
-            false,
-            &device,
+        let classifier = Classifier::<B::InnerBackend>::load(
+            &args.model_dir,
+            args.inference.max_seq_len,
+            device,
         )?;
-        if !report.newly_initialised.is_empty() {
-            return Err(TrainerError::ModelNotFound(format!(
-                "{}: the checkpoint lacks {}; predict needs a folder written by --output-dir",
-                dir.display(),
-                report.newly_initialised.join(", ")
-            )));
-        }
-        let encoded: Vec<EncodedExample> = texts
+        let inputs: Vec<TextInput> = texts
             .iter()
-            .map(|text| {
-                let e = tokenizer.encode(text, None)?;
-                Ok(EncodedExample {
-                    ids: e.ids,
-                    type_ids: e.type_ids,
-                    label: 0,
-                })
+            .map(|text| TextInput {
+                text: text.clone(),
+                pair: None,
             })
-            .collect::<Result<_>>()?;
-        let probabilities = predict_probabilities(
-            &model,
-            &encoded,
-            args.batch_size,
-            tokenizer.pad_id(),
-            &device,
-        )?;
+            .collect();
+        let probabilities = classifier.probabilities(&inputs, args.batch_size)?;
+        let labels = classifier.labels();
         Ok(texts
             .into_iter()
             .zip(probabilities)
@@ -252,8 +229,8 @@ impl BackendTask for PredictTask<'_> {
                     .map_or(0, |(i, _)| i);
                 Prediction {
                     text,
-                    label: labels.names()[best].clone(),
-                    probabilities: labels.names().iter().cloned().zip(probs).collect(),
+                    label: labels[best].clone(),
+                    probabilities: labels.iter().cloned().zip(probs).collect(),
                 }
             })
             .collect())

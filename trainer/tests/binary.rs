@@ -13,6 +13,7 @@ fn trainer() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hptune-trainer"));
     command.env_remove("HPTUNE_METRICS_FILE");
     command.env_remove("CLOUD_ML_HP_METRIC_FILE");
+    command.env_remove("HPTUNE_OUTPUT_DIR");
     command
 }
 

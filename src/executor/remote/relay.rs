@@ -91,6 +91,7 @@ pub async fn relay(
         start: Start::Fresh,
         reported: Vec::new(),
         gpu_locks: Vec::new(),
+        output_dir: None,
     };
     let log_path = worker.log_path.clone();
     let (events_tx, mut events) = mpsc::unbounded_channel();

@@ -66,6 +66,7 @@ impl SlurmExecutor {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create the log directory {}: {e}", dir.display()))?;
         }
+        job.create_output_dir()?;
         // The files of an earlier try of this attempt must not be read as this one's.
         for stale in [
             &log_path,

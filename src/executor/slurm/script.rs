@@ -163,6 +163,7 @@ mod tests {
             attempt: 2,
             reported: Vec::new(),
             gpu_locks: Vec::new(),
+            output_dir: None,
         }
     }
 

@@ -1,0 +1,194 @@
+//! The trials' model folders (`artifacts`): each attempt of a trial writes its model into a
+//! folder of its own, and with `keep_best: K` the folders of the trials that can no longer be
+//! among the best K are removed once their rows are final.
+
+use std::collections::BTreeSet;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+
+use super::Run;
+use crate::executor::attempt_stem;
+use crate::storage::{StorageError, TrialRecord, TrialState, best_first};
+use crate::study::{Goal, Study};
+
+/// Where the trials' models go and which are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactPlan {
+    /// The folder of the studies' model folders: `<dir>/<study>/trial-<n>[-attempt-<k>]`.
+    pub dir: PathBuf,
+    /// Keep the models of the best K trials only; `None`: keep every model.
+    pub keep_best: Option<NonZeroUsize>,
+    /// Trials whose models are kept whatever their rank (`hptune run --keep N`).
+    pub pinned: BTreeSet<u64>,
+}
+
+/// The folder of the models when neither the study nor `--artifacts-dir` names one: beside the
+/// log folder.
+pub const DEFAULT_ARTIFACTS_DIR: &str = "hptune-artifacts";
+
+impl ArtifactPlan {
+    /// What the study file says, with the default folder beside `log_dir`.
+    pub fn for_study(study: &Study, log_dir: &Path) -> Self {
+        let beside_logs = || {
+            log_dir
+                .parent()
+                .unwrap_or(Path::new(""))
+                .join(DEFAULT_ARTIFACTS_DIR)
+        };
+        Self {
+            dir: study.artifacts.dir.clone().unwrap_or_else(beside_logs),
+            keep_best: study.artifacts.keep_best,
+            pinned: BTreeSet::new(),
+        }
+    }
+
+    /// The model folder of attempt `attempt` of trial `number` of `study`.
+    pub fn attempt_dir(&self, study: &str, number: u64, attempt: u32) -> PathBuf {
+        self.dir.join(study).join(attempt_stem(number, attempt))
+    }
+}
+
+/// The trials whose models go with `keep_best`: trials whose rows are final, that are not
+/// among the best `keep_best` succeeded ones (a later trial can only push them further down;
+/// a failed or stopped trial is never among them), not pinned, and whose folders are still
+/// there. Running and pending trials are never among them.
+pub fn doomed<'a>(
+    trials: impl Iterator<Item = &'a TrialRecord>,
+    goal: Goal,
+    keep_best: NonZeroUsize,
+    pinned: &BTreeSet<u64>,
+) -> Vec<&'a TrialRecord> {
+    let trials: Vec<&TrialRecord> = trials.collect();
+    let succeeded: Vec<TrialRecord> = trials
+        .iter()
+        .filter(|t| t.state == TrialState::Succeeded)
+        .map(|t| (*t).clone())
+        .collect();
+    let best: BTreeSet<u64> = best_first(&succeeded, goal, keep_best.get())
+        .iter()
+        .map(|t| t.number)
+        .collect();
+    trials
+        .into_iter()
+        .filter(|t| t.state.is_finished())
+        .filter(|t| t.artifact_dir.is_some() && t.artifact_removed_at.is_none())
+        .filter(|t| !best.contains(&t.number) && !pinned.contains(&t.number))
+        .collect()
+}
+
+impl Run<'_> {
+    /// Removes the model folders of the trials [`doomed`] names (the ends of this controller's
+    /// trials are all written by now), and records it with their rows; only when a trial has
+    /// ended since the last time.
+    pub(super) async fn prune_artifacts(&mut self) -> Result<(), StorageError> {
+        let Some(keep_best) = self.plan.artifacts.keep_best else {
+            return Ok(());
+        };
+        let ended = self.view.trials().filter(|t| t.state.is_finished()).count();
+        if ended == self.ended_at_pruning {
+            return Ok(());
+        }
+        self.ended_at_pruning = ended;
+        let goal = self.study.objective.goal;
+        let doomed: Vec<TrialRecord> = doomed(
+            self.view.trials(),
+            goal,
+            keep_best,
+            &self.plan.artifacts.pinned,
+        )
+        .into_iter()
+        .cloned()
+        .collect();
+        for mut trial in doomed {
+            for dir in self.storage.artifact_dirs(&trial).await? {
+                match std::fs::remove_dir_all(&dir) {
+                    Ok(()) => tracing::info!(
+                        "trial {}: removed its model {dir} (not among the best {keep_best})",
+                        trial.number
+                    ),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        // Kept on record: tried again when the next trial ends.
+                        tracing::warn!(
+                            "trial {}: cannot remove its model {dir}: {e}",
+                            trial.number
+                        );
+                        return Ok(());
+                    }
+                }
+            }
+            trial.artifact_removed_at = Some(self.storage.set_artifacts_removed(&trial).await?);
+            self.view.update(trial);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(number: u64, state: TrialState, value: Option<f64>) -> TrialRecord {
+        TrialRecord {
+            artifact_dir: Some(format!("m/trial-{number}")),
+            ..TrialRecord::in_state(number, state, value)
+        }
+    }
+
+    fn numbers(trials: &[TrialRecord], keep: usize, pinned: &[u64]) -> Vec<u64> {
+        let pinned = pinned.iter().copied().collect();
+        let keep = NonZeroUsize::new(keep).unwrap();
+        doomed(trials.iter(), Goal::Maximize, keep, &pinned)
+            .iter()
+            .map(|t| t.number)
+            .collect()
+    }
+
+    #[test]
+    fn only_final_trials_outside_the_best_k_lose_their_models() {
+        use TrialState::*;
+        let trials = [
+            trial(0, Succeeded, Some(0.5)),
+            trial(1, Succeeded, Some(0.9)),
+            trial(2, Running, None),
+            trial(3, Failed, None),
+            trial(4, Stopped, Some(0.95)),
+            trial(5, Succeeded, Some(0.7)),
+            trial(6, Pending, None),
+        ];
+        assert_eq!(numbers(&trials, 2, &[]), vec![0, 3, 4]);
+        assert_eq!(numbers(&trials, 2, &[0]), vec![3, 4]);
+        assert_eq!(numbers(&trials, 10, &[]), vec![3, 4]);
+    }
+
+    #[test]
+    fn removed_models_and_trials_without_one_are_left_alone() {
+        let mut removed = trial(0, TrialState::Succeeded, Some(0.1));
+        removed.artifact_removed_at = Some("2026-01-01T00:00:00Z".into());
+        let mut without = trial(1, TrialState::Failed, None);
+        without.artifact_dir = None;
+        let best = trial(2, TrialState::Succeeded, Some(0.9));
+        assert_eq!(
+            numbers(&[removed, without, best], 1, &[]),
+            Vec::<u64>::new()
+        );
+    }
+
+    #[test]
+    fn the_default_folder_is_beside_the_logs() {
+        let study = crate::spec::parse(
+            Path::new("s.yaml"),
+            "name: s\nobjective: {metric: a, goal: maximize}\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\nalgorithm: random\nmax_trial_count: 1\ntrial:\n  command: [w]\n",
+        )
+        .unwrap();
+        let plan = ArtifactPlan::for_study(&study, Path::new("/runs/hptune-logs"));
+        assert_eq!(
+            plan.attempt_dir("s", 3, 2),
+            Path::new("/runs/hptune-artifacts/s/trial-3-attempt-2")
+        );
+        assert_eq!(
+            ArtifactPlan::for_study(&study, Path::new("hptune-logs")).attempt_dir("s", 0, 1),
+            Path::new("hptune-artifacts/s/trial-0")
+        );
+    }
+}

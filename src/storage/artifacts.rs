@@ -1,0 +1,60 @@
+//! The model folders of trials' attempts (`artifacts`): which folders a trial's attempts
+//! wrote, and that hptune removed them.
+
+use sqlx::Row;
+
+use super::rows::TrialRecord;
+use super::{Storage, StorageError, now, query_error};
+
+impl Storage {
+    /// The model folders recorded with the trial's attempts and not removed yet: those of
+    /// its ended attempts, and its current attempt's.
+    pub async fn artifact_dirs(&self, trial: &TrialRecord) -> Result<Vec<String>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT artifact_dir FROM attempts
+             WHERE trial_id = $1 AND artifact_dir IS NOT NULL AND artifact_removed_at IS NULL
+             ORDER BY attempt",
+        )
+        .bind(trial.id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("reading the trial's model folders"))?;
+        let mut dirs: Vec<String> = rows
+            .iter()
+            .map(|row| row.try_get::<String, _>("artifact_dir"))
+            .collect::<Result<_, _>>()
+            .map_err(query_error("reading the trial's model folders"))?;
+        if let Some(current) = &trial.artifact_dir
+            && trial.artifact_removed_at.is_none()
+            && !dirs.contains(current)
+        {
+            dirs.push(current.clone());
+        }
+        Ok(dirs)
+    }
+
+    /// Records that the model folders of every attempt of the trial were removed; returns
+    /// when.
+    pub async fn set_artifacts_removed(&self, trial: &TrialRecord) -> Result<String, StorageError> {
+        let doing = "recording that the trial's model folders were removed";
+        let at = now();
+        let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
+        sqlx::query("UPDATE trials SET artifact_removed_at = $1 WHERE id = $2")
+            .bind(&at)
+            .bind(trial.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(doing))?;
+        sqlx::query(
+            "UPDATE attempts SET artifact_removed_at = $1
+             WHERE trial_id = $2 AND artifact_dir IS NOT NULL AND artifact_removed_at IS NULL",
+        )
+        .bind(&at)
+        .bind(trial.id)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        tx.commit().await.map_err(query_error(doing))?;
+        Ok(at)
+    }
+}

@@ -1,0 +1,249 @@
+//! The trials' model folders, end to end: each attempt saves into its own folder
+//! (`HPTUNE_OUTPUT_DIR`, `AIP_MODEL_DIR`), `artifacts.keep_best` removes the models of the
+//! trials outside the best (never a pinned one), the rows say so, `hptune best --artifact`
+//! names the best model, and `hptune-trainer serve` on it answers as `predict` does.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Scratch, assert_success, stdout, test_postgres, unique_name};
+use serde_json::{Value, json};
+
+/// A worker that saves a "model" (the folder it was given, as each variable names it) and
+/// then reports as the quadratic test worker.
+const SAVING_WORKER: &str = r#"[sh, -c, 'printf "%s %s" "$HPTUNE_OUTPUT_DIR" "$AIP_MODEL_DIR" > "$HPTUNE_OUTPUT_DIR/model.txt" && exec "$0" "$@"', "{worker}"]"#;
+
+fn saving_study(name: &str) -> String {
+    format!(
+        "name: {name}\nobjective: {{metric: loss, goal: minimize}}\nparameters:\n  - {{id: x, type: double, min: -2, max: 2}}\nalgorithm: random\nseed: 3\nmax_trial_count: 5\nparallel_trial_count: 2\nartifacts: {{keep_best: 1}}\ntrial:\n  command: {SAVING_WORKER}\n"
+    )
+}
+
+/// The trials' rows as `hptune trials --format json` prints them, by number.
+fn by_number(scratch: &Scratch, study: &str) -> Vec<Value> {
+    let mut trials = scratch.trials(study);
+    trials.sort_by_key(|t| t["number"].as_u64());
+    trials
+}
+
+fn pinned_trial_and_the_best_keep_their_models(scratch: &Scratch) {
+    let name = unique_name("keep");
+    let study = scratch.study("keep.yaml", &saving_study(&name));
+    let models = scratch.path("models");
+    let out = scratch.hptune(&[
+        "run",
+        study.to_str().unwrap(),
+        "--artifacts-dir",
+        models.to_str().unwrap(),
+        "--keep",
+        "0",
+    ]);
+    assert_success(&out);
+    let trials = by_number(scratch, &name);
+    assert_eq!(trials.len(), 5);
+    // The best trial, as `hptune best` names it.
+    let printed = scratch.hptune(&["best", &name, "--format", "json"]);
+    assert_success(&printed);
+    let best_json: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    let best = best_json["number"].as_u64().unwrap();
+    for trial in &trials {
+        let number = trial["number"].as_u64().unwrap();
+        let dir = models.join(&name).join(format!("trial-{number}"));
+        assert_eq!(
+            trial["artifact_dir"],
+            json!(dir.display().to_string()),
+            "{trial}"
+        );
+        let kept = number == best || number == 0;
+        if kept {
+            assert_eq!(trial["artifact_removed_at"], Value::Null, "{trial}");
+            // Both variables named the attempt's own folder.
+            let saved = std::fs::read_to_string(dir.join("model.txt")).unwrap();
+            assert_eq!(saved, format!("{0} {0}", dir.display()));
+        } else {
+            assert!(
+                trial["artifact_removed_at"].is_string(),
+                "the row says it was removed: {trial}"
+            );
+            assert!(!dir.exists(), "{} is removed", dir.display());
+        }
+    }
+    // The attempts' rows keep the folder and its removal too.
+    let attempts = scratch.query(&format!(
+        "SELECT a.artifact_dir, a.artifact_removed_at FROM attempts a JOIN trials t ON t.id = a.trial_id
+         JOIN studies s ON s.id = t.study_id WHERE s.name = '{name}' ORDER BY t.number"
+    ));
+    assert_eq!(attempts.len(), 5);
+    assert_eq!(
+        attempts.iter().filter(|row| row[1].is_null()).count(),
+        if best == 0 { 1 } else { 2 }
+    );
+    let printed = scratch.hptune(&["best", &name, "--artifact"]);
+    assert_success(&printed);
+    let expected = models.join(&name).join(format!("trial-{best}"));
+    assert_eq!(stdout(&printed).trim(), expected.display().to_string());
+    assert_eq!(best_json["artifact"], json!(expected.display().to_string()));
+}
+
+#[test]
+fn keep_best_removes_the_other_models_and_spares_the_best_and_the_pinned() {
+    pinned_trial_and_the_best_keep_their_models(&Scratch::new());
+}
+
+#[test]
+fn keep_best_on_postgres() {
+    let Some(url) = test_postgres() else { return };
+    pinned_trial_and_the_best_keep_their_models(&Scratch::on_postgres(&url));
+}
+
+#[test]
+fn best_artifact_says_why_when_there_is_no_model() {
+    let scratch = Scratch::new();
+    let name = unique_name("gone");
+    // keep_best 1 and every trial but one removed: the best's model stays; a study whose
+    // best trial's model was removed by hand in the rows says so.
+    let study = scratch.study("gone.yaml", &saving_study(&name));
+    assert_success(&scratch.hptune(&["run", study.to_str().unwrap()]));
+    scratch.execute("UPDATE trials SET artifact_removed_at = '2026-01-01T00:00:00Z'");
+    let out = scratch.hptune(&["best", &name, "--artifact"]);
+    let message = common::assert_exit_says(&out, 1, "was removed at 2026-01-01T00:00:00Z");
+    assert!(message.contains("the model of the best trial"), "{message}");
+    // The default folder is beside the logs, in the working directory.
+    assert!(scratch.path("hptune-artifacts").join(&name).is_dir());
+}
+
+/// `hptune-trainer`, built beside `hptune` (by cargo when this package's tests run alone).
+fn trainer() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_hptune")).with_file_name("hptune-trainer");
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "-p", "hptune-trainer", "--bin", "hptune-trainer"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap();
+    assert!(
+        built.success() && path.is_file(),
+        "cannot build {}",
+        path.display()
+    );
+    path
+}
+
+fn tiny(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("trainer/tests/fixtures")
+        .join(name)
+}
+
+#[tokio::test]
+async fn the_best_of_a_tiny_bert_study_is_kept_and_served_as_predict_classifies() {
+    let scratch = Scratch::new();
+    let trainer = trainer();
+    let name = unique_name("tiny");
+    let data = tiny("data");
+    let text = format!(
+        "name: {name}\nobjective: {{metric: accuracy, goal: maximize}}\nparameters:\n  - {{id: learning_rate, type: double, min: 1.0e-4, max: 1.0e-2, scale: log}}\nalgorithm: random\nseed: 11\nmax_trial_count: 5\nartifacts: {{keep_best: 2}}\ntrial:\n  command: [{}, --model, {}, --train, {}, --eval, {}, --epochs, '1']\n",
+        trainer.display(),
+        tiny("tiny-bert").display(),
+        data.join("train.tsv").display(),
+        data.join("eval.tsv").display(),
+    );
+    let study = scratch.study("tiny.yaml", &text);
+    assert_success(&scratch.hptune(&["run", study.to_str().unwrap()]));
+    let trials = by_number(&scratch, &name);
+    assert_eq!(trials.len(), 5);
+    let mut ranked: Vec<&Value> = trials.iter().collect();
+    ranked.sort_by(|a, b| {
+        b["value"]
+            .as_f64()
+            .unwrap()
+            .total_cmp(&a["value"].as_f64().unwrap())
+            .then(a["number"].as_u64().cmp(&b["number"].as_u64()))
+    });
+    for (rank, trial) in ranked.iter().enumerate() {
+        let dir = PathBuf::from(trial["artifact_dir"].as_str().unwrap());
+        match rank < 2 {
+            true => assert!(
+                dir.join("model.safetensors").is_file(),
+                "the best two keep their models: {trial}"
+            ),
+            false => {
+                assert!(!dir.exists(), "{trial}");
+                assert!(trial["artifact_removed_at"].is_string(), "{trial}");
+            }
+        }
+    }
+    let printed = scratch.hptune(&["best", &name, "--artifact"]);
+    assert_success(&printed);
+    let best = PathBuf::from(stdout(&printed).trim());
+    assert_eq!(best.to_str(), ranked[0]["artifact_dir"].as_str());
+
+    let texts = ["desperate not nobody", "cat the weather mat on on weather"];
+    let predicted = Command::new(&trainer)
+        .args(["predict", "--model-dir", best.to_str().unwrap()])
+        .args(texts)
+        .output()
+        .unwrap();
+    assert_success(&predicted);
+    let expected: Vec<Value> = serde_json::from_slice(&predicted.stdout).unwrap();
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new(&trainer)
+        .args([
+            "serve",
+            "--model-dir",
+            best.to_str().unwrap(),
+            "--host",
+            "127.0.0.1",
+        ])
+        .env("SAGEMAKER_BIND_TO_PORT", port.to_string())
+        .env_remove("AIP_HTTP_PORT")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !client
+        .get(format!("{base}/ping"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status() == 200)
+    {
+        assert!(Instant::now() < deadline, "serve never became healthy");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for route in ["/invocations", "/predict"] {
+        let answer: Value = client
+            .post(format!("{base}{route}"))
+            .json(&json!({"instances": texts}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        for (got, want) in answer["predictions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(&expected)
+        {
+            assert_eq!(got["label"], want["label"], "{route}");
+            let label = got["label"].as_str().unwrap();
+            let want = want["probabilities"][label].as_f64().unwrap();
+            assert!(
+                (got["score"].as_f64().unwrap() - want).abs() < 1e-5,
+                "{route}: {got}"
+            );
+        }
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
