@@ -82,6 +82,10 @@ enum Command {
         /// flags: ready to paste after the worker's command; json: number, value, params.
         #[arg(long, value_enum, default_value_t = BestFormat::Flags)]
         format: BestFormat,
+        /// observed: the best value reported; model: the best posterior mean of the
+        /// Bayesian sampler's model fitted to the trials (for noisy metrics).
+        #[arg(long, value_enum, default_value_t = BestBy::Observed)]
+        by: BestBy,
     },
     /// Serve a read-only web dashboard of the database's studies, updated as they run.
     Dashboard {
@@ -188,6 +192,15 @@ impl From<HistoryBy> for hptune::plot::HistoryX {
             HistoryBy::Time => hptune::plot::HistoryX::Time,
         }
     }
+}
+
+/// Which trial `best` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BestBy {
+    /// The succeeded trial with the best reported value.
+    Observed,
+    /// The succeeded trial whose value the model fitted to all trials believes best.
+    Model,
 }
 
 /// How `best` prints.
@@ -340,8 +353,8 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             out,
             by,
         } => plot::plot(&url, &study, kind, by.into(), &out).await,
-        Command::Best { study, format } => {
-            show::best(&open_existing(&url).await?, &study, format).await
+        Command::Best { study, format, by } => {
+            show::best(&open_existing(&url).await?, &study, format, by).await
         }
     }
 }

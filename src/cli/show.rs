@@ -6,12 +6,13 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
+use hptune::sampler::bayes::believed_best;
 use hptune::spec;
 use hptune::storage::{Storage, StudyRecord, TrialRecord, TrialState, best_first, best_trial};
 use hptune::study::space::{ParamValue, Space};
 
 use super::table;
-use super::{BestFormat, Failure, TrialsFormat};
+use super::{BestBy, BestFormat, Failure, TrialsFormat};
 
 /// Longest error shown in a table cell; JSON and CSV carry it whole.
 const ERROR_CELL: usize = 100;
@@ -75,11 +76,33 @@ pub async fn trials(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints the best trial's parameters.
-pub async fn best(storage: &Storage, study: &str, format: BestFormat) -> Result<ExitCode, Failure> {
+/// Prints the best trial's parameters: the best observed, or the one the model believes best.
+pub async fn best(
+    storage: &Storage,
+    study: &str,
+    format: BestFormat,
+    by: BestBy,
+) -> Result<ExitCode, Failure> {
     let record = find(storage, study).await?;
     let trials = storage.trials(record.id).await?;
-    let Some(trial) = best_trial(&trials, record.goal) else {
+    let (trial, model_value) = match by {
+        BestBy::Observed => (best_trial(&trials, record.goal), None),
+        BestBy::Model => {
+            let history: Vec<_> = trials.iter().filter_map(TrialRecord::observation).collect();
+            let believed = believed_best(&stored_space(&record)?, record.goal, &history)
+                .map_err(|e| {
+                    Failure::Other(format!(
+                        "the model of study '{}' cannot be fitted: {e}",
+                        record.name
+                    ))
+                })?;
+            match believed {
+                Some(b) => (trials.iter().find(|t| t.number == b.number), Some(b.value)),
+                None => (None, None),
+            }
+        }
+    };
+    let Some(trial) = trial else {
         return Err(Failure::Other(format!(
             "study '{}' has no succeeded trial yet",
             record.name
@@ -96,13 +119,16 @@ pub async fn best(storage: &Storage, study: &str, format: BestFormat) -> Result<
             output(&format!("{}\n", flags.join(" ")))?;
         }
         BestFormat::Json => {
-            let out = json!({
+            let mut out = json!({
                 "study": record.name,
                 "number": trial.number,
                 "metric": record.metric,
                 "value": trial.value,
                 "params": trial.params,
             });
+            if let Some(v) = model_value {
+                out["model_value"] = json!(v);
+            }
             output(&format!(
                 "{}\n",
                 serde_json::to_string_pretty(&out).expect("JSON serialises")
