@@ -89,8 +89,8 @@ pub async fn best(
         BestBy::Observed => (best_trial(&trials, record.goal), None),
         BestBy::Model => {
             let history: Vec<_> = trials.iter().filter_map(TrialRecord::observation).collect();
-            let believed = believed_best(&stored_space(&record)?, record.goal, &history)
-                .map_err(|e| {
+            let believed =
+                believed_best(&stored_space(&record)?, record.goal, &history).map_err(|e| {
                     Failure::Other(format!(
                         "the model of study '{}' cannot be fitted: {e}",
                         record.name

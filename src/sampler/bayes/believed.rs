@@ -37,7 +37,10 @@ pub fn believed_best(
     let output = data.output;
     let gp = Gp::new(data.x, &data.y, &hyper)?;
     let succeeded: Vec<&Observation> = history.iter().filter(|o| o.value.is_some()).collect();
-    let points: Vec<Vec<f64>> = succeeded.iter().map(|o| encoding.encode(&o.params)).collect();
+    let points: Vec<Vec<f64>> = succeeded
+        .iter()
+        .map(|o| encoding.encode(&o.params))
+        .collect();
     let best = succeeded
         .iter()
         .zip(gp.predict_many(&points))

@@ -32,7 +32,11 @@ impl TrainingData {
     pub fn new(encoding: &Encoding<'_>, goal: Goal, history: &[Observation]) -> Option<Self> {
         let values: Vec<Option<f64>> = history
             .iter()
-            .map(|o| o.value.map(|v| goal_sign(goal) * v).filter(|v| v.is_finite()))
+            .map(|o| {
+                o.value
+                    .map(|v| goal_sign(goal) * v)
+                    .filter(|v| v.is_finite())
+            })
             .collect();
         let worst = values.iter().flatten().copied().reduce(f64::min)?;
         let raw: Vec<f64> = values.iter().map(|v| v.unwrap_or(worst)).collect();

@@ -147,7 +147,10 @@ mod tests {
             let warp = YeoJohnson::new(power);
             for y in VALUES {
                 let back = warp.inverse(warp.apply(y));
-                assert!((back - y).abs() < 1e-9 * (1.0 + y.abs()), "λ {power}: {y} -> {back}");
+                assert!(
+                    (back - y).abs() < 1e-9 * (1.0 + y.abs()),
+                    "λ {power}: {y} -> {back}"
+                );
             }
         }
     }
@@ -186,7 +189,10 @@ mod tests {
         }
         for (power, expected) in [(0.5, -6.862542678433965), (1.7, -13.822259178020742)] {
             let got = log_likelihood(&y, power);
-            assert!((got - expected).abs() < 1e-9, "λ {power}: {got} vs {expected}");
+            assert!(
+                (got - expected).abs() < 1e-9,
+                "λ {power}: {got} vs {expected}"
+            );
         }
         // scipy.stats.yeojohnson_normmax(y).
         let fitted = golden_section_maximum(|p| log_likelihood(&y, p), POWER_BOUNDS);
