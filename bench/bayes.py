@@ -8,7 +8,10 @@ CUDA libraries: about 5.6 GB and 6 minutes here, once), builds hptune and the
 objective worker in release mode, runs every (sampler, function, mode, seed) and prints
 Markdown tables:
 
-- final simple regret (best value found - known optimum): median [Q1, Q3] over seeds;
+- final simple regret (best value found - known optimum): median [Q1, Q3] over seeds; on the
+  noisy functions (`branin-noisy`, `hartmann6-noisy`), the noise-free value of the trial the
+  sampler names best (hptune: `hptune best --by model`; Optuna: its best observed trial),
+  with a second table of hptune's regret by each way of naming it;
 - median time per proposal at the given trial counts (`--timing-at`), from runs as long as
   the largest of them (`--timing-trials`, Hartmann6, sequential, one seed).
 
@@ -62,7 +65,23 @@ FUNCTIONS = {
     "ackley": ([(f"x{i}", "double", -32.768, 32.768, False) for i in range(1, 6)], 0.0, 50),
     "mixed": ([("x1", "double", 1e-4, 1.0, True), ("x2", "integer", 1, 8, False),
                ("x3", "categorical", ["relu", "tanh", "sigmoid"])], 0.0, 50),
+    # Badly scaled: values spanning orders of magnitude over the space.
+    "goldstein-price": ([("x1", "double", -2.0, 2.0, False), ("x2", "double", -2.0, 2.0, False)],
+                        3.0, 50),
+    "six-hump-camel": ([("x1", "double", -3.0, 3.0, False), ("x2", "double", -2.0, 2.0, False)],
+                       -1.031628453489877, 50),
+    "styblinski-tang": ([(f"x{i}", "double", -5.0, 5.0, False) for i in range(1, 5)],
+                        -39.16616570377142 * 4, 50),
 }
+# Noisy functions: name -> (the noise-free function, the noise's standard deviation: 2 % of
+# the function's range over the space). Their regret is that of the noise-free value of the
+# trial each sampler names best: for hptune `hptune best --by model`, for Optuna its best
+# observed trial (it has no other).
+NOISY = {"branin-noisy": ("branin", 0.02 * (308.129 - 0.397887)),
+         "hartmann6-noisy": ("hartmann6", 0.02 * 3.32237)}
+# Their trial counts: 50 for both (Hartmann6's noise-free runs have 100).
+for _name, (_clean, _sd) in NOISY.items():
+    FUNCTIONS[_name] = (*FUNCTIONS[_clean][:2], 50)
 SAMPLERS = ["hptune-bayesian", "hptune-random", "optuna-gp", "optuna-tpe", "optuna-random",
             "botorch"]
 # BoTorch is a reference for the parallel proposals, on request: it takes seconds a proposal.
@@ -124,13 +143,21 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PROPOSED = re.compile(r"proposed trial=(\d+) .*micros=(\d+)")
 
 
+def worker_args(function, seed):
+    """The worker's flags that pick `function` (and its noise, fixed by `seed`)."""
+    if function in NOISY:
+        clean, sd = NOISY[function]
+        return ["--function", clean, "--noise", repr(sd), "--noise-seed", str(seed)]
+    return ["--function", function]
+
+
 def run_hptune(binaries, sampler, function, trials, mode, seed):
     hptune, objective = binaries
     algorithm = sampler.removeprefix("hptune-")
     parallel = MODES[mode]
     with tempfile.TemporaryDirectory(prefix="hptune-bench-") as work:
         name = f"{function}-{algorithm}-{mode}-{seed}"
-        command = [objective, "--function", function]
+        command = [objective, *worker_args(function, seed)]
         if mode == "async":
             command += ["--in-order", work, "--running", parallel, "--trials", trials]
         study = Path(work) / "study.yaml"
@@ -148,8 +175,14 @@ def run_hptune(binaries, sampler, function, trials, mode, seed):
         listed = subprocess.run([hptune, "trials", name, "--format", "json", "--storage",
                                  storage], cwd=work, capture_output=True, text=True, check=True)
         trials_json = sorted(json.loads(listed.stdout), key=lambda t: t["number"])
+        chosen = {}
+        for by in ("observed", "model") if function in NOISY else ():
+            best = subprocess.run([hptune, "best", name, "--by", by, "--format", "json",
+                                   "--storage", storage], cwd=work, capture_output=True,
+                                  text=True, check=True)
+            chosen[by] = json.loads(best.stdout)["params"]
     values = [t["value"] if t["state"] == "succeeded" else None for t in trials_json]
-    return values, [timings.get(i) for i in range(len(values))]
+    return values, [timings.get(i) for i in range(len(values))], chosen
 
 
 def distributions(function):
@@ -165,8 +198,9 @@ def distributions(function):
     return out
 
 
-def evaluate(objective, function, params):
-    args = [str(objective), "--function", function] + [f"--{k}={v}" for k, v in params.items()]
+def evaluate(objective, function, params, seed=0):
+    args = ([str(objective), *worker_args(function, seed)]
+            + [f"--{k}={v}" for k, v in params.items()])
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     return float(out.strip().splitlines()[-1].split("=", 1)[1])
 
@@ -210,12 +244,13 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
 
     def tell():
         trial = pending.pop(0)
-        value = evaluate(binaries[1], function, trial.params)
+        value = evaluate(binaries[1], function, trial.params, seed)
         values[trial.number] = value
         study.tell(trial, value)
 
     in_controller_order(trials, mode, ask, tell)
-    return values, timings
+    chosen = {"observed": study.best_trial.params} if function in NOISY else {}
+    return values, timings, chosen
 
 
 def run_botorch(binaries, sampler, function, trials, mode, seed):
@@ -265,11 +300,15 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
 
     def tell():
         n = pending.pop(0)
-        values[n] = evaluate(binaries[1], function, to_params(xs[n]))
+        values[n] = evaluate(binaries[1], function, to_params(xs[n]), seed)
         told.append(n)
 
     in_controller_order(trials, mode, ask, tell)
-    return values, timings
+    chosen = {}
+    if function in NOISY:
+        best = min((i for i in told if values[i] is not None), key=lambda i: values[i])
+        chosen["observed"] = to_params(xs[best])
+    return values, timings, chosen
 
 
 def runs_on(sampler, function):
@@ -282,16 +321,22 @@ def run_one(binaries, sampler, function, trials, mode, seed):
     runner = {"hptune": run_hptune, "optuna": run_optuna, "botorch": run_botorch}[
         sampler.split("-")[0]]
     start = time.perf_counter()
-    values, timings = runner(binaries, sampler, function, trials, mode, seed)
+    values, timings, chosen = runner(binaries, sampler, function, trials, mode, seed)
     optimum = FUNCTIONS[function][1]
     best, trajectory = float("inf"), []
     for v in values:
         if v is not None:
             best = min(best, v)
         trajectory.append(best - optimum)
+    # Noisy functions: the noise-free regret of the trial each way of choosing names, the
+    # model's where the sampler has one.
+    chosen_regret = {by: evaluate(binaries[1], NOISY[function][0], params) - optimum
+                     for by, params in chosen.items()}
+    final = chosen_regret.get("model", chosen_regret.get("observed", trajectory[-1]))
     return {"sampler": sampler, "function": function, "mode": mode,
             "parallel": MODES[mode], "seed": seed,
-            "trials": trials, "regret": trajectory, "final_regret": trajectory[-1],
+            "trials": trials, "regret": trajectory, "final_regret": final,
+            "chosen_regret": chosen_regret,
             "proposal_seconds": timings, "wall_seconds": time.perf_counter() - start}
 
 
@@ -355,6 +400,21 @@ def parallel_cost_table(runs, samplers):
                 error = statistics.stdev(d) / math.sqrt(len(d))
                 lines.append(f"| {function} | {s} | {mode} | {ratio:.2f}x | "
                              f"{statistics.mean(d):+.2f} ± {error:.2f} (n={len(d)}) |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def choice_table(runs):
+    """On the noisy functions, the median noise-free regret of the trial named best by its
+    observed value and by the model, for the samplers that have both."""
+    lines = ["| function | mode | sampler | best observed | best by the model |",
+             "|---|---|---|---|---|"]
+    for function, mode, sampler in sorted({cell(r)[1:] + (r["sampler"],) for r in runs
+                                           if "model" in r.get("chosen_regret", {})}):
+        rs = [r["chosen_regret"] for r in runs if (*cell(r)[1:], r["sampler"])
+              == (function, mode, sampler)]
+        medians = [statistics.median(c[by] for c in rs) for by in ("observed", "model")]
+        lines.append(f"| {function} | {mode} | {sampler} | {medians[0]:.3g} | "
+                     f"{medians[1]:.3g} (n={len(rs)}) |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
@@ -440,6 +500,10 @@ def main():
     if runs:
         print("Final simple regret, median [Q1, Q3] over seeds:\n")
         print(regret_table(runs, samplers))
+        if choice := choice_table(runs):
+            print("\nNoisy functions, the noise-free regret of hptune's best trial by each way "
+                  "of naming it (median over seeds):\n")
+            print(choice)
         if cost := parallel_cost_table(runs, samplers):
             print("\nWith 4 trials at once against one at a time (a ratio above 1: higher "
                   "regret):\n")

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! objective --function branin --x1=2.5 --x2=7.5 [--metric loss] [--steps N] [--sleep-ms M]
-//!           [--in-order DIR --running Q --trials N]
+//!           [--noise SD --noise-seed S] [--in-order DIR --running Q --trials N]
 //! ```
 //!
 //! It reports like a training job: with `--steps N`, N intermediate lines
@@ -13,7 +13,14 @@
 //! coordinates x1..xd; minimum 0 at x = 1 and x = 0), and `mixed`, a mixed space like a
 //! training job's: `--x1` a learning rate (log scale, in [1e-4, 1]), `--x2` an integer
 //! (1..8), `--x3` a categorical (`relu`, `tanh`, `sigmoid`); minimum 0 at
-//! (10^-2.5, 5, relu).
+//! (10^-2.5, 5, relu). Badly scaled ones, their values spanning orders of magnitude:
+//! `goldstein-price` (x1, x2 in [-2, 2], minimum 3), `six-hump-camel` (x1 in [-3, 3], x2 in
+//! [-2, 2], minimum -1.0316285) and `styblinski-tang` (x1..xd in [-5, 5], minimum
+//! -39.1661657 d).
+//!
+//! With `--noise SD --noise-seed S`, Gaussian noise of standard deviation SD is added to the
+//! value (not to the intermediate ones): a draw fixed by the seed and the parameters, so that
+//! a run repeats.
 //!
 //! With `--in-order DIR`, the trials of a study with `parallel_trial_count: Q` end one at a
 //! time in number order, each once the next `Q - 1` trials have started: every proposal after
@@ -52,11 +59,22 @@ fn run() -> Result<(), String> {
         "levy" => levy(&coordinates(&flags)?),
         "ackley" => ackley(&coordinates(&flags)?),
         "mixed" => mixed(&flags)?,
+        "goldstein-price" => goldstein_price(&coordinates(&flags)?)?,
+        "six-hump-camel" => six_hump_camel(&coordinates(&flags)?)?,
+        "styblinski-tang" => styblinski_tang(&coordinates(&flags)?),
         other => {
             return Err(format!(
-                "unknown --function {other}: use branin, hartmann6, levy, ackley or mixed"
+                "unknown --function {other}: use branin, hartmann6, levy, ackley, mixed, \
+                 goldstein-price, six-hump-camel or styblinski-tang"
             ));
         }
+    };
+    let value = match get("noise") {
+        Some(sd) => {
+            let seed: u64 = number(get("noise-seed").unwrap_or("0"), "noise-seed")?;
+            value + number::<f64>(sd, "noise")? * standard_normal(seed, &flags)
+        }
+        None => value,
     };
     for step in 1..=steps {
         std::thread::sleep(sleep);
@@ -150,12 +168,7 @@ fn coordinates(flags: &BTreeMap<String, String>) -> Result<Vec<f64>, String> {
 }
 
 fn branin(x: &[f64]) -> Result<f64, String> {
-    let [x1, x2] = x else {
-        return Err(format!(
-            "branin takes x1 and x2, got {} coordinates",
-            x.len()
-        ));
-    };
+    let (x1, x2) = pair("branin", x)?;
     let b = 5.1 / (4.0 * PI * PI);
     let c = 5.0 / PI;
     let t = 1.0 / (8.0 * PI);
@@ -229,4 +242,52 @@ fn mixed(flags: &BTreeMap<String, String>) -> Result<f64, String> {
         return Err(format!("--x1: {rate} is not a positive learning rate"));
     }
     Ok(0.5 * (rate.log10() - best_log_rate).powi(2) + 0.05 * (layers - 5.0).powi(2) + penalty)
+}
+
+/// A standard normal draw fixed by `seed` and the flags (Box-Muller of two hashed uniforms).
+fn standard_normal(seed: u64, flags: &BTreeMap<String, String>) -> f64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let uniform = |stream: u64| {
+        let mut hasher = DefaultHasher::new();
+        (seed, stream, flags).hash(&mut hasher);
+        // 53 random bits in (0, 1].
+        ((hasher.finish() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    };
+    (-2.0 * uniform(0).ln()).sqrt() * (2.0 * PI * uniform(1)).cos()
+}
+
+/// Two coordinates, or an error naming the function.
+fn pair(name: &str, x: &[f64]) -> Result<(f64, f64), String> {
+    match x {
+        [x1, x2] => Ok((*x1, *x2)),
+        _ => Err(format!(
+            "{name} takes x1 and x2, got {} coordinates",
+            x.len()
+        )),
+    }
+}
+
+fn goldstein_price(x: &[f64]) -> Result<f64, String> {
+    let (x1, x2) = pair("goldstein-price", x)?;
+    let a = 1.0
+        + (x1 + x2 + 1.0).powi(2)
+            * (19.0 - 14.0 * x1 + 3.0 * x1 * x1 - 14.0 * x2 + 6.0 * x1 * x2 + 3.0 * x2 * x2);
+    let b = 30.0
+        + (2.0 * x1 - 3.0 * x2).powi(2)
+            * (18.0 - 32.0 * x1 + 12.0 * x1 * x1 + 48.0 * x2 - 36.0 * x1 * x2 + 27.0 * x2 * x2);
+    Ok(a * b)
+}
+
+fn six_hump_camel(x: &[f64]) -> Result<f64, String> {
+    let (x1, x2) = pair("six-hump-camel", x)?;
+    Ok((4.0 - 2.1 * x1 * x1 + x1.powi(4) / 3.0) * x1 * x1
+        + x1 * x2
+        + (-4.0 + 4.0 * x2 * x2) * x2 * x2)
+}
+
+fn styblinski_tang(x: &[f64]) -> f64 {
+    0.5 * x
+        .iter()
+        .map(|v| v.powi(4) - 16.0 * v * v + 5.0 * v)
+        .sum::<f64>()
 }

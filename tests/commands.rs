@@ -97,6 +97,32 @@ fn best_prints_flags_ready_to_paste_and_json() {
 }
 
 #[test]
+fn best_by_model_names_a_succeeded_trial_with_the_model_value() {
+    let (scratch, _) = ran_study();
+    let all = scratch.trials("quad");
+    let json: Value = serde_json::from_slice(
+        &scratch
+            .hptune(&["best", "quad", "--by", "model", "--format", "json"])
+            .stdout,
+    )
+    .unwrap();
+    let trial = all
+        .iter()
+        .find(|t| t["number"] == json["number"])
+        .expect("a trial of the study");
+    assert_eq!(trial["state"], "succeeded");
+    assert_eq!(json["params"], trial["params"]);
+    assert!(json["model_value"].as_f64().unwrap().is_finite(), "{json}");
+    let observed: Value = serde_json::from_slice(
+        &scratch
+            .hptune(&["best", "quad", "--by", "observed", "--format", "json"])
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(observed["model_value"], Value::Null);
+}
+
+#[test]
 fn a_trial_by_hand_is_checked_against_the_space_and_recorded() {
     let (scratch, study) = ran_study();
     let out = scratch.hptune(&[

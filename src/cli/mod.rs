@@ -95,6 +95,10 @@ enum Command {
         /// Print the folder of the best trial's model instead (fails when it was not kept).
         #[arg(long, conflicts_with = "format")]
         artifact: bool,
+        /// observed: the best value reported; model: the best posterior mean of the
+        /// Bayesian sampler's model fitted to the trials (for noisy metrics).
+        #[arg(long, value_enum, default_value_t = BestBy::Observed)]
+        by: BestBy,
     },
     /// Serve a read-only web dashboard of the database's studies, updated as they run.
     Dashboard {
@@ -212,6 +216,15 @@ impl From<HistoryBy> for hptune::plot::HistoryX {
             HistoryBy::Time => hptune::plot::HistoryX::Time,
         }
     }
+}
+
+/// Which trial `best` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BestBy {
+    /// The succeeded trial with the best reported value.
+    Observed,
+    /// The succeeded trial whose value the model fitted to all trials believes best.
+    Model,
 }
 
 /// How `best` prints.
@@ -372,11 +385,12 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             study,
             format,
             artifact,
+            by,
         } => {
             let storage = open_existing(&url).await?;
             match artifact {
-                true => show::best_artifact(&storage, &study).await,
-                false => show::best(&storage, &study, format).await,
+                true => show::best_artifact(&storage, &study, by).await,
+                false => show::best(&storage, &study, format, by).await,
             }
         }
     }

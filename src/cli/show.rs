@@ -6,12 +6,13 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
+use hptune::sampler::bayes::believed_best;
 use hptune::spec;
 use hptune::storage::{Storage, StudyRecord, TrialRecord, TrialState, best_first, best_trial};
 use hptune::study::space::{ParamValue, Space};
 
 use super::table;
-use super::{BestFormat, Failure, TrialsFormat};
+use super::{BestBy, BestFormat, Failure, TrialsFormat};
 
 /// Longest error shown in a table cell; JSON and CSV carry it whole.
 const ERROR_CELL: usize = 100;
@@ -75,12 +76,34 @@ pub async fn trials(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The study's record and its best trial; a study without a succeeded trial is a failure.
-async fn find_best(storage: &Storage, study: &str) -> Result<(StudyRecord, TrialRecord), Failure> {
+/// The best trial of a study, by what was observed or by what the model believes, with the
+/// model's value of it in the second case; a study without a succeeded trial is a failure.
+async fn find_best(
+    storage: &Storage,
+    study: &str,
+    by: BestBy,
+) -> Result<(StudyRecord, TrialRecord, Option<f64>), Failure> {
     let record = find(storage, study).await?;
     let trials = storage.trials(record.id).await?;
-    match best_trial(&trials, record.goal) {
-        Some(trial) => Ok((record, trial.clone())),
+    let (trial, model_value) = match by {
+        BestBy::Observed => (best_trial(&trials, record.goal), None),
+        BestBy::Model => {
+            let history: Vec<_> = trials.iter().filter_map(TrialRecord::observation).collect();
+            let believed =
+                believed_best(&stored_space(&record)?, record.goal, &history).map_err(|e| {
+                    Failure::Other(format!(
+                        "the model of study '{}' cannot be fitted: {e}",
+                        record.name
+                    ))
+                })?;
+            match believed {
+                Some(b) => (trials.iter().find(|t| t.number == b.number), Some(b.value)),
+                None => (None, None),
+            }
+        }
+    };
+    match trial {
+        Some(trial) => Ok((record, trial.clone(), model_value)),
         None => Err(Failure::Other(format!(
             "study '{}' has no succeeded trial yet",
             record.name
@@ -89,8 +112,12 @@ async fn find_best(storage: &Storage, study: &str) -> Result<(StudyRecord, Trial
 }
 
 /// Prints the folder of the best trial's model.
-pub async fn best_artifact(storage: &Storage, study: &str) -> Result<ExitCode, Failure> {
-    let (record, trial) = find_best(storage, study).await?;
+pub async fn best_artifact(
+    storage: &Storage,
+    study: &str,
+    by: BestBy,
+) -> Result<ExitCode, Failure> {
+    let (record, trial, _) = find_best(storage, study, by).await?;
     let number = trial.number;
     let Some(dir) = trial.artifact_dir else {
         return Err(Failure::Other(format!(
@@ -108,9 +135,14 @@ pub async fn best_artifact(storage: &Storage, study: &str) -> Result<ExitCode, F
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints the best trial's parameters.
-pub async fn best(storage: &Storage, study: &str, format: BestFormat) -> Result<ExitCode, Failure> {
-    let (record, trial) = find_best(storage, study).await?;
+/// Prints the best trial's parameters: the best observed, or the one the model believes best.
+pub async fn best(
+    storage: &Storage,
+    study: &str,
+    format: BestFormat,
+    by: BestBy,
+) -> Result<ExitCode, Failure> {
+    let (record, trial, model_value) = find_best(storage, study, by).await?;
     match format {
         BestFormat::Flags => {
             let space = stored_space(&record)?;
@@ -122,7 +154,7 @@ pub async fn best(storage: &Storage, study: &str, format: BestFormat) -> Result<
             output(&format!("{}\n", flags.join(" ")))?;
         }
         BestFormat::Json => {
-            let out = json!({
+            let mut out = json!({
                 "study": record.name,
                 "number": trial.number,
                 "metric": record.metric,
@@ -130,6 +162,9 @@ pub async fn best(storage: &Storage, study: &str, format: BestFormat) -> Result<
                 "params": trial.params,
                 "artifact": trial.artifact_removed_at.is_none().then_some(&trial.artifact_dir),
             });
+            if let Some(v) = model_value {
+                out["model_value"] = json!(v);
+            }
             output(&format!(
                 "{}\n",
                 serde_json::to_string_pretty(&out).expect("JSON serialises")

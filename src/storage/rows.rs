@@ -8,6 +8,7 @@ use sqlx::any::AnyRow;
 
 use super::StorageError;
 use crate::report::Measurement;
+use crate::sampler::Observation;
 use crate::study::Goal;
 use crate::study::space::Assignment;
 
@@ -234,6 +235,16 @@ impl StudyRecord {
 }
 
 impl TrialRecord {
+    /// The trial as a sampler sees it once it has ended (its value only if it succeeded);
+    /// `None` while it has not ended.
+    pub fn observation(&self) -> Option<Observation> {
+        self.state.is_finished().then(|| Observation {
+            number: self.number,
+            params: self.params.clone(),
+            value: self.value.filter(|_| self.state == TrialState::Succeeded),
+        })
+    }
+
     pub(super) fn from_row(row: &AnyRow) -> Result<Self, StorageError> {
         let state: String = row.try_get("state").map_err(corrupt)?;
         let params: String = row.try_get("params").map_err(corrupt)?;

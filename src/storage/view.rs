@@ -128,22 +128,14 @@ impl StudyView {
         } else {
             self.unfinished.insert(trial.number);
         }
-        if newly_finished {
-            let value = trial.value.filter(|_| trial.state == TrialState::Succeeded);
-            if let Some(v) = value
+        if newly_finished && let Some(observation) = trial.observation() {
+            if let Some(v) = observation.value
                 && self.best.is_none_or(|(_, best)| self.goal.better(v, best))
             {
                 self.best = Some((trial.number, v));
             }
             let at = self.history.partition_point(|o| o.number < trial.number);
-            self.history.insert(
-                at,
-                Observation {
-                    number: trial.number,
-                    params: trial.params.clone(),
-                    value,
-                },
-            );
+            self.history.insert(at, observation);
         }
         self.trials.insert(trial.number, trial);
     }

@@ -1,8 +1,9 @@
-//! The finished trials as the model sees them: features, standardised values (larger is
-//! better, failed trials at the worst value), the incumbents.
+//! The finished trials as the model sees them: features, standardised and warped values
+//! (larger is better, failed trials at the worst value), the incumbents.
 
 use super::encoding::Encoding;
 use super::search;
+use super::warp::YeoJohnson;
 use crate::sampler::Observation;
 use crate::study::Goal;
 
@@ -15,8 +16,11 @@ pub const MAX_MODEL_POINTS: usize = 128;
 pub struct TrainingData {
     /// Features.
     pub x: Vec<Vec<f64>>,
-    /// Standardised values, larger is better; failed trials at the worst value.
+    /// The model's values: standardised and warped, larger is better; failed trials at the
+    /// worst value.
     pub y: Vec<f64>,
+    /// The map from a trial's value to the model's and back.
+    pub output: OutputMap,
     /// Unit points of the best trials, best first.
     pub incumbents: Vec<Vec<f64>>,
     /// Every trial's value in history order, larger is better; `None` where it failed.
@@ -26,25 +30,18 @@ pub struct TrainingData {
 impl TrainingData {
     /// `None` when no trial has a value yet.
     pub fn new(encoding: &Encoding<'_>, goal: Goal, history: &[Observation]) -> Option<Self> {
-        let sign = match goal {
-            Goal::Maximize => 1.0,
-            Goal::Minimize => -1.0,
-        };
         let values: Vec<Option<f64>> = history
             .iter()
-            .map(|o| o.value.map(|v| sign * v).filter(|v| v.is_finite()))
+            .map(|o| {
+                o.value
+                    .map(|v| goal_sign(goal) * v)
+                    .filter(|v| v.is_finite())
+            })
             .collect();
         let worst = values.iter().flatten().copied().reduce(f64::min)?;
         let raw: Vec<f64> = values.iter().map(|v| v.unwrap_or(worst)).collect();
-        let mean = raw.iter().sum::<f64>() / raw.len() as f64;
-        let spread =
-            (raw.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / raw.len() as f64).sqrt();
-        let scale = if spread > 1e-12 * mean.abs().max(1.0) {
-            spread
-        } else {
-            1.0
-        };
-        let y: Vec<f64> = raw.iter().map(|v| (v - mean) / scale).collect();
+        let output = OutputMap::fitted(goal, &raw);
+        let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();
         let x: Vec<Vec<f64>> = history.iter().map(|o| encoding.encode(&o.params)).collect();
 
         // Succeeded trials, best first; ties by trial order.
@@ -61,9 +58,78 @@ impl TrainingData {
         Some(Self {
             x,
             y,
+            output,
             incumbents,
             values,
         })
+    }
+}
+
+/// `1` when larger is better, `-1` when smaller is.
+fn goal_sign(goal: Goal) -> f64 {
+    match goal {
+        Goal::Maximize => 1.0,
+        Goal::Minimize => -1.0,
+    }
+}
+
+/// The mean and the spread (1 where the values are constant) of `values`.
+fn moments(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
+    let n = values.clone().count() as f64;
+    let mean = values.clone().sum::<f64>() / n;
+    let spread = (values.map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let scale = if spread > 1e-12 * mean.abs().max(1.0) {
+        spread
+    } else {
+        1.0
+    };
+    (mean, scale)
+}
+
+/// The map from a trial's value to the model's: larger made better, standardised (mean 0,
+/// variance 1), warped by a Yeo-Johnson transform fitted to the standardised values, and
+/// standardised again. Each step is monotone increasing, so the order of the trials is kept.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutputMap {
+    sign: f64,
+    mean: f64,
+    scale: f64,
+    warp: YeoJohnson,
+    warped_mean: f64,
+    warped_scale: f64,
+}
+
+impl OutputMap {
+    /// The map fitted to the values `raw` (larger is better, at least one).
+    fn fitted(goal: Goal, raw: &[f64]) -> Self {
+        let (mean, scale) = moments(raw.iter().copied());
+        let standardised: Vec<f64> = raw.iter().map(|v| (v - mean) / scale).collect();
+        let warp = YeoJohnson::fitted(&standardised);
+        let (warped_mean, warped_scale) = moments(standardised.iter().map(|&v| warp.apply(v)));
+        Self {
+            sign: goal_sign(goal),
+            mean,
+            scale,
+            warp,
+            warped_mean,
+            warped_scale,
+        }
+    }
+
+    /// The model's value for `signed`, a value made larger-is-better.
+    fn warped(&self, signed: f64) -> f64 {
+        (self.warp.apply((signed - self.mean) / self.scale) - self.warped_mean) / self.warped_scale
+    }
+
+    /// The warp of the standardised values.
+    pub fn warp(&self) -> YeoJohnson {
+        self.warp
+    }
+
+    /// The trial's value, in the metric's units, whose model value is `z`.
+    pub fn value(&self, z: f64) -> f64 {
+        let standardised = self.warp.inverse(z * self.warped_scale + self.warped_mean);
+        self.sign * (standardised * self.scale + self.mean)
     }
 }
 

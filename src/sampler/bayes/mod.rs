@@ -8,10 +8,13 @@
 //! that shrinks while proposals fail to improve ([`search`]). Trials still running are drawn
 //! from the posterior, and the improvement must beat the values drawn for them as well
 //! ([`acquisition`]), so that parallel proposals spread out. Failed trials count as the worst
-//! value seen, so the model steers away from where trials fail. See `docs/bayes.md`.
+//! value seen, so the model steers away from where trials fail. The values are warped by a
+//! power transform fitted to them, so that a few huge ones do not flatten the model. The same
+//! model names the trial it believes best ([`believed_best`]). See `docs/bayes.md`.
 
 pub mod acquisition;
 mod anchor;
+mod believed;
 mod data;
 pub mod design;
 pub mod encoding;
@@ -22,6 +25,9 @@ mod lbfgs;
 pub mod log_ei;
 pub mod search;
 pub mod trust;
+mod warp;
+
+pub use believed::{Believed, believed_best};
 
 /// The central finite difference of `f` at `x` along coordinate `d`, for tests of gradients.
 #[cfg(test)]
@@ -79,6 +85,11 @@ impl BayesSampler {
             .anchors
             .hyperparameters(encoding, context.goal, context.history, &data)
             .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
+        tracing::debug!(
+            trial = context.number,
+            warp_power = data.output.warp().power(),
+            "model fitted"
+        );
         let gp = Gp::new(data.x, &data.y, &hyper)?;
         let dimension = context.space.dimension();
         let design = initial_design_size(dimension) as usize;

@@ -1,0 +1,102 @@
+//! The trial the model believes best: of the succeeded trials, the one of highest posterior
+//! mean, fitted to the history as a proposal's model is. Where values are noisy it discounts
+//! a trial that stands out by luck, which the best observed value does not.
+
+use super::anchor::Anchors;
+use super::data::TrainingData;
+use super::encoding::Encoding;
+use super::gp::{Gp, GpError};
+use crate::sampler::Observation;
+use crate::study::Goal;
+use crate::study::space::Space;
+
+/// A trial and the value the model expects of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Believed {
+    /// The trial's number.
+    pub number: u64,
+    /// The model's value at its parameters (the warped posterior mean, mapped back to the
+    /// metric's units).
+    pub value: f64,
+}
+
+/// The succeeded trial of `history` (finished trials) whose posterior mean is best for
+/// `goal`; `None` when none succeeded.
+pub fn believed_best(
+    space: &Space,
+    goal: Goal,
+    history: &[Observation],
+) -> Result<Option<Believed>, GpError> {
+    let encoding = Encoding::new(space);
+    let Some(data) = TrainingData::new(&encoding, goal, history) else {
+        return Ok(None);
+    };
+    let hyper = Anchors::default()
+        .hyperparameters(&encoding, goal, history, &data)
+        .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
+    let output = data.output;
+    let gp = Gp::new(data.x, &data.y, &hyper)?;
+    let succeeded: Vec<&Observation> = history.iter().filter(|o| o.value.is_some()).collect();
+    let points: Vec<Vec<f64>> = succeeded
+        .iter()
+        .map(|o| encoding.encode(&o.params))
+        .collect();
+    let best = succeeded
+        .iter()
+        .zip(gp.predict_many(&points))
+        // The first of equal means.
+        .reduce(|a, b| if b.1.0 > a.1.0 { b } else { a });
+    Ok(best.map(|(o, (mean, _))| Believed {
+        number: o.number,
+        value: output.value(mean),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::study::space::{Assignment, ParamValue, unit_double};
+
+    #[test]
+    fn a_lucky_outlier_in_noise_is_not_believed_best() {
+        // A bowl with its bottom at 0.5, noise of ±0.05 and one trial 0.7 below its
+        // neighbours by luck, far from the bottom.
+        let space = Space::new(vec![unit_double("a")]);
+        let history: Vec<Observation> = (0..40u32)
+            .map(|n| {
+                let a = f64::from(n) / 39.0;
+                let noise = 0.05 * (f64::from(n) * 2.3).sin();
+                let luck = if n == 5 { -0.7 } else { 0.0 };
+                Observation {
+                    number: u64::from(n),
+                    params: Assignment::from([("a".to_string(), ParamValue::Float(a))]),
+                    value: Some((a - 0.5).powi(2) * 4.0 + noise + luck),
+                }
+            })
+            .collect();
+        let observed = history
+            .iter()
+            .min_by(|a, b| a.value.unwrap().total_cmp(&b.value.unwrap()))
+            .unwrap();
+        assert_eq!(observed.number, 5, "the lucky trial is the best observed");
+        let believed = believed_best(&space, Goal::Minimize, &history)
+            .unwrap()
+            .unwrap();
+        assert!(
+            (17..=22).contains(&believed.number),
+            "{believed:?} is not near the bottom"
+        );
+        assert!(believed.value.abs() < 0.1, "{believed:?}");
+    }
+
+    #[test]
+    fn no_succeeded_trial_believes_none() {
+        let space = Space::new(vec![unit_double("a")]);
+        let failed = Observation {
+            number: 0,
+            params: Assignment::from([("a".to_string(), ParamValue::Float(0.2))]),
+            value: None,
+        };
+        assert_eq!(believed_best(&space, Goal::Maximize, &[failed]), Ok(None));
+    }
+}
