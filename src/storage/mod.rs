@@ -172,8 +172,25 @@ impl Dialect {
 
 impl Storage {
     /// Opens (creating it if needed, unless the URL's `mode` says otherwise) the database at
-    /// `url` and brings its schema up to date.
+    /// `url` and brings its schema up to date. Controllers started together on a new SQLite
+    /// file race to create its schema, and the loser's statement finds the file locked at
+    /// once (a write that began as a read is not retried by busy_timeout): it opens again,
+    /// for up to [`OPEN_WHILE_LOCKED`].
     pub async fn open(url: &StorageUrl) -> Result<Self, StorageError> {
+        let started = std::time::Instant::now();
+        loop {
+            match Self::open_once(url).await {
+                Err(StorageError::Open { source, .. })
+                    if is_locked(&source) && started.elapsed() < OPEN_WHILE_LOCKED =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                opened => return opened,
+            }
+        }
+    }
+
+    async fn open_once(url: &StorageUrl) -> Result<Self, StorageError> {
         let options = connect_options(url, &url.connect_string())?;
         let open_error = |source| StorageError::Open {
             url: url.to_string(),
@@ -335,6 +352,15 @@ async fn prepare(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), sqlx:
         conn.execute("PRAGMA busy_timeout = 30000").await?;
     }
     Ok(())
+}
+
+/// How long opening a database tries again while SQLite says it is locked.
+const OPEN_WHILE_LOCKED: Duration = Duration::from_secs(30);
+
+/// Whether SQLite refused a statement because another connection held the file locked.
+fn is_locked(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(e) if e.message().contains("database is locked"))
+        || matches!(error, sqlx::Error::Migrate(e) if e.to_string().contains("database is locked"))
 }
 
 /// Opens and sets up one connection, and closes it: fails at once where the pool would try
