@@ -53,17 +53,8 @@ enum Command {
     Run {
         /// The study file.
         study: PathBuf,
-        /// Directory of the workers' logs and metrics files.
-        #[arg(long, default_value = DEFAULT_LOG_DIR)]
-        log_dir: PathBuf,
-        /// Run the trials here (local) or as jobs of this engine instead of the study's
-        /// executor; an engine other than local needs its block in the study file.
-        #[arg(long, value_parser = parse_executor)]
-        executor: Option<ExecutorKind>,
         #[command(flatten)]
-        gpus: GpusArg,
-        #[command(flatten)]
-        artifacts: ArtifactsArg,
+        workers: WorkerArgs,
         /// Keep trial N's model whatever its rank (with artifacts.keep_best); repeat or
         /// separate with commas.
         #[arg(long, value_name = "N", value_delimiter = ',')]
@@ -134,17 +125,8 @@ enum Command {
         /// A hyperparameter, as ID=VALUE; every active parameter needs one.
         #[arg(long = "param", value_name = "ID=VALUE", value_parser = parse_param)]
         params: Vec<(String, String)>,
-        /// Directory of the worker's log and metrics file.
-        #[arg(long, default_value = DEFAULT_LOG_DIR)]
-        log_dir: PathBuf,
-        /// Run the trial here (local) or as a job of this engine instead of the study's
-        /// executor; a remote engine needs its block in the study file.
-        #[arg(long, value_parser = parse_executor)]
-        executor: Option<ExecutorKind>,
         #[command(flatten)]
-        gpus: GpusArg,
-        #[command(flatten)]
-        artifacts: ArtifactsArg,
+        workers: WorkerArgs,
     },
     /// Inside a remote trial job: run the worker and write what it reports into the
     /// storage (HPTUNE_STORAGE, PostgreSQL). Started by the remote executors.
@@ -169,6 +151,22 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+}
+
+/// Where the workers of `run` and `trial` run, and where their files go.
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// Directory of the workers' logs and metrics files.
+    #[arg(long, default_value = DEFAULT_LOG_DIR)]
+    pub log_dir: PathBuf,
+    /// Run the trials here (local) or as jobs of this engine instead of the study's
+    /// executor; an engine other than local needs its block in the study file.
+    #[arg(long, value_parser = parse_executor)]
+    pub executor: Option<ExecutorKind>,
+    #[command(flatten)]
+    pub gpus: GpusArg,
+    #[command(flatten)]
+    pub artifacts: ArtifactsArg,
 }
 
 /// The devices of a study with `trial.resources.gpus`.
@@ -333,20 +331,14 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Run {
             study,
-            log_dir,
-            executor,
-            gpus,
-            artifacts,
+            workers,
             keep,
-        } => run::run_study(&study, &url, &log_dir, executor, &gpus, &artifacts, &keep).await,
+        } => run::run_study(&study, &url, &workers, &keep).await,
         Command::Trial {
             study,
             params,
-            log_dir,
-            executor,
-            gpus,
-            artifacts,
-        } => run::run_trial(&study, &url, &params, &log_dir, executor, &gpus, &artifacts).await,
+            workers,
+        } => run::run_trial(&study, &url, &params, &workers).await,
         Command::Relay {
             study,
             trial,

@@ -15,7 +15,7 @@ use hptune::storage::{Storage, StorageUrl, TrialState, best_first};
 use hptune::study::{ExecutorKind, ExecutorSpec, Study};
 
 use super::progress::Display;
-use super::{ArtifactsArg, Failure, GpusArg, show};
+use super::{ArtifactsArg, Failure, GpusArg, WorkerArgs, show};
 
 /// Exit code of a study stopped by Ctrl-C or SIGTERM.
 const INTERRUPTED: u8 = 130;
@@ -28,19 +28,17 @@ const TOP_TRIALS: usize = 5;
 pub async fn run_study(
     path: &Path,
     url: &StorageUrl,
-    log_dir: &Path,
-    executor_kind: Option<ExecutorKind>,
-    gpus: &GpusArg,
-    artifacts: &ArtifactsArg,
+    workers: &WorkerArgs,
     keep: &[u64],
 ) -> Result<ExitCode, Failure> {
-    let study = load_checked(path, url, executor_kind)?;
+    let log_dir = workers.log_dir.as_path();
+    let study = load_checked(path, url, workers.executor)?;
     let mut sampler = sampler::for_study(&study)
         .map_err(|e| Failure::BadInput(format!("{}: {e}", path.display())))?;
-    let mut artifacts = artifact_plan(&study, log_dir, artifacts)?;
+    let mut artifacts = artifact_plan(&study, log_dir, &workers.artifacts)?;
     artifacts.pinned.extend(keep);
     let plan = Plan {
-        gpus: gpu_plan(&study, gpus, path)?,
+        gpus: gpu_plan(&study, &workers.gpus, path)?,
         artifacts,
         ..Plan::for_study(&study, log_dir)
     };
@@ -56,17 +54,15 @@ pub async fn run_trial(
     path: &Path,
     url: &StorageUrl,
     pairs: &[(String, String)],
-    log_dir: &Path,
-    executor_kind: Option<ExecutorKind>,
-    gpus: &GpusArg,
-    artifacts: &ArtifactsArg,
+    workers: &WorkerArgs,
 ) -> Result<ExitCode, Failure> {
-    let study = load_checked(path, url, executor_kind)?;
+    let log_dir = workers.log_dir.as_path();
+    let study = load_checked(path, url, workers.executor)?;
     let params = study
         .space
         .parse_assignment(pairs)
         .map_err(|e| Failure::BadInput(format!("--param: {e}")))?;
-    let gpus = gpu_plan(&study, gpus, path)?;
+    let gpus = gpu_plan(&study, &workers.gpus, path)?;
     let storage = Storage::open(url).await?;
     let executor = executor(&study, &storage, url, path)?;
     let plan = Plan {
@@ -76,7 +72,7 @@ pub async fn run_trial(
         max_retries: study.max_retries,
         log_dir: log_dir.to_path_buf(),
         gpus,
-        artifacts: artifact_plan(&study, log_dir, artifacts)?,
+        artifacts: artifact_plan(&study, log_dir, &workers.artifacts)?,
     };
     let mut sampler = ManualSampler::new(params);
     let summary = supervise(&study, &storage, executor, &mut sampler, &plan).await?;
