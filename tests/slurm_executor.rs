@@ -204,6 +204,27 @@ fn lines(path: &Path) -> Vec<String> {
         .collect()
 }
 
+/// A worker script in the scratch directory that appends the line `note` (shell words, expanded
+/// in the job) to `notes`, then runs the test worker.
+fn noting_worker(scratch: &Scratch, note: &str, notes: &Path) -> PathBuf {
+    let wrapper = scratch.path("wrapper.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"{note}\" >> '{}'\nexec '{}' \"$@\"\n",
+            notes.display(),
+            common::worker()
+        ),
+    )
+    .unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&wrapper)
+        .status()
+        .unwrap();
+    wrapper
+}
+
 #[test]
 fn a_study_runs_to_completion_as_slurm_jobs_on_distinct_gpus() {
     let Some(partition) = test_slurm() else {
@@ -214,21 +235,11 @@ fn a_study_runs_to_completion_as_slurm_jobs_on_distinct_gpus() {
     let gpus = scratch.path("gpus");
     // Each worker notes its trial, the GPU Slurm gave it and when it began; the quadratic
     // worker notes when it ended (TRACE).
-    let wrapper = scratch.path("wrapper.sh");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\necho \"$HPTUNE_TRIAL_ID $CUDA_VISIBLE_DEVICES $(date +%s.%N)\" >> '{}'\nexec '{}' \"$@\"\n",
-            gpus.display(),
-            common::worker()
-        ),
-    )
-    .unwrap();
-    Command::new("chmod")
-        .arg("+x")
-        .arg(&wrapper)
-        .status()
-        .unwrap();
+    let wrapper = noting_worker(
+        &scratch,
+        "$HPTUNE_TRIAL_ID $CUDA_VISIBLE_DEVICES $(date +%s.%N)",
+        &gpus,
+    );
     let trace = scratch.path("trace");
     let text = study(
         &name,
@@ -350,8 +361,14 @@ fn a_failing_job_is_recorded_failed_with_its_error() {
     let Some((scratch, out)) = run_on_slurm(&study("failing", 1, 1, "{MODE: fail}", "")) else {
         return;
     };
-    assert_exit_says(&out, 1, "1 trials failed");
-    let trial = &scratch.trials("failing")[0];
+    assert_failed_with_the_workers_error(&scratch, &out, "failing");
+}
+
+/// Checks that the one trial of `study` (run by `out`), whose worker ran with `MODE: fail`,
+/// failed with its exit code and its last line of output, and that its job ended FAILED.
+fn assert_failed_with_the_workers_error(scratch: &Scratch, out: &Output, study: &str) {
+    assert_exit_says(out, 1, "1 trials failed");
+    let trial = &scratch.trials(study)[0];
     assert_eq!(trial["state"], "failed");
     let error = trial["error"].as_str().unwrap();
     assert!(
@@ -626,5 +643,140 @@ fn a_slurm_study_runs_here_with_executor_local() {
             trial["worker"].as_str().unwrap().starts_with("pid:"),
             "{trial}"
         );
+    }
+}
+
+/// `Scratch::command` for `hptune ARGS` on PostgreSQL, with `hptune` itself on the PATH that
+/// the Slurm jobs get: the program a job that reports through the database runs.
+fn on_postgres_with_hptune_on_path(scratch: &Scratch, args: &[&str]) -> Output {
+    let bin = Path::new(env!("CARGO_BIN_EXE_hptune")).parent().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    scratch.command(args).env("PATH", path).output().unwrap()
+}
+
+/// The files under `dir`, at any depth.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .flat_map(|entry| match entry.path() {
+            path if path.is_dir() => files_under(&path),
+            path => vec![path],
+        })
+        .collect()
+}
+
+#[test]
+fn jobs_that_report_through_the_database_need_no_shared_log_folder() {
+    let (Some(partition), Some(url)) = (test_slurm(), common::test_postgres()) else {
+        return;
+    };
+    let scratch = Scratch::on_postgres(&url);
+    let name = common::unique_name("slurm-db");
+    // Each worker notes the metrics file it was given, then writes its measurements there
+    // (cloudml-hypertune's file), not to its stdout.
+    let seen = scratch.path("seen");
+    let wrapper = noting_worker(
+        &scratch,
+        "$HPTUNE_TRIAL_ID $HPTUNE_METRICS_FILE $CLOUD_ML_HP_METRIC_FILE",
+        &seen,
+    );
+    let text = study(
+        &name,
+        4,
+        2,
+        "{MODE: file, SLEEP: '1'}",
+        &format!(", partition: {partition}, report: database"),
+    )
+    .replace("{worker}", wrapper.to_str().unwrap());
+    let path = scratch.study("study.yaml", &text);
+    let out = on_postgres_with_hptune_on_path(&scratch, &["run", path.to_str().unwrap()]);
+    assert_success(&out);
+
+    let trials = scratch.trials(&name);
+    assert_eq!(trials.len(), 4);
+    for trial in &trials {
+        assert_eq!(trial["state"], "succeeded", "{trial}");
+        assert!((trial["value"].as_f64().unwrap() - expected_loss(trial)).abs() < 1e-9);
+        let id = job_id(trial);
+        assert_eq!(final_state(id), "COMPLETED");
+        // The job's output is Slurm's own file, not the attempt's log, which only says
+        // where the job is.
+        let job = slurm_job(id);
+        assert_eq!(
+            Path::new(&job["StdOut"]),
+            scratch.path(&format!("slurm-{id}.out"))
+        );
+        let log = std::fs::read_to_string(scratch.path(trial["log_path"].as_str().unwrap()));
+        assert!(log.unwrap().contains(&format!("slurm:{id}")), "{trial}");
+    }
+    // The workers' metrics files were the relay's, in a folder of the job's own on its node
+    // (removed at its end), never in the study's log folder, which holds no metrics file
+    // and no exit status: the controller read nothing there.
+    let seen = lines(&seen);
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    for line in &seen {
+        let words: Vec<&str> = line.split(' ').collect();
+        let metrics = Path::new(words[1]);
+        assert!(
+            metrics.starts_with(std::env::temp_dir()) && !metrics.starts_with(scratch.dir.path()),
+            "{line}"
+        );
+        assert!(
+            metrics
+                .parent()
+                .unwrap()
+                .to_string_lossy()
+                .contains("hptune-job-"),
+            "{line}"
+        );
+        assert_eq!(words[1], words[2], "{line}");
+        assert!(!metrics.exists(), "{line}");
+    }
+    let logs = scratch.path("hptune-logs");
+    let written: Vec<PathBuf> = files_under(&logs)
+        .into_iter()
+        .filter(|f| f.extension().is_none_or(|e| e != "log" && e != "sbatch"))
+        .collect();
+    assert!(written.is_empty(), "{written:?}");
+}
+
+#[test]
+fn a_failing_job_that_reports_through_the_database_is_recorded_with_its_error() {
+    let (Some(_), Some(url)) = (test_slurm(), common::test_postgres()) else {
+        return;
+    };
+    let scratch = Scratch::on_postgres(&url);
+    let name = common::unique_name("slurm-db-fail");
+    let text = study(&name, 1, 1, "{MODE: fail}", ", report: database");
+    let path = scratch.study("study.yaml", &text);
+    let out = on_postgres_with_hptune_on_path(&scratch, &["run", path.to_str().unwrap()]);
+    assert_failed_with_the_workers_error(&scratch, &out, &name);
+}
+
+#[test]
+fn reporting_through_the_database_is_refused_without_one() {
+    let scratch = Scratch::new();
+    for (report, expected) in [
+        (
+            "database",
+            "trial.executor.report: database needs a PostgreSQL storage",
+        ),
+        (
+            "email",
+            "trial.executor.report: 'email' is not a way to report: use files or database",
+        ),
+    ] {
+        let text = study("refused", 2, 1, "{}", &format!(", report: {report}"));
+        let path = scratch.study("study.yaml", &text);
+        assert_exit_says(
+            &scratch.hptune(&["run", path.to_str().unwrap()]),
+            2,
+            expected,
+        );
+        // Refused before the database is even created.
+        assert!(!scratch.path("hptune.db").exists(), "{report}");
     }
 }

@@ -144,8 +144,9 @@ enum Command {
         /// The study's objective metric.
         #[arg(long)]
         metric: String,
-        /// Directory of the worker's log and metrics file.
-        #[arg(long, default_value = DEFAULT_LOG_DIR)]
+        /// Directory of the worker's log and metrics file (a Slurm job's script sets
+        /// HPTUNE_RELAY_LOG_DIR to a folder of its own on its node).
+        #[arg(long, env = "HPTUNE_RELAY_LOG_DIR", default_value = DEFAULT_LOG_DIR)]
         log_dir: PathBuf,
         /// The worker's command line.
         #[arg(last = true, required = true)]

@@ -1,8 +1,9 @@
 //! How a trial worker runs. The controller hands an [`Executor`] a [`TrialJob`] and gets back
 //! events while it runs and a [`WorkerOutcome`] at the end. Local processes are
 //! [`LocalExecutor`]; Slurm jobs, read through a shared filesystem, are [`SlurmExecutor`];
-//! each cloud engine (`vertex.rs`, `kubernetes.rs`, `sagemaker.rs`) is one
-//! file implementing `remote::Engine`, driven by [`RemoteExecutor`].
+//! each cloud engine (`vertex.rs`, `kubernetes.rs`, `sagemaker.rs`), and Slurm for jobs that
+//! report through the database ([`SlurmEngine`]), is one file implementing `remote::Engine`,
+//! driven by [`RemoteExecutor`].
 
 mod follow;
 mod local;
@@ -20,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 
 pub use local::LocalExecutor;
 pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study, relay};
-pub use slurm::SlurmExecutor;
+pub use slurm::{SlurmEngine, SlurmExecutor};
 
 use crate::gpus::Device;
 use crate::report::Measurement;

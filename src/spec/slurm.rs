@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::Checker;
 use super::raw::RawSlurm;
-use crate::study::SlurmSpec;
+use crate::study::{SlurmReport, SlurmSpec};
 
 /// How often a Slurm job's state is asked for, when the file does not say.
 const DEFAULT_SLURM_POLL_INTERVAL: Duration = Duration::from_secs(5);
@@ -67,6 +67,19 @@ impl Checker<'_> {
                 .map(|n| Some(n.min(i64::from(u32::MAX)) as u32)),
         };
         let gpus = self.at_least("trial.executor.gpus", raw.gpus.unwrap_or(0), 0);
+        let report = match raw.report.as_deref() {
+            None => Some(SlurmReport::Files),
+            Some(text) => SlurmReport::parse(text).or_else(|| {
+                self.report(
+                    "trial.executor.report",
+                    format!(
+                        "'{text}' is not a way to report: use {}",
+                        SlurmReport::NAMES
+                    ),
+                );
+                None
+            }),
+        };
         let spec = SlurmSpec {
             partition: raw.partition.clone(),
             account: raw.account.clone(),
@@ -78,6 +91,7 @@ impl Checker<'_> {
             constraint: raw.constraint.clone(),
             extra_args: raw.extra_args.clone().unwrap_or_default(),
             poll_interval: poll?.unwrap_or(DEFAULT_SLURM_POLL_INTERVAL),
+            report: report?,
         };
         ok.then_some(spec)
     }

@@ -198,4 +198,32 @@ pub struct SlurmSpec {
     pub extra_args: Vec<String>,
     /// How often the job's state is asked of Slurm.
     pub poll_interval: Duration,
+    /// How the job's worker reports to the controller.
+    pub report: SlurmReport,
+}
+
+/// How a Slurm job's worker reports its measurements to the controller (`report`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SlurmReport {
+    /// Through the filesystem the compute nodes share with the controller: the job's output
+    /// and metrics file in the study's log folder, read as a local worker's.
+    #[default]
+    Files,
+    /// Through the study's PostgreSQL database, written by `hptune relay` in the job: for
+    /// compute nodes that do not share a filesystem with the controller.
+    Database,
+}
+
+impl SlurmReport {
+    /// Every way, as written in the study file.
+    pub const NAMES: &'static str = "files or database";
+
+    /// Reads a way as written in the study file.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "files" => Some(SlurmReport::Files),
+            "database" => Some(SlurmReport::Database),
+            _ => None,
+        }
+    }
 }

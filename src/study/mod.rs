@@ -15,7 +15,7 @@ use std::time::Duration;
 
 pub use executor::{
     Accelerator, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings, Resources,
-    SageMakerSpec, SecretRef, SlurmSpec, VertexSpec,
+    SageMakerSpec, SecretRef, SlurmReport, SlurmSpec, VertexSpec,
 };
 pub use goal::Goal;
 pub use template::{TEMPLATE_BUILTINS, TemplatePart, template_parts};

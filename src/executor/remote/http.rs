@@ -40,6 +40,9 @@ pub enum RemoteError {
     /// Credentials could not be found or used.
     #[error("{0}")]
     Credentials(String),
+    /// A command of the engine (Slurm's `sbatch`, `scontrol`, `scancel`) failed; what it said.
+    #[error("{0}")]
+    Command(String),
     /// The engine's answer is not what its API documents.
     #[error("{what}: unexpected answer: {detail}")]
     Answer {

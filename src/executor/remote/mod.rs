@@ -23,11 +23,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
 use crate::executor::{
-    Executor, LocalExecutor, SlurmExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent,
-    WorkerOutcome, is_protocol_variable,
+    Executor, LocalExecutor, SlurmEngine, SlurmExecutor, Start, StopRequest, TrialJob, WorkerEnd,
+    WorkerEvent, WorkerOutcome, is_protocol_variable,
 };
 use crate::storage::{Storage, StorageUrl};
-use crate::study::{ExecutorSpec, RemoteSettings};
+use crate::study::{ExecutorSpec, SlurmReport};
 pub use http::RemoteError;
 
 /// Polls of a job's state that may fail in a row (each after its own retries) before the
@@ -115,52 +115,66 @@ pub struct RemoteExecutor {
     poll_interval: Duration,
 }
 
-/// Checks that a remote executor's jobs can reach the storage: PostgreSQL, not a SQLite file
-/// on the controller's machine. Local workers and Slurm jobs report through files the
-/// controller reads, and need no storage of their own.
+/// Checks that the jobs of an executor that report through the database can reach it:
+/// PostgreSQL, not a SQLite file on the controller's machine. Local workers, and Slurm jobs
+/// that report through files, are read by the controller and need no storage of their own.
 pub fn check_storage(executor: &ExecutorSpec, url: &StorageUrl) -> Result<(), String> {
-    let relayed = !matches!(executor, ExecutorSpec::Local | ExecutorSpec::Slurm(_));
-    if relayed && !matches!(url, StorageUrl::Postgres(_)) {
-        return Err(format!(
-            "trial.executor.kind: the {} executor needs a PostgreSQL storage that its jobs can reach (--storage postgres://... or HPTUNE_STORAGE); {url} is a file on this machine",
-            executor.kind().as_str()
-        ));
+    if matches!(url, StorageUrl::Postgres(_)) {
+        return Ok(());
     }
-    Ok(())
+    let needs =
+        "a PostgreSQL storage that its jobs can reach (--storage postgres://... or HPTUNE_STORAGE)";
+    match executor {
+        ExecutorSpec::Local => Ok(()),
+        ExecutorSpec::Slurm(spec) => match spec.report {
+            SlurmReport::Files => Ok(()),
+            SlurmReport::Database => Err(format!(
+                "trial.executor.report: database needs {needs}; {url} is a file on this machine (report: files reads the jobs' output through the filesystem the cluster shares, and works with it)"
+            )),
+        },
+        _ => Err(format!(
+            "trial.executor.kind: the {} executor needs {needs}; {url} is a file on this machine",
+            executor.kind().as_str()
+        )),
+    }
 }
 
-/// The executor of a study: local processes, Slurm jobs, or jobs of the cloud engine its file
-/// names (the storage was checked by [`check_storage`]). An error names the field of the
+/// The executor of a study: local processes, Slurm jobs (read through files, or relayed
+/// through the database), or jobs of the cloud engine its file names (the storage was checked
+/// by [`check_storage`]). An error names the field of the
 /// study file it is about.
 pub fn for_study(
     executor: &ExecutorSpec,
     storage: &Storage,
     url: &StorageUrl,
 ) -> Result<Arc<dyn Executor>, String> {
-    let remote = |settings: &RemoteSettings, engine: Box<dyn Engine>| {
+    let remote = |poll_interval: Duration, engine: Box<dyn Engine>| {
         Arc::new(RemoteExecutor {
             engine,
             storage: storage.clone(),
             storage_url: url.secret_url(),
-            poll_interval: settings.poll_interval,
+            poll_interval,
         })
     };
     let error = |e: RemoteError| format!("trial.executor: {e}");
     Ok(match executor {
         ExecutorSpec::Local => Arc::new(LocalExecutor),
         ExecutorSpec::Vertex(spec) => remote(
-            &spec.remote,
+            spec.remote.poll_interval,
             Box::new(vertex::Vertex::new(spec).map_err(error)?),
         ),
         ExecutorSpec::Kubernetes(spec) => remote(
-            &spec.remote,
+            spec.remote.poll_interval,
             Box::new(kubernetes::Kubernetes::new(spec).map_err(error)?),
         ),
         ExecutorSpec::SageMaker(spec) => remote(
-            &spec.remote,
+            spec.remote.poll_interval,
             Box::new(sagemaker::SageMaker::new(spec).map_err(error)?),
         ),
-        ExecutorSpec::Slurm(spec) => Arc::new(SlurmExecutor::new(spec)?),
+        ExecutorSpec::Slurm(spec) => match spec.report {
+            SlurmReport::Files => Arc::new(SlurmExecutor::new(spec)?),
+            SlurmReport::Database => remote(spec.poll_interval, Box::new(SlurmEngine::new(spec)?)),
+        },
     })
 }
 

@@ -45,11 +45,25 @@ impl Printed {
 }
 
 async fn run(program: &str, args: &[String]) -> Result<Printed, String> {
-    let output = Command::new(program)
-        .args(args)
-        // The database URL may hold a password, and jobs never write the database.
-        .env_remove("HPTUNE_STORAGE")
-        .kill_on_drop(true)
+    run_with_storage(program, args, None).await
+}
+
+/// Runs `program ARGS`; `HPTUNE_STORAGE` is `storage_url` for it (and so for the job `sbatch`
+/// submits, which gets its environment), or unset.
+async fn run_with_storage(
+    program: &str,
+    args: &[String],
+    storage_url: Option<&str>,
+) -> Result<Printed, String> {
+    let mut command = Command::new(program);
+    command.args(args).kill_on_drop(true);
+    // The database URL may hold a password: only the jobs that report through the database
+    // get it.
+    match storage_url {
+        Some(url) => command.env("HPTUNE_STORAGE", url),
+        None => command.env_remove("HPTUNE_STORAGE"),
+    };
+    let output = command
         .output()
         .await
         .map_err(|e| format!("cannot run '{program}': {e}"))?;
@@ -60,9 +74,10 @@ async fn run(program: &str, args: &[String]) -> Result<Printed, String> {
     })
 }
 
-/// Submits a job with `sbatch ARGS` (`--parsable` among them); returns its id.
-pub async fn submit(args: &[String]) -> Result<u64, String> {
-    let printed = run("sbatch", args).await?;
+/// Submits a job with `sbatch ARGS` (`--parsable` among them), its environment holding
+/// `HPTUNE_STORAGE=storage_url` where given; returns its id.
+pub async fn submit(args: &[String], storage_url: Option<&str>) -> Result<u64, String> {
+    let printed = run_with_storage("sbatch", args, storage_url).await?;
     if !printed.success {
         return Err(format!("sbatch refused the job: {}", printed.error()));
     }
@@ -92,8 +107,8 @@ pub async fn cancel(id: u64, now: bool) -> Result<(), String> {
 
 /// How job `id` is: from `scontrol show job` while the controller remembers it, else from
 /// `sacct` where the cluster keeps accounting, else from the exit status its script wrote
-/// to `exit_file`; a job none of them knows has vanished.
-pub async fn status(id: u64, exit_file: &Path) -> Result<Status, String> {
+/// to `exit_file` (a job that reports through files); a job none of them knows has vanished.
+pub async fn status(id: u64, exit_file: Option<&Path>) -> Result<Status, String> {
     if let Some(job) = show_job(id).await? {
         let field = |key: &str| job.get(key).map_or("", String::as_str);
         let restarts = field("Restarts").parse().unwrap_or(0);
@@ -108,7 +123,9 @@ pub async fn status(id: u64, exit_file: &Path) -> Result<Status, String> {
         return Ok(status);
     }
     Ok(Status::Ended(
-        exit_status_file(exit_file).unwrap_or(WorkerEnd::Vanished),
+        exit_file
+            .and_then(exit_status_file)
+            .unwrap_or(WorkerEnd::Vanished),
     ))
 }
 

@@ -1,16 +1,21 @@
 //! Trial workers as Slurm jobs: one batch job per trial attempt.
 //!
 //! The usual HPC cluster shares a filesystem between the machine the controller runs on and
-//! the compute nodes, and this executor relies on it: a job's stdout, stderr and metrics file
-//! go to the attempt's files in the study's log folder, which the controller reads as it
-//! reads a local worker's (`output.rs`), and the job writes its worker's exit status there
-//! too. Workers never touch the database, so the default SQLite file works.
+//! the compute nodes, and [`SlurmExecutor`] relies on it (`report: files`): a job's stdout,
+//! stderr and metrics file go to the attempt's files in the study's log folder, which the
+//! controller reads as it reads a local worker's (`output.rs`), and the job writes its
+//! worker's exit status there too. Workers never touch the database, so the default SQLite
+//! file works. Where the nodes share no filesystem with the controller (`report: database`),
+//! [`SlurmEngine`] makes Slurm an engine of the remote executor instead: the job runs
+//! `hptune relay`, which writes the worker's measurements into the study's PostgreSQL
+//! database.
 //!
 //! The job's id is recorded with the attempt before anything else happens; a controller that
 //! takes the study over adopts the job by that id. A job requeued by Slurm (preempted, its node
 //! lost) is cancelled and its trial retried as a new attempt, so that one attempt is one job.
 
 mod commands;
+mod relayed;
 mod script;
 
 use std::time::Duration;
@@ -27,6 +32,7 @@ use super::{
     error_log_path,
 };
 use crate::study::SlurmSpec;
+pub use relayed::SlurmEngine;
 
 /// Failed polls of a job's state in a row after which the job is given up.
 const FAILED_POLLS: u32 = 5;
@@ -45,13 +51,7 @@ impl SlurmExecutor {
     /// An executor for jobs of `spec`, once Slurm's commands are found and the partition
     /// exists.
     pub fn new(spec: &SlurmSpec) -> Result<Self, String> {
-        check_program("sbatch").map_err(|e| {
-            format!("trial.executor.kind: the slurm executor submits jobs with sbatch, but {e}: run hptune on a machine of the cluster")
-        })?;
-        if let Some(partition) = &spec.partition {
-            commands::check_partition(partition)
-                .map_err(|e| format!("trial.executor.partition: {e}"))?;
-        }
+        check_cluster(spec)?;
         Ok(Self { spec: spec.clone() })
     }
 
@@ -84,8 +84,8 @@ impl SlurmExecutor {
         })?;
         let work_dir = std::env::current_dir()
             .map_err(|e| format!("cannot tell the directory hptune runs in: {e}"))?;
-        let args = sbatch_args(&self.spec, job, &log_path, &files, &work_dir);
-        let id = commands::submit(&args).await?;
+        let args = sbatch_args(&self.spec, job, Some(&log_path), &files.script, &work_dir);
+        let id = commands::submit(&args, None).await?;
         Ok(SlurmJob::new(id, job, &self.spec))
     }
 
@@ -140,6 +140,27 @@ impl Executor for SlurmExecutor {
     }
 }
 
+/// Checks, before any job is submitted, that Slurm's commands are here and that the cluster
+/// has the partition of `spec`; an error names the field of the study file it is about.
+fn check_cluster(spec: &SlurmSpec) -> Result<(), String> {
+    check_program("sbatch").map_err(|e| {
+        format!("trial.executor.kind: the slurm executor submits jobs with sbatch, but {e}: run hptune on a machine of the cluster")
+    })?;
+    if let Some(partition) = &spec.partition {
+        commands::check_partition(partition)
+            .map_err(|e| format!("trial.executor.partition: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The id of the Slurm job whose recorded handle is `handle` (`slurm:ID`).
+fn job_id(handle: &str) -> Result<u64, String> {
+    handle
+        .strip_prefix("slurm:")
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| format!("'{handle}' is not the handle of a Slurm job"))
+}
+
 /// One attempt's Slurm job, seen from the controller.
 struct SlurmJob {
     /// The job's id; `None` for a job that ended unwatched and that Slurm has forgotten.
@@ -157,11 +178,7 @@ impl SlurmJob {
     }
 
     fn adopt(handle: &str, job: &TrialJob, spec: &SlurmSpec) -> Result<Self, String> {
-        let id = handle
-            .strip_prefix("slurm:")
-            .and_then(|id| id.parse().ok())
-            .ok_or_else(|| format!("'{handle}' is not the handle of a Slurm job"))?;
-        Ok(Self::new(id, job, spec))
+        Ok(Self::new(job_id(handle)?, job, spec))
     }
 
     /// The job of an attempt that ended while no controller watched it, and that Slurm no
@@ -190,7 +207,7 @@ impl SlurmJob {
     async fn poll_slurm(&self, id: u64, interval: Duration) -> WorkerEnd {
         let mut failed_polls = 0;
         loop {
-            match commands::status(id, &self.files.exit_status).await {
+            match commands::status(id, Some(&self.files.exit_status)).await {
                 Ok(Status::Active) => failed_polls = 0,
                 Ok(Status::Ended(end)) => return end,
                 Ok(Status::Requeued(reason)) => return self.requeued(reason).await,
@@ -237,7 +254,7 @@ impl Worker for SlurmJob {
         tokio::select! {
             // A worker killed because Slurm requeues its job ends as any killed worker:
             // Slurm says which it was.
-            end = self.exit_status() => match commands::status(id, &self.files.exit_status).await {
+            end = self.exit_status() => match commands::status(id, Some(&self.files.exit_status)).await {
                 Ok(Status::Requeued(reason)) => self.requeued(reason).await,
                 _ => end,
             },

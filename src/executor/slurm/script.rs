@@ -6,7 +6,8 @@
 //! quotes, `$`, newlines) reaches the worker as it is. The script runs the worker, then writes
 //! its exit status to a file beside the log: Slurm forgets a finished job after a while (and a
 //! cluster without accounting keeps no record of it), and a controller that adopts the job
-//! later still learns how it ended.
+//! later still learns how it ended. A job that reports through the database runs `hptune
+//! relay` instead, its files on its node, and writes nothing beside the log.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,13 +40,66 @@ fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
-/// The job script of `job`, its files at the (absolute) paths of `files`.
+/// The variable that names the folder, on the job's node, of the relay's files (the
+/// worker's log and metrics file) in a job that reports through the database.
+pub const RELAY_LOG_DIR_VARIABLE: &str = "HPTUNE_RELAY_LOG_DIR";
+
+/// The job script of `job`, its files at the (absolute) paths of `files`: it runs the
+/// worker, and writes its exit status where the controller reads it.
 pub fn job_script(job: &TrialJob, files: &JobFiles) -> Result<String, String> {
-    let words = job
-        .env
+    Ok(format!(
+        "{header}\
+         # The worker runs with the trial's environment; its exit status is then written\n\
+         # where the controller reads it.\n\
+         {command}\n\
+         status=$?\n\
+         echo \"$status\" > {exit_status}\n\
+         exit \"$status\"\n",
+        header = header(job),
+        command = command_line(&job.env, &job.argv)?,
+        exit_status = quote(&files.exit_status.display().to_string()),
+    ))
+}
+
+/// The job script of `job` when it reports through the database: it runs `relay` (`hptune
+/// relay ... -- <worker argv>`) with `env`, the relay's files in a folder of the job's own
+/// on its node, removed at the end (the relay copies the worker's output to the job's).
+pub fn relay_script(
+    job: &TrialJob,
+    relay: &[String],
+    env: &[(String, String)],
+) -> Result<String, String> {
+    Ok(format!(
+        "{header}\
+         # It reports through the database: the relay runs the worker and writes what it\n\
+         # reports there. Nothing is written to the controller's filesystem.\n\
+         {RELAY_LOG_DIR_VARIABLE}=\"${{TMPDIR:-/tmp}}/hptune-job-$SLURM_JOB_ID\"\n\
+         export {RELAY_LOG_DIR_VARIABLE}\n\
+         {command}\n\
+         status=$?\n\
+         rm -rf \"${RELAY_LOG_DIR_VARIABLE}\"\n\
+         exit \"$status\"\n",
+        header = header(job),
+        command = command_line(env, relay)?,
+    ))
+}
+
+/// The script's first lines: the shell, and which attempt it runs.
+fn header(job: &TrialJob) -> String {
+    format!(
+        "#!/bin/sh\n# Trial {} (attempt {}) of the study {}, submitted by hptune.\n",
+        job.number,
+        job.attempt,
+        quote(&job.study)
+    )
+}
+
+/// The shell command that runs `argv` with `env` added to the environment, each word quoted.
+fn command_line(env: &[(String, String)], argv: &[String]) -> Result<String, String> {
+    let words = env
         .iter()
         .map(|(name, value)| format!("{name}={value}"))
-        .chain(job.argv.iter().cloned());
+        .chain(argv.iter().cloned());
     let mut command = vec!["env --".to_string()];
     for word in words {
         if word.contains('\0') {
@@ -56,21 +110,7 @@ pub fn job_script(job: &TrialJob, files: &JobFiles) -> Result<String, String> {
         }
         command.push(quote(&word));
     }
-    Ok(format!(
-        "#!/bin/sh\n\
-         # Trial {number} (attempt {attempt}) of the study {study}, submitted by hptune.\n\
-         # The worker runs with the trial's environment; its exit status is then written\n\
-         # where the controller reads it.\n\
-         {command}\n\
-         status=$?\n\
-         echo \"$status\" > {exit_status}\n\
-         exit \"$status\"\n",
-        number = job.number,
-        attempt = job.attempt,
-        study = quote(&job.study),
-        command = command.join(" \\\n  "),
-        exit_status = quote(&files.exit_status.display().to_string()),
-    ))
+    Ok(command.join(" \\\n  "))
 }
 
 /// The name of the attempt's job: the same for the same attempt, so that a controller that
@@ -99,22 +139,25 @@ fn slurm_time(limit: Duration) -> String {
     )
 }
 
-/// The arguments of `sbatch` that submit `job`'s script, its output going to the attempt's
-/// log files (absolute paths) and the job running in `work_dir`.
+/// The arguments of `sbatch` that submit `job`'s `script`, the job running in `work_dir`
+/// and its output going to the attempt's log files at `log_path` (absolute) where given,
+/// else where Slurm puts it by default (`slurm-<id>.out` in `work_dir`).
 pub fn sbatch_args(
     spec: &SlurmSpec,
     job: &TrialJob,
-    log_path: &Path,
-    files: &JobFiles,
+    log_path: Option<&Path>,
+    script: &Path,
     work_dir: &Path,
 ) -> Vec<String> {
     let mut args = vec![
         "--parsable".to_string(),
         format!("--job-name={}", job_name(job)),
-        format!("--output={}", log_path.display()),
-        format!("--error={}", error_log_path(log_path).display()),
-        format!("--chdir={}", work_dir.display()),
     ];
+    if let Some(log_path) = log_path {
+        args.push(format!("--output={}", log_path.display()));
+        args.push(format!("--error={}", error_log_path(log_path).display()));
+    }
+    args.push(format!("--chdir={}", work_dir.display()));
     let options = [
         ("partition", spec.partition.clone()),
         ("account", spec.account.clone()),
@@ -134,7 +177,7 @@ pub fn sbatch_args(
             .filter_map(|(name, value)| Some(format!("--{name}={}", value?))),
     );
     args.extend(spec.extra_args.iter().cloned());
-    args.push(files.script.display().to_string());
+    args.push(script.display().to_string());
     args
 }
 
@@ -240,7 +283,13 @@ mod tests {
             ..SlurmSpec::default()
         };
         let files = JobFiles::of(&job.log_path);
-        let args = sbatch_args(&spec, &job, &job.log_path, &files, Path::new("/w d"));
+        let args = sbatch_args(
+            &spec,
+            &job,
+            Some(&job.log_path),
+            &files.script,
+            Path::new("/w d"),
+        );
         let log = job.log_path.display().to_string();
         assert_eq!(
             args,
