@@ -32,6 +32,15 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1
 fi
 
 host=$(hostname -s)
+
+# Memory limits through cgroup v1's memory controller where this machine lets root create a
+# group in it (a job over its --mem then ends OUT_OF_MEMORY, as on a real cluster); else none.
+if mkdir /sys/fs/cgroup/memory/hptune-probe 2>/dev/null \
+  && rmdir /sys/fs/cgroup/memory/hptune-probe; then
+  task_plugin=task/cgroup
+else
+  task_plugin=task/none
+fi
 mkdir -p "$conf_dir" "$state/slurmctld" "$state/slurmd" "$run" "$logs"
 for i in 0 1 2 3; do
   [ -c "$fake_gpus$i" ] || { rm -f "$fake_gpus$i"; mknod "$fake_gpus$i" c 1 3; }
@@ -46,12 +55,20 @@ done
 #   on one machine, so there is nobody to authenticate against.
 # - ProctrackType=proctrack/linuxproc: a job's processes are found through their parent pids
 #   (proctrack/cgroup needs cgroups Slurm can create, which a container does not give).
-# - TaskPlugin=task/none: no binding or confinement (task/cgroup needs cgroups too,
-#   task/affinity needs CPUs that exist).
+# - TaskPlugin=task/cgroup with cgroup.conf's ConstrainRAMSpace (cgroup v1, where the memory
+#   controller is writable; else task/none): each job is held to its memory (--mem, else
+#   DefMemPerCPU; memory is a consumable resource, CR_CPU_Memory), and one that exceeds it
+#   ends OUT_OF_MEMORY. No binding to CPUs (ConstrainCores=no): the node claims CPUs the
+#   machine may not have.
+# - PreemptType=preempt/partition_prio, PreemptMode=CANCEL: a job of the partition
+#   $partition-urgent cancels jobs of $partition-preemptible that hold what it needs (they end
+#   PREEMPTED); jobs of $partition, the default, are never preempted.
 # - JobAcctGatherType=jobacct_gather/none, AccountingStorageType=accounting_storage/none:
-#   no slurmdbd (it needs MariaDB). `sacct` therefore does not answer here; hptune reads a
-#   job's state from `scontrol show job` and its exit code from the file the job writes
-#   (docs/ARCHITECTURE.md), and uses `sacct` only where it answers.
+#   no slurmdbd. Slurm 22.05's only other accounting storage is slurmdbd, which needs a
+#   MySQL/MariaDB server, and its sacct reads nothing else (no --completion, no filetxt).
+#   `sacct` therefore does not answer here; hptune reads a job's state from `scontrol show
+#   job` and its exit code from the file the job writes (docs/ARCHITECTURE.md), and uses
+#   `sacct` only where it answers.
 # - MinJobAge=300: a finished job stays visible to `scontrol show job` for five minutes.
 desired=$(cat <<EOF
 # Written by hptune's scripts/start-slurm.sh: a one-machine cluster for the tests.
@@ -62,9 +79,10 @@ SlurmdUser=root
 AuthType=auth/none
 CredType=cred/none
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$task_plugin
 SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
+SelectTypeParameters=CR_CPU_Memory
+DefMemPerCPU=512
 SchedulerType=sched/backfill
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
@@ -82,7 +100,20 @@ SlurmctldLogFile=$logs/slurmctld.log
 SlurmdLogFile=$logs/slurmd.log
 GresTypes=gpu
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=8192 Gres=gpu:4 State=UNKNOWN
-PartitionName=$partition Nodes=$host Default=YES MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=$partition Nodes=$host Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
+PartitionName=$partition-preemptible Nodes=$host MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL
+PartitionName=$partition-urgent Nodes=$host MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
+EOF
+)
+cgroup=$(cat <<EOF
+# Written by hptune's scripts/start-slurm.sh: jobs held to their memory, nothing else.
+CgroupPlugin=cgroup/v1
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=no
+ConstrainCores=no
+ConstrainDevices=no
 EOF
 )
 gres=$(cat <<EOF
@@ -99,6 +130,10 @@ if [ "$(cat "$conf" 2>/dev/null)" != "$desired" ]; then
 fi
 if [ "$(cat "$conf_dir/gres.conf" 2>/dev/null)" != "$gres" ]; then
   printf '%s\n' "$gres" >"$conf_dir/gres.conf"
+  changed=1
+fi
+if [ "$(cat "$conf_dir/cgroup.conf" 2>/dev/null)" != "$cgroup" ]; then
+  printf '%s\n' "$cgroup" >"$conf_dir/cgroup.conf"
   changed=1
 fi
 

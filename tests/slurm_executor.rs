@@ -646,12 +646,14 @@ fn a_slurm_study_runs_here_with_executor_local() {
     }
 }
 
-/// `Scratch::command` for `hptune ARGS` on PostgreSQL, with `hptune` itself on the PATH that
-/// the Slurm jobs get: the program a job that reports through the database runs.
-fn on_postgres_with_hptune_on_path(scratch: &Scratch, args: &[&str]) -> Output {
+/// `Scratch::command` for `hptune ARGS`, with `hptune` itself on the PATH that the Slurm jobs
+/// get: the program a job that reports through the database runs.
+fn with_hptune_on_path(scratch: &Scratch, args: &[&str]) -> Command {
     let bin = Path::new(env!("CARGO_BIN_EXE_hptune")).parent().unwrap();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
-    scratch.command(args).env("PATH", path).output().unwrap()
+    let mut command = scratch.command(args);
+    command.env("PATH", path);
+    command
 }
 
 /// The files under `dir`, at any depth.
@@ -692,7 +694,9 @@ fn jobs_that_report_through_the_database_need_no_shared_log_folder() {
     )
     .replace("{worker}", wrapper.to_str().unwrap());
     let path = scratch.study("study.yaml", &text);
-    let out = on_postgres_with_hptune_on_path(&scratch, &["run", path.to_str().unwrap()]);
+    let out = with_hptune_on_path(&scratch, &["run", path.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert_success(&out);
 
     let trials = scratch.trials(&name);
@@ -752,7 +756,9 @@ fn a_failing_job_that_reports_through_the_database_is_recorded_with_its_error() 
     let name = common::unique_name("slurm-db-fail");
     let text = study(&name, 1, 1, "{MODE: fail}", ", report: database");
     let path = scratch.study("study.yaml", &text);
-    let out = on_postgres_with_hptune_on_path(&scratch, &["run", path.to_str().unwrap()]);
+    let out = with_hptune_on_path(&scratch, &["run", path.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert_failed_with_the_workers_error(&scratch, &out, &name);
 }
 
@@ -778,5 +784,150 @@ fn reporting_through_the_database_is_refused_without_one() {
         );
         // Refused before the database is even created.
         assert!(!scratch.path("hptune.db").exists(), "{report}");
+    }
+}
+
+/// Whether the cluster holds jobs to their memory (`scripts/start-slurm.sh` sets
+/// `TaskPlugin=task/cgroup` where the machine's memory cgroup is writable); where it does not,
+/// the test is skipped, unless `HPTUNE_TEST_SLURM=required`.
+fn memory_is_enforced() -> bool {
+    let out = Command::new("scontrol")
+        .args(["show", "config"])
+        .output()
+        .unwrap();
+    let enforced = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.starts_with("TaskPlugin ") && l.contains("task/cgroup"));
+    if !enforced {
+        let why = "the Slurm cluster does not enforce memory limits (TaskPlugin=task/cgroup)";
+        if std::env::var("HPTUNE_TEST_SLURM").as_deref() == Ok("required") {
+            panic!("HPTUNE_TEST_SLURM=required, but {why}");
+        }
+        eprintln!("skipped: {why}");
+    }
+    enforced
+}
+
+/// Runs a study of one trial whose worker fills 400 MB in a job of 50 MB, its jobs reporting
+/// `report`, in `scratch`; checks that the trial failed for its memory, not retried, and that
+/// Slurm ended its job OUT_OF_MEMORY.
+fn assert_out_of_memory_fails_the_trial(scratch: &Scratch, report: &str) {
+    let name = common::unique_name("oom");
+    let text = format!(
+        r#"
+name: {name}
+objective: {{metric: loss, goal: minimize}}
+parameters:
+  - {{id: x, type: double, min: 0.0, max: 1.0}}
+algorithm: random
+max_trial_count: 1
+max_failed_trial_count: 1
+trial:
+  command: [python3, -c, "import time; x = b'x' * (400 * 2**20); time.sleep(2); print('loss=1')"]
+  executor: {{kind: slurm, poll_interval: 200ms, mem: 50M, report: {report}}}
+"#
+    );
+    let path = scratch.study("study.yaml", &text);
+    let out = with_hptune_on_path(scratch, &["run", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_exit_says(&out, 1, "1 trials failed");
+    let trial = &scratch.trials(&name)[0];
+    assert_eq!(trial["state"], "failed", "{trial}");
+    assert_eq!(trial["attempt"], 1, "retried: {trial}");
+    let error = trial["error"].as_str().unwrap();
+    assert!(
+        error.contains("it ran out of memory (trial.executor.mem)"),
+        "{error}"
+    );
+    assert_eq!(final_state(job_id(trial)), "OUT_OF_MEMORY");
+}
+
+#[test]
+fn a_job_over_its_memory_fails_its_trial_out_of_memory() {
+    if test_slurm().is_none() || !memory_is_enforced() {
+        return;
+    }
+    assert_out_of_memory_fails_the_trial(&Scratch::new(), "files");
+}
+
+#[test]
+fn a_job_over_its_memory_that_reports_through_the_database_fails_out_of_memory() {
+    let (Some(_), Some(url)) = (test_slurm(), common::test_postgres()) else {
+        return;
+    };
+    if memory_is_enforced() {
+        assert_out_of_memory_fails_the_trial(&Scratch::on_postgres(&url), "database");
+    }
+}
+
+/// Runs a study of one trial whose first job a more urgent job preempts, its jobs reporting
+/// `report`, in `scratch`; checks that the trial ran again as a new attempt (a new job) and
+/// succeeded, the first attempt recorded as retried for the preemption.
+fn assert_preempted_job_is_retried(scratch: &Scratch, partition: &str, report: &str) {
+    let name = common::unique_name("preempted");
+    // The trial's job holds the node's four GPUs in the partition whose jobs may be
+    // preempted; a job of the urgent partition that asks for them cancels it (PREEMPTED).
+    let text = study(
+        &name,
+        1,
+        1,
+        "{SLEEP: '4'}",
+        &format!(", partition: {partition}-preemptible, gpus: 4, report: {report}"),
+    );
+    let path = scratch.study("study.yaml", &text);
+    let mut run = with_hptune_on_path(scratch, &["run", path.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("a running job", || {
+        running_jobs(scratch, &name)
+            .first()
+            .is_some_and(|id| slurm_job(*id)["JobState"] == "RUNNING")
+    });
+    let first = running_jobs(scratch, &name)[0];
+    let urgent = Command::new("sbatch")
+        .args([
+            "--parsable",
+            &format!("--partition={partition}-urgent"),
+            "--gres=gpu:4",
+            "--output=/dev/null",
+            "--wrap=sleep 1",
+        ])
+        .output()
+        .unwrap();
+    assert!(urgent.status.success(), "{}", stderr(&urgent));
+    assert!(run.wait().unwrap().success());
+    assert_eq!(final_state(first), "PREEMPTED");
+    let trial = &scratch.trials(&name)[0];
+    assert_eq!(trial["state"], "succeeded", "{trial}");
+    assert_eq!(trial["attempt"], 2, "{trial}");
+    assert_ne!(job_id(trial), first);
+    let attempts = scratch.query(&format!(
+        "SELECT a.attempt, a.outcome, a.error FROM attempts a JOIN trials t ON t.id = a.trial_id
+         JOIN studies s ON s.id = t.study_id WHERE s.name = '{name}' ORDER BY a.attempt"
+    ));
+    assert_eq!(attempts[0][1], "retried", "{attempts:?}");
+    assert!(
+        attempts[0][2]
+            .as_str()
+            .unwrap()
+            .contains("Slurm preempted it"),
+        "{attempts:?}"
+    );
+    assert_eq!(attempts[1][1], "succeeded", "{attempts:?}");
+}
+
+#[test]
+fn a_job_preempted_by_a_more_urgent_one_is_retried_as_a_new_attempt() {
+    if let Some(partition) = test_slurm() {
+        assert_preempted_job_is_retried(&Scratch::new(), &partition, "files");
+    }
+}
+
+#[test]
+fn a_preempted_job_that_reports_through_the_database_is_retried_as_a_new_attempt() {
+    if let (Some(partition), Some(url)) = (test_slurm(), common::test_postgres()) {
+        assert_preempted_job_is_retried(&Scratch::on_postgres(&url), &partition, "database");
     }
 }

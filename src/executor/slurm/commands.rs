@@ -215,8 +215,17 @@ async fn accounted(id: u64) -> Option<Status> {
     let mut args: Vec<String> = args.map(String::from).to_vec();
     args.push(format!("--jobs={id}"));
     let printed = run("sacct", &args).await.ok()?;
-    let line = printed.stdout.lines().next().filter(|_| printed.success)?;
-    let (state, exit) = line.split_once('|')?;
+    printed
+        .success
+        .then(|| accounted_status(&printed.stdout))
+        .flatten()
+}
+
+/// The status in what `sacct --noheader --allocations --parsable2 --format=State,ExitCode`
+/// printed: `STATE|CODE:SIGNAL` on the job's line; `None` where it printed no line (a job it
+/// does not know).
+fn accounted_status(printed: &str) -> Option<Status> {
+    let (state, exit) = printed.lines().next()?.split_once('|')?;
     Some(status_of(state, "", exit, 0))
 }
 
@@ -292,18 +301,41 @@ mod tests {
         assert_eq!(ended("FAILED", "3:0"), WorkerEnd::Exited(3));
         assert_eq!(ended("FAILED", "137:0"), WorkerEnd::killed_by(9));
         assert_eq!(ended("FAILED", "0:15"), WorkerEnd::killed_by(15));
-        assert!(matches!(
-            ended("CANCELLED by 0", "0:15"),
-            WorkerEnd::JobFailed(_)
-        ));
-        assert!(matches!(ended("NODE_FAIL", "0:0"), WorkerEnd::Preempted(_)));
-        assert!(matches!(ended("PREEMPTED", "0:0"), WorkerEnd::Preempted(_)));
+        assert!(matches!(ended("FAILED", "x"), WorkerEnd::JobFailed(_)));
+        let failed = |why: &str| WorkerEnd::JobFailed(why.into());
+        let lost = |why: &str| WorkerEnd::Preempted(why.into());
+        for (state, exit, end) in [
+            (
+                "CANCELLED by 0",
+                "0:15",
+                failed("it was cancelled in Slurm, not by hptune"),
+            ),
+            (
+                "TIMEOUT",
+                "0:15",
+                failed("Slurm ended it at its time limit (trial.executor.time)"),
+            ),
+            // What the test cluster's cgroup memory limit gives (scontrol and sacct alike).
+            (
+                "OUT_OF_MEMORY",
+                "0:125",
+                failed("it ran out of memory (trial.executor.mem)"),
+            ),
+            ("DEADLINE", "0:0", failed("Slurm ended it at its deadline")),
+            ("NODE_FAIL", "0:0", lost("its node failed")),
+            ("BOOT_FAIL", "0:0", lost("its node failed to boot")),
+            ("PREEMPTED", "0:15", lost("Slurm preempted it")),
+        ] {
+            assert_eq!(ended(state, exit), end, "{state}");
+        }
         for active in [
             "PENDING",
             "RUNNING",
             "COMPLETING",
             "CONFIGURING",
             "SUSPENDED",
+            "RESIZING",
+            "STOPPED",
         ] {
             assert_eq!(status_of(active, "None", "0:0", 0), Status::Active);
         }
@@ -311,10 +343,44 @@ mod tests {
             status_of("PENDING", "BeginTime", "0:0", 1),
             Status::Requeued(_)
         ));
-        assert!(matches!(
-            status_of("REQUEUED", "", "0:0", 0),
-            Status::Requeued(_)
-        ));
+        for requeued in ["REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"] {
+            assert_eq!(
+                status_of(requeued, "", "0:0", 0),
+                Status::Requeued(format!("Slurm requeued it ({requeued})"))
+            );
+        }
+        assert_eq!(
+            status_of("REQUEUED", "JobHeldAdmin", "0:0", 0),
+            Status::Requeued("Slurm requeued it (JobHeldAdmin)".into())
+        );
+    }
+
+    #[test]
+    fn sacct_lines_give_the_same_meanings() {
+        assert_eq!(
+            accounted_status("COMPLETED|0:0\n"),
+            Some(Status::Ended(WorkerEnd::Exited(0)))
+        );
+        assert_eq!(
+            accounted_status("OUT_OF_MEMORY|0:125\n"),
+            Some(Status::Ended(WorkerEnd::JobFailed(
+                "it ran out of memory (trial.executor.mem)".into()
+            )))
+        );
+        assert_eq!(
+            accounted_status("NODE_FAIL|0:0\n"),
+            Some(Status::Ended(WorkerEnd::Preempted(
+                "its node failed".into()
+            )))
+        );
+        assert_eq!(
+            accounted_status("CANCELLED by 0|0:15\n"),
+            Some(Status::Ended(WorkerEnd::JobFailed(
+                "it was cancelled in Slurm, not by hptune".into()
+            )))
+        );
+        assert_eq!(accounted_status(""), None);
+        assert_eq!(accounted_status("garbage"), None);
     }
 
     #[test]

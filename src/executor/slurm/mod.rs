@@ -38,8 +38,11 @@ pub use relayed::SlurmEngine;
 const FAILED_POLLS: u32 = 5;
 /// How often the exit status file of a running job is looked for.
 const EXIT_STATUS_POLL: Duration = Duration::from_millis(200);
-/// How often Slurm is asked whether a cancelled job has ended.
+/// How often Slurm is asked whether a cancelled job, or one whose worker was killed, has
+/// ended.
 const ENDING_POLL: Duration = Duration::from_millis(500);
+/// How long Slurm is given to end a job whose worker was killed, and say why.
+const SLURM_VERDICT: Duration = Duration::from_secs(30);
 
 /// Runs workers as Slurm jobs on a cluster whose filesystem this machine shares.
 #[derive(Debug, Clone)]
@@ -252,11 +255,22 @@ impl Worker for SlurmJob {
             return exit_status_file(&self.files.exit_status).unwrap_or(WorkerEnd::Vanished);
         };
         tokio::select! {
-            // A worker killed because Slurm requeues its job ends as any killed worker:
-            // Slurm says which it was.
-            end = self.exit_status() => match commands::status(id, Some(&self.files.exit_status)).await {
-                Ok(Status::Requeued(reason)) => self.requeued(reason).await,
-                _ => end,
+            end = self.exit_status() => match end {
+                // Killed by Slurm itself (its memory limit, a preemption, a requeue, its time
+                // limit, someone's scancel) or by anyone else: Slurm says which once the job
+                // has ended, and its reason is the one that counts.
+                WorkerEnd::Killed(_) => {
+                    match tokio::time::timeout(SLURM_VERDICT, self.poll_slurm(id, ENDING_POLL)).await {
+                        Ok(slurm @ (WorkerEnd::JobFailed(_) | WorkerEnd::Preempted(_))) => slurm,
+                        _ => end,
+                    }
+                }
+                // A worker that ended by itself while Slurm requeued its job (one that caught
+                // the signal) ends as the requeue says.
+                _ => match commands::status(id, Some(&self.files.exit_status)).await {
+                    Ok(Status::Requeued(reason)) => self.requeued(reason).await,
+                    _ => end,
+                },
             },
             end = self.poll_slurm(id, self.poll_interval) => end,
         }
