@@ -282,6 +282,32 @@ fn two_gpus_a_trial_on_three_devices_run_one_trial_at_a_time() {
 }
 
 #[test]
+fn two_gpus_a_trial_on_four_devices_run_two_trials_at_once_on_disjoint_pairs() {
+    let machine = Machine::new(Some(4));
+    let study = machine.study("two-pairs", 6, 6, "2", 1.0);
+    let out = machine.run(&study, &[]);
+    assert_success(&out);
+    assert!(
+        stderr(&out).contains("2 per trial: at most 2 trials at once"),
+        "{}",
+        stderr(&out)
+    );
+    machine.assert_no_device_shared();
+    let starts = machine.starts();
+    assert_eq!(starts.len(), 6);
+    let mut used = BTreeSet::new();
+    for start in &starts {
+        let devices: BTreeSet<&str> = start.hptune_gpus.split(',').collect();
+        assert_eq!(devices.len(), 2, "{start:?}");
+        assert!(start.in_use <= 4, "{start:?}");
+        used.extend(devices.iter().map(|d| d.to_string()));
+    }
+    // Two trials ran at once (a worker started while another held its pair), on all four.
+    assert!(starts.iter().any(|s| s.in_use == 4), "{starts:?}");
+    assert_eq!(used, ["0", "1", "2", "3"].map(String::from).into());
+}
+
+#[test]
 fn hptune_gpus_and_cuda_visible_devices_name_the_pool_and_a_study_without_gpus_looks_for_none() {
     let machine = Machine::new(Some(4));
     let study = machine.study("env", 2, 2, "1", 0.1);
