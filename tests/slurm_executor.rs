@@ -122,18 +122,37 @@ impl Counted {
     /// sleep `sleep` seconds; `None` where no Slurm cluster answers.
     fn new(name: &str, trials: u32, parallel: u32, sleep: &str) -> Option<Self> {
         test_slurm()?;
-        let scratch = Scratch::new();
+        Some(Self::in_scratch(
+            Scratch::new(),
+            name,
+            trials,
+            parallel,
+            sleep,
+            "",
+        ))
+    }
+
+    /// [`Counted::new`] in `scratch`, with `executor` added to the Slurm block.
+    fn in_scratch(
+        scratch: Scratch,
+        name: &str,
+        trials: u32,
+        parallel: u32,
+        sleep: &str,
+        executor: &str,
+    ) -> Self {
         let (env_path, submissions) = counting_sbatch(&scratch);
         let starts = scratch.path("starts");
         let env = format!("{{SLEEP: '{sleep}', STARTS: '{}'}}", starts.display());
-        let path = scratch.study("study.yaml", &study(name, trials, parallel, &env, ""));
-        Some(Self {
+        let text = study(name, trials, parallel, &env, executor);
+        let path = scratch.study("study.yaml", &text);
+        Self {
             scratch,
             path,
             env_path,
             submissions,
             starts,
-        })
+        }
     }
 
     /// Starts `hptune run` on the study in the background.
@@ -186,7 +205,14 @@ fn counting_sbatch(scratch: &Scratch) -> (PathBuf, PathBuf) {
         .arg(bin.join("sbatch"))
         .status()
         .unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    // `hptune` itself too: the program of the jobs that report through the database.
+    let hptune = Path::new(env!("CARGO_BIN_EXE_hptune")).parent().unwrap();
+    let path = format!(
+        "{}:{}:{}",
+        bin.display(),
+        hptune.display(),
+        std::env::var("PATH").unwrap()
+    );
     (PathBuf::from(path), log)
 }
 
@@ -393,10 +419,22 @@ fn a_trial_that_times_out_has_its_job_cancelled() {
 
 #[test]
 fn an_early_stopped_trial_has_its_job_cancelled() {
-    if test_slurm().is_none() {
-        return;
+    if test_slurm().is_some() {
+        early_stopped(&Scratch::new(), "stopping", "");
     }
-    let scratch = Scratch::new();
+}
+
+#[test]
+fn an_early_stopped_trial_that_reports_through_the_database_has_its_job_cancelled() {
+    if let (Some(_), Some(url)) = (test_slurm(), common::test_postgres()) {
+        let name = common::unique_name("stopping-db");
+        early_stopped(&Scratch::on_postgres(&url), &name, ", report: database");
+    }
+}
+
+/// Runs the study `name` of two trials, the second early-stopped, with `executor` added to
+/// its Slurm block: the stopped trial's job ends CANCELLED.
+fn early_stopped(scratch: &Scratch, name: &str, executor: &str) {
     let dir = scratch.path("curves");
     std::fs::create_dir(&dir).unwrap();
     std::fs::write(dir.join("curve-1.txt"), "1\n1\n").unwrap();
@@ -404,7 +442,7 @@ fn an_early_stopped_trial_has_its_job_cancelled() {
     let worker = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/workers/curve.sh");
     let text = format!(
         r#"
-name: stopping
+name: {name}
 objective: {{metric: loss, goal: minimize}}
 parameters:
   - {{id: q, type: discrete, values: [1, 2]}}
@@ -414,18 +452,26 @@ early_stopping: {{rule: median, min_steps: 1, min_trials: 1}}
 trial:
   command: [{}]
   env: {{CURVE_DIR: '{}', STEP_SLEEP: '1'}}
-  executor: {{kind: slurm, poll_interval: 200ms}}
+  executor: {{kind: slurm, poll_interval: 200ms{executor}}}
 "#,
         worker.display(),
         dir.display()
     );
     let path = scratch.study("study.yaml", &text);
-    assert_success(&scratch.hptune(&["run", path.to_str().unwrap()]));
-    let trials = scratch.trials("stopping");
+    let out = with_hptune_on_path(scratch, &["run", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let trials = scratch.trials(name);
     assert_eq!(trials[0]["state"], "succeeded", "{trials:?}");
     assert_eq!(trials[1]["state"], "stopped", "{trials:?}");
     let id = job_id(&trials[1]);
-    assert_cancelled(id);
+    match executor.contains("report: database") {
+        // The remote executor cancels the job and records the stop without waiting for it.
+        true => assert_eq!(final_state(id), "CANCELLED"),
+        // A job read through files is gone when its trial's end is recorded.
+        false => assert_cancelled(id),
+    }
 }
 
 /// Waits until `ready` holds, for at most a minute.
@@ -452,22 +498,38 @@ fn running_jobs(scratch: &Scratch, name: &str) -> Vec<u64> {
 
 #[test]
 fn a_controller_killed_mid_study_adopts_its_jobs_and_submits_none_twice() {
-    let Some(counted) = Counted::new("adopted", 6, 3, "3") else {
+    if let Some(counted) = Counted::new("adopted", 6, 3, "3") {
+        killed_mid_study_then_run_again(&counted, "adopted");
+    }
+}
+
+#[test]
+fn a_controller_killed_mid_study_adopts_its_jobs_that_report_through_the_database() {
+    let (Some(_), Some(url)) = (test_slurm(), common::test_postgres()) else {
         return;
     };
+    let name = common::unique_name("adopted-db");
+    let scratch = Scratch::on_postgres(&url);
+    let counted = Counted::in_scratch(scratch, &name, 6, 3, "3", ", report: database");
+    killed_mid_study_then_run_again(&counted, &name);
+}
+
+/// SIGKILLs the controller of the study `name` once three of its jobs run, then runs it
+/// again: the study completes with one job per attempt, each worker started once.
+fn killed_mid_study_then_run_again(counted: &Counted, name: &str) {
     let scratch = &counted.scratch;
     let mut first = counted.start();
     wait_until("three running jobs", || {
-        running_jobs(scratch, "adopted").len() == 3
+        running_jobs(scratch, name).len() == 3
     });
-    let adopted = running_jobs(scratch, "adopted");
+    let adopted = running_jobs(scratch, name);
     kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
     first.wait().unwrap();
     // The jobs outlive their controller.
     assert!(adopted.iter().any(|id| in_queue(*id)), "{adopted:?}");
 
     let out = counted.finish();
-    let trials = scratch.trials("adopted");
+    let trials = scratch.trials(name);
     assert_eq!(trials.len(), 6);
     let attempts: u64 = trials.iter().map(|t| t["attempt"].as_u64().unwrap()).sum();
     assert!(
@@ -536,24 +598,40 @@ fn a_job_whose_id_a_killed_controller_never_recorded_is_found_and_adopted() {
 
 #[test]
 fn a_job_requeued_by_slurm_is_retried_as_a_new_attempt() {
-    let Some(counted) = Counted::new("requeued", 1, 1, "3") else {
+    if let Some(counted) = Counted::new("requeued", 1, 1, "3") {
+        requeued_then_retried(&counted, "requeued");
+    }
+}
+
+#[test]
+fn a_requeued_job_that_reports_through_the_database_is_retried_as_a_new_attempt() {
+    let (Some(_), Some(url)) = (test_slurm(), common::test_postgres()) else {
         return;
     };
+    let name = common::unique_name("requeued-db");
+    let scratch = Scratch::on_postgres(&url);
+    let counted = Counted::in_scratch(scratch, &name, 1, 1, "3", ", report: database");
+    requeued_then_retried(&counted, &name);
+}
+
+/// Requeues the running job of the one trial of the study `name` with `scontrol requeue`:
+/// the trial runs again as a second attempt with a job of its own, the first cancelled.
+fn requeued_then_retried(counted: &Counted, name: &str) {
     let scratch = &counted.scratch;
     let mut run = counted.start();
     wait_until("a running job", || {
-        running_jobs(scratch, "requeued")
+        running_jobs(scratch, name)
             .first()
             .is_some_and(|id| slurm_job(*id)["JobState"] == "RUNNING")
     });
-    let first = running_jobs(scratch, "requeued")[0];
+    let first = running_jobs(scratch, name)[0];
     let requeue = Command::new("scontrol")
         .args(["requeue", &first.to_string()])
         .status()
         .unwrap();
     assert!(requeue.success());
     assert!(run.wait().unwrap().success());
-    let trial = &scratch.trials("requeued")[0];
+    let trial = &scratch.trials(name)[0];
     assert_eq!(trial["state"], "succeeded", "{trial}");
     assert_eq!(trial["attempt"], 2, "{trial}");
     assert_ne!(job_id(trial), first);
