@@ -402,6 +402,7 @@ fn assert_failed_with_the_workers_error(scratch: &Scratch, out: &Output, study: 
         "{error}"
     );
     assert_eq!(final_state(job_id(trial)), "FAILED");
+    remove_node_outputs(study);
 }
 
 #[test]
@@ -472,6 +473,7 @@ trial:
         // A job read through files is gone when its trial's end is recorded.
         false => assert_cancelled(id),
     }
+    remove_node_outputs(name);
 }
 
 /// Waits until `ready` holds, for at most a minute.
@@ -552,6 +554,7 @@ fn killed_mid_study_then_run_again(counted: &Counted, name: &str) {
         adopted.iter().all(|id| recorded.contains(id)),
         "{adopted:?} {recorded:?}"
     );
+    remove_node_outputs(name);
 }
 
 #[test]
@@ -638,6 +641,7 @@ fn requeued_then_retried(counted: &Counted, name: &str) {
     assert_eq!(lines(&counted.submissions).len(), 2);
     // The requeued job was cancelled, not left to run again over the first attempt.
     assert!(!in_queue(first), "job {first} runs again");
+    remove_node_outputs(name);
 }
 
 #[test]
@@ -734,6 +738,18 @@ fn with_hptune_on_path(scratch: &Scratch, args: &[&str]) -> Command {
     command
 }
 
+/// Removes the outputs that the jobs of the study `name` that reported through the database
+/// left in the node's /tmp (`/tmp/hptune-NAME-TRIAL-ATTEMPT-JOBID.out`).
+fn remove_node_outputs(name: &str) {
+    let prefix = format!("hptune-{name}-");
+    for entry in std::fs::read_dir("/tmp").unwrap().flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        if file.starts_with(&prefix) && file.ends_with(".out") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// The files under `dir`, at any depth.
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -784,13 +800,13 @@ fn jobs_that_report_through_the_database_need_no_shared_log_folder() {
         assert!((trial["value"].as_f64().unwrap() - expected_loss(trial)).abs() < 1e-9);
         let id = job_id(trial);
         assert_eq!(final_state(id), "COMPLETED");
-        // The job's output is Slurm's own file, not the attempt's log, which only says
+        // The job's output is in the node's /tmp, not the attempt's log, which only says
         // where the job is.
         let job = slurm_job(id);
-        assert_eq!(
-            Path::new(&job["StdOut"]),
-            scratch.path(&format!("slurm-{id}.out"))
-        );
+        let output = PathBuf::from(format!("/tmp/{}-{id}.out", job["JobName"]));
+        assert_eq!(Path::new(&job["StdOut"]), output);
+        assert!(output.exists(), "{}", output.display());
+        std::fs::remove_file(output).unwrap();
         let log = std::fs::read_to_string(scratch.path(trial["log_path"].as_str().unwrap()));
         assert!(log.unwrap().contains(&format!("slurm:{id}")), "{trial}");
     }
@@ -919,6 +935,7 @@ trial:
         "{error}"
     );
     assert_eq!(final_state(job_id(trial)), "OUT_OF_MEMORY");
+    remove_node_outputs(&name);
 }
 
 #[test]
@@ -994,6 +1011,7 @@ fn assert_preempted_job_is_retried(scratch: &Scratch, partition: &str, report: &
         "{attempts:?}"
     );
     assert_eq!(attempts[1][1], "succeeded", "{attempts:?}");
+    remove_node_outputs(&name);
 }
 
 #[test]

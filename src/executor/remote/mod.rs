@@ -1,4 +1,5 @@
-//! Trial workers as cloud jobs, whatever the engine.
+//! Trial workers as jobs that report through the database, whatever the engine: the cloud
+//! engines', and Slurm's with `report: database` (`slurm/relayed.rs`).
 //!
 //! Each trial attempt is one job whose container runs `hptune relay ... -- <the worker's
 //! command line>`. The relay starts the worker in the container as the local executor would,
@@ -141,8 +142,7 @@ pub fn check_storage(executor: &ExecutorSpec, url: &StorageUrl) -> Result<(), St
 
 /// The executor of a study: local processes, Slurm jobs (read through files, or relayed
 /// through the database), or jobs of the cloud engine its file names (the storage was checked
-/// by [`check_storage`]). An error names the field of the
-/// study file it is about.
+/// by [`check_storage`]). An error names the field of the study file it is about.
 pub fn for_study(
     executor: &ExecutorSpec,
     storage: &Storage,

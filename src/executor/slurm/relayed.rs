@@ -32,8 +32,7 @@ impl SlurmEngine {
 #[async_trait]
 impl Engine for SlurmEngine {
     /// Writes the job's script beside the attempt's log (`sbatch` reads it on this machine
-    /// and keeps a copy), then submits it; the job's output goes where Slurm puts it by
-    /// default, in its working directory on its node.
+    /// and keeps a copy), then submits it; the job's output goes to its node's `/tmp`.
     async fn submit(&self, job: &TrialJob, container: &Container) -> Result<String, RemoteError> {
         let failed = |e: String| RemoteError::Command(e);
         let script = std::path::absolute(JobFiles::of(&job.log_path).script)

@@ -139,9 +139,14 @@ fn slurm_time(limit: Duration) -> String {
     )
 }
 
+/// Where the output of a job that reports through the database goes, on its node: a folder
+/// every node has (Slurm's default, `slurm-<id>.out` in the working directory, would fail the
+/// job on a node without that directory), named by the job's name (`%x`) and id (`%j`).
+pub const NODE_OUTPUT: &str = "/tmp/%x-%j.out";
+
 /// The arguments of `sbatch` that submit `job`'s `script`, the job running in `work_dir`
-/// and its output going to the attempt's log files at `log_path` (absolute) where given,
-/// else where Slurm puts it by default (`slurm-<id>.out` in `work_dir`).
+/// (or in `/tmp`, Slurm's fallback, on a node without it) and its output going to the
+/// attempt's log files at `log_path` (absolute) where given, else to [`NODE_OUTPUT`].
 pub fn sbatch_args(
     spec: &SlurmSpec,
     job: &TrialJob,
@@ -153,9 +158,12 @@ pub fn sbatch_args(
         "--parsable".to_string(),
         format!("--job-name={}", job_name(job)),
     ];
-    if let Some(log_path) = log_path {
-        args.push(format!("--output={}", log_path.display()));
-        args.push(format!("--error={}", error_log_path(log_path).display()));
+    match log_path {
+        Some(log_path) => {
+            args.push(format!("--output={}", log_path.display()));
+            args.push(format!("--error={}", error_log_path(log_path).display()));
+        }
+        None => args.push(format!("--output={NODE_OUTPUT}")),
     }
     args.push(format!("--chdir={}", work_dir.display()));
     let options = [
@@ -308,6 +316,59 @@ mod tests {
                 "--constraint=a100&ib".into(),
                 "--exclusive".into(),
                 files.script.display().to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_relay_runs_in_a_folder_of_the_jobs_own_removed_at_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = job(&[], &[], dir.path());
+        let relay = [
+            "sh",
+            "-c",
+            "mkdir -p \"$HPTUNE_RELAY_LOG_DIR\" && echo \"$HPTUNE_RELAY_LOG_DIR|$GREETING\"; exit 4",
+        ]
+        .map(String::from);
+        let env = [("GREETING".to_string(), "a 'b' $c".to_string())];
+        let script = dir.path().join("relay.sbatch");
+        std::fs::write(&script, relay_script(&job, &relay, &env).unwrap()).unwrap();
+        let out = std::process::Command::new("sh")
+            .arg(&script)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap())
+            .env("TMPDIR", dir.path())
+            .env("SLURM_JOB_ID", "77")
+            .output()
+            .unwrap();
+        let folder = dir.path().join("hptune-job-77");
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            format!("{}|a 'b' $c\n", folder.display())
+        );
+        assert_eq!(out.status.code(), Some(4));
+        assert!(!folder.exists());
+    }
+
+    #[test]
+    fn a_job_that_reports_through_the_database_writes_its_output_on_its_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = job(&["w"], &[], dir.path());
+        let args = sbatch_args(
+            &SlurmSpec::default(),
+            &job,
+            None,
+            Path::new("/s"),
+            Path::new("/w"),
+        );
+        assert_eq!(
+            args,
+            [
+                "--parsable",
+                "--job-name=hptune-it_s_a_study-4-2",
+                "--output=/tmp/%x-%j.out",
+                "--chdir=/w",
+                "/s"
             ]
         );
     }
