@@ -48,10 +48,19 @@ impl ArtifactPlan {
     }
 }
 
+/// Whether a recorded model location is a cloud engine's (`gs://...`, `s3://...`,
+/// `pvc://...`) rather than a folder of this machine's filesystem: hptune never deletes those.
+pub fn is_remote(location: &str) -> bool {
+    location
+        .split_once("://")
+        .is_some_and(|(scheme, _)| !scheme.is_empty() && !scheme.contains('/'))
+}
+
 /// The trials whose models go with `keep_best`: trials whose rows are final, that are not
 /// among the best `keep_best` succeeded ones (a later trial can only push them further down;
 /// a failed or stopped trial is never among them), not pinned, and whose folders are still
-/// there. Running and pending trials are never among them.
+/// there, on this machine's filesystem ([`is_remote`] models stay). Running and pending
+/// trials are never among them.
 pub fn doomed<'a>(
     trials: impl Iterator<Item = &'a TrialRecord>,
     goal: Goal,
@@ -71,7 +80,8 @@ pub fn doomed<'a>(
     trials
         .into_iter()
         .filter(|t| t.state.is_finished())
-        .filter(|t| t.artifact_dir.is_some() && t.artifact_removed_at.is_none())
+        .filter(|t| t.artifact_dir.as_deref().is_some_and(|dir| !is_remote(dir)))
+        .filter(|t| t.artifact_removed_at.is_none())
         .filter(|t| !best.contains(&t.number) && !pinned.contains(&t.number))
         .collect()
 }
@@ -100,7 +110,11 @@ impl Run<'_> {
         .cloned()
         .collect();
         for mut trial in doomed {
+            let mut removed = Vec::new();
             for dir in self.storage.artifact_dirs(&trial).await? {
+                if is_remote(&dir) {
+                    continue;
+                }
                 match std::fs::remove_dir_all(&dir) {
                     Ok(()) => tracing::info!(
                         "trial {}: removed its model {dir} (not among the best {keep_best})",
@@ -116,8 +130,10 @@ impl Run<'_> {
                         return Ok(());
                     }
                 }
+                removed.push(dir);
             }
-            trial.artifact_removed_at = Some(self.storage.set_artifacts_removed(&trial).await?);
+            trial.artifact_removed_at =
+                Some(self.storage.set_artifacts_removed(&trial, &removed).await?);
             self.view.update(trial);
         }
         Ok(())
@@ -159,6 +175,25 @@ mod tests {
         assert_eq!(numbers(&trials, 2, &[]), vec![0, 3, 4]);
         assert_eq!(numbers(&trials, 2, &[0]), vec![3, 4]);
         assert_eq!(numbers(&trials, 10, &[]), vec![3, 4]);
+    }
+
+    #[test]
+    fn remote_models_are_never_doomed() {
+        let mut remote = trial(0, TrialState::Succeeded, Some(0.1));
+        remote.artifact_dir = Some("gs://bucket/hptune/s/trial-0/model".into());
+        let local = trial(1, TrialState::Succeeded, Some(0.2));
+        let best = trial(2, TrialState::Succeeded, Some(0.9));
+        assert_eq!(numbers(&[remote, local, best], 1, &[]), vec![1]);
+        for location in [
+            "gs://b/p/model",
+            "s3://b/p/job/output/model.tar.gz",
+            "pvc://models/s/trial-0",
+        ] {
+            assert!(is_remote(location), "{location}");
+        }
+        for folder in ["/runs/hptune-artifacts/s/trial-0", "/odd/x://y"] {
+            assert!(!is_remote(folder), "{folder}");
+        }
     }
 
     #[test]

@@ -556,9 +556,13 @@ impl Run<'_> {
                 trial_id,
                 handle,
                 findable_without_handle,
+                model,
             } => {
                 if let Some(r) = self.running.get_mut(&trial_id) {
                     r.trial.worker = Some(handle);
+                    if model.is_some() {
+                        r.trial.artifact_dir = model;
+                    }
                     r.handle_unsaved = true;
                     if !findable_without_handle {
                         self.save_handle(trial_id).await?;

@@ -33,9 +33,13 @@ impl Storage {
         Ok(dirs)
     }
 
-    /// Records that the model folders of every attempt of the trial were removed; returns
-    /// when.
-    pub async fn set_artifacts_removed(&self, trial: &TrialRecord) -> Result<String, StorageError> {
+    /// Records that the trial's current model folder and the attempts' folders `removed`
+    /// were removed; returns when.
+    pub async fn set_artifacts_removed(
+        &self,
+        trial: &TrialRecord,
+        removed: &[String],
+    ) -> Result<String, StorageError> {
         let doing = "recording that the trial's model folders were removed";
         let at = now();
         let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
@@ -45,15 +49,18 @@ impl Storage {
             .execute(&mut *tx)
             .await
             .map_err(query_error(doing))?;
-        sqlx::query(
-            "UPDATE attempts SET artifact_removed_at = $1
-             WHERE trial_id = $2 AND artifact_dir IS NOT NULL AND artifact_removed_at IS NULL",
-        )
-        .bind(&at)
-        .bind(trial.id)
-        .execute(&mut *tx)
-        .await
-        .map_err(query_error(doing))?;
+        for dir in removed {
+            sqlx::query(
+                "UPDATE attempts SET artifact_removed_at = $1
+                 WHERE trial_id = $2 AND artifact_dir = $3 AND artifact_removed_at IS NULL",
+            )
+            .bind(&at)
+            .bind(trial.id)
+            .bind(dir)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(doing))?;
+        }
         tx.commit().await.map_err(query_error(doing))?;
         Ok(at)
     }
