@@ -99,6 +99,78 @@ fn keep_best_on_postgres() {
     pinned_trial_and_the_best_keep_their_models(&Scratch::on_postgres(&url));
 }
 
+/// Pins are kept with the study: the pin given to one run protects its trial's model in the
+/// next run, which names none, and a pin given after the fact, to a run of a study whose
+/// budget is spent, protects a trial that a later run creates; a pin of a model removed
+/// already says so.
+fn pins_outlive_their_run(scratch: &Scratch) {
+    let name = unique_name("pins");
+    let models = scratch.path("models");
+    let run = |budget: u64, keep: Option<&str>| {
+        let text = saving_study(&name)
+            .replace("max_trial_count: 5", &format!("max_trial_count: {budget}"));
+        let study = scratch.study("pins.yaml", &text);
+        let mut args = vec![
+            "run",
+            study.to_str().unwrap(),
+            "--artifacts-dir",
+            models.to_str().unwrap(),
+        ];
+        args.extend(keep.map(|k| ["--keep", k]).into_iter().flatten());
+        scratch.hptune(&args)
+    };
+    assert_success(&run(3, Some("0")));
+    let removed = by_number(scratch, &name)
+        .into_iter()
+        .find(|t| t["artifact_removed_at"].is_string())
+        .expect("keep_best 1 removed a model of the first 3 trials");
+    let late = removed["number"].as_u64().unwrap().to_string();
+    // After the fact: the budget is spent, so the run records the pins and ends.
+    let out = run(3, Some(&format!("{late},4")));
+    assert_success(&out);
+    let warning = format!("trial {late}: pinned, but its model");
+    assert!(
+        common::stderr(&out).contains(&warning),
+        "{}",
+        common::stderr(&out)
+    );
+    // Resumed with a larger budget and no pin: trials 0 and 4 keep their models.
+    assert_success(&run(6, None));
+    let trials = by_number(scratch, &name);
+    assert_eq!(trials.len(), 6);
+    let printed = scratch.hptune(&["best", &name, "--format", "json"]);
+    assert_success(&printed);
+    let best = serde_json::from_slice::<Value>(&printed.stdout).unwrap()["number"]
+        .as_u64()
+        .unwrap();
+    assert!(![0, 4].contains(&best), "the pins must matter: {best}");
+    for trial in &trials {
+        let number = trial["number"].as_u64().unwrap();
+        let dir = models.join(&name).join(format!("trial-{number}"));
+        match [0, 4, best].contains(&number) {
+            true => assert!(dir.join("model.txt").is_file(), "{trial}"),
+            false => assert!(
+                !dir.exists() && trial["artifact_removed_at"].is_string(),
+                "{trial}"
+            ),
+        }
+    }
+    let pinned = scratch.query(&format!(
+        "SELECT p.number FROM pinned_models p JOIN studies s ON s.id = p.study_id
+         WHERE s.name = '{name}' ORDER BY p.number"
+    ));
+    let late: u64 = late.parse().unwrap();
+    assert_eq!(pinned, [[json!(0)], [json!(late)], [json!(4)]]);
+}
+
+#[test]
+fn pins_are_kept_with_the_study_in_sqlite_and_postgres() {
+    pins_outlive_their_run(&Scratch::new());
+    if let Some(url) = test_postgres() {
+        pins_outlive_their_run(&Scratch::on_postgres(&url));
+    }
+}
+
 #[test]
 fn best_artifact_says_why_when_there_is_no_model() {
     let scratch = Scratch::new();

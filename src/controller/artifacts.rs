@@ -18,7 +18,8 @@ pub struct ArtifactPlan {
     pub dir: PathBuf,
     /// Keep the models of the best K trials only; `None`: keep every model.
     pub keep_best: Option<NonZeroUsize>,
-    /// Trials whose models are kept whatever their rank (`hptune run --keep N`).
+    /// Trials whose models are kept whatever their rank (`hptune run --keep N`), pinned in
+    /// the storage when the run starts, with the study's earlier pins.
     pub pinned: BTreeSet<u64>,
 }
 
@@ -87,9 +88,29 @@ pub fn doomed<'a>(
 }
 
 impl Run<'_> {
+    /// Records the plan's pins with the study; says which of them come too late, their
+    /// models removed already.
+    pub(super) async fn pin_models(&self) -> Result<(), StorageError> {
+        let pinned = &self.plan.artifacts.pinned;
+        if pinned.is_empty() {
+            return Ok(());
+        }
+        let numbers: Vec<u64> = pinned.iter().copied().collect();
+        self.storage.pin_models(self.study_id, &numbers).await?;
+        for trial in self.view.trials().filter(|t| pinned.contains(&t.number)) {
+            if let (Some(dir), Some(at)) = (&trial.artifact_dir, &trial.artifact_removed_at) {
+                tracing::warn!(
+                    "trial {}: pinned, but its model {dir} was removed at {at}",
+                    trial.number
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Removes the model folders of the trials [`doomed`] names (the ends of this controller's
-    /// trials are all written by now), and records it with their rows; only when a trial has
-    /// ended since the last time.
+    /// trials are all written by now), sparing the study's pinned ones, and records it with
+    /// their rows; only when a trial has ended since the last time.
     pub(super) async fn prune_artifacts(&mut self) -> Result<(), StorageError> {
         let Some(keep_best) = self.plan.artifacts.keep_best else {
             return Ok(());
@@ -100,15 +121,12 @@ impl Run<'_> {
         }
         self.ended_at_pruning = ended;
         let goal = self.study.objective.goal;
-        let doomed: Vec<TrialRecord> = doomed(
-            self.view.trials(),
-            goal,
-            keep_best,
-            &self.plan.artifacts.pinned,
-        )
-        .into_iter()
-        .cloned()
-        .collect();
+        // Read each time: a pin made since by another `hptune run --keep` counts.
+        let pinned = self.storage.pinned_models(self.study_id).await?;
+        let doomed: Vec<TrialRecord> = doomed(self.view.trials(), goal, keep_best, &pinned)
+            .into_iter()
+            .cloned()
+            .collect();
         for mut trial in doomed {
             let mut removed = Vec::new();
             for dir in self.storage.artifact_dirs(&trial).await? {

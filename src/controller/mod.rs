@@ -211,6 +211,7 @@ pub async fn run(
         ended_at_pruning: 0,
     };
     storage.refresh(&mut run.view).await?;
+    run.pin_models().await?;
     let adopted = storage
         .adopt_orphans(record.id, &run.owner, is_orphan)
         .await?;

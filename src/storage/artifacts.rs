@@ -1,5 +1,7 @@
 //! The model folders of trials' attempts (`artifacts`): which folders a trial's attempts
-//! wrote, and that hptune removed them.
+//! wrote, that hptune removed them, and the trials whose models are pinned.
+
+use std::collections::BTreeSet;
 
 use sqlx::Row;
 
@@ -63,5 +65,41 @@ impl Storage {
         }
         tx.commit().await.map_err(query_error(doing))?;
         Ok(at)
+    }
+
+    /// Pins the models of the study's trials `numbers` (trials that may not exist yet):
+    /// `keep_best` never removes them, in this run or a later one. A pin is kept once.
+    pub async fn pin_models(&self, study_id: i64, numbers: &[u64]) -> Result<(), StorageError> {
+        let doing = "recording the pinned models";
+        let at = now();
+        let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
+        for number in numbers {
+            sqlx::query(
+                "INSERT INTO pinned_models (study_id, number, pinned_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (study_id, number) DO NOTHING",
+            )
+            .bind(study_id)
+            .bind(*number as i64)
+            .bind(&at)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(doing))?;
+        }
+        tx.commit().await.map_err(query_error(doing))?;
+        Ok(())
+    }
+
+    /// The numbers of the study's trials whose models are pinned.
+    pub async fn pinned_models(&self, study_id: i64) -> Result<BTreeSet<u64>, StorageError> {
+        let doing = "reading the pinned models";
+        let rows = sqlx::query("SELECT number FROM pinned_models WHERE study_id = $1")
+            .bind(study_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error(doing))?;
+        rows.iter()
+            .map(|row| row.try_get::<i64, _>("number").map(|n| n as u64))
+            .collect::<Result<_, _>>()
+            .map_err(query_error(doing))
     }
 }
