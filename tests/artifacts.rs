@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Command;
 
-use common::{Scratch, assert_success, stdout, test_postgres, unique_name};
+use common::{Scratch, Serving, assert_success, stdout, test_postgres, tiny, trainer, unique_name};
 use serde_json::{Value, json};
 
 /// A worker that saves a "model" (the folder it was given, as each variable names it) and
@@ -187,28 +186,6 @@ fn best_artifact_says_why_when_there_is_no_model() {
     assert!(scratch.path("hptune-artifacts").join(&name).is_dir());
 }
 
-/// `hptune-trainer`, built beside `hptune` (by cargo when this package's tests run alone).
-fn trainer() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_hptune")).with_file_name("hptune-trainer");
-    let built = Command::new(env!("CARGO"))
-        .args(["build", "-p", "hptune-trainer", "--bin", "hptune-trainer"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .unwrap();
-    assert!(
-        built.success() && path.is_file(),
-        "cannot build {}",
-        path.display()
-    );
-    path
-}
-
-fn tiny(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("trainer/tests/fixtures")
-        .join(name)
-}
-
 #[tokio::test]
 async fn the_best_of_a_tiny_bert_study_is_kept_and_served_as_predict_classifies() {
     let scratch = Scratch::new();
@@ -261,52 +238,13 @@ async fn the_best_of_a_tiny_bert_study_is_kept_and_served_as_predict_classifies(
     assert_success(&predicted);
     let expected: Vec<Value> = serde_json::from_slice(&predicted.stdout).unwrap();
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut server = Command::new(&trainer)
-        .args([
-            "serve",
-            "--model-dir",
-            best.to_str().unwrap(),
-            "--host",
-            "127.0.0.1",
-        ])
-        .env("SAGEMAKER_BIND_TO_PORT", port.to_string())
-        .env_remove("AIP_HTTP_PORT")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !client
-        .get(format!("{base}/ping"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status() == 200)
-    {
-        assert!(Instant::now() < deadline, "serve never became healthy");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut serve = Command::new(&trainer);
+    serve.args(["serve", "--model-dir", best.to_str().unwrap()]);
+    let serving = Serving::start(serve).await;
     for route in ["/invocations", "/predict"] {
-        let answer: Value = client
-            .post(format!("{base}{route}"))
-            .json(&json!({"instances": texts}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        for (got, want) in answer["predictions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .zip(&expected)
-        {
+        let predictions = serving.predictions(route, &texts).await;
+        assert_eq!(predictions.len(), expected.len(), "{route}");
+        for (got, want) in predictions.iter().zip(&expected) {
             assert_eq!(got["label"], want["label"], "{route}");
             let label = got["label"].as_str().unwrap();
             let want = want["probabilities"][label].as_f64().unwrap();
@@ -316,6 +254,4 @@ async fn the_best_of_a_tiny_bert_study_is_kept_and_served_as_predict_classifies(
             );
         }
     }
-    server.kill().unwrap();
-    server.wait().unwrap();
 }
