@@ -595,6 +595,14 @@ fn killed_controller(ttl_passed: bool) {
     for trial in &trials {
         let value = trial["value"].as_f64().unwrap();
         assert!((value - expected_loss(trial)).abs() < 1e-9, "{trial}");
+        // The model location recorded with the job's handle stays with the adopted trial.
+        let model = format!("pvc://models/{name}/trial-{}", trial["number"]);
+        assert_eq!(
+            trial["artifact_dir"].as_str(),
+            Some(model.as_str()),
+            "{trial}"
+        );
+        assert_eq!(trial["artifact_removed_at"], Value::Null, "{trial}");
     }
     cloud.assert_requests_were_right();
 }
