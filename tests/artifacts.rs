@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Command;
 
-use common::{Scratch, assert_success, stdout, test_postgres, unique_name};
+use common::{Scratch, Serving, assert_success, stdout, test_postgres, tiny, trainer, unique_name};
 use serde_json::{Value, json};
 
 /// A worker that saves a "model" (the folder it was given, as each variable names it) and
@@ -99,6 +98,78 @@ fn keep_best_on_postgres() {
     pinned_trial_and_the_best_keep_their_models(&Scratch::on_postgres(&url));
 }
 
+/// Pins are kept with the study: the pin given to one run protects its trial's model in the
+/// next run, which names none, and a pin given after the fact, to a run of a study whose
+/// budget is spent, protects a trial that a later run creates; a pin of a model removed
+/// already says so.
+fn pins_outlive_their_run(scratch: &Scratch) {
+    let name = unique_name("pins");
+    let models = scratch.path("models");
+    let run = |budget: u64, keep: Option<&str>| {
+        let text = saving_study(&name)
+            .replace("max_trial_count: 5", &format!("max_trial_count: {budget}"));
+        let study = scratch.study("pins.yaml", &text);
+        let mut args = vec![
+            "run",
+            study.to_str().unwrap(),
+            "--artifacts-dir",
+            models.to_str().unwrap(),
+        ];
+        args.extend(keep.map(|k| ["--keep", k]).into_iter().flatten());
+        scratch.hptune(&args)
+    };
+    assert_success(&run(3, Some("0")));
+    let removed = by_number(scratch, &name)
+        .into_iter()
+        .find(|t| t["artifact_removed_at"].is_string())
+        .expect("keep_best 1 removed a model of the first 3 trials");
+    let late = removed["number"].as_u64().unwrap().to_string();
+    // After the fact: the budget is spent, so the run records the pins and ends.
+    let out = run(3, Some(&format!("{late},4")));
+    assert_success(&out);
+    let warning = format!("trial {late}: pinned, but its model");
+    assert!(
+        common::stderr(&out).contains(&warning),
+        "{}",
+        common::stderr(&out)
+    );
+    // Resumed with a larger budget and no pin: trials 0 and 4 keep their models.
+    assert_success(&run(6, None));
+    let trials = by_number(scratch, &name);
+    assert_eq!(trials.len(), 6);
+    let printed = scratch.hptune(&["best", &name, "--format", "json"]);
+    assert_success(&printed);
+    let best = serde_json::from_slice::<Value>(&printed.stdout).unwrap()["number"]
+        .as_u64()
+        .unwrap();
+    assert!(![0, 4].contains(&best), "the pins must matter: {best}");
+    for trial in &trials {
+        let number = trial["number"].as_u64().unwrap();
+        let dir = models.join(&name).join(format!("trial-{number}"));
+        match [0, 4, best].contains(&number) {
+            true => assert!(dir.join("model.txt").is_file(), "{trial}"),
+            false => assert!(
+                !dir.exists() && trial["artifact_removed_at"].is_string(),
+                "{trial}"
+            ),
+        }
+    }
+    let pinned = scratch.query(&format!(
+        "SELECT p.number FROM pinned_models p JOIN studies s ON s.id = p.study_id
+         WHERE s.name = '{name}' ORDER BY p.number"
+    ));
+    let late: u64 = late.parse().unwrap();
+    assert_eq!(pinned, [[json!(0)], [json!(late)], [json!(4)]]);
+}
+
+#[test]
+fn pins_are_kept_with_the_study_in_sqlite_and_postgres() {
+    pins_outlive_their_run(&Scratch::new());
+    if let Some(url) = test_postgres() {
+        pins_outlive_their_run(&Scratch::on_postgres(&url));
+    }
+}
+
 #[test]
 fn best_artifact_says_why_when_there_is_no_model() {
     let scratch = Scratch::new();
@@ -113,28 +184,6 @@ fn best_artifact_says_why_when_there_is_no_model() {
     assert!(message.contains("the model of the best trial"), "{message}");
     // The default folder is beside the logs, in the working directory.
     assert!(scratch.path("hptune-artifacts").join(&name).is_dir());
-}
-
-/// `hptune-trainer`, built beside `hptune` (by cargo when this package's tests run alone).
-fn trainer() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_hptune")).with_file_name("hptune-trainer");
-    let built = Command::new(env!("CARGO"))
-        .args(["build", "-p", "hptune-trainer", "--bin", "hptune-trainer"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .unwrap();
-    assert!(
-        built.success() && path.is_file(),
-        "cannot build {}",
-        path.display()
-    );
-    path
-}
-
-fn tiny(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("trainer/tests/fixtures")
-        .join(name)
 }
 
 #[tokio::test]
@@ -189,52 +238,13 @@ async fn the_best_of_a_tiny_bert_study_is_kept_and_served_as_predict_classifies(
     assert_success(&predicted);
     let expected: Vec<Value> = serde_json::from_slice(&predicted.stdout).unwrap();
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut server = Command::new(&trainer)
-        .args([
-            "serve",
-            "--model-dir",
-            best.to_str().unwrap(),
-            "--host",
-            "127.0.0.1",
-        ])
-        .env("SAGEMAKER_BIND_TO_PORT", port.to_string())
-        .env_remove("AIP_HTTP_PORT")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !client
-        .get(format!("{base}/ping"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status() == 200)
-    {
-        assert!(Instant::now() < deadline, "serve never became healthy");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut serve = Command::new(&trainer);
+    serve.args(["serve", "--model-dir", best.to_str().unwrap()]);
+    let serving = Serving::start(serve).await;
     for route in ["/invocations", "/predict"] {
-        let answer: Value = client
-            .post(format!("{base}{route}"))
-            .json(&json!({"instances": texts}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        for (got, want) in answer["predictions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .zip(&expected)
-        {
+        let predictions = serving.predictions(route, &texts).await;
+        assert_eq!(predictions.len(), expected.len(), "{route}");
+        for (got, want) in predictions.iter().zip(&expected) {
             assert_eq!(got["label"], want["label"], "{route}");
             let label = got["label"].as_str().unwrap();
             let want = want["probabilities"][label].as_f64().unwrap();
@@ -244,6 +254,4 @@ async fn the_best_of_a_tiny_bert_study_is_kept_and_served_as_predict_classifies(
             );
         }
     }
-    server.kill().unwrap();
-    server.wait().unwrap();
 }

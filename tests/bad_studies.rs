@@ -335,7 +335,47 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
             executor(
                 "kind: sagemaker\n    region: r\n    image: i\n    role_arn: arn:aws:iam::1:role/r\n    instance_type: ml.m5.large\n    output_path: /tmp/out",
             ),
-            "trial.executor.output_path: must be an S3 URL",
+            "trial.executor.output_path: must be an S3 URL (s3://bucket/prefix), not '/tmp/out'",
+        ),
+        (
+            "a Vertex output folder outside Cloud Storage",
+            executor(
+                "kind: vertex\n    project: p\n    region: r\n    image: i\n    machine_type: m\n    base_output_dir: s3://b/p",
+            ),
+            "trial.executor.base_output_dir: must be a Cloud Storage URL (gs://bucket/prefix), not 's3://b/p'",
+        ),
+        (
+            "a Vertex output folder without a bucket",
+            executor(
+                "kind: vertex\n    project: p\n    region: r\n    image: i\n    machine_type: m\n    base_output_dir: gs:///p",
+            ),
+            "trial.executor.base_output_dir: must be a Cloud Storage URL (gs://bucket/prefix), not 'gs:///p'",
+        ),
+        (
+            "a models volume whose claim is no name",
+            executor(
+                "kind: kubernetes\n    image: i\n    artifacts_volume: {claim: My_Models, mount_path: /models}",
+            ),
+            "trial.executor.artifacts_volume.claim: 'My_Models' is not a PersistentVolumeClaim's name",
+        ),
+        (
+            "a models volume mounted at a relative path",
+            executor(
+                "kind: kubernetes\n    image: i\n    artifacts_volume: {claim: models, mount_path: models}",
+            ),
+            "trial.executor.artifacts_volume.mount_path: 'models' is not an absolute path other than /",
+        ),
+        (
+            "a models volume without its mount path",
+            executor("kind: kubernetes\n    image: i\n    artifacts_volume: {claim: models}"),
+            "trial.executor.artifacts_volume: missing field `mount_path`",
+        ),
+        (
+            "a models volume on a SageMaker job",
+            executor(
+                "kind: sagemaker\n    region: r\n    image: i\n    role_arn: arn:aws:iam::1:role/r\n    instance_type: ml.m5.large\n    output_path: s3://b/p\n    artifacts_volume: {claim: models, mount_path: /models}",
+            ),
+            "trial.executor.artifacts_volume: does not apply to the sagemaker executor",
         ),
         (
             "a name that climbs out of the log folder",

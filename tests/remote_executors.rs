@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::fake_cloud::{Api, FakeCloud, Script, throwaway_rsa_key, write};
+use common::fake_cloud::{Api, FakeCloud, Script, SeenModel, throwaway_rsa_key, write};
 use common::{Scratch, assert_success, expected_loss, stderr, stdout};
 use serde_json::Value;
 
@@ -24,6 +24,7 @@ max_trial_count: 6
 parallel_trial_count: 2
 max_failed_trial_count: 3
 seed: 3
+artifacts: {keep_best: 1}
 trial:
   command: [{worker}]
   timeout: 5m
@@ -76,7 +77,7 @@ fn cloud(api: Api, mut script: Script) -> Option<Cloud> {
             ));
             secrets.push(private.lines().nth(5).unwrap().to_string());
             let block = format!(
-                "    kind: vertex\n    project: test-project\n    region: europe-west4\n    image: europe-docker.pkg.dev/test-project/hptune/trainer:test\n    machine_type: n1-standard-4\n    accelerator: {{type: NVIDIA_TESLA_T4, count: 1}}\n    endpoint: {}\n{common_fields}",
+                "    kind: vertex\n    project: test-project\n    region: europe-west4\n    image: europe-docker.pkg.dev/test-project/hptune/trainer:test\n    machine_type: n1-standard-4\n    accelerator: {{type: NVIDIA_TESLA_T4, count: 1}}\n    base_output_dir: gs://bucket/hptune/\n    endpoint: {}\n{common_fields}",
                 fake.url
             );
             (fake, block)
@@ -91,7 +92,7 @@ fn cloud(api: Api, mut script: Script) -> Option<Cloud> {
             let path = write(scratch.path("kubeconfig"), &kubeconfig);
             env.push(("KUBECONFIG".into(), path.display().to_string()));
             let block = format!(
-                "    kind: kubernetes\n    image: ghcr.io/example/hptune:test\n    resources: {{cpu: '2', memory: 4Gi, gpu: 1}}\n    node_selector: {{cloud.google.com/gke-accelerator: nvidia-tesla-t4}}\n    service_account: trainer\n    ttl: 10m\n{common_fields}"
+                "    kind: kubernetes\n    image: ghcr.io/example/hptune:test\n    resources: {{cpu: '2', memory: 4Gi, gpu: 1}}\n    node_selector: {{cloud.google.com/gke-accelerator: nvidia-tesla-t4}}\n    service_account: trainer\n    ttl: 10m\n    artifacts_volume: {{claim: models, mount_path: /models}}\n{common_fields}"
             );
             (fake, block)
         }
@@ -292,6 +293,7 @@ fn full_study_through(api: Api) {
         Value::from(5),
         "step 1 of trials 0, 1, 2, 4, 5"
     );
+    models_are_recorded_and_kept(&cloud, api, &name);
 
     let written = cloud.everything_written(&name, &out);
     for secret in &cloud.secrets {
@@ -300,6 +302,90 @@ fn full_study_through(api: Api) {
             "a credential leaked: {secret}"
         );
     }
+}
+
+/// Each attempt's job told its worker where to save the model, the engine's location of it
+/// is recorded with the attempt as a local folder would be, and with `keep_best: 1` none of
+/// them is deleted: hptune never deletes a remote model, and the rows say it is there.
+fn models_are_recorded_and_kept(cloud: &Cloud, api: Api, name: &str) {
+    let models = cloud.fake.seen(|s| s.models.clone());
+    assert_eq!(models.len(), 7, "{models:#?}");
+    for SeenModel {
+        trial,
+        attempt,
+        location,
+        worker_env,
+    } in &models
+    {
+        let stem = match attempt {
+            1 => format!("trial-{trial}"),
+            k => format!("trial-{trial}-attempt-{k}"),
+        };
+        let location = location.as_deref().unwrap_or_default();
+        let (expected, output, aip) = match api {
+            Api::Vertex => {
+                let base = format!("gs://bucket/hptune/{name}/{stem}");
+                (
+                    format!("{base}/model"),
+                    format!("/gcs/bucket/hptune/{name}/{stem}/model"),
+                    format!("{base}/model/"),
+                )
+            }
+            Api::Kubernetes => {
+                let folder = format!("/models/{name}/{stem}");
+                (
+                    format!("pvc://models/{name}/{stem}"),
+                    folder.clone(),
+                    folder,
+                )
+            }
+            Api::SageMaker => {
+                let job = location
+                    .strip_prefix("s3://bucket/hptune/")
+                    .and_then(|l| l.strip_suffix("/output/model.tar.gz"))
+                    .unwrap_or_default();
+                assert!(job.starts_with("hptune-"), "{location}");
+                let dir = "/opt/ml/model".to_string();
+                (location.to_string(), dir.clone(), dir)
+            }
+        };
+        assert_eq!(location, expected, "trial {trial} attempt {attempt}");
+        assert_eq!(
+            worker_env,
+            &(Some(output), Some(aip)),
+            "trial {trial} attempt {attempt}"
+        );
+    }
+    let recorded = cloud.scratch.query(&format!(
+        "SELECT t.number, a.attempt, a.artifact_dir, a.artifact_removed_at, t.artifact_dir, t.artifact_removed_at
+         FROM attempts a JOIN trials t ON t.id = a.trial_id
+         WHERE t.study_id = (SELECT id FROM studies WHERE name = '{name}') ORDER BY t.number, a.attempt"
+    ));
+    assert_eq!(recorded.len(), 7, "{recorded:?}");
+    for row in &recorded {
+        let (trial, attempt) = (row[0].as_u64().unwrap(), row[1].as_u64().unwrap() as u32);
+        let seen = models
+            .iter()
+            .find(|m| m.trial == trial && m.attempt == attempt)
+            .and_then(|m| m.location.clone());
+        assert_eq!(row[2].as_str(), seen.as_deref(), "{row:?}");
+        assert_eq!(row[3], Value::Null, "never removed: {row:?}");
+        assert_eq!(row[5], Value::Null, "never removed: {row:?}");
+    }
+    // The trial's row holds its last attempt's model.
+    let last = |trial: u64| recorded.iter().rfind(|r| r[0] == trial).unwrap();
+    for row in &recorded {
+        assert_eq!(row[4], last(row[0].as_u64().unwrap())[2], "{row:?}");
+    }
+    let best = cloud.hptune(&["best", name, "--format", "json"]);
+    assert_success(&best);
+    let best: Value = serde_json::from_slice(&best.stdout).unwrap();
+    let artifact = cloud.hptune(&["best", name, "--artifact"]);
+    assert_success(&artifact);
+    assert_eq!(
+        stdout(&artifact).trim(),
+        last(best["number"].as_u64().unwrap())[2].as_str().unwrap()
+    );
 }
 
 #[test]
@@ -509,6 +595,14 @@ fn killed_controller(ttl_passed: bool) {
     for trial in &trials {
         let value = trial["value"].as_f64().unwrap();
         assert!((value - expected_loss(trial)).abs() < 1e-9, "{trial}");
+        // The model location recorded with the job's handle stays with the adopted trial.
+        let model = format!("pvc://models/{name}/trial-{}", trial["number"]);
+        assert_eq!(
+            trial["artifact_dir"].as_str(),
+            Some(model.as_str()),
+            "{trial}"
+        );
+        assert_eq!(trial["artifact_removed_at"], Value::Null, "{trial}");
     }
     cloud.assert_requests_were_right();
 }

@@ -776,7 +776,7 @@ fn jobs_that_report_through_the_database_need_no_shared_log_folder() {
     let seen = scratch.path("seen");
     let wrapper = noting_worker(
         &scratch,
-        "$HPTUNE_TRIAL_ID $HPTUNE_METRICS_FILE $CLOUD_ML_HP_METRIC_FILE",
+        "$HPTUNE_TRIAL_ID $HPTUNE_METRICS_FILE $CLOUD_ML_HP_METRIC_FILE $HPTUNE_OUTPUT_DIR",
         &seen,
     );
     let text = study(
@@ -832,6 +832,14 @@ fn jobs_that_report_through_the_database_need_no_shared_log_folder() {
         );
         assert_eq!(words[1], words[2], "{line}");
         assert!(!metrics.exists(), "{line}");
+        // The model folder goes to the job as an absolute path (the node may lack the
+        // controller's working directory), the one recorded with the attempt.
+        let trial = trials
+            .iter()
+            .find(|t| t["number"].to_string() == words[0])
+            .unwrap_or_else(|| panic!("no trial of {line}"));
+        assert!(Path::new(words[3]).is_absolute(), "{line}");
+        assert_eq!(trial["artifact_dir"], words[3], "{line}");
     }
     let logs = scratch.path("hptune-logs");
     let written: Vec<PathBuf> = files_under(&logs)

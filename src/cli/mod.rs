@@ -56,7 +56,8 @@ enum Command {
         #[command(flatten)]
         workers: WorkerArgs,
         /// Keep trial N's model whatever its rank (with artifacts.keep_best); repeat or
-        /// separate with commas.
+        /// separate with commas. The pin is stored with the study, for later runs too (on a
+        /// study whose budget is spent, the run only records it).
         #[arg(long, value_name = "N", value_delimiter = ',')]
         keep: Vec<u64>,
     },

@@ -121,7 +121,7 @@ pub async fn best_artifact(
     let number = trial.number;
     let Some(dir) = trial.artifact_dir else {
         return Err(Failure::Other(format!(
-            "study '{}': the best trial, {number}, has no model folder recorded (it ran without one: a remote worker, or an hptune before model folders)",
+            "study '{}': the best trial, {number}, has no model recorded (it ran without one: a Vertex AI study without base_output_dir, a Kubernetes one without artifacts_volume, or an hptune before model folders)",
             record.name
         )));
     };

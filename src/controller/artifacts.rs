@@ -18,7 +18,8 @@ pub struct ArtifactPlan {
     pub dir: PathBuf,
     /// Keep the models of the best K trials only; `None`: keep every model.
     pub keep_best: Option<NonZeroUsize>,
-    /// Trials whose models are kept whatever their rank (`hptune run --keep N`).
+    /// Trials whose models are kept whatever their rank (`hptune run --keep N`), pinned in
+    /// the storage when the run starts, with the study's earlier pins.
     pub pinned: BTreeSet<u64>,
 }
 
@@ -48,10 +49,19 @@ impl ArtifactPlan {
     }
 }
 
+/// Whether a recorded model location is a cloud engine's (`gs://...`, `s3://...`,
+/// `pvc://...`) rather than a folder of this machine's filesystem: hptune never deletes those.
+pub fn is_remote(location: &str) -> bool {
+    location
+        .split_once("://")
+        .is_some_and(|(scheme, _)| !scheme.is_empty() && !scheme.contains('/'))
+}
+
 /// The trials whose models go with `keep_best`: trials whose rows are final, that are not
 /// among the best `keep_best` succeeded ones (a later trial can only push them further down;
 /// a failed or stopped trial is never among them), not pinned, and whose folders are still
-/// there. Running and pending trials are never among them.
+/// there, on this machine's filesystem ([`is_remote`] models stay). Running and pending
+/// trials are never among them.
 pub fn doomed<'a>(
     trials: impl Iterator<Item = &'a TrialRecord>,
     goal: Goal,
@@ -71,15 +81,36 @@ pub fn doomed<'a>(
     trials
         .into_iter()
         .filter(|t| t.state.is_finished())
-        .filter(|t| t.artifact_dir.is_some() && t.artifact_removed_at.is_none())
+        .filter(|t| t.artifact_dir.as_deref().is_some_and(|dir| !is_remote(dir)))
+        .filter(|t| t.artifact_removed_at.is_none())
         .filter(|t| !best.contains(&t.number) && !pinned.contains(&t.number))
         .collect()
 }
 
 impl Run<'_> {
+    /// Records the plan's pins with the study; says which of them come too late, their
+    /// models removed already.
+    pub(super) async fn pin_models(&self) -> Result<(), StorageError> {
+        let pinned = &self.plan.artifacts.pinned;
+        if pinned.is_empty() {
+            return Ok(());
+        }
+        let numbers: Vec<u64> = pinned.iter().copied().collect();
+        self.storage.pin_models(self.study_id, &numbers).await?;
+        for trial in self.view.trials().filter(|t| pinned.contains(&t.number)) {
+            if let (Some(dir), Some(at)) = (&trial.artifact_dir, &trial.artifact_removed_at) {
+                tracing::warn!(
+                    "trial {}: pinned, but its model {dir} was removed at {at}",
+                    trial.number
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Removes the model folders of the trials [`doomed`] names (the ends of this controller's
-    /// trials are all written by now), and records it with their rows; only when a trial has
-    /// ended since the last time.
+    /// trials are all written by now), sparing the study's pinned ones, and records it with
+    /// their rows; only when a trial has ended since the last time.
     pub(super) async fn prune_artifacts(&mut self) -> Result<(), StorageError> {
         let Some(keep_best) = self.plan.artifacts.keep_best else {
             return Ok(());
@@ -90,17 +121,18 @@ impl Run<'_> {
         }
         self.ended_at_pruning = ended;
         let goal = self.study.objective.goal;
-        let doomed: Vec<TrialRecord> = doomed(
-            self.view.trials(),
-            goal,
-            keep_best,
-            &self.plan.artifacts.pinned,
-        )
-        .into_iter()
-        .cloned()
-        .collect();
+        // Read each time: a pin made since by another `hptune run --keep` counts.
+        let pinned = self.storage.pinned_models(self.study_id).await?;
+        let doomed: Vec<TrialRecord> = doomed(self.view.trials(), goal, keep_best, &pinned)
+            .into_iter()
+            .cloned()
+            .collect();
         for mut trial in doomed {
+            let mut removed = Vec::new();
             for dir in self.storage.artifact_dirs(&trial).await? {
+                if is_remote(&dir) {
+                    continue;
+                }
                 match std::fs::remove_dir_all(&dir) {
                     Ok(()) => tracing::info!(
                         "trial {}: removed its model {dir} (not among the best {keep_best})",
@@ -116,8 +148,10 @@ impl Run<'_> {
                         return Ok(());
                     }
                 }
+                removed.push(dir);
             }
-            trial.artifact_removed_at = Some(self.storage.set_artifacts_removed(&trial).await?);
+            trial.artifact_removed_at =
+                Some(self.storage.set_artifacts_removed(&trial, &removed).await?);
             self.view.update(trial);
         }
         Ok(())
@@ -159,6 +193,25 @@ mod tests {
         assert_eq!(numbers(&trials, 2, &[]), vec![0, 3, 4]);
         assert_eq!(numbers(&trials, 2, &[0]), vec![3, 4]);
         assert_eq!(numbers(&trials, 10, &[]), vec![3, 4]);
+    }
+
+    #[test]
+    fn remote_models_are_never_doomed() {
+        let mut remote = trial(0, TrialState::Succeeded, Some(0.1));
+        remote.artifact_dir = Some("gs://bucket/hptune/s/trial-0/model".into());
+        let local = trial(1, TrialState::Succeeded, Some(0.2));
+        let best = trial(2, TrialState::Succeeded, Some(0.9));
+        assert_eq!(numbers(&[remote, local, best], 1, &[]), vec![1]);
+        for location in [
+            "gs://b/p/model",
+            "s3://b/p/job/output/model.tar.gz",
+            "pvc://models/s/trial-0",
+        ] {
+            assert!(is_remote(location), "{location}");
+        }
+        for folder in ["/runs/hptune-artifacts/s/trial-0", "/odd/x://y"] {
+            assert!(!is_remote(folder), "{folder}");
+        }
     }
 
     #[test]

@@ -211,6 +211,7 @@ pub async fn run(
         ended_at_pruning: 0,
     };
     storage.refresh(&mut run.view).await?;
+    run.pin_models().await?;
     let adopted = storage
         .adopt_orphans(record.id, &run.owner, is_orphan)
         .await?;
@@ -556,9 +557,13 @@ impl Run<'_> {
                 trial_id,
                 handle,
                 findable_without_handle,
+                model,
             } => {
                 if let Some(r) = self.running.get_mut(&trial_id) {
                     r.trial.worker = Some(handle);
+                    if model.is_some() {
+                        r.trial.artifact_dir = model;
+                    }
                     r.handle_unsaved = true;
                     if !findable_without_handle {
                         self.save_handle(trial_id).await?;

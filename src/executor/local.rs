@@ -60,6 +60,7 @@ impl Executor for LocalExecutor {
                         trial_id,
                         handle: format!("pid:{id}"),
                         findable_without_handle: true,
+                        model: None,
                     });
                 }
                 let output = Output::new(&job, events);

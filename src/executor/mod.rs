@@ -111,6 +111,11 @@ pub enum WorkerEvent {
         /// which saves short trials a database round trip; a remote job's handle is written
         /// before anything else happens, or the job would be submitted again.
         findable_without_handle: bool,
+        /// Where the engine keeps the attempt's model (`gs://...`, `s3://...`,
+        /// `pvc://...`), recorded with the attempt as a local worker's folder is; `None`
+        /// for a local or Slurm worker (its folder is [`TrialJob::output_dir`]) and for a
+        /// job whose engine keeps none.
+        model: Option<String>,
     },
     /// The worker reported a measurement (each one once, whichever way it came).
     Measured {

@@ -5,12 +5,13 @@
 use std::time::Duration;
 
 use super::raw::{
-    RawKind, RawKubernetes, RawRemote, RawSageMaker, RawSecretRef, RawSlurm, RawVertex,
+    RawArtifactsVolume, RawKind, RawKubernetes, RawRemote, RawSageMaker, RawSecretRef, RawSlurm,
+    RawVertex,
 };
 use super::{Checker, block};
 use crate::study::{
-    Accelerator, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings, Resources,
-    SageMakerSpec, SecretRef, VertexSpec,
+    Accelerator, ArtifactsVolume, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings,
+    Resources, SageMakerSpec, SecretRef, VertexSpec,
 };
 
 /// How often a remote job's state is asked for, when the file does not say.
@@ -149,6 +150,12 @@ impl Checker<'_> {
                     })
                 }),
         };
+        let base_output_dir = match &raw.base_output_dir {
+            None => Some(None),
+            Some(url) => self
+                .bucket_url("trial.executor.base_output_dir", url, Bucket::Gcs)
+                .map(Some),
+        };
         Some(VertexSpec {
             remote: remote?,
             project: project?,
@@ -156,7 +163,27 @@ impl Checker<'_> {
             machine_type: machine_type?,
             accelerator: accelerator?,
             service_account: raw.service_account.clone(),
+            base_output_dir: base_output_dir?,
         })
+    }
+
+    /// A bucket's URL, `<scheme>://bucket[/prefix]`, without a trailing `/`.
+    fn bucket_url(&mut self, field: &str, url: &str, bucket: Bucket) -> Option<String> {
+        let (service, scheme) = match bucket {
+            Bucket::Gcs => ("a Cloud Storage", "gs"),
+            Bucket::S3 => ("an S3", "s3"),
+        };
+        let trimmed = url.trim().trim_end_matches('/');
+        match trimmed.strip_prefix(&format!("{scheme}://")) {
+            Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Some(trimmed.to_string()),
+            _ => {
+                self.report(
+                    field,
+                    format!("must be {service} URL ({scheme}://bucket/prefix), not '{url}'"),
+                );
+                None
+            }
+        }
     }
 
     fn kubernetes(
@@ -179,6 +206,10 @@ impl Checker<'_> {
             None => Some(None),
             Some(secret) => self.secret_ref(secret).map(Some),
         };
+        let artifacts_volume = match &raw.artifacts_volume {
+            None => Some(None),
+            Some(volume) => self.artifacts_volume(volume).map(Some),
+        };
         Some(KubernetesSpec {
             remote: remote?,
             namespace: raw.namespace.clone(),
@@ -187,6 +218,34 @@ impl Checker<'_> {
             service_account: raw.service_account.clone(),
             ttl: ttl?.unwrap_or(DEFAULT_TTL),
             storage_secret: storage_secret?,
+            artifacts_volume: artifacts_volume?,
+        })
+    }
+
+    /// A claim's name (a DNS subdomain) and an absolute mount path.
+    fn artifacts_volume(&mut self, raw: &RawArtifactsVolume) -> Option<ArtifactsVolume> {
+        let field = "trial.executor.artifacts_volume";
+        let claim_ok = is_dns_subdomain(&raw.claim);
+        if !claim_ok {
+            self.report(
+                format!("{field}.claim"),
+                format!(
+                    "'{}' is not a PersistentVolumeClaim's name: lower-case letters, digits, '-' and '.'",
+                    raw.claim
+                ),
+            );
+        }
+        let path = raw.mount_path.trim_end_matches('/');
+        let path_ok = raw.mount_path.starts_with('/') && !path.is_empty();
+        if !path_ok {
+            self.report(
+                format!("{field}.mount_path"),
+                format!("'{}' is not an absolute path other than /", raw.mount_path),
+            );
+        }
+        (claim_ok && path_ok).then(|| ArtifactsVolume {
+            claim: raw.claim.clone(),
+            mount_path: path.to_string(),
         })
     }
 
@@ -194,16 +253,7 @@ impl Checker<'_> {
     /// server would accept them.
     fn secret_ref(&mut self, raw: &RawSecretRef) -> Option<SecretRef> {
         let field = "trial.executor.storage_secret";
-        let name_ok = !raw.name.is_empty()
-            && raw.name.len() <= 253
-            && raw.name.split('.').all(|label| {
-                !label.is_empty()
-                    && !label.starts_with('-')
-                    && !label.ends_with('-')
-                    && label
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            });
+        let name_ok = is_dns_subdomain(&raw.name);
         let key_ok = !raw.key.is_empty()
             && raw.key.len() <= 253
             && raw
@@ -251,16 +301,9 @@ impl Checker<'_> {
         let instance_type = self.required(kind, "instance_type", &raw.instance_type);
         let instance_count = self.count("trial.executor.instance_count", raw.instance_count, 1, 1);
         let volume = self.count("trial.executor.volume_size_gb", raw.volume_size_gb, 30, 1);
-        let output_path = self.required(kind, "output_path", &raw.output_path);
-        if output_path
-            .as_deref()
-            .is_some_and(|p| !p.starts_with("s3://"))
-        {
-            self.report(
-                "trial.executor.output_path",
-                "must be an S3 URL (s3://bucket/prefix)",
-            );
-        }
+        let output_path = self
+            .required(kind, "output_path", &raw.output_path)
+            .and_then(|url| self.bucket_url("trial.executor.output_path", &url, Bucket::S3));
         Some(SageMakerSpec {
             remote: remote?,
             region: region?,
@@ -268,9 +311,32 @@ impl Checker<'_> {
             instance_type: instance_type?,
             instance_count: instance_count?,
             volume_size_gb: volume?,
-            output_path: output_path.filter(|p| p.starts_with("s3://"))?,
+            output_path: output_path?,
         })
     }
+}
+
+/// The object stores whose URLs a study names.
+#[derive(Clone, Copy)]
+enum Bucket {
+    /// Google Cloud Storage, `gs://`.
+    Gcs,
+    /// Amazon S3, `s3://`.
+    S3,
+}
+
+/// Whether `name` is a DNS subdomain, as Kubernetes names Secrets and claims.
+fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        })
 }
 
 /// The fields a kind takes besides `kind`: its engine's own and, for a cloud engine, the

@@ -231,6 +231,7 @@ pub struct RawVertex {
     pub machine_type: Option<String>,
     pub accelerator: Option<RawAccelerator>,
     pub service_account: Option<String>,
+    pub base_output_dir: Option<String>,
 }
 
 /// `kind: kubernetes`: a Kubernetes Job.
@@ -242,6 +243,7 @@ pub struct RawKubernetes {
     pub service_account: Option<String>,
     pub ttl: Option<String>,
     pub storage_secret: Option<RawSecretRef>,
+    pub artifacts_volume: Option<RawArtifactsVolume>,
 }
 
 /// `kind: sagemaker`: a SageMaker training job.
@@ -276,6 +278,13 @@ pub struct RawSlurm {
 pub struct RawSecretRef {
     pub name: String,
     pub key: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawArtifactsVolume {
+    pub claim: String,
+    pub mount_path: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -104,6 +104,10 @@ pub struct VertexSpec {
     pub accelerator: Option<Accelerator>,
     /// The service account the job runs as.
     pub service_account: Option<String>,
+    /// The Cloud Storage folder (`gs://bucket/prefix`) under which each attempt's job gets
+    /// its `baseOutputDirectory`, `<base>/<study>/trial-<n>[-attempt-<k>]`, its model going
+    /// to `model/` in it (Vertex's `AIP_MODEL_DIR`); `None`: the jobs have none.
+    pub base_output_dir: Option<String>,
 }
 
 /// Accelerators of a Vertex AI machine.
@@ -133,6 +137,19 @@ pub struct KubernetesSpec {
     /// The Secret whose key holds the storage URL the job's `HPTUNE_STORAGE` takes
     /// (`secretKeyRef`); without it, the controller's URL is written in the Job.
     pub storage_secret: Option<SecretRef>,
+    /// The volume the trials save their models to; `None`: the models stay in the pods.
+    pub artifacts_volume: Option<ArtifactsVolume>,
+}
+
+/// A PersistentVolumeClaim mounted in each trial's pod for its model: each attempt saves
+/// into `<mount_path>/<study>/trial-<n>[-attempt-<k>]`, recorded as
+/// `pvc://<claim>/<study>/trial-<n>[-attempt-<k>]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtifactsVolume {
+    /// The claim's name, in the Jobs' namespace.
+    pub claim: String,
+    /// Where the claim's root is mounted in the trial's container (an absolute path).
+    pub mount_path: String,
 }
 
 /// A key of a Kubernetes Secret in the Jobs' namespace.

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use executor::{
-    Accelerator, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings, Resources,
-    SageMakerSpec, SecretRef, SlurmReport, SlurmSpec, VertexSpec,
+    Accelerator, ArtifactsVolume, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings,
+    Resources, SageMakerSpec, SecretRef, SlurmReport, SlurmSpec, VertexSpec,
 };
 pub use goal::Goal;
 pub use template::{TEMPLATE_BUILTINS, TemplatePart, template_parts};

@@ -91,6 +91,23 @@ pub struct Seen {
     pub tokens_issued: usize,
     /// The body of every request, as sent.
     pub bodies: Vec<String>,
+    /// Where each created job's model goes, as the engine reads its definition.
+    pub models: Vec<SeenModel>,
+}
+
+/// Where a job's model goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeenModel {
+    /// The job's trial and attempt.
+    pub trial: u64,
+    pub attempt: u32,
+    /// Where the engine keeps the model: Vertex's `AIP_MODEL_DIR` from the job's
+    /// `baseOutputDirectory` (without its trailing `/`), SageMaker's
+    /// `S3OutputPath/<job>/output/model.tar.gz`, or `pvc://<claim>/<folder>` for the folder
+    /// of a mounted claim that the worker is told; `None` when the job names none.
+    pub location: Option<String>,
+    /// The worker's `HPTUNE_OUTPUT_DIR` and `AIP_MODEL_DIR` in the container.
+    pub worker_env: (Option<String>, Option<String>),
 }
 
 struct State {
@@ -460,7 +477,7 @@ impl State {
     }
 
     fn create(&mut self, request: &Request, body: &Value) -> Result<Answer, String> {
-        let (handle, command, env, answer) = match self.api {
+        let (handle, command, env, answer, location) = match self.api {
             Api::Vertex => {
                 let pool = &body["jobSpec"]["workerPoolSpecs"][0];
                 let container = &pool["containerSpec"];
@@ -477,14 +494,28 @@ impl State {
                 }
                 let mut command = strings(&container["command"])?;
                 command.extend(strings(&container["args"])?);
-                let env = name_values(&container["env"])?;
+                let mut env = name_values(&container["env"])?;
+                let base = &body["jobSpec"]["baseOutputDirectory"];
+                let location = match base["outputUriPrefix"].as_str() {
+                    Some(prefix) if prefix.starts_with("gs://") => {
+                        // As Vertex does: the job's AIP_MODEL_DIR under its base directory.
+                        env.push(("AIP_MODEL_DIR".into(), format!("{prefix}/model/")));
+                        Some(format!("{prefix}/model"))
+                    }
+                    None if base.is_null() => None,
+                    _ => {
+                        return Err(format!(
+                            "baseOutputDirectory {base} is not a GcsDestination"
+                        ));
+                    }
+                };
                 let name = format!(
                     "{}/{}",
                     request.path.trim_start_matches("/v1/"),
                     self.jobs.len() + 1
                 );
                 let answer = json!({"name": name, "state": "JOB_STATE_QUEUED"});
-                (name, command, env, answer)
+                (name, command, env, answer, location)
             }
             Api::Kubernetes => {
                 require(body, &["apiVersion", "kind", "metadata", "spec"])?;
@@ -515,11 +546,14 @@ impl State {
                     .as_str()
                     .ok_or("no metadata.name")?;
                 let answer = body.clone();
+                let env = self.resolve_env(&container["env"])?;
+                let location = claim_folder(pod, container, &env)?;
                 (
                     format!("{namespace}/{name}"),
                     strings(&container["command"])?,
-                    self.resolve_env(&container["env"])?,
+                    env,
                     answer,
+                    location,
                 )
             }
             Api::SageMaker => {
@@ -566,7 +600,12 @@ impl State {
                     .unwrap_or_default()
                     .to_string();
                 let answer = json!({"TrainingJobArn": format!("arn:aws:sagemaker:eu-west-1:123456789012:training-job/{name}")});
-                (name, command, env, answer)
+                let output = body["OutputDataConfig"]["S3OutputPath"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .trim_end_matches('/');
+                let location = Some(format!("{output}/{name}/output/model.tar.gz"));
+                (name, command, env, answer, location)
             }
         };
         if command.first().map(String::as_str) != Some("hptune")
@@ -593,6 +632,13 @@ impl State {
             return Err("the job's environment has no HPTUNE_STORAGE".into());
         }
         self.seen.created.push((trial, attempt as u32));
+        let variable = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        self.seen.models.push(SeenModel {
+            trial,
+            attempt: attempt as u32,
+            location,
+            worker_env: (variable("HPTUNE_OUTPUT_DIR"), variable("AIP_MODEL_DIR")),
+        });
         self.jobs.push(Job {
             handle,
             trial,
@@ -860,6 +906,40 @@ fn terminate(child: &mut Child) {
         .args(["-TERM", &child.id().to_string()])
         .status();
     let _ = child.wait();
+}
+
+/// Kubernetes: `pvc://<claim>/<folder>` when the worker's `HPTUNE_OUTPUT_DIR` is a folder
+/// of a PersistentVolumeClaim mounted in its container; an error when a mount names no
+/// volume of the pod or a volume is no claim.
+fn claim_folder(
+    pod: &Value,
+    container: &Value,
+    env: &[(String, String)],
+) -> Result<Option<String>, String> {
+    let Some(mounts) = container["volumeMounts"].as_array() else {
+        return Ok(None);
+    };
+    let volumes = pod["volumes"]
+        .as_array()
+        .ok_or("volumeMounts without volumes")?;
+    let output = env.iter().find(|(k, _)| k == "HPTUNE_OUTPUT_DIR");
+    for mount in mounts {
+        require(mount, &["name", "mountPath"])?;
+        let volume = volumes
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .ok_or_else(|| format!("volumeMount {mount} names no volume of the pod"))?;
+        let claim = volume["persistentVolumeClaim"]["claimName"]
+            .as_str()
+            .ok_or_else(|| format!("volume {volume} is not a persistentVolumeClaim"))?;
+        let path = mount["mountPath"].as_str().unwrap_or_default();
+        if let Some((_, dir)) = output
+            && let Some(folder) = dir.strip_prefix(path).and_then(|f| f.strip_prefix('/'))
+        {
+            return Ok(Some(format!("pvc://{claim}/{folder}")));
+        }
+    }
+    Ok(None)
 }
 
 fn require(value: &Value, fields: &[&str]) -> Result<(), String> {

@@ -19,6 +19,106 @@ pub fn worker() -> String {
         .to_string()
 }
 
+/// `hptune-trainer`, built beside `hptune` (by cargo when this package's tests run alone).
+pub fn trainer() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_hptune")).with_file_name("hptune-trainer");
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "-p", "hptune-trainer", "--bin", "hptune-trainer"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap();
+    assert!(
+        built.success() && path.is_file(),
+        "cannot build {}",
+        path.display()
+    );
+    path
+}
+
+/// A fixture of the trainer's tests (the tiny BERT, its data).
+pub fn tiny(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("trainer/tests/fixtures")
+        .join(name)
+}
+
+/// A port of 127.0.0.1 free now, for a server a test starts.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An `hptune-trainer serve` a test started, on a port of 127.0.0.1; killed when dropped.
+pub struct Serving {
+    /// Its base URL.
+    pub base: String,
+    child: std::process::Child,
+    client: reqwest::Client,
+}
+
+impl Serving {
+    /// Starts `command` (`... serve --model-dir DIR`) on 127.0.0.1 at SageMaker's port
+    /// variable, and waits, at most a minute, until its `/ping` answers 200 (the model loaded).
+    pub async fn start(mut command: Command) -> Self {
+        let port = free_port();
+        let child = command
+            .args(["--host", "127.0.0.1"])
+            .env("SAGEMAKER_BIND_TO_PORT", port.to_string())
+            .env_remove("AIP_HTTP_PORT")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("serve starts");
+        let serving = Self {
+            base: format!("http://127.0.0.1:{port}"),
+            child,
+            client: reqwest::Client::new(),
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !serving
+            .client
+            .get(format!("{}/ping", serving.base))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "serve never became healthy"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        serving
+    }
+
+    /// The predictions `route` answers for `instances` (texts), as JSON.
+    pub async fn predictions(&self, route: &str, instances: &[&str]) -> Vec<Value> {
+        let answer: Value = self
+            .client
+            .post(format!("{}{route}", self.base))
+            .json(&serde_json::json!({"instances": instances}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        match &answer["predictions"] {
+            Value::Array(predictions) => predictions.clone(),
+            _ => panic!("{route}: no predictions in {answer}"),
+        }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A scratch directory holding a database, logs and study files.
 pub struct Scratch {
     pub dir: tempfile::TempDir,

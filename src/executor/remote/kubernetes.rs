@@ -17,12 +17,14 @@ use serde_json::json;
 
 use super::credentials::kube::KubeAccess;
 use super::http::{Http, RemoteError};
-use super::{Container, Engine, JobState, STORAGE_VARIABLE};
-use crate::executor::TrialJob;
+use super::{Container, Engine, JobState, ModelOutput, STORAGE_VARIABLE};
+use crate::executor::{TrialJob, attempt_stem};
 use crate::study::KubernetesSpec;
 
 /// The name of the trial's container in its pod.
 const CONTAINER: &str = "trial";
+/// The name of the pod's volume of models (`artifacts_volume`).
+const MODELS_VOLUME: &str = "hptune-models";
 
 /// The Kubernetes engine of a study.
 pub struct Kubernetes {
@@ -119,6 +121,16 @@ impl Kubernetes {
         }
         if let Some(account) = &self.spec.service_account {
             pod["serviceAccountName"] = json!(account);
+        }
+        if let Some(volume) = &self.spec.artifacts_volume {
+            pod["volumes"] = json!([{
+                "name": MODELS_VOLUME,
+                "persistentVolumeClaim": {"claimName": volume.claim},
+            }]);
+            pod["containers"][0]["volumeMounts"] = json!([{
+                "name": MODELS_VOLUME,
+                "mountPath": volume.mount_path,
+            }]);
         }
         let mut spec = json!({
             "backoffLimit": 0,
@@ -223,6 +235,17 @@ impl Engine for Kubernetes {
             Err(e) if e.status() == Some(404) => Ok(JobState::Gone),
             Err(e) => Err(e),
         }
+    }
+
+    /// `<mount_path>/<study>/trial-<n>[-attempt-<k>]` in the container, on the claim of
+    /// `artifacts_volume`: recorded as `pvc://<claim>/<study>/trial-<n>[-attempt-<k>]`.
+    fn model_output(&self, job: &TrialJob, _name: &str) -> Option<ModelOutput> {
+        let volume = self.spec.artifacts_volume.as_ref()?;
+        let folder = format!("{}/{}", job.study, attempt_stem(job.number, job.attempt));
+        Some(ModelOutput::in_container(
+            format!("pvc://{}/{folder}", volume.claim),
+            &format!("{}/{folder}", volume.mount_path),
+        ))
     }
 
     async fn cancel(&self, handle: &str) -> Result<(), RemoteError> {

@@ -24,8 +24,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
 use crate::executor::{
-    Executor, LocalExecutor, SlurmEngine, SlurmExecutor, Start, StopRequest, TrialJob, WorkerEnd,
-    WorkerEvent, WorkerOutcome, is_protocol_variable,
+    Executor, LocalExecutor, OUTPUT_VARIABLES, SlurmEngine, SlurmExecutor, Start, StopRequest,
+    TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, is_protocol_variable,
 };
 use crate::storage::{Storage, StorageUrl};
 use crate::study::{ExecutorSpec, SlurmReport};
@@ -70,6 +70,31 @@ pub struct Container {
     /// The storage URL, password included: `HPTUNE_STORAGE` of an engine that takes no
     /// reference to a secret (or of a study that names none).
     pub storage_url: String,
+    /// Where the engine keeps the job's model ([`ModelOutput::location`]).
+    pub model: Option<String>,
+}
+
+/// Where a job's worker saves its model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelOutput {
+    /// Where the engine keeps the model, as its users name it (`gs://...`, `s3://...`,
+    /// `pvc://...`): recorded with the attempt, printed by `hptune best --artifact`.
+    pub location: String,
+    /// The variables that tell the worker in the container where to write it.
+    pub env: Vec<(String, String)>,
+}
+
+impl ModelOutput {
+    /// Both [`OUTPUT_VARIABLES`] naming `dir`, a folder inside the container.
+    pub(crate) fn in_container(location: String, dir: &str) -> Self {
+        Self {
+            location,
+            env: OUTPUT_VARIABLES
+                .iter()
+                .map(|name| (name.to_string(), dir.to_string()))
+                .collect(),
+        }
+    }
 }
 
 impl Container {
@@ -106,6 +131,9 @@ pub trait Engine: Send + Sync {
     async fn state(&self, handle: &str) -> Result<JobState, RemoteError>;
     /// Asks the engine to stop the job (and delete it, where that is how jobs stop).
     async fn cancel(&self, handle: &str) -> Result<(), RemoteError>;
+    /// Where the job named `name` of `job` saves its model; `None` when the study gives
+    /// the engine no place for models.
+    fn model_output(&self, job: &TrialJob, name: &str) -> Option<ModelOutput>;
 }
 
 /// Runs trials as jobs of an [`Engine`], their measurements relayed through the database.
@@ -198,6 +226,8 @@ impl RemoteExecutor {
         .map(|s| s.to_string())
         .collect();
         command.extend(job.argv.iter().cloned());
+        let name = job_name(&job.study, job.number, job.attempt);
+        let model = self.engine.model_output(job, &name);
         let env = job
             .env
             .iter()
@@ -205,12 +235,14 @@ impl RemoteExecutor {
             // URL goes as the engine decides (`Container::storage_url`).
             .filter(|(k, _)| !is_protocol_variable(k))
             .cloned()
+            .chain(model.iter().flat_map(|m| m.env.iter().cloned()))
             .collect();
         Container {
-            name: job_name(&job.study, job.number, job.attempt),
+            name,
             command,
             env,
             storage_url: self.storage_url.clone(),
+            model: model.map(|m| m.location),
         }
     }
 
@@ -303,13 +335,15 @@ impl Executor for RemoteExecutor {
         stop: watch::Receiver<StopRequest>,
     ) -> WorkerOutcome {
         let outcome = |end| WorkerOutcome::new(job.trial_id, end);
-        let handle = match &job.start {
-            Start::Adopt(handle) => handle.clone(),
+        // An adopted job's model was recorded with its handle.
+        let (handle, model) = match &job.start {
+            Start::Adopt(handle) => (handle.clone(), None),
             // A job submitted by a controller that died before it recorded the job's name
             // cannot be found: the attempt is submitted again.
             Start::Fresh | Start::Recover { .. } => {
-                match self.engine.submit(&job, &self.container(&job)).await {
-                    Ok(handle) => handle,
+                let container = self.container(&job);
+                match self.engine.submit(&job, &container).await {
+                    Ok(handle) => (handle, container.model),
                     Err(e) => {
                         return outcome(WorkerEnd::LaunchFailed(format!(
                             "cannot submit the job: {e}"
@@ -323,6 +357,7 @@ impl Executor for RemoteExecutor {
             trial_id: job.trial_id,
             handle: handle.clone(),
             findable_without_handle: false,
+            model,
         });
         let end = self.watch(&job, &handle, &events, stop).await;
         let last_output = match end {

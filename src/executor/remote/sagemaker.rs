@@ -13,9 +13,13 @@ use serde_json::json;
 
 use super::credentials::aws::AwsCredentials;
 use super::http::{Http, RemoteError};
-use super::{Container, Engine, JobState};
+use super::{Container, Engine, JobState, ModelOutput};
 use crate::executor::TrialJob;
 use crate::study::SageMakerSpec;
+
+/// Where a training container saves its model: SageMaker uploads the folder, as
+/// `model.tar.gz`, to the job's output path when the job ends.
+const MODEL_DIR: &str = "/opt/ml/model";
 
 /// The job's limit when the study sets no `trial.timeout`: SageMaker's default, one day.
 const DEFAULT_MAX_RUNTIME_S: u64 = 86_400;
@@ -159,6 +163,13 @@ impl Engine for SageMaker {
                 detail: e.to_string(),
             })?;
         Ok(job_state(&description))
+    }
+
+    /// `<output_path>/<job name>/output/model.tar.gz`, where SageMaker uploads the job's
+    /// `/opt/ml/model`.
+    fn model_output(&self, _job: &TrialJob, name: &str) -> Option<ModelOutput> {
+        let location = format!("{}/{name}/output/model.tar.gz", self.spec.output_path);
+        Some(ModelOutput::in_container(location, MODEL_DIR))
     }
 
     async fn cancel(&self, handle: &str) -> Result<(), RemoteError> {

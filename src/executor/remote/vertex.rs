@@ -9,8 +9,8 @@ use serde_json::json;
 
 use super::credentials::google::GoogleAuth;
 use super::http::{Http, RemoteError};
-use super::{Container, Engine, JobState};
-use crate::executor::TrialJob;
+use super::{Container, Engine, JobState, ModelOutput};
+use crate::executor::{OUTPUT_VARIABLES, TrialJob, attempt_stem};
 use crate::study::VertexSpec;
 
 /// gRPC's code UNAVAILABLE, which Vertex gives a job whose machine was preempted.
@@ -84,7 +84,21 @@ impl Vertex {
         if let Some(account) = &self.spec.service_account {
             spec["serviceAccount"] = json!(account);
         }
+        if let Some(base) = self.base_output_directory(job) {
+            spec["baseOutputDirectory"] = json!({"outputUriPrefix": base});
+        }
         json!({"displayName": container.name, "jobSpec": spec})
+    }
+
+    /// The attempt's `baseOutputDirectory`: `<base_output_dir>/<study>/trial-<n>[-attempt-<k>]`,
+    /// as Vertex's tuning jobs give each trial a folder under the study's.
+    fn base_output_directory(&self, job: &TrialJob) -> Option<String> {
+        let base = self.spec.base_output_dir.as_ref()?;
+        Some(format!(
+            "{base}/{}/{}",
+            job.study,
+            attempt_stem(job.number, job.attempt)
+        ))
     }
 
     async fn bearer(&self) -> Result<String, RemoteError> {
@@ -153,6 +167,19 @@ impl Engine for Vertex {
                 _ => JobState::Queued,
             },
         )
+    }
+
+    /// `model/` in the attempt's `baseOutputDirectory`, where Vertex points the job's
+    /// `AIP_MODEL_DIR`; the worker gets it as `HPTUNE_OUTPUT_DIR` through Cloud Storage
+    /// FUSE (`gs://bucket/path` is the folder `/gcs/bucket/path` in the job), so that a
+    /// worker writing plain files saves there.
+    fn model_output(&self, job: &TrialJob, _name: &str) -> Option<ModelOutput> {
+        let location = format!("{}/model", self.base_output_directory(job)?);
+        let mounted = location.replacen("gs://", "/gcs/", 1);
+        Some(ModelOutput {
+            location,
+            env: vec![(OUTPUT_VARIABLES[0].to_string(), mounted)],
+        })
     }
 
     async fn cancel(&self, handle: &str) -> Result<(), RemoteError> {

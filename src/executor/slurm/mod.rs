@@ -136,6 +136,7 @@ impl Executor for SlurmExecutor {
                 trial_id: job.trial_id,
                 handle: format!("slurm:{id}"),
                 findable_without_handle: false,
+                model: None,
             });
         }
         let output = Output::new(&job, events);

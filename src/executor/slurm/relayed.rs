@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use super::commands::{self, Status};
 use super::script::{JobFiles, relay_script, sbatch_args};
 use super::{check_cluster, job_id};
-use crate::executor::remote::{Container, Engine, JobState, RemoteError};
+use crate::executor::remote::{Container, Engine, JobState, ModelOutput, RemoteError};
 use crate::executor::{TrialJob, WorkerEnd};
 use crate::study::SlurmSpec;
 
@@ -83,6 +83,15 @@ impl Engine for SlurmEngine {
         commands::cancel(id, false)
             .await
             .map_err(RemoteError::Command)
+    }
+
+    /// The attempt's model folder as an absolute path, so that a job on a node without the
+    /// controller's working directory still writes it where the study's artifacts dir says
+    /// (a filesystem the compute nodes share, e.g. the cluster's scratch).
+    fn model_output(&self, job: &TrialJob, _name: &str) -> Option<ModelOutput> {
+        let dir = std::path::absolute(job.output_dir.as_ref()?).ok()?;
+        let dir = dir.display().to_string();
+        Some(ModelOutput::in_container(dir.clone(), &dir))
     }
 }
 
