@@ -836,7 +836,7 @@ fn jobs_that_report_through_the_database_need_no_shared_log_folder() {
         // controller's working directory), the one recorded with the attempt.
         let trial = trials
             .iter()
-            .find(|t| t["number"].to_string() == words[0])
+            .find(|t| t["number"].as_u64() == words[0].parse().ok())
             .unwrap_or_else(|| panic!("no trial of {line}"));
         assert!(Path::new(words[3]).is_absolute(), "{line}");
         assert_eq!(trial["artifact_dir"], words[3], "{line}");
