@@ -210,9 +210,10 @@ pub async fn trial(
             .and_then(|n| study.follower.trial(n))
             .ok_or_else(|| Failure::NotFound(format!("study '{name}' has no trial {number}")))?
             .clone();
-        let attempts = study.follower.attempts(trial.number).to_vec();
         drop(study);
-        let measurements = source.storage().await?.trial_measurements(trial.id).await?;
+        let storage = source.storage().await?;
+        let attempts = storage.trial_attempts(trial.id).await?;
+        let measurements = storage.trial_measurements(trial.id).await?;
         let tails = match trial.log_path.as_deref() {
             Some(log) => attempts
                 .iter()
