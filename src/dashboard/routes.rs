@@ -155,7 +155,11 @@ pub async fn changes(
         Ok(study) => {
             let study = study.lock().await;
             let revision = study.follower.revision();
-            let trials: Vec<_> = study.follower.changed_since(since).collect();
+            let trials: Vec<_> = study
+                .follower
+                .changed_since(since)
+                .map(pages::TableRow::from)
+                .collect();
             let summary = (revision > since).then(|| pages::summary_cards(&study));
             Json(json!({ "revision": revision, "summary": summary, "trials": trials }))
                 .into_response()
@@ -187,7 +191,7 @@ pub async fn figure(
         },
     };
     match followed(&source, &name).await {
-        Ok(study) => match study.lock().await.figure(kind, &options) {
+        Ok(study) => match study.lock().await.figures(&[kind], &options).remove(0) {
             Ok(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg.to_string()).into_response(),
             Err(e) => Failure::Database(e).json(),
         },
