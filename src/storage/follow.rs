@@ -215,8 +215,9 @@ impl Storage {
     ) -> Result<Vec<AttemptRecord>, StorageError> {
         let sql = format!(
             "SELECT {} FROM attempts a JOIN trials t ON t.id = a.trial_id
-             WHERE t.study_id = $1 AND {} ORDER BY t.number, a.attempt",
+             WHERE {} = $1 AND {} ORDER BY t.number, a.attempt",
             attempt_columns!(),
+            ids.study_column(),
             ids.condition("a.trial_id")
         );
         let rows = sqlx::query(&sql)

@@ -131,9 +131,10 @@ impl Storage {
     ) -> Result<Vec<Curve>, StorageError> {
         let sql = format!(
             "SELECT t.number, t.state, m.step, m.value FROM measurements m JOIN trials t ON t.id = m.trial_id
-             WHERE t.study_id = $1 AND m.metric = $2 AND m.step IS NOT NULL AND m.attempt = t.attempt
+             WHERE {} = $1 AND m.metric = $2 AND m.step IS NOT NULL AND m.attempt = t.attempt
                AND {}
              ORDER BY t.number, m.step, m.id",
+            ids.study_column(),
             ids.condition("m.trial_id")
         );
         let rows = sqlx::query(&sql)
@@ -333,6 +334,17 @@ impl TrialIds {
         TrialIds {
             from,
             also: Vec::new(),
+        }
+    }
+
+    /// The study column `t.study_id` as the condition on it should name it: from a row id
+    /// on, `+t.study_id`, so that the database finds the rows by the range of ids (the
+    /// newest, a few) rather than walk every trial of the study by the study's index.
+    pub fn study_column(&self) -> &'static str {
+        if self.from > 0 {
+            "+t.study_id"
+        } else {
+            "t.study_id"
         }
     }
 
