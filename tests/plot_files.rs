@@ -74,6 +74,15 @@ impl Image {
         }
     }
 
+    /// Checks that more than `least` pixels have `colour` (that of `what`).
+    fn assert_has(&self, colour: [u8; 3], least: usize, what: &str) {
+        let count = self.count(colour);
+        assert!(
+            count > least,
+            "{count} {what} pixels, expected more than {least}"
+        );
+    }
+
     /// How many opaque pixels have exactly `colour`.
     fn count(&self, colour: [u8; 3]) -> usize {
         self.rgba
@@ -114,27 +123,11 @@ fn a_png_shows_the_figure_of_the_svg_with_its_labels() {
     );
     // White background, then the plot's marks in its colours: twelve points, the best line.
     assert_eq!(&image.rgba[..4], &[255, 255, 255, 255]);
-    assert!(
-        image.count(POINT) > 12 * 50,
-        "{} point pixels",
-        image.count(POINT)
-    );
-    assert!(
-        image.count(BEST_LINE) > 500,
-        "{} line pixels",
-        image.count(BEST_LINE)
-    );
+    image.assert_has(POINT, 12 * 50, "point");
+    image.assert_has(BEST_LINE, 500, "best line");
     // Text is drawn (a PNG without fonts would have none of these colours).
-    assert!(
-        image.count(TICK_TEXT) > 200,
-        "{} tick label pixels",
-        image.count(TICK_TEXT)
-    );
-    assert!(
-        image.count(TITLE_TEXT) > 50,
-        "{} axis title pixels",
-        image.count(TITLE_TEXT)
-    );
+    image.assert_has(TICK_TEXT, 200, "tick label");
+    image.assert_has(TITLE_TEXT, 50, "axis title");
 }
 
 #[test]
