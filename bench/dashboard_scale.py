@@ -3,7 +3,7 @@
 open dashboard slows the controller.
 
 One command: `python3 bench/dashboard_scale.py [--sizes 10000,100000] [--run-trials 1000]
-[--pairs 2] [--parts render,speed,optuna-dashboard]`. It creates bench/.venv (git-ignored)
+[--pairs 2] [--parts render,speed,optuna-dashboard] [--baseline OTHER_HPTUNE]`. It creates bench/.venv (git-ignored)
 with websocket-client (and, for the last part, Optuna and optuna-dashboard), builds hptune
 and the objective worker in release mode, and:
 
@@ -14,7 +14,8 @@ and the objective worker in release mode, and:
    DevTools protocol): the time from navigation to the page's `hptune-ready` mark (set once
    the figures, the summary and the first page of the trial table are drawn), the first time
    (the server reads the study) and the median of the next three; the server's resident and
-   peak memory after;
+   peak memory after; with `--baseline`, another hptune binary (an earlier build) serves
+   the same database in turn, a row each, alternately twice;
 2. runs a study of `--run-trials` Branin trials with `hptune run` (random search, 4 at once,
    workers that return at once: the controller's own speed), alternately with no dashboard and
    with the study page open (polling every 2 s), `--pairs` times each, and prints trials/s;
@@ -174,24 +175,30 @@ def start_dashboard(hptune, env, folder):
     return process, base
 
 
-def first_render(hptune, objective, sizes, browser):
-    print("| trials | HTML of the study page | first render, first load | first render, median of next 3 | server RSS | server peak |")
-    print("|---|---|---|---|---|---|")
+def first_render(hptune, objective, sizes, browser, baseline=None):
+    servers = [("this build", hptune)]
+    if baseline:
+        servers = [("baseline", baseline), ("this build", hptune)] * 2
+    print("| trials | server | HTML of the study page | first render, first load | first render, median of next 3 | server RSS | server peak |")
+    print("|---|---|---|---|---|---|---|")
     for size in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             env = make_study(hptune, objective, folder, size)
-            process, base = start_dashboard(hptune, env, folder)
-            try:
-                times = [browser.time_to(f"{base}/studies/scale", HPTUNE_READY) for _ in range(4)]
-                html = browser.eval("document.documentElement.outerHTML.length")
-                mem = memory(process.pid)
-            finally:
-                process.kill()
-                process.wait()
-            warm = statistics.median(times[1:])
-            print(f"| {size:,} | {html / 1e6:.1f} MB | {times[0] / 1000:.2f} s | {warm / 1000:.2f} s "
-                  f"| {mem['VmRSS']:.0f} MiB | {mem['VmHWM']:.0f} MiB |")
+            for label, server in servers:
+                process, base = start_dashboard(server, env, folder)
+                try:
+                    times = [browser.time_to(f"{base}/studies/scale", HPTUNE_READY)
+                             for _ in range(4)]
+                    html = browser.eval("document.documentElement.outerHTML.length")
+                    mem = memory(process.pid)
+                finally:
+                    process.kill()
+                    process.wait()
+                warm = statistics.median(times[1:])
+                print(f"| {size:,} | {label} | {html / 1e6:.1f} MB | {times[0] / 1000:.2f} s "
+                      f"| {warm / 1000:.2f} s | {mem['VmRSS']:.0f} MiB | {mem['VmHWM']:.0f} MiB |",
+                      flush=True)
 
 
 def controller_speed(hptune, objective, trials, pairs, browser):
@@ -262,6 +269,7 @@ def main():
     parser.add_argument("--run-trials", type=int, default=1000)
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--parts", default="render,speed,optuna-dashboard")
+    parser.add_argument("--baseline", help="another hptune binary to time beside this build")
     args = parser.parse_args()
     parts = args.parts.split(",")
     if "optuna-dashboard" in parts:
@@ -274,7 +282,7 @@ def main():
     browser = Chromium()
     try:
         if "render" in parts:
-            first_render(hptune, objective, sizes, browser)
+            first_render(hptune, objective, sizes, browser, args.baseline)
         if "speed" in parts:
             controller_speed(hptune, objective, args.run_trials, args.pairs, browser)
         if "optuna-dashboard" in parts:

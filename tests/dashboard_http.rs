@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::dashboard::Dashboard;
+use common::dashboard::{Dashboard, wait_until};
 use common::{Scratch, assert_exit_says, assert_success};
 
 const STUDY: &str = "name: q
@@ -213,4 +213,85 @@ fn a_locked_database_is_said_and_read_again_once_free() {
     });
     let page = dashboard.get("/studies/q", &[]);
     assert_eq!(page.status, 200, "{}", page.body);
+}
+
+#[test]
+fn a_study_with_no_trials_says_so_in_each_figure() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    // The study as a controller that has just created it leaves it: no trial yet.
+    for table in ["measurements", "attempts", "trials"] {
+        scratch.execute(&format!("DELETE FROM {table}"));
+    }
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let page = dashboard.get("/studies/q", &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    let html = page.body.split("<script>").next().unwrap();
+    assert!(!html.contains("NaN"), "{html}");
+    for kind in ["history", "intermediate", "importance", "edf", "timeline"] {
+        let figure = dashboard.get(&format!("/studies/q/figures/{kind}"), &[]);
+        assert_eq!(figure.status, 200, "{kind}");
+        assert!(
+            figure.body.contains("class=\"empty\"") && !figure.body.contains("data-trial"),
+            "{kind}: {}",
+            figure.body
+        );
+    }
+    let history = dashboard.get("/studies/q/figures/history", &[]);
+    assert!(history.body.contains("No trials yet"), "{}", history.body);
+}
+
+#[test]
+fn a_postgresql_study_is_shown_and_followed_while_it_runs() {
+    let Some(url) = common::test_postgres() else {
+        return;
+    };
+    let scratch = Scratch::on_postgres(&url);
+    let name = common::unique_name("dashboard");
+    let text = STUDY.replace("name: q", &format!("name: {name}"));
+    run_study(&scratch, &text);
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let page = dashboard.get(&format!("/studies/{name}"), &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    let points = |dashboard: &Dashboard| {
+        let history = dashboard.get(&format!("/studies/{name}/figures/history"), &[]);
+        assert_eq!(history.status, 200, "{}", history.body);
+        history
+            .body
+            .matches("<circle class=\"pt ok\" data-trial=")
+            .count()
+    };
+    assert_eq!(points(&dashboard), 4);
+    let list = dashboard.get("/api/studies", &[]);
+    assert!(
+        list.body.contains(&format!("\"name\":\"{name}\"")),
+        "{}",
+        list.body
+    );
+    let trial = dashboard.get(&format!("/studies/{name}/trials/2?fragment=1"), &[]);
+    assert_eq!(trial.status, 200, "{}", trial.body);
+    assert!(trial.body.contains("starting trial 2 of"), "{}", trial.body);
+    // A controller runs more trials of the study while the dashboard follows it: it is not
+    // held up by the dashboard's connections, and the new trials are seen without a restart.
+    let changes = |since: u64| {
+        let reply = dashboard.get(&format!("/api/studies/{name}/changes?since={since}"), &[]);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        serde_json::from_str::<serde_json::Value>(&reply.body).unwrap()
+    };
+    let revision = changes(0)["revision"].as_u64().unwrap();
+    run_study(
+        &scratch,
+        &text.replace("max_trial_count: 4", "max_trial_count: 7"),
+    );
+    // Reads are fresh for half a second: the new trials appear at the latest then.
+    wait_until("the three new trials in the changes", || {
+        let numbers: Vec<u64> = changes(revision)["trials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["number"].as_u64().unwrap())
+            .collect();
+        numbers == [4, 5, 6]
+    });
+    assert_eq!(points(&dashboard), 7);
 }

@@ -112,7 +112,7 @@ enum Command {
         /// The figure.
         #[arg(long, value_parser = parse_kind)]
         kind: hptune::plot::Kind,
-        /// The file to write: .svg or .html.
+        /// The file to write: .svg, .png or .html.
         #[arg(long)]
         out: PathBuf,
         /// The history's horizontal axis.

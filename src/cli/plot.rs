@@ -11,6 +11,7 @@ use super::Failure;
 /// The file formats `--out` may name, by extension.
 enum Format {
     Svg,
+    Png,
     Html,
 }
 
@@ -23,12 +24,9 @@ impl Format {
         match extension.as_deref() {
             Some("svg") => Ok(Format::Svg),
             Some("html" | "htm") => Ok(Format::Html),
-            Some("png") => Err(Failure::BadInput(format!(
-                "--out {}: PNG is not drawn by hptune; write .svg (any browser, or `rsvg-convert -o FILE.png FILE.svg`, turns it into PNG) or .html",
-                path.display()
-            ))),
+            Some("png") => Ok(Format::Png),
             _ => Err(Failure::BadInput(format!(
-                "--out {}: name a .svg or .html file",
+                "--out {}: name a .svg, .png or .html file",
                 path.display()
             ))),
         }
@@ -50,14 +48,16 @@ pub async fn plot(
     storage.follow(&mut follower).await?;
     let data = StudyData::new(&follower).map_err(Failure::Other)?;
     let figure = plot::draw(kind, &data, &Options { history_x });
-    let text = match format {
-        Format::Svg => plot::standalone_svg(&figure),
+    let bytes = match format {
+        Format::Svg => plot::standalone_svg(&figure).into_bytes(),
+        Format::Png => plot::png::render(&plot::standalone_svg(&figure)).map_err(Failure::Other)?,
         Format::Html => plot::standalone_html(
             &format!("{} · {}", follower.study.name, kind.title()),
             &figure,
-        ),
+        )
+        .into_bytes(),
     };
-    std::fs::write(out, text)
+    std::fs::write(out, bytes)
         .map_err(|e| Failure::Other(format!("cannot write {}: {e}", out.display())))?;
     println!("wrote {}", out.display());
     Ok(ExitCode::SUCCESS)

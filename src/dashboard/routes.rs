@@ -155,7 +155,11 @@ pub async fn changes(
         Ok(study) => {
             let study = study.lock().await;
             let revision = study.follower.revision();
-            let trials: Vec<_> = study.follower.changed_since(since).collect();
+            let trials: Vec<_> = study
+                .follower
+                .changed_since(since)
+                .map(pages::TableRow::from)
+                .collect();
             let summary = (revision > since).then(|| pages::summary_cards(&study));
             Json(json!({ "revision": revision, "summary": summary, "trials": trials }))
                 .into_response()
@@ -187,7 +191,7 @@ pub async fn figure(
         },
     };
     match followed(&source, &name).await {
-        Ok(study) => match study.lock().await.figure(kind, &options) {
+        Ok(study) => match study.lock().await.figures(&[kind], &options).remove(0) {
             Ok(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg.to_string()).into_response(),
             Err(e) => Failure::Database(e).json(),
         },
@@ -210,9 +214,10 @@ pub async fn trial(
             .and_then(|n| study.follower.trial(n))
             .ok_or_else(|| Failure::NotFound(format!("study '{name}' has no trial {number}")))?
             .clone();
-        let attempts = study.follower.attempts(trial.number).to_vec();
         drop(study);
-        let measurements = source.storage().await?.trial_measurements(trial.id).await?;
+        let storage = source.storage().await?;
+        let attempts = storage.trial_attempts(trial.id).await?;
+        let measurements = storage.trial_measurements(trial.id).await?;
         let tails = match trial.log_path.as_deref() {
             Some(log) => attempts
                 .iter()

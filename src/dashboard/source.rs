@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rayon::prelude::*;
 use tokio::sync::Mutex;
 
 use crate::plot::{self, Kind, Options, StudyData};
@@ -31,19 +32,37 @@ pub struct Followed {
 }
 
 impl Followed {
-    /// Figure `kind` at the current revision, drawn once per revision.
-    pub fn figure(&mut self, kind: Kind, options: &Options) -> Result<Arc<str>, String> {
-        let key = (kind, options.history_x);
+    /// Figures `kinds` at the current revision, in order: each drawn once per revision, those
+    /// not drawn yet side by side (on rayon's threads).
+    pub fn figures(&mut self, kinds: &[Kind], options: &Options) -> Vec<Result<Arc<str>, String>> {
         let revision = self.follower.revision();
-        if let Some((at, svg)) = self.figures.get(&key)
-            && *at == revision
-        {
-            return Ok(svg.clone());
+        let missing: Vec<Kind> = kinds
+            .iter()
+            .copied()
+            .filter(|kind| {
+                self.figures
+                    .get(&(*kind, options.history_x))
+                    .is_none_or(|(at, _)| *at != revision)
+            })
+            .collect();
+        if !missing.is_empty() {
+            let data = match StudyData::new(&self.follower) {
+                Ok(data) => data,
+                Err(e) => return kinds.iter().map(|_| Err(e.clone())).collect(),
+            };
+            let drawn: Vec<(Kind, Arc<str>)> = missing
+                .par_iter()
+                .map(|kind| (*kind, plot::draw(*kind, &data, options).into()))
+                .collect();
+            for (kind, svg) in drawn {
+                self.figures
+                    .insert((kind, options.history_x), (revision, svg));
+            }
         }
-        let data = StudyData::new(&self.follower)?;
-        let svg: Arc<str> = plot::draw(kind, &data, options).into();
-        self.figures.insert(key, (revision, svg.clone()));
-        Ok(svg)
+        kinds
+            .iter()
+            .map(|kind| Ok(self.figures[&(*kind, options.history_x)].1.clone()))
+            .collect()
     }
 }
 

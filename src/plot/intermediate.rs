@@ -1,6 +1,7 @@
 //! Intermediate values: each trial's learning curve (the objective reported with a step),
 //! coloured by how the trial ended; a stopped trial's curve ends in a cross where it was
-//! stopped.
+//! stopped. A large study's curves are those of its newest trials and its running ones (what
+//! the [`crate::storage::StudyFollower`] holds), and the figure says so.
 
 use super::axis::Axis;
 use super::svg::{Frame, NARROW, Svg, escape};
@@ -37,13 +38,30 @@ pub(super) fn draw(data: &StudyData) -> String {
         !state_of(curves[i].number).is_finished()
     });
     let count = drawn.iter().filter(|d| **d).count();
-    thinned_note(
-        &mut svg,
-        frame.left,
-        count,
-        curves.len(),
-        "the running ones",
-    );
+    match data.follower.details_from() {
+        // A large study: only its newest trials' curves were read.
+        Some(from) => svg.text(
+            frame.left,
+            11.0,
+            "start",
+            "caption",
+            &format!(
+                "{count} curves drawn: of the trials from {from} on, the running ones{}",
+                if count < curves.len() {
+                    " and an even sample of the others"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        None => thinned_note(
+            &mut svg,
+            frame.left,
+            count,
+            curves.len(),
+            "the running ones",
+        ),
+    }
     for (curve, _) in curves.iter().zip(&drawn).filter(|(_, d)| **d) {
         let trial = data.follower.trial(curve.number);
         let state = state_of(curve.number);

@@ -12,6 +12,7 @@ mod history;
 mod importance;
 mod intermediate;
 mod parallel;
+pub mod png;
 mod slice;
 pub mod svg;
 mod timeline;

@@ -213,3 +213,79 @@ fn standalone_files_carry_their_styles() {
             .contains("history, intermediate")
     );
 }
+
+#[test]
+fn parallel_coordinates_place_categories_in_their_slots_and_inactive_parameters_below() {
+    let optimizer = Parameter {
+        id: "opt".into(),
+        domain: Domain::Categorical {
+            values: vec!["adam".into(), "sgd".into()],
+        },
+        condition: None,
+    };
+    // Momentum only matters, and is only sampled, with SGD.
+    let momentum = Parameter {
+        condition: Some(crate::study::space::Condition {
+            requires: [("opt".to_string(), vec![ParamValue::Str("sgd".into())])].into(),
+        }),
+        ..double("momentum", Scale::Linear)
+    };
+    let trials: Vec<TrialRecord> = (0..6)
+        .map(|n| {
+            let sgd = n % 2 == 1;
+            let mut params: crate::study::space::Assignment = [(
+                "opt".to_string(),
+                ParamValue::Str(if sgd { "sgd" } else { "adam" }.into()),
+            )]
+            .into();
+            if sgd {
+                params.insert("momentum".into(), ParamValue::Float(0.5));
+            }
+            TrialRecord {
+                params,
+                ..TrialRecord::in_state(n, TrialState::Succeeded, Some(n as f64))
+            }
+        })
+        .collect();
+    let follower = StudyFollower::for_test(
+        study(vec![optimizer, momentum]),
+        trials,
+        Vec::new(),
+        Vec::new(),
+    );
+    let svg = draw(
+        Kind::Parallel,
+        &StudyData::new(&follower).unwrap(),
+        &Options::default(),
+    );
+    // Each line: the optimizer's axis (x 70), momentum's, the objective's.
+    let lines: Vec<&str> = svg
+        .split("<path class=\"pc-line")
+        .skip(1)
+        .map(|line| {
+            line.split(" d=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(lines.len(), 6, "{svg}");
+    // Categories sit in the middle of their slots: adam at a quarter, sgd at three quarters
+    // of the axis (from y 320 up to 44); an inactive momentum goes below the axis (y 352).
+    let adam = lines
+        .iter()
+        .filter(|d| d.starts_with("M70.0,251.0L"))
+        .count();
+    let sgd = lines
+        .iter()
+        .filter(|d| d.starts_with("M70.0,113.0L"))
+        .count();
+    assert_eq!((adam, sgd), (3, 3), "{lines:?}");
+    for d in &lines {
+        let inactive = d.contains(",352.0L");
+        assert_eq!(inactive, d.starts_with("M70.0,251.0L"), "{d}");
+    }
+    assert!(svg.contains(">adam<") && svg.contains(">sgd<") && svg.contains(">inactive<"));
+}

@@ -1,6 +1,7 @@
 //! Timeline: every attempt of every trial as a bar over time, on the worker slot it ran in
 //! (slots assigned as attempts start: the first free one), coloured by how it ended; a
-//! retried attempt and its retry are both shown.
+//! retried attempt and its retry are both shown. A large study's attempts are those of its
+//! newest trials and its running ones (what the [`crate::storage::StudyFollower`] holds).
 
 use super::axis::Axis;
 use super::svg::{Frame, Svg, WIDE, escape};
@@ -91,8 +92,19 @@ pub(super) fn draw(data: &StudyData) -> String {
         high: ((last - origin) / unit).max(1e-3),
     };
     let mut svg = Svg::new(WIDE, height);
-    if bars.len() < total {
-        let note = format!("{} of {total} attempts drawn: the latest", bars.len());
+    let note = match data.follower.details_from() {
+        // A large study: only its newest trials' attempts were read.
+        Some(from) => Some(format!(
+            "{} attempts drawn: the latest, of the trials from {from} on and the running ones",
+            bars.len()
+        )),
+        None if bars.len() < total => Some(format!(
+            "{} of {total} attempts drawn: the latest",
+            bars.len()
+        )),
+        None => None,
+    };
+    if let Some(note) = note {
         svg.text(frame.left, 11.0, "start", "caption", &note);
     }
     svg.x_axis(

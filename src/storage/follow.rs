@@ -1,15 +1,22 @@
 //! Following a study from outside, as the dashboard does while a controller runs it: its
-//! trials, their attempts and learning curves, read again only for the rows that may have
-//! changed (those of trials that were unfinished when last read, and new ones), and a
-//! revision number that grows whenever something did change.
+//! trials, the attempts and learning curves of its newest and unfinished ones, read again
+//! only for the rows that may have changed (those of trials that were unfinished when last
+//! read, and new ones), and a revision number that grows whenever something did change.
 
 use std::collections::BTreeMap;
 
 use sqlx::Row;
 
 use super::rows::{AttemptRecord, MeasurementRecord, StudyOverview, StudyRecord, attempt_columns};
+use super::trials::TrialIds;
 use super::{Storage, StorageError, StudyView, TrialRecord, TrialState, query_error};
 use crate::study::stopping::Curve;
+
+/// How many of a study's newest trials a follower reads the attempts and learning curves
+/// of, besides every unfinished trial's: what the figures of a large study draw (its latest
+/// attempts, the curves of its latest trials), so that a page of 100,000 trials does not
+/// read 400,000 rows it does not draw. A trial's own attempts are read when it is opened.
+pub const DETAILED_TRIALS: usize = 2000;
 
 /// What is known of one study, kept up to date by [`Storage::follow`].
 #[derive(Debug, Clone)]
@@ -17,6 +24,11 @@ pub struct StudyFollower {
     /// The study.
     pub study: StudyRecord,
     view: StudyView,
+    /// How many of the newest trials have their attempts and curves read.
+    detailed: usize,
+    /// The number of the oldest trial from which on every trial's attempts and curve are
+    /// held (older ones: only the unfinished); 0 when every trial's are.
+    details_from: u64,
     attempts: BTreeMap<u64, Vec<AttemptRecord>>,
     curves: BTreeMap<u64, Curve>,
     /// For each trial, the revision at which it (its row, attempts or curve) last changed.
@@ -31,6 +43,8 @@ impl StudyFollower {
         Self {
             study,
             view,
+            detailed: DETAILED_TRIALS,
+            details_from: 0,
             attempts: BTreeMap::new(),
             curves: BTreeMap::new(),
             changed_at: BTreeMap::new(),
@@ -70,19 +84,21 @@ impl StudyFollower {
         self.view.trial(number)
     }
 
-    /// The attempts of trial `number`, first first.
-    pub fn attempts(&self, number: u64) -> &[AttemptRecord] {
-        self.attempts.get(&number).map_or(&[], Vec::as_slice)
-    }
-
-    /// Every attempt of every trial, by trial number and attempt.
+    /// The attempts held ([`StudyFollower::details_from`] says whose), by trial number and
+    /// attempt.
     pub fn all_attempts(&self) -> impl Iterator<Item = &AttemptRecord> {
         self.attempts.values().flatten()
     }
 
-    /// The learning curves (objective values with a step, current attempt), by number.
+    /// The learning curves held (objective values with a step, current attempt), by number.
     pub fn curves(&self) -> impl Iterator<Item = &Curve> {
         self.curves.values()
+    }
+
+    /// `None` when the attempts and curves of every trial are held; else the number of the
+    /// oldest trial from which on they are (and, before it, only the unfinished trials').
+    pub fn details_from(&self) -> Option<u64> {
+        (self.details_from > 0).then_some(self.details_from)
     }
 }
 
@@ -117,9 +133,12 @@ impl StudyFollower {
 
 impl Storage {
     /// Brings `follower` up to date: reads the rows of the trials that may have changed since
-    /// the last call (all of them the first time), their attempts and learning curves.
+    /// the last call (all of them the first time), and the attempts and learning curves of
+    /// those among them that are unfinished, were unfinished, or are among the
+    /// [`DETAILED_TRIALS`] newest.
     pub async fn follow(&self, follower: &mut StudyFollower) -> Result<(), StorageError> {
         let since = follower.view.first_changed_id();
+        let first_new = follower.view.newest_id() + 1;
         let before: BTreeMap<u64, TrialRecord> = follower
             .view
             .trials()
@@ -127,10 +146,35 @@ impl Storage {
             .map(|t| (t.number, t.clone()))
             .collect();
         self.refresh(&mut follower.view).await?;
-        let attempts = self.attempts_since(follower.study.id, since).await?;
+        let newest = follower.view.nth_newest_id(follower.detailed);
+        let from = newest.max(since);
+        let unfinished = |t: &TrialRecord| !t.state.is_finished() && t.id < from;
+        let mut also: Vec<i64> = before
+            .values()
+            .filter(|t| unfinished(t))
+            .map(|t| t.id)
+            .collect();
+        also.extend(
+            follower
+                .view
+                .unfinished_trials()
+                .filter(|t| unfinished(t))
+                .map(|t| t.id),
+        );
+        also.sort_unstable();
+        also.dedup();
+        let ids = TrialIds { from, also };
+        let attempts = self.attempts_of(follower.study.id, &ids).await?;
         let curves = self
-            .curves_since(follower.study.id, &follower.study.metric, since)
+            .curves_of(follower.study.id, &follower.study.metric, &ids)
             .await?;
+        // New trials older than the newest ones were not read in detail: from now on only
+        // the trials from the oldest of those read are held whole.
+        if from > first_new
+            && let Some(oldest) = follower.view.trials().find(|t| t.id >= from)
+        {
+            follower.details_from = follower.details_from.max(oldest.number);
+        }
         let next = follower.revision + 1;
         let mut changed = Vec::new();
         for trial in follower.view.trials().filter(|t| t.id >= since) {
@@ -163,23 +207,24 @@ impl Storage {
         Ok(())
     }
 
-    /// The attempts of a study's trials whose row id is `since` or more.
-    async fn attempts_since(
+    /// The attempts of the study's trials that `ids` picks.
+    async fn attempts_of(
         &self,
         study_id: i64,
-        since: i64,
+        ids: &TrialIds,
     ) -> Result<Vec<AttemptRecord>, StorageError> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
+        let sql = format!(
+            "SELECT {} FROM attempts a JOIN trials t ON t.id = a.trial_id
+             WHERE {} = $1 AND {} ORDER BY t.number, a.attempt",
             attempt_columns!(),
-            " FROM attempts a JOIN trials t ON t.id = a.trial_id
-             WHERE t.study_id = $1 AND a.trial_id >= $2 ORDER BY t.number, a.attempt"
-        ))
-        .bind(study_id)
-        .bind(since)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(query_error("reading attempts"))?;
+            ids.study_column(),
+            ids.condition("a.trial_id")
+        );
+        let rows = sqlx::query(&sql)
+            .bind(study_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("reading attempts"))?;
         rows.iter().map(AttemptRecord::from_row).collect()
     }
 
@@ -301,7 +346,7 @@ mod tests {
         storage.follow(&mut follower).await.unwrap();
         assert_eq!(follower.revision(), 2);
         assert_eq!(follower.changed_since(1).count(), 2);
-        assert_eq!(follower.attempts(0).len(), 1);
+        assert_eq!(follower.all_attempts().filter(|a| a.number == 0).count(), 1);
         // Nothing changed: the revision stays.
         storage.follow(&mut follower).await.unwrap();
         assert_eq!(follower.revision(), 2);
@@ -316,5 +361,75 @@ mod tests {
         let changed: Vec<u64> = follower.changed_since(2).map(|t| t.number).collect();
         assert_eq!(changed, [0]);
         assert_eq!(follower.curves().next().unwrap().points, [(1, 0.5)]);
+    }
+
+    /// Inserts trial `number` of study `study_id` in `state` with one step of its curve (its
+    /// attempt opens with it); returns its row id.
+    async fn insert_trial(storage: &Storage, study_id: i64, number: i64, state: &str) -> i64 {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO trials (study_id, number, state, params, value, created_at, started_at, attempt)
+             VALUES ($1, $2, $3, '{\"x\": 0.5}', 1.0, '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z', 1)
+             RETURNING id",
+        )
+        .bind(study_id)
+        .bind(number)
+        .bind(state)
+        .fetch_one(&storage.pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO measurements (trial_id, attempt, step, metric, value, recorded_at)
+             VALUES ($1, 1, 1, 'loss', 2.0, '2026-01-01T00:00:00Z')",
+        )
+        .bind(id)
+        .execute(&storage.pool)
+        .await
+        .unwrap();
+        id
+    }
+
+    #[tokio::test]
+    async fn only_the_newest_and_the_unfinished_trials_are_read_in_detail() {
+        let (_dir, storage, study_id) = crate::storage::test_study(100).await;
+        let mut ids = Vec::new();
+        for number in 0..10 {
+            let state = if number == 2 { "running" } else { "succeeded" };
+            ids.push(insert_trial(&storage, study_id, number, state).await);
+        }
+        let study = storage.find_study("s").await.unwrap().unwrap();
+        let mut follower = StudyFollower::new(study);
+        follower.detailed = 4;
+        storage.follow(&mut follower).await.unwrap();
+        let held = |f: &StudyFollower| {
+            let attempts: Vec<u64> = f.all_attempts().map(|a| a.number).collect();
+            let curves: Vec<u64> = f.curves().map(|c| c.number).collect();
+            assert_eq!(attempts, curves);
+            attempts
+        };
+        assert_eq!(follower.trials().count(), 10);
+        assert_eq!(held(&follower), [2, 6, 7, 8, 9]);
+        assert_eq!(follower.details_from(), Some(6));
+        // The running trial ends and a new one starts: both are read again in detail.
+        sqlx::query("UPDATE trials SET state = 'succeeded', finished_at = '2026-01-01T00:01:00Z' WHERE id = $1")
+            .bind(ids[2])
+            .execute(&storage.pool)
+            .await
+            .unwrap();
+        insert_trial(&storage, study_id, 10, "running").await;
+        let revision = follower.revision();
+        storage.follow(&mut follower).await.unwrap();
+        assert_eq!(held(&follower), [2, 6, 7, 8, 9, 10]);
+        let ended = follower.all_attempts().find(|a| a.number == 2).unwrap();
+        assert_eq!(ended.outcome.as_deref(), Some("succeeded"));
+        let changed: Vec<u64> = follower.changed_since(revision).map(|t| t.number).collect();
+        assert_eq!(changed, [2, 10]);
+        assert_eq!(follower.details_from(), Some(6));
+        // An older trial's attempts are read when asked for.
+        assert_eq!(storage.trial_attempts(ids[0]).await.unwrap().len(), 1);
+        // A follower that reads every trial in detail says so.
+        let mut whole = StudyFollower::new(storage.find_study("s").await.unwrap().unwrap());
+        storage.follow(&mut whole).await.unwrap();
+        assert_eq!(held(&whole).len(), 11);
+        assert_eq!(whole.details_from(), None);
     }
 }

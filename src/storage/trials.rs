@@ -6,7 +6,7 @@
 //! retry, whose outcome is not a trial state, closes its attempt itself.
 
 use super::ends::{finite, insert_measurements};
-use super::rows::{TrialRecord, TrialState, trial_columns};
+use super::rows::{AttemptRecord, TrialRecord, TrialState, attempt_columns, trial_columns};
 use super::{Storage, StorageError, now, query_error};
 use crate::report::Measurement;
 use crate::study::stopping::Curve;
@@ -119,28 +119,30 @@ impl Storage {
     /// The learning curves of a study's trials: their current attempt's measurements of
     /// `metric` that have a step.
     pub async fn curves(&self, study_id: i64, metric: &str) -> Result<Vec<Curve>, StorageError> {
-        self.curves_since(study_id, metric, 0).await
+        self.curves_of(study_id, metric, &TrialIds::from(0)).await
     }
 
-    /// The learning curves of a study's trials whose row id is `since` or more.
-    pub(super) async fn curves_since(
+    /// The learning curves of the study's trials that `ids` picks.
+    pub(super) async fn curves_of(
         &self,
         study_id: i64,
         metric: &str,
-        since: i64,
+        ids: &TrialIds,
     ) -> Result<Vec<Curve>, StorageError> {
-        let rows = sqlx::query(
+        let sql = format!(
             "SELECT t.number, t.state, m.step, m.value FROM measurements m JOIN trials t ON t.id = m.trial_id
-             WHERE t.study_id = $1 AND m.metric = $2 AND m.step IS NOT NULL AND m.attempt = t.attempt
-               AND m.trial_id >= $3
+             WHERE {} = $1 AND m.metric = $2 AND m.step IS NOT NULL AND m.attempt = t.attempt
+               AND {}
              ORDER BY t.number, m.step, m.id",
-        )
-        .bind(study_id)
-        .bind(metric)
-        .bind(since)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(query_error("reading learning curves"))?;
+            ids.study_column(),
+            ids.condition("m.trial_id")
+        );
+        let rows = sqlx::query(&sql)
+            .bind(study_id)
+            .bind(metric)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("reading learning curves"))?;
         let mut curves: Vec<Curve> = Vec::new();
         for row in &rows {
             let get = |name| sqlx::Row::try_get::<i64, _>(row, name).map_err(super::rows::corrupt);
@@ -158,6 +160,20 @@ impl Storage {
             }
         }
         Ok(curves)
+    }
+
+    /// The attempts of trial `trial_id` (row id), first first.
+    pub async fn trial_attempts(&self, trial_id: i64) -> Result<Vec<AttemptRecord>, StorageError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM attempts a JOIN trials t ON t.id = a.trial_id WHERE a.trial_id = $1 ORDER BY a.attempt"
+        ))
+        .bind(trial_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("reading attempts"))?;
+        rows.iter().map(AttemptRecord::from_row).collect()
     }
 
     /// Marks the trials this controller runs as alive; returns how many the database still
@@ -300,5 +316,49 @@ impl Storage {
         retried.gpus = Vec::new();
         retried.artifact_dir = None;
         Ok(retried)
+    }
+}
+
+/// Which trials' rows a read takes, by row id: every one from `from` on, and `also` these.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct TrialIds {
+    /// The first row id taken whole.
+    pub from: i64,
+    /// Older row ids taken too.
+    pub also: Vec<i64>,
+}
+
+impl TrialIds {
+    /// Every trial from row id `from` on.
+    pub fn from(from: i64) -> Self {
+        TrialIds {
+            from,
+            also: Vec::new(),
+        }
+    }
+
+    /// The study column `t.study_id` as the condition on it should name it: from a row id
+    /// on, `+t.study_id`, so that the database finds the rows by the range of ids (the
+    /// newest, a few) rather than walk every trial of the study by the study's index.
+    pub fn study_column(&self) -> &'static str {
+        if self.from > 0 {
+            "+t.study_id"
+        } else {
+            "t.study_id"
+        }
+    }
+
+    /// The SQL condition on `column` (a trial row id) that holds for these trials; the ids
+    /// are integers written by this code, nothing a user typed.
+    pub fn condition(&self, column: &str) -> String {
+        if self.also.is_empty() {
+            return format!("{column} >= {}", self.from);
+        }
+        let also: Vec<String> = self.also.iter().map(i64::to_string).collect();
+        format!(
+            "({column} >= {} OR {column} IN ({}))",
+            self.from,
+            also.join(", ")
+        )
     }
 }

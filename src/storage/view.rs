@@ -95,6 +95,18 @@ impl StudyView {
             .unwrap_or(self.newest_id + 1)
     }
 
+    /// The row id of the newest trial read, 0 before any.
+    pub(super) fn newest_id(&self) -> i64 {
+        self.newest_id
+    }
+
+    /// The row id of the `n`th newest trial (the oldest when there are fewer), 0 if none.
+    pub(super) fn nth_newest_id(&self, n: usize) -> i64 {
+        let mut trials = self.trials.values();
+        let nth = trials.clone().nth_back(n.max(1) - 1);
+        nth.or_else(|| trials.next()).map_or(0, |t| t.id)
+    }
+
     /// How many trials of the view have a row id from `since` on, and how many of those
     /// are unfinished. Ids grow with numbers, so only the newest trials are looked at (were
     /// they not to, the count would fall short and a guarded claim would take the lock).

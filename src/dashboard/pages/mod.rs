@@ -13,6 +13,7 @@ use crate::plot::axis::format_number;
 use crate::plot::svg::escape;
 use crate::plot::{FIGURE_CSS, Kind, Options};
 use crate::storage::{StudyOverview, TrialRecord, TrialState};
+use crate::study::space::Assignment;
 
 const STYLE: &str = include_str!("../assets/style.css");
 const SCRIPT: &str = include_str!("../assets/app.js");
@@ -159,10 +160,9 @@ pub fn study_page(study: &mut Followed) -> String {
     let name = follower.study.name.clone();
     let cards = summary_cards(study);
     let mut figures = String::new();
-    for kind in Kind::ALL {
-        let svg = study
-            .figure(kind, &Options::default())
-            .unwrap_or_else(|e| crate::plot::svg::message(&e).into());
+    let drawn = study.figures(&Kind::ALL, &Options::default());
+    for (kind, svg) in Kind::ALL.into_iter().zip(drawn) {
+        let svg = svg.unwrap_or_else(|e| crate::plot::svg::message(&e).into());
         let wide = kind.is_wide();
         let toggle = match kind {
             Kind::History => {
@@ -189,7 +189,7 @@ pub fn study_page(study: &mut Followed) -> String {
         goal: follower.study.goal.as_str(),
         params: ids,
         revision: follower.revision(),
-        trials: follower.trials().collect(),
+        trials: follower.trials().map(TableRow::from).collect(),
     };
     let body = format!(
         r#"<section class="page-head"><h1>{title}</h1><p class="muted"><span class="chip">{goal} {metric}</span> created {created}</p></section>
@@ -228,7 +228,34 @@ struct PageData<'a> {
     goal: &'a str,
     params: Vec<String>,
     revision: u64,
-    trials: Vec<&'a TrialRecord>,
+    trials: Vec<TableRow<'a>>,
+}
+
+/// A trial as the page's table shows, sorts and filters it: a large study's page is mostly
+/// these, so they carry nothing else (a trial's drawer reads the rest from the server).
+#[derive(serde::Serialize)]
+pub struct TableRow<'a> {
+    number: u64,
+    state: TrialState,
+    params: &'a Assignment,
+    value: Option<f64>,
+    error: Option<&'a str>,
+    started_at: Option<&'a str>,
+    finished_at: Option<&'a str>,
+}
+
+impl<'a> From<&'a TrialRecord> for TableRow<'a> {
+    fn from(t: &'a TrialRecord) -> Self {
+        TableRow {
+            number: t.number,
+            state: t.state,
+            params: &t.params,
+            value: t.value,
+            error: t.error.as_deref(),
+            started_at: t.started_at.as_deref(),
+            finished_at: t.finished_at.as_deref(),
+        }
+    }
 }
 
 /// The summary cards of a study: trials by state, the best trial, last activity.
