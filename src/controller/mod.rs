@@ -42,7 +42,7 @@ use crate::study::stopping::Curve;
 use crate::study::{ExecutorSpec, Study};
 use devices::{GPU_POLL, Waiting};
 use liveness::{attempt_began, is_orphan, running_for};
-use verdict::{Verdict, verdict_on};
+use verdict::{Verdict, feasibility, verdict_on};
 
 /// How often a controller tells the database that its trials are alive.
 const HEARTBEAT: Duration = Duration::from_secs(10);
@@ -253,6 +253,7 @@ pub async fn run(
                 sampler.propose(&ProposalContext {
                     space: &study.space,
                     goal: study.objective.goal,
+                    constraints: &study.constraints,
                     number,
                     history: view.history(),
                     running: &running,
@@ -728,7 +729,9 @@ impl Run<'_> {
             ),
         };
         // Written with the next claim, or before the loop waits (see `run`).
-        let end = TrialEnd::now(done.trial, state, value, error, done.unsaved);
+        let mut end = TrialEnd::now(done.trial, state, value, error, done.unsaved);
+        (end.trial.constraint_values, end.trial.infeasible) =
+            feasibility(self.study, state, &done.measurements);
         self.view.update(end.trial.clone());
         observer.observe(
             RunEvent::TrialFinished { trial: &end.trial },

@@ -7,6 +7,7 @@
 
 mod artifacts;
 mod block;
+mod constraints;
 mod early_stopping;
 mod executor;
 mod locate;
@@ -336,6 +337,7 @@ impl Checker<'_> {
         };
         let trial = self.trial(raw.trial, space.as_ref());
         let artifacts = self.artifacts(raw.artifacts);
+        let constraints = self.constraints(raw.constraints, raw.failed_as_infeasible);
         if let (Some(Algorithm::Grid), Some(space)) = (algorithm, &space)
             && let Err(e) = space.grid_size()
         {
@@ -357,6 +359,7 @@ impl Checker<'_> {
             early_stopping: early_stopping?,
             trial: trial?,
             artifacts: artifacts?,
+            constraints: constraints?,
             source: self.text.to_string(),
         })
     }

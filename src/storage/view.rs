@@ -66,7 +66,7 @@ impl StudyView {
         self.counts.get(&state).copied().unwrap_or(0)
     }
 
-    /// The number and value of the best succeeded trial, if any.
+    /// The number and value of the best succeeded feasible trial, if any.
     pub fn best(&self) -> Option<(u64, f64)> {
         self.best
     }
@@ -130,6 +130,7 @@ impl StudyView {
         }
         if newly_finished && let Some(observation) = trial.observation() {
             if let Some(v) = observation.value
+                && observation.feasible
                 && self.best.is_none_or(|(_, best)| self.goal.better(v, best))
             {
                 self.best = Some((trial.number, v));

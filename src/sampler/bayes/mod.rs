@@ -8,7 +8,9 @@
 //! that shrinks while proposals fail to improve ([`search`]). Trials still running are drawn
 //! from the posterior, and the improvement must beat the values drawn for them as well
 //! ([`acquisition`]), so that parallel proposals spread out. Failed trials count as the worst
-//! value seen, so the model steers away from where trials fail. The values are warped by a
+//! value seen, so the model steers away from where trials fail. Where the study has
+//! constraints, the expected improvement over the best feasible trial is weighted by the
+//! probability of feasibility ([`feasibility`]). The values are warped by a
 //! power transform fitted to them, so that a few huge ones do not flatten the model. The same
 //! model names the trial it believes best ([`believed_best`]). See `docs/bayes.md`.
 
@@ -18,6 +20,7 @@ mod believed;
 mod data;
 pub mod design;
 pub mod encoding;
+pub mod feasibility;
 pub mod fit;
 pub mod gp;
 mod kernel;
@@ -46,6 +49,7 @@ use anchor::Anchors;
 use data::TrainingData;
 use design::{initial_design_size, sobol_point};
 use encoding::Encoding;
+use feasibility::Feasibility;
 use gp::{Gp, GpError};
 use search::{maximize, stream};
 use trust::Region;
@@ -91,17 +95,34 @@ impl BayesSampler {
             "model fitted"
         );
         let gp = Gp::new(data.x, &data.y, &hyper)?;
+        let center = encoding.at(&data.incumbents[0]).1;
+        let feasibility =
+            Feasibility::fitted(encoding, context.constraints, context.history, &center)?;
+        // The incumbent: the best posterior mean at the trials, the feasible ones where the
+        // study has constraints; none while no trial is feasible.
+        let best = match context.constraints.is_empty() {
+            true => Some(gp.best_mean()),
+            false => gp
+                .predict_many(&data.feasible_incumbents)
+                .into_iter()
+                .map(|(mean, _)| mean)
+                .reduce(f64::max),
+        };
         let dimension = context.space.dimension();
         let design = initial_design_size(dimension) as usize;
         // The trust region counts batches of as many trials as the study runs at once, by
         // trial number, not by the count of trials running now: that count depends on which
-        // trials happened to have ended when the controller proposed.
-        let side = trust::side(&data.values, design, dimension, context.parallel.max(1));
+        // trials happened to have ended when the controller proposed. While no trial is
+        // feasible the search for a feasible one spans the space.
+        let side = match best {
+            Some(_) => trust::side(&data.values, design, dimension, context.parallel.max(1)),
+            None => 1.0,
+        };
         let region = Region::around(encoding, &data.incumbents[0], side);
         let mut rng = stream(self.seed, context.number);
         let sobol_seed = self.seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
         let running = context.running.iter().map(|r| encoding.encode(r)).collect();
-        let acquisition = Acquisition::new(&gp, gp.best_mean(), running, &mut rng)?;
+        let acquisition = Acquisition::new(&gp, best, running, &mut rng, feasibility.as_ref())?;
         Ok(maximize(
             encoding,
             &acquisition,
@@ -142,8 +163,8 @@ impl Sampler for BayesSampler {
 mod tests {
     use super::*;
     use crate::sampler::Observation;
-    use crate::study::Goal;
     use crate::study::space::{Condition, Domain, ParamValue, Parameter, Scale, Space};
+    use crate::study::{Bound, Constraint, Constraints, Goal};
 
     fn double(id: &str) -> Parameter {
         crate::study::space::unit_double(id)
@@ -163,9 +184,20 @@ mod tests {
         history: &[Observation],
         running: &[Assignment],
     ) -> Assignment {
+        propose_under(sampler, space, history, running, &Constraints::default())
+    }
+
+    fn propose_under(
+        sampler: &mut BayesSampler,
+        space: &Space,
+        history: &[Observation],
+        running: &[Assignment],
+        constraints: &Constraints,
+    ) -> Assignment {
         let context = ProposalContext {
             space,
             goal: Goal::Minimize,
+            constraints,
             number: (history.len() + running.len()) as u64,
             history,
             running,
@@ -200,6 +232,7 @@ mod tests {
                 number,
                 params,
                 value,
+                ..Observation::unconstrained()
             });
         }
         history
@@ -218,6 +251,73 @@ mod tests {
             .fold(f64::MAX, f64::min);
         // 25 uniform points get within about 1e-2 of the minimum, in expectation.
         assert!(best < 1e-4, "best {best}");
+    }
+
+    /// `a + b <= limit`, reported as the metric `sum`.
+    fn sum_at_most(limit: f64) -> Constraints {
+        Constraints {
+            bounds: vec![Constraint {
+                metric: "sum".into(),
+                bound: Bound::Max(limit),
+            }],
+            failed_as_infeasible: false,
+        }
+    }
+
+    /// Runs `trials` sequential trials of the bowl under `constraints`, each reporting `sum`.
+    fn run_constrained(seed: u64, trials: usize, constraints: &Constraints) -> Vec<Observation> {
+        let (space, mut sampler) = (square(), BayesSampler::new(seed));
+        let mut history = Vec::new();
+        for number in 0..trials as u64 {
+            let params = propose_under(&mut sampler, &space, &history, &[], constraints);
+            let values = [("sum".to_string(), x(&params, "a") + x(&params, "b"))].into();
+            history.push(Observation {
+                number,
+                value: bowl(&params),
+                feasible: constraints.judge(false, &values).is_none(),
+                constraint_values: values,
+                params,
+            });
+        }
+        history
+    }
+
+    #[test]
+    fn under_a_constraint_the_model_finds_the_best_feasible_point() {
+        // The bowl's bottom (0.3, 0.7) breaks a + b <= 0.8; the best feasible point is its
+        // projection on the bound, (0.2, 0.6), at 0.02.
+        let history = run_constrained(1, 30, &sum_at_most(0.8));
+        let best = history
+            .iter()
+            .filter(|o| o.feasible)
+            .filter_map(|o| o.value)
+            .fold(f64::MAX, f64::min);
+        assert!(best < 0.02 + 1e-3, "best feasible {best}");
+        let model = &history[initial_design_size(2) as usize..];
+        let infeasible = model.iter().filter(|o| !o.feasible).count();
+        assert!(
+            infeasible * 2 <= model.len(),
+            "{infeasible} of {} model proposals infeasible",
+            model.len()
+        );
+    }
+
+    #[test]
+    fn with_no_feasible_trial_yet_the_proposal_goes_where_feasibility_is_likely() {
+        // Only the corner a + b <= 0.3 is feasible, far from the bowl's bottom, and the
+        // design misses it.
+        let history = run_constrained(2, 10, &sum_at_most(0.3));
+        let design = initial_design_size(2) as usize;
+        assert!(history[..design].iter().all(|o| !o.feasible));
+        let first = history.iter().position(|o| o.feasible);
+        assert!(
+            first.is_some_and(|n| n < 10),
+            "no feasible trial in {:?}",
+            history
+                .iter()
+                .map(|o| &o.constraint_values)
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -319,6 +419,7 @@ mod tests {
             ]
             .into(),
             value,
+            ..Observation::unconstrained()
         };
         // All failed; one observation; the same point twice with different values;
         // constant values; huge values.
