@@ -73,6 +73,7 @@ pub async fn run_trial(
         log_dir: log_dir.to_path_buf(),
         gpus,
         artifacts: artifact_plan(&study, log_dir, &workers.artifacts)?,
+        run_enqueued: false,
     };
     let mut sampler = ManualSampler::new(params);
     let summary = supervise(&study, &storage, executor, &mut sampler, &plan).await?;

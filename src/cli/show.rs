@@ -294,7 +294,7 @@ fn shorten(text: &str) -> String {
     format!("{cut}…")
 }
 
-fn stored_space(study: &StudyRecord) -> Result<Space, Failure> {
+pub(super) fn stored_space(study: &StudyRecord) -> Result<Space, Failure> {
     serde_json::from_str(&study.space).map_err(|e| {
         Failure::Other(format!(
             "the stored search space of study '{}' does not read back: {e}",
@@ -303,10 +303,15 @@ fn stored_space(study: &StudyRecord) -> Result<Space, Failure> {
     })
 }
 
+/// Whether `path` names a study file rather than a study.
+pub(super) fn is_study_file(path: &Path) -> bool {
+    path.is_file() && path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+}
+
 /// The study named `name`, or the study of the study file `name`.
 pub(super) async fn find(storage: &Storage, name: &str) -> Result<StudyRecord, Failure> {
     let path = Path::new(name);
-    let name = if path.is_file() && (name.ends_with(".yaml") || name.ends_with(".yml")) {
+    let name = if is_study_file(path) {
         spec::load_name(path)?
     } else {
         name.to_string()

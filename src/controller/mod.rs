@@ -34,7 +34,7 @@ use crate::gpus::{GpuPlan, GpuPool, Lease};
 use crate::report::Measurement;
 use crate::sampler::{ProposalContext, Sampler, SamplerError};
 use crate::storage::{
-    Budget, Claim, ClaimError, NextAttempt, Storage, StorageError, StudyRecord, StudyView,
+    Budget, Claim, ClaimError, Enqueue, NextAttempt, Storage, StorageError, StudyRecord, StudyView,
     TrialEnd, TrialRecord, TrialState,
 };
 use crate::study::space::Assignment;
@@ -87,6 +87,9 @@ pub struct Plan {
     pub gpus: Option<GpuPlan>,
     /// Where the trials' models go and which are kept.
     pub artifacts: ArtifactPlan,
+    /// Whether the study's enqueued trials run (first); a trial run by hand runs only its
+    /// own parameters.
+    pub run_enqueued: bool,
 }
 
 impl Plan {
@@ -100,6 +103,7 @@ impl Plan {
             log_dir: log_dir.to_path_buf(),
             gpus: None,
             artifacts: ArtifactPlan::for_study(study, log_dir),
+            run_enqueued: true,
         }
     }
 
@@ -107,6 +111,7 @@ impl Plan {
         Budget {
             max_trial_count: self.max_trial_count,
             max_failed_trial_count: self.max_failed_trial_count,
+            run_enqueued: self.run_enqueued,
         }
     }
 }
@@ -210,6 +215,12 @@ pub async fn run(
         waiting: VecDeque::new(),
         ended_at_pruning: 0,
     };
+    // The study file's configurations to run first, the first time it runs with them.
+    if plan.run_enqueued {
+        storage
+            .enqueue(record.id, &study.initial_trials, Enqueue::Initial)
+            .await?;
+    }
     storage.refresh(&mut run.view).await?;
     let adopted = storage
         .adopt_orphans(record.id, &run.owner, is_orphan)

@@ -10,6 +10,7 @@ mod block;
 mod constraints;
 mod early_stopping;
 mod executor;
+mod initial_trials;
 mod locate;
 mod parameters;
 mod raw;
@@ -338,6 +339,7 @@ impl Checker<'_> {
         let trial = self.trial(raw.trial, space.as_ref());
         let artifacts = self.artifacts(raw.artifacts);
         let constraints = self.constraints(raw.constraints, raw.failed_as_infeasible);
+        let initial_trials = self.initial_trials(raw.initial_trials, space.as_ref());
         if let (Some(Algorithm::Grid), Some(space)) = (algorithm, &space)
             && let Err(e) = space.grid_size()
         {
@@ -360,6 +362,7 @@ impl Checker<'_> {
             trial: trial?,
             artifacts: artifacts?,
             constraints: constraints?,
+            initial_trials: initial_trials?,
             source: self.text.to_string(),
         })
     }

@@ -137,6 +137,7 @@ pub struct RawStudy {
     pub artifacts: Option<RawArtifacts>,
     pub constraints: Option<Vec<RawConstraint>>,
     pub failed_as_infeasible: Option<bool>,
+    pub initial_trials: Option<Vec<BTreeMap<String, Scalar>>>,
 }
 
 /// One of `constraints`: a bound on a reported metric.

@@ -345,6 +345,7 @@ mod tests {
         let budget = Budget {
             max_trial_count: None,
             max_failed_trial_count: 1,
+            run_enqueued: true,
         };
         let claimed = storage
             .claim_trials(view, budget, "me", 1, &mut Vec::new(), |_, _, _| {

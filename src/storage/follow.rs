@@ -281,6 +281,7 @@ mod tests {
                 Budget {
                     max_trial_count: Some(10),
                     max_failed_trial_count: 10,
+                    run_enqueued: true,
                 },
                 "me",
                 2,

@@ -9,6 +9,7 @@
 mod artifacts;
 mod claim;
 mod ends;
+mod enqueue;
 mod follow;
 mod read_only;
 mod relayed;
@@ -27,6 +28,7 @@ use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 use crate::study::{Goal, Study};
 pub use claim::{Budget, Claim, ClaimError};
 pub use ends::TrialEnd;
+pub use enqueue::Enqueue;
 pub use follow::StudyFollower;
 pub use rows::{
     AttemptRecord, MeasurementRecord, StudyOverview, StudyRecord, StudySummary, TrialRecord,

@@ -243,6 +243,12 @@ impl StudyRecord {
 }
 
 impl TrialRecord {
+    /// Whether it waits to run first, enqueued (`pending` with no owner and never started;
+    /// a trial handed back by an interrupted controller has started).
+    pub fn is_enqueued(&self) -> bool {
+        self.state == TrialState::Pending && self.owner.is_none() && self.started_at.is_none()
+    }
+
     /// The trial as a sampler sees it once it has ended (its value only if it succeeded);
     /// `None` while it has not ended.
     pub fn observation(&self) -> Option<Observation> {

@@ -71,6 +71,11 @@ impl StudyView {
         self.best
     }
 
+    /// The enqueued trial to run next: the lowest-numbered one.
+    pub(super) fn next_enqueued(&self) -> Option<&TrialRecord> {
+        self.unfinished_trials().find(|t| t.is_enqueued())
+    }
+
     /// The trials not finished yet (pending or running).
     pub(super) fn unfinished_trials(&self) -> impl Iterator<Item = &TrialRecord> {
         self.unfinished.iter().filter_map(|n| self.trials.get(n))

@@ -119,6 +119,9 @@ pub struct Study {
     /// The bounds the trials' reported metrics must keep, and whether a failed trial counts
     /// as infeasible.
     pub constraints: Constraints,
+    /// Configurations to run first, in order, before the sampler proposes (`initial_trials`):
+    /// enqueued once, the first time the study runs with them.
+    pub initial_trials: Vec<space::Assignment>,
     /// The file as written, kept in the database.
     pub source: String,
 }
