@@ -54,6 +54,9 @@ use gp::{Gp, GpError};
 use search::{maximize, stream};
 use trust::Region;
 
+/// A trust region's side that covers the unit cube from any centre.
+const WHOLE_SPACE: f64 = 2.0;
+
 /// Proposes trials by Bayesian optimisation with a Gaussian process. Given the same seed and
 /// history it proposes the same point: every random choice comes from a stream derived from
 /// the seed and the trial's number.
@@ -116,7 +119,7 @@ impl BayesSampler {
         // feasible the search for a feasible one spans the space.
         let side = match best {
             Some(_) => trust::side(&data.values, design, dimension, context.parallel.max(1)),
-            None => 1.0,
+            None => WHOLE_SPACE,
         };
         let region = Region::around(encoding, &data.incumbents[0], side);
         let mut rng = stream(self.seed, context.number);
