@@ -32,7 +32,7 @@ use crate::executor::{
 };
 use crate::gpus::{GpuPlan, GpuPool, Lease};
 use crate::report::Measurement;
-use crate::sampler::{ProposalContext, Sampler, SamplerError};
+use crate::sampler::{Observation, ProposalContext, Sampler, SamplerError};
 use crate::storage::{
     Budget, Claim, ClaimError, Enqueue, NextAttempt, Storage, StorageError, StudyRecord, StudyView,
     TrialEnd, TrialRecord, TrialState,
@@ -90,6 +90,8 @@ pub struct Plan {
     /// Whether the study's enqueued trials run (first); a trial run by hand runs only its
     /// own parameters.
     pub run_enqueued: bool,
+    /// Finished trials of the study's `warm_start` study, for the sampler's model.
+    pub prior: Vec<Observation>,
 }
 
 impl Plan {
@@ -104,6 +106,7 @@ impl Plan {
             gpus: None,
             artifacts: ArtifactPlan::for_study(study, log_dir),
             run_enqueued: true,
+            prior: Vec::new(),
         }
     }
 
@@ -267,6 +270,7 @@ pub async fn run(
                     constraints: &study.constraints,
                     number,
                     history: view.history(),
+                    prior: &plan.prior,
                     running: &running,
                     parallel: plan.parallel_trial_count,
                 })

@@ -60,6 +60,9 @@ pub struct ProposalContext<'a> {
     pub number: u64,
     /// Every finished trial of the study, in number order.
     pub history: &'a [Observation],
+    /// Finished trials of another study over the same space (`warm_start`): they inform a
+    /// model, and count toward nothing.
+    pub prior: &'a [Observation],
     /// The parameters of the trials still running.
     pub running: &'a [Assignment],
     /// How many trials the study runs at once (its `parallel_trial_count`): the proposals go

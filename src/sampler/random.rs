@@ -52,6 +52,7 @@ mod tests {
             constraints: &Default::default(),
             number,
             history: &[],
+            prior: &[],
             running: &[],
             parallel: 1,
         };

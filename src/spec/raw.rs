@@ -138,6 +138,14 @@ pub struct RawStudy {
     pub constraints: Option<Vec<RawConstraint>>,
     pub failed_as_infeasible: Option<bool>,
     pub initial_trials: Option<Vec<BTreeMap<String, Scalar>>>,
+    pub warm_start: Option<RawWarmStart>,
+}
+
+/// `warm_start`: the study whose trials inform the model.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWarmStart {
+    pub study: String,
 }
 
 /// One of `constraints`: a bound on a reported metric.

@@ -122,6 +122,9 @@ pub struct Study {
     /// Configurations to run first, in order, before the sampler proposes (`initial_trials`):
     /// enqueued once, the first time the study runs with them.
     pub initial_trials: Vec<space::Assignment>,
+    /// Another study whose finished trials inform the Bayesian model from the start, without
+    /// counting toward this study's budget (`warm_start.study`).
+    pub warm_start: Option<String>,
     /// The file as written, kept in the database.
     pub source: String,
 }

@@ -42,7 +42,7 @@ fn central_difference(f: impl Fn(&[f64]) -> f64, x: &[f64], d: usize) -> f64 {
     (f(&up) - f(&down)) / (2.0 * h)
 }
 
-use super::{ProposalContext, Sampler, SamplerError};
+use super::{Observation, ProposalContext, Sampler, SamplerError};
 use crate::study::space::Assignment;
 use acquisition::Acquisition;
 use anchor::Anchors;
@@ -81,16 +81,18 @@ impl BayesSampler {
         context.space.from_unit(&unit)
     }
 
-    /// The model's proposal, as unit coordinates.
+    /// The model's proposal, as unit coordinates, from `history` (the `warm_start` study's
+    /// trials, then the study's).
     fn model_proposal(
         &mut self,
         context: &ProposalContext<'_>,
         encoding: &Encoding<'_>,
+        history: &[Observation],
         data: TrainingData,
     ) -> Result<Vec<f64>, GpError> {
         let hyper = self
             .anchors
-            .hyperparameters(encoding, context.goal, context.history, &data)
+            .hyperparameters(encoding, context.goal, history, &data)
             .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
         tracing::debug!(
             trial = context.number,
@@ -99,8 +101,7 @@ impl BayesSampler {
         );
         let gp = Gp::new(data.x, &data.y, &hyper)?;
         let center = encoding.at(&data.incumbents[0]).1;
-        let feasibility =
-            Feasibility::fitted(encoding, context.constraints, context.history, &center)?;
+        let feasibility = Feasibility::fitted(encoding, context.constraints, history, &center)?;
         // The incumbent: the best posterior mean at the trials, the feasible ones where the
         // study has constraints; none while no trial is feasible.
         let best = match context.constraints.is_empty() {
@@ -143,12 +144,22 @@ impl Sampler for BayesSampler {
         context: &ProposalContext<'_>,
     ) -> Result<Option<Assignment>, SamplerError> {
         let encoding = Encoding::new(context.space);
-        let in_design = context.number < initial_design_size(context.space.dimension());
-        let data = match TrainingData::new(&encoding, context.goal, context.history) {
+        // A warm start's trials come first and stand in for the design.
+        let combined: Vec<Observation>;
+        let history = match context.prior {
+            [] => context.history,
+            prior => {
+                combined = prior.iter().chain(context.history).cloned().collect();
+                &combined
+            }
+        };
+        let known = context.number + context.prior.len() as u64;
+        let in_design = known < initial_design_size(context.space.dimension());
+        let data = match TrainingData::new(&encoding, context.goal, history) {
             Some(data) if !in_design => data,
             _ => return Ok(Some(self.design(context))),
         };
-        match self.model_proposal(context, &encoding, data) {
+        match self.model_proposal(context, &encoding, history, data) {
             Ok(unit) => Ok(Some(context.space.from_unit(&unit))),
             Err(error) => {
                 tracing::warn!(
@@ -203,6 +214,7 @@ mod tests {
             constraints,
             number: (history.len() + running.len()) as u64,
             history,
+            prior: &[],
             running,
             parallel: running.len() + 1,
         };
@@ -320,6 +332,38 @@ mod tests {
                 .iter()
                 .map(|o| &o.constraint_values)
                 .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_warm_start_skips_the_design_and_proposes_from_the_other_studys_trials() {
+        let space = square();
+        // Eight trials of another study: the design and three model proposals, the bottom
+        // not yet reached.
+        let prior = run(&space, 7, 8, bowl);
+        let constraints = Constraints::default();
+        let context = |prior| ProposalContext {
+            space: &space,
+            goal: Goal::Minimize,
+            constraints: &constraints,
+            number: 0,
+            history: &[],
+            prior,
+            running: &[],
+            parallel: 1,
+        };
+        let mut sampler = BayesSampler::new(3);
+        let cold = sampler.propose(&context(&[])).unwrap().unwrap();
+        let warm = sampler.propose(&context(&prior)).unwrap().unwrap();
+        assert_eq!(cold, sampler.design(&context(&[])));
+        let best = prior
+            .iter()
+            .filter_map(|o| o.value)
+            .fold(f64::MAX, f64::min);
+        let (warm, cold) = (bowl(&warm).unwrap(), bowl(&cold).unwrap());
+        assert!(
+            warm < best && warm < cold,
+            "warm {warm}, best before {best}, cold {cold}"
         );
     }
 
