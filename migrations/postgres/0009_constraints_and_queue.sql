@@ -1,4 +1,4 @@
--- As migrations/sqlite/0008_constraints_and_queue.sql: why a trial is infeasible and its
+-- As migrations/sqlite/0009_constraints_and_queue.sql: why a trial is infeasible and its
 -- constrained metrics' final values (JSON), and when the study file's `initial_trials` were
 -- enqueued (as 'pending' trials with no owner and no start).
 
