@@ -12,6 +12,10 @@ Markdown tables:
   noisy functions (`branin-noisy`, `hartmann6-noisy`), the noise-free value of the trial the
   sampler names best (hptune: `hptune best --by model`; Optuna: its best observed trial),
   with a second table of hptune's regret by each way of naming it;
+- on the constrained functions (`gardner`, `branin-constrained`), the regret of the best
+  feasible value (inf where a run found no feasible trial): hptune with `constraints:` in the
+  study file, Optuna's GPSampler and TPE with `constraints_func`, the random samplers
+  recording feasibility only;
 - median time per proposal at the given trial counts (`--timing-at`), from runs as long as
   the largest of them (`--timing-trials`, Hartmann6, sequential, one seed).
 
@@ -73,6 +77,12 @@ FUNCTIONS = {
     "styblinski-tang": ([(f"x{i}", "double", -5.0, 5.0, False) for i in range(1, 5)],
                         -39.16616570377142 * 4, 50),
 }
+# Constrained functions (the worker reports `constraint` beside `loss`): name -> the most
+# `constraint` may be for a trial to be feasible.
+CONSTRAINED = {"gardner": 0.5, "branin-constrained": 50.0}
+FUNCTIONS["gardner"] = ([("x1", "double", 0.0, 6.0, False), ("x2", "double", 0.0, 6.0, False)],
+                        -2.0, 50)
+FUNCTIONS["branin-constrained"] = (*FUNCTIONS["branin"][:2], 50)
 # Noisy functions: name -> (the noise-free function, the noise's standard deviation: 2 % of
 # the function's range over the space). Their regret is that of the noise-free value of the
 # trial each sampler names best: for hptune `hptune best --by model`, for Optuna its best
@@ -136,6 +146,8 @@ def study_yaml(name, function, algorithm, trials, parallel, seed, command):
         f"  command: [{', '.join(map(str, command))}]",
         "  timeout: 1m",
     ]
+    if function in CONSTRAINED:
+        lines.append(f"constraints: [{{metric: constraint, max: {CONSTRAINED[function]!r}}}]")
     return "\n".join(lines) + "\n"
 
 
@@ -181,7 +193,9 @@ def run_hptune(binaries, sampler, function, trials, mode, seed):
                                    "--storage", storage], cwd=work, capture_output=True,
                                   text=True, check=True)
             chosen[by] = json.loads(best.stdout)["params"]
-    values = [t["value"] if t["state"] == "succeeded" else None for t in trials_json]
+    # Only a feasible trial's value counts.
+    values = [t["value"] if t["state"] == "succeeded" and t.get("infeasible") is None else None
+              for t in trials_json]
     return values, [timings.get(i) for i in range(len(values))], chosen
 
 
@@ -199,10 +213,13 @@ def distributions(function):
 
 
 def evaluate(objective, function, params, seed=0):
+    """The worker's final line at `params`: `loss`'s value, and `constraint`'s (or None)."""
     args = ([str(objective), *worker_args(function, seed)]
             + [f"--{k}={v}" for k, v in params.items()])
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    return float(out.strip().splitlines()[-1].split("=", 1)[1])
+    pairs = dict(pair.split("=", 1) for pair in out.strip().splitlines()[-1].split())
+    constraint = float(pairs["constraint"]) if "constraint" in pairs else None
+    return float(pairs["loss"]), constraint
 
 
 def in_controller_order(trials, mode, ask, tell):
@@ -227,9 +244,13 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
     """Optuna through ask/tell, evaluating with the same worker binary as hptune."""
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Feasible where the value is <= 0, as Optuna's `constraints_func` has it.
+    bound = CONSTRAINED.get(function)
+    constrained = {} if bound is None else {
+        "constraints_func": lambda t: [t.user_attrs["constraint"] - bound]}
     make = {
-        "optuna-gp": lambda: optuna.samplers.GPSampler(seed=seed),
-        "optuna-tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+        "optuna-gp": lambda: optuna.samplers.GPSampler(seed=seed, **constrained),
+        "optuna-tpe": lambda: optuna.samplers.TPESampler(seed=seed, **constrained),
         "optuna-random": lambda: optuna.samplers.RandomSampler(seed=seed),
     }[sampler]
     study = optuna.create_study(direction="minimize", sampler=make())
@@ -244,8 +265,11 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
 
     def tell():
         trial = pending.pop(0)
-        value = evaluate(binaries[1], function, trial.params, seed)
-        values[trial.number] = value
+        value, constraint = evaluate(binaries[1], function, trial.params, seed)
+        if constraint is not None:
+            trial.set_user_attr("constraint", constraint)
+        feasible = constraint is None or constraint <= bound
+        values[trial.number] = value if feasible else None
         study.tell(trial, value)
 
     in_controller_order(trials, mode, ask, tell)
@@ -300,7 +324,7 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
 
     def tell():
         n = pending.pop(0)
-        values[n] = evaluate(binaries[1], function, to_params(xs[n]), seed)
+        values[n] = evaluate(binaries[1], function, to_params(xs[n]), seed)[0]
         told.append(n)
 
     in_controller_order(trials, mode, ask, tell)
@@ -312,9 +336,10 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
 
 
 def runs_on(sampler, function):
-    """Whether `sampler` can search `function`'s space (BoTorch's runner: linear doubles only)."""
-    return sampler != "botorch" or all(p[1] == "double" and not p[4]
-                                       for p in FUNCTIONS[function][0])
+    """Whether `sampler` can search `function`'s space (BoTorch's runner: linear doubles only,
+    without constraints)."""
+    return sampler != "botorch" or (function not in CONSTRAINED and all(
+        p[1] == "double" and not p[4] for p in FUNCTIONS[function][0]))
 
 
 def run_one(binaries, sampler, function, trials, mode, seed):
@@ -330,7 +355,7 @@ def run_one(binaries, sampler, function, trials, mode, seed):
         trajectory.append(best - optimum)
     # Noisy functions: the noise-free regret of the trial each way of choosing names, the
     # model's where the sampler has one.
-    chosen_regret = {by: evaluate(binaries[1], NOISY[function][0], params) - optimum
+    chosen_regret = {by: evaluate(binaries[1], NOISY[function][0], params)[0] - optimum
                      for by, params in chosen.items()}
     final = chosen_regret.get("model", chosen_regret.get("observed", trajectory[-1]))
     return {"sampler": sampler, "function": function, "mode": mode,

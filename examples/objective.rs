@@ -18,6 +18,13 @@
 //! [-2, 2], minimum -1.0316285) and `styblinski-tang` (x1..xd in [-5, 5], minimum
 //! -39.1661657 d).
 //!
+//! Constrained ones report a second metric, `constraint`, on the final line
+//! (`loss=<value> constraint=<c>`), feasible where `c` is at most a bound: `gardner`, the
+//! constrained sine of Gardner et al. (2014), `cos(2 x1) cos(x2) + sin(x1)` over [0, 6]² with
+//! `c = cos(x1) cos(x2) - sin(x1) sin(x2) <= 0.5` (minimum -2 at (3π/2, 0)), and
+//! `branin-constrained`, Branin with `c = (x1 - 2.5)² + (x2 - 7.5)² <= 50` (minimum
+//! 0.397887 at (π, 2.275)).
+//!
 //! With `--noise SD --noise-seed S`, Gaussian noise of standard deviation SD is added to the
 //! value (not to the intermediate ones): a draw fixed by the seed and the parameters, so that
 //! a run repeats.
@@ -62,12 +69,24 @@ fn run() -> Result<(), String> {
         "goldstein-price" => goldstein_price(&coordinates(&flags)?)?,
         "six-hump-camel" => six_hump_camel(&coordinates(&flags)?)?,
         "styblinski-tang" => styblinski_tang(&coordinates(&flags)?),
+        "gardner" => gardner(&coordinates(&flags)?)?,
+        "branin-constrained" => branin(&coordinates(&flags)?)?,
         other => {
             return Err(format!(
                 "unknown --function {other}: use branin, hartmann6, levy, ackley, mixed, \
-                 goldstein-price, six-hump-camel or styblinski-tang"
+                 goldstein-price, six-hump-camel, styblinski-tang, gardner or \
+                 branin-constrained"
             ));
         }
+    };
+    let constraint = match function {
+        "gardner" => Some(gardner_constraint(&coordinates(&flags)?)?),
+        "branin-constrained" => Some(branin_disk(&coordinates(&flags)?)?),
+        _ => None,
+    };
+    let report = |value: f64| match constraint {
+        Some(c) => println!("{metric}={value} constraint={c}"),
+        None => println!("{metric}={value}"),
     };
     let value = match get("noise") {
         Some(sd) => {
@@ -89,12 +108,10 @@ fn run() -> Result<(), String> {
         Some(dir) => {
             let running: u64 = number(get("running").unwrap_or("1"), "running")?;
             let trials: u64 = number(get("trials").ok_or("--in-order needs --trials")?, "trials")?;
-            end_in_order(Path::new(dir), running, trials, || {
-                println!("{metric}={value}")
-            })
+            end_in_order(Path::new(dir), running, trials, || report(value))
         }
         None => {
-            println!("{metric}={value}");
+            report(value);
             Ok(())
         }
     }
@@ -173,6 +190,23 @@ fn branin(x: &[f64]) -> Result<f64, String> {
     let c = 5.0 / PI;
     let t = 1.0 / (8.0 * PI);
     Ok((x2 - b * x1 * x1 + c * x1 - 6.0).powi(2) + 10.0 * (1.0 - t) * x1.cos() + 10.0)
+}
+
+fn gardner(x: &[f64]) -> Result<f64, String> {
+    let (x1, x2) = pair("gardner", x)?;
+    Ok((2.0 * x1).cos() * x2.cos() + x1.sin())
+}
+
+/// Gardner's constraint, feasible at most 0.5.
+fn gardner_constraint(x: &[f64]) -> Result<f64, String> {
+    let (x1, x2) = pair("gardner", x)?;
+    Ok(x1.cos() * x2.cos() - x1.sin() * x2.sin())
+}
+
+/// The constrained Branin's disk, feasible at most 50.
+fn branin_disk(x: &[f64]) -> Result<f64, String> {
+    let (x1, x2) = pair("branin-constrained", x)?;
+    Ok((x1 - 2.5).powi(2) + (x2 - 7.5).powi(2))
 }
 
 fn hartmann6(x: &[f64]) -> Result<f64, String> {

@@ -2,6 +2,7 @@
 //! flags and the mapping of failures to exit codes.
 
 mod dashboard;
+mod enqueue;
 mod plot;
 mod progress;
 mod relay;
@@ -128,6 +129,15 @@ enum Command {
         params: Vec<(String, String)>,
         #[command(flatten)]
         workers: WorkerArgs,
+    },
+    /// Enqueue a configuration to run before the sampler's next proposal (counted against
+    /// the budget; run once, whichever controller of the study takes it).
+    Enqueue {
+        /// The study's name, or its study file (which creates the study if it is new).
+        study: String,
+        /// A hyperparameter, as ID=VALUE; every active parameter needs one.
+        #[arg(long = "param", value_name = "ID=VALUE", value_parser = parse_param)]
+        params: Vec<(String, String)>,
     },
     /// Inside a remote trial job: run the worker and write what it reports into the
     /// storage (HPTUNE_STORAGE, PostgreSQL). Started by the remote executors.
@@ -341,6 +351,7 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             params,
             workers,
         } => run::run_trial(&study, &url, &params, &workers).await,
+        Command::Enqueue { study, params } => enqueue::enqueue(&url, &study, &params).await,
         Command::Relay {
             study,
             trial,

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use hptune::controller::{self, ArtifactPlan, Plan, RunSummary, StudyEnd};
 use hptune::executor::{Executor, StopRequest, check_program, check_storage, for_study};
 use hptune::gpus::{self, DEFAULT_LOCK_DIR, GpuPlan, LockDir};
-use hptune::sampler::{self, ManualSampler};
+use hptune::sampler::{self, ManualSampler, Observation};
 use hptune::spec;
 use hptune::storage::{Storage, StorageUrl, TrialState, best_first};
 use hptune::study::{ExecutorKind, ExecutorSpec, Study};
@@ -37,12 +37,14 @@ pub async fn run_study(
         .map_err(|e| Failure::BadInput(format!("{}: {e}", path.display())))?;
     let mut artifacts = artifact_plan(&study, log_dir, &workers.artifacts)?;
     artifacts.pinned.extend(keep);
+    let gpus = gpu_plan(&study, &workers.gpus, path)?;
+    let storage = Storage::open(url).await?;
     let plan = Plan {
-        gpus: gpu_plan(&study, &workers.gpus, path)?,
+        gpus,
         artifacts,
+        prior: warm_start(&study, &storage, path).await?,
         ..Plan::for_study(&study, log_dir)
     };
-    let storage = Storage::open(url).await?;
     let executor = executor(&study, &storage, url, path)?;
     let summary = supervise(&study, &storage, executor, sampler.as_mut(), &plan).await?;
     storage.close().await;
@@ -73,6 +75,8 @@ pub async fn run_trial(
         log_dir: log_dir.to_path_buf(),
         gpus,
         artifacts: artifact_plan(&study, log_dir, &workers.artifacts)?,
+        run_enqueued: false,
+        prior: Vec::new(),
     };
     let mut sampler = ManualSampler::new(params);
     let summary = supervise(&study, &storage, executor, &mut sampler, &plan).await?;
@@ -97,6 +101,40 @@ pub async fn run_trial(
 /// Reads the study file and checks what can be checked before anything runs: a local
 /// worker's program, a remote executor's storage. `executor` (`--executor`) replaces the
 /// study's executor: local always, another engine if the file configures it.
+/// The finished trials of the study's `warm_start` study that lie in its space; none without
+/// one. The other study must exist and optimise the same metric the same way.
+async fn warm_start(
+    study: &Study,
+    storage: &Storage,
+    path: &Path,
+) -> Result<Vec<Observation>, Failure> {
+    let Some(name) = &study.warm_start else {
+        return Ok(Vec::new());
+    };
+    let bad = |message: String| {
+        Failure::BadInput(format!("{}: warm_start.study: {message}", path.display()))
+    };
+    let record = storage
+        .find_study(name)
+        .await?
+        .ok_or_else(|| bad(format!("no study named '{name}' in this database")))?;
+    if record.metric != study.objective.metric || record.goal != study.objective.goal {
+        return Err(bad(format!(
+            "study '{name}' {}s {}, this one {}s {}: their values do not compare",
+            record.goal.as_str(),
+            record.metric,
+            study.objective.goal.as_str(),
+            study.objective.metric
+        )));
+    }
+    let trials = storage.trials(record.id).await?;
+    Ok(trials
+        .iter()
+        .filter_map(|t| t.observation())
+        .filter(|o| study.space.check(&o.params).is_ok())
+        .collect())
+}
+
 fn load_checked(
     path: &Path,
     url: &StorageUrl,

@@ -105,7 +105,7 @@ async fn find_best(
     match trial {
         Some(trial) => Ok((record, trial.clone(), model_value)),
         None => Err(Failure::Other(format!(
-            "study '{}' has no succeeded trial yet",
+            "study '{}' has no succeeded feasible trial yet",
             record.name
         ))),
     }
@@ -209,9 +209,9 @@ pub fn print_trials(
             let rows: Vec<Vec<String>> = trials
                 .iter()
                 .map(|t| {
-                    let mut row = vec![t.number.to_string(), t.state.as_str().into(), value(t)];
+                    let mut row = vec![t.number.to_string(), state_cell(t), value(t)];
                     row.extend(ids.iter().map(|id| param(t, id)));
-                    row.push(t.error.clone().unwrap_or_default());
+                    row.push(error_cell(t));
                     row.push(t.started_at.clone().unwrap_or_default());
                     row.push(t.finished_at.clone().unwrap_or_default());
                     with_gpus(&mut row, t);
@@ -235,10 +235,10 @@ pub fn print_trials(
                         .collect();
                     let mut row = vec![
                         t.number.to_string(),
-                        t.state.as_str().into(),
+                        state_cell(t),
                         t.value.map(table::short).unwrap_or_default(),
                         params.join(" "),
-                        shorten(t.error.as_deref().unwrap_or_default()),
+                        shorten(&error_cell(t)),
                     ];
                     with_gpus(&mut row, t);
                     row
@@ -252,6 +252,23 @@ pub fn print_trials(
         }
     }
     Ok(())
+}
+
+/// A trial's state as listed: `infeasible` added where it broke a constraint.
+fn state_cell(trial: &TrialRecord) -> String {
+    match trial.infeasible {
+        Some(_) => format!("{} (infeasible)", trial.state.as_str()),
+        None => trial.state.as_str().into(),
+    }
+}
+
+/// A trial's error as listed, with why it is infeasible.
+fn error_cell(trial: &TrialRecord) -> String {
+    [trial.infeasible.as_deref(), trial.error.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Writes a listing to standard output. A reader that has seen enough and closed the pipe
@@ -277,7 +294,7 @@ fn shorten(text: &str) -> String {
     format!("{cut}…")
 }
 
-fn stored_space(study: &StudyRecord) -> Result<Space, Failure> {
+pub(super) fn stored_space(study: &StudyRecord) -> Result<Space, Failure> {
     serde_json::from_str(&study.space).map_err(|e| {
         Failure::Other(format!(
             "the stored search space of study '{}' does not read back: {e}",
@@ -286,10 +303,15 @@ fn stored_space(study: &StudyRecord) -> Result<Space, Failure> {
     })
 }
 
+/// Whether `path` names a study file rather than a study.
+pub(super) fn is_study_file(path: &Path) -> bool {
+    path.is_file() && path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+}
+
 /// The study named `name`, or the study of the study file `name`.
 pub(super) async fn find(storage: &Storage, name: &str) -> Result<StudyRecord, Failure> {
     let path = Path::new(name);
-    let name = if path.is_file() && (name.ends_with(".yaml") || name.ends_with(".yml")) {
+    let name = if is_study_file(path) {
         spec::load_name(path)?
     } else {
         name.to_string()

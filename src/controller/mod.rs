@@ -32,9 +32,9 @@ use crate::executor::{
 };
 use crate::gpus::{GpuPlan, GpuPool, Lease};
 use crate::report::Measurement;
-use crate::sampler::{ProposalContext, Sampler, SamplerError};
+use crate::sampler::{Observation, ProposalContext, Sampler, SamplerError};
 use crate::storage::{
-    Budget, Claim, ClaimError, NextAttempt, Storage, StorageError, StudyRecord, StudyView,
+    Budget, Claim, ClaimError, Enqueue, NextAttempt, Storage, StorageError, StudyRecord, StudyView,
     TrialEnd, TrialRecord, TrialState,
 };
 use crate::study::space::Assignment;
@@ -42,7 +42,7 @@ use crate::study::stopping::Curve;
 use crate::study::{ExecutorSpec, Study};
 use devices::{GPU_POLL, Waiting};
 use liveness::{attempt_began, is_orphan, running_for};
-use verdict::{Verdict, verdict_on};
+use verdict::{Verdict, feasibility, verdict_on};
 
 /// How often a controller tells the database that its trials are alive.
 const HEARTBEAT: Duration = Duration::from_secs(10);
@@ -87,6 +87,11 @@ pub struct Plan {
     pub gpus: Option<GpuPlan>,
     /// Where the trials' models go and which are kept.
     pub artifacts: ArtifactPlan,
+    /// Whether the study's enqueued trials run (first); a trial run by hand runs only its
+    /// own parameters.
+    pub run_enqueued: bool,
+    /// Finished trials of the study's `warm_start` study, for the sampler's model.
+    pub prior: Vec<Observation>,
 }
 
 impl Plan {
@@ -100,6 +105,8 @@ impl Plan {
             log_dir: log_dir.to_path_buf(),
             gpus: None,
             artifacts: ArtifactPlan::for_study(study, log_dir),
+            run_enqueued: true,
+            prior: Vec::new(),
         }
     }
 
@@ -107,6 +114,7 @@ impl Plan {
         Budget {
             max_trial_count: self.max_trial_count,
             max_failed_trial_count: self.max_failed_trial_count,
+            run_enqueued: self.run_enqueued,
         }
     }
 }
@@ -210,6 +218,12 @@ pub async fn run(
         waiting: VecDeque::new(),
         ended_at_pruning: 0,
     };
+    // The study file's configurations to run first, the first time it runs with them.
+    if plan.run_enqueued {
+        storage
+            .enqueue(record.id, &study.initial_trials, Enqueue::Initial)
+            .await?;
+    }
     storage.refresh(&mut run.view).await?;
     run.pin_models().await?;
     let adopted = storage
@@ -254,8 +268,10 @@ pub async fn run(
                 sampler.propose(&ProposalContext {
                     space: &study.space,
                     goal: study.objective.goal,
+                    constraints: &study.constraints,
                     number,
                     history: view.history(),
+                    prior: &plan.prior,
                     running: &running,
                     parallel: plan.parallel_trial_count,
                 })
@@ -733,7 +749,9 @@ impl Run<'_> {
             ),
         };
         // Written with the next claim, or before the loop waits (see `run`).
-        let end = TrialEnd::now(done.trial, state, value, error, done.unsaved);
+        let mut end = TrialEnd::now(done.trial, state, value, error, done.unsaved);
+        (end.trial.constraint_values, end.trial.infeasible) =
+            feasibility(self.study, state, &done.measurements);
         self.view.update(end.trial.clone());
         observer.observe(
             RunEvent::TrialFinished { trial: &end.trial },

@@ -1,6 +1,8 @@
 //! The verdict on an attempt that ended: how its worker ended and what it reported decide
 //! whether the trial succeeded, failed, was stopped, or runs again.
 
+use std::collections::BTreeMap;
+
 use crate::executor::{WorkerEnd, WorkerOutcome};
 use crate::report::{self, Measurement, ReportError};
 use crate::storage::TrialState;
@@ -13,6 +15,25 @@ fn last_value(measurements: &[Measurement], metric: &str) -> Option<f64> {
         .rev()
         .find(|m| m.metric == metric && m.value.is_finite())
         .map(|m| m.value)
+}
+
+/// The final values of the study's constrained metrics in `measurements`, and why a trial
+/// that ended in `state` with them is infeasible (`None`: feasible). A stopped trial is not a
+/// result: its values are kept, and it is not judged.
+pub(super) fn feasibility(
+    study: &Study,
+    state: TrialState,
+    measurements: &[Measurement],
+) -> (BTreeMap<String, f64>, Option<String>) {
+    let constraints = &study.constraints;
+    let values = constraints.values(|metric| report::final_value(measurements, metric).ok());
+    let infeasible = match state {
+        TrialState::Succeeded | TrialState::Failed => {
+            constraints.judge(state == TrialState::Failed, &values)
+        }
+        _ => None,
+    };
+    (values, infeasible)
 }
 
 /// How an attempt ended.
@@ -233,5 +254,27 @@ mod tests {
                 "the study was interrupted (the worker was killed by SIGTERM)".into()
             )
         );
+    }
+
+    #[test]
+    fn feasibility_takes_each_constrained_metrics_final_value() {
+        let yaml = "name: s\nmax_trial_count: 1\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\ntrial: {command: [w]}\nconstraints: [{metric: mem, max: 16}]\nfailed_as_infeasible: true\n";
+        let study = crate::spec::parse(std::path::Path::new("s.yaml"), yaml).unwrap();
+        let mem = |step, value| Measurement {
+            step,
+            metric: "mem".into(),
+            value,
+        };
+        // The final report wins over a later step's, as for the objective.
+        let reported = [mem(Some(1), 20.0), mem(None, 12.0), mem(Some(2), 30.0)];
+        let (values, infeasible) = feasibility(&study, TrialState::Succeeded, &reported);
+        assert_eq!(values, BTreeMap::from([("mem".to_string(), 12.0)]));
+        assert_eq!(infeasible, None);
+        let (_, infeasible) = feasibility(&study, TrialState::Succeeded, &[mem(None, 17.0)]);
+        assert_eq!(infeasible.as_deref(), Some("mem = 17 breaks mem <= 16"));
+        let (_, infeasible) = feasibility(&study, TrialState::Failed, &[]);
+        assert!(infeasible.is_some());
+        let (values, infeasible) = feasibility(&study, TrialState::Stopped, &[mem(Some(1), 20.0)]);
+        assert_eq!((values.len(), infeasible), (1, None));
     }
 }

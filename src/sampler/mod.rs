@@ -13,8 +13,10 @@ pub use manual::ManualSampler;
 pub use random::RandomSampler;
 pub use timed::Timed;
 
+use std::collections::BTreeMap;
+
 use crate::study::space::{Assignment, Space};
-use crate::study::{Algorithm, Goal, Study};
+use crate::study::{Algorithm, Constraints, Goal, Study};
 
 /// A finished trial, as samplers see it.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +27,24 @@ pub struct Observation {
     pub params: Assignment,
     /// Its final value; `None` when it failed or was stopped before reporting one.
     pub value: Option<f64>,
+    /// Whether it kept the study's constraints (see [`crate::study::Constraints::judge`]).
+    pub feasible: bool,
+    /// The final values it reported of the constrained metrics.
+    pub constraint_values: BTreeMap<String, f64>,
+}
+
+#[cfg(test)]
+impl Observation {
+    /// Trial 0, no parameters, failed, feasible: the start of the observations tests build.
+    pub(crate) fn unconstrained() -> Self {
+        Self {
+            number: 0,
+            params: Assignment::default(),
+            value: None,
+            feasible: true,
+            constraint_values: BTreeMap::new(),
+        }
+    }
 }
 
 /// What a sampler may look at to propose trial `number`.
@@ -34,10 +54,15 @@ pub struct ProposalContext<'a> {
     pub space: &'a Space,
     /// Whether larger or smaller values are better.
     pub goal: Goal,
+    /// The bounds on the trials' other metrics.
+    pub constraints: &'a Constraints,
     /// The number the proposed trial will get.
     pub number: u64,
     /// Every finished trial of the study, in number order.
     pub history: &'a [Observation],
+    /// Finished trials of another study over the same space (`warm_start`): they inform a
+    /// model, and count toward nothing.
+    pub prior: &'a [Observation],
     /// The parameters of the trials still running.
     pub running: &'a [Assignment],
     /// How many trials the study runs at once (its `parallel_trial_count`): the proposals go

@@ -49,8 +49,10 @@ mod tests {
         let context = ProposalContext {
             space,
             goal: Goal::Minimize,
+            constraints: &Default::default(),
             number,
             history: &[],
+            prior: &[],
             running: &[],
             parallel: 1,
         };

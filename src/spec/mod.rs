@@ -7,8 +7,10 @@
 
 mod artifacts;
 mod block;
+mod constraints;
 mod early_stopping;
 mod executor;
+mod initial_trials;
 mod locate;
 mod parameters;
 mod raw;
@@ -336,6 +338,23 @@ impl Checker<'_> {
         };
         let trial = self.trial(raw.trial, space.as_ref());
         let artifacts = self.artifacts(raw.artifacts);
+        let constraints = self.constraints(raw.constraints, raw.failed_as_infeasible);
+        let initial_trials = self.initial_trials(raw.initial_trials, space.as_ref());
+        let warm_start = match raw.warm_start {
+            Some(warm) if warm.study == raw.name => {
+                self.report(
+                    "warm_start.study",
+                    "names this study itself: name another one",
+                );
+                None
+            }
+            Some(warm) if warm.study.trim().is_empty() => {
+                self.report("warm_start.study", "must not be empty");
+                None
+            }
+            Some(warm) => Some(Some(warm.study)),
+            None => Some(None),
+        };
         if let (Some(Algorithm::Grid), Some(space)) = (algorithm, &space)
             && let Err(e) = space.grid_size()
         {
@@ -357,6 +376,9 @@ impl Checker<'_> {
             early_stopping: early_stopping?,
             trial: trial?,
             artifacts: artifacts?,
+            constraints: constraints?,
+            initial_trials: initial_trials?,
+            warm_start: warm_start?,
             source: self.text.to_string(),
         })
     }

@@ -135,6 +135,26 @@ pub struct RawStudy {
     pub early_stopping: Option<RawRule>,
     pub trial: RawTrial,
     pub artifacts: Option<RawArtifacts>,
+    pub constraints: Option<Vec<RawConstraint>>,
+    pub failed_as_infeasible: Option<bool>,
+    pub initial_trials: Option<Vec<BTreeMap<String, Scalar>>>,
+    pub warm_start: Option<RawWarmStart>,
+}
+
+/// `warm_start`: the study whose trials inform the model.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWarmStart {
+    pub study: String,
+}
+
+/// One of `constraints`: a bound on a reported metric.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConstraint {
+    pub metric: String,
+    pub max: Option<Number>,
+    pub min: Option<Number>,
 }
 
 /// `artifacts`: the trials' model folders.

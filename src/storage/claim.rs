@@ -23,6 +23,9 @@ pub struct Budget {
     pub max_trial_count: Option<u64>,
     /// Failed trials after which no trial is claimed.
     pub max_failed_trial_count: u64,
+    /// Whether enqueued trials are claimed before new ones are proposed (a study's run; not
+    /// a trial run by hand, which runs its own parameters).
+    pub run_enqueued: bool,
 }
 
 /// What [`Storage::claim_trials`] did, trial by trial.
@@ -59,14 +62,17 @@ async fn changed_rows<'e>(
 
 /// What a claim decides on a view of the study.
 enum Decision {
+    /// Run the enqueued trial with this row id.
+    Enqueued(i64),
     /// Run trial `number` with these parameters.
     Run(u64, Assignment),
     /// Claim nothing, for this reason.
     Not(Claim),
 }
 
-/// Checks the budget on `view` with the `planned` trials (proposed in this claim, not yet in
-/// the view) counted, then asks `propose` for the next number's parameters.
+/// Checks the failures on `view`, takes the next enqueued trial if the budget runs them and
+/// there is one, else checks the budget with the `planned` trials (proposed in this claim,
+/// not yet in the view) counted and asks `propose` for the next number's parameters.
 fn decide<E>(
     view: &StudyView,
     budget: Budget,
@@ -75,6 +81,11 @@ fn decide<E>(
 ) -> Result<Decision, E> {
     if view.count(TrialState::Failed) as u64 >= budget.max_failed_trial_count {
         return Ok(Decision::Not(Claim::TooManyFailures));
+    }
+    if budget.run_enqueued
+        && let Some(trial) = view.next_enqueued()
+    {
+        return Ok(Decision::Enqueued(trial.id));
     }
     if budget
         .max_trial_count
@@ -87,6 +98,38 @@ fn decide<E>(
         Some(params) => Decision::Run(number, params),
         None => Decision::Not(Claim::Exhausted),
     })
+}
+
+/// Starts the enqueued trial with row id `id` for `owner`, in `tx`, which holds the study's
+/// lock: its first attempt begins now.
+async fn start_enqueued(
+    tx: &mut Transaction<'static, Any>,
+    id: i64,
+    owner: &str,
+) -> Result<TrialRecord, StorageError> {
+    let doing = "starting an enqueued trial";
+    let at = now();
+    let row = sqlx::query(concat!(
+        "UPDATE trials SET state = 'running', owner = $1, started_at = $2, heartbeat_at = $2
+         WHERE id = $3 AND state = 'pending' AND owner IS NULL AND started_at IS NULL RETURNING ",
+        trial_columns!()
+    ))
+    .bind(owner)
+    .bind(&at)
+    .bind(id)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(query_error(doing))?;
+    sqlx::query(
+        "UPDATE attempts SET owner = $1, started_at = $2 WHERE trial_id = $3 AND attempt = 1",
+    )
+    .bind(owner)
+    .bind(&at)
+    .bind(id)
+    .execute(&mut **tx)
+    .await
+    .map_err(query_error(doing))?;
+    TrialRecord::from_row(&row)
 }
 
 fn params_json(params: &Assignment) -> String {
@@ -182,6 +225,12 @@ impl Storage {
         view.absorb(&rows)?;
         let (number, params) = match decide(view, budget, &[], &mut propose) {
             Ok(Decision::Run(number, params)) => (number, params),
+            Ok(Decision::Enqueued(id)) => {
+                let trial = start_enqueued(&mut tx, id, owner).await?;
+                tx.commit().await.map_err(query_error(doing))?;
+                view.update(trial.clone());
+                return Ok(Claim::Started(Box::new(trial)));
+            }
             Ok(Decision::Not(claim)) => return Ok(claim),
             Err(e) => return Err(ClaimError::Proposal(e)),
         };
@@ -297,6 +346,7 @@ mod tests {
         let budget = Budget {
             max_trial_count: Some(max_trial_count),
             max_failed_trial_count: 5,
+            run_enqueued: true,
         };
         let view = || StudyView::new(id, Goal::Minimize);
         (budget, view(), view())

@@ -196,17 +196,23 @@ impl Script {
             Some(v) => self.real(v),
             None => "NULL".into(),
         };
+        let constraint_values = (!trial.constraint_values.is_empty()).then(|| {
+            serde_json::to_string(&trial.constraint_values).expect("a map of numbers serialises")
+        });
         // The owner and attempt are the row's own when this controller still runs the trial;
         // otherwise the database refuses the end (migration 0005).
         format!(
             "UPDATE trials SET state = {}, error = {}, finished_at = {finished_at}, value = {value}, \
              worker = COALESCE({}, worker), log_path = COALESCE({}, log_path), \
-             artifact_dir = COALESCE({}, artifact_dir), owner = {}, attempt = {} WHERE id = {id}",
+             artifact_dir = COALESCE({}, artifact_dir), constraint_values = {}, infeasible = {}, \
+             owner = {}, attempt = {} WHERE id = {id}",
             self.text(Some(trial.state.as_str())),
             self.text(trial.error.as_deref()),
             self.text(trial.worker.as_deref()),
             self.text(trial.log_path.as_deref()),
             self.text(trial.artifact_dir.as_deref()),
+            self.text(constraint_values.as_deref()),
+            self.text(trial.infeasible.as_deref()),
             self.text(trial.owner.as_deref()),
             self.int(i64::from(trial.attempt)),
         )
@@ -339,6 +345,7 @@ mod tests {
         let budget = Budget {
             max_trial_count: None,
             max_failed_trial_count: 1,
+            run_enqueued: true,
         };
         let claimed = storage
             .claim_trials(view, budget, "me", 1, &mut Vec::new(), |_, _, _| {

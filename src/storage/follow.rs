@@ -67,7 +67,7 @@ impl StudyFollower {
         self.view.count(state)
     }
 
-    /// The number and value of the best succeeded trial.
+    /// The number and value of the best succeeded feasible trial.
     pub fn best(&self) -> Option<(u64, f64)> {
         self.view.best()
     }
@@ -260,7 +260,9 @@ impl Storage {
     pub async fn study_overviews(&self) -> Result<Vec<StudyOverview>, StorageError> {
         let studies = self.study_records().await?;
         let counts = sqlx::query(
-            "SELECT study_id, state, COUNT(*) AS n, MIN(value) AS low, MAX(value) AS high,
+            "SELECT study_id, state, COUNT(*) AS n,
+                    MIN(CASE WHEN infeasible IS NULL THEN value END) AS low,
+                    MAX(CASE WHEN infeasible IS NULL THEN value END) AS high,
                     MAX(COALESCE(finished_at, started_at, created_at)) AS last
              FROM trials GROUP BY study_id, state",
         )
@@ -324,6 +326,7 @@ mod tests {
                 Budget {
                     max_trial_count: Some(10),
                     max_failed_trial_count: 10,
+                    run_enqueued: true,
                 },
                 "me",
                 2,

@@ -9,6 +9,7 @@
 mod artifacts;
 mod claim;
 mod ends;
+mod enqueue;
 mod follow;
 mod read_only;
 mod relayed;
@@ -27,6 +28,7 @@ use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 use crate::study::{Goal, Study};
 pub use claim::{Budget, Claim, ClaimError};
 pub use ends::TrialEnd;
+pub use enqueue::Enqueue;
 pub use follow::StudyFollower;
 pub use rows::{
     AttemptRecord, MeasurementRecord, StudyOverview, StudyRecord, StudySummary, TrialRecord,
@@ -426,14 +428,14 @@ async fn migrate(pool: &AnyPool, migrator: &sqlx::migrate::Migrator) -> Result<(
     }
 }
 
-/// The `n` best succeeded trials of `trials` for `goal`, best first.
+/// The `n` best succeeded feasible trials of `trials` for `goal`, best first.
 pub fn best_first(trials: &[TrialRecord], goal: Goal, n: usize) -> Vec<TrialRecord> {
     let mut succeeded: Vec<&TrialRecord> = succeeded(trials).collect();
     succeeded.sort_by(|a, b| ranking(goal, a, b));
     succeeded.into_iter().take(n).cloned().collect()
 }
 
-/// The best succeeded trial of `trials` for `goal`, if any succeeded.
+/// The best succeeded feasible trial of `trials` for `goal`, if any.
 pub fn best_trial(trials: &[TrialRecord], goal: Goal) -> Option<&TrialRecord> {
     succeeded(trials).min_by(|a, b| ranking(goal, a, b))
 }
@@ -442,6 +444,7 @@ fn succeeded(trials: &[TrialRecord]) -> impl Iterator<Item = &TrialRecord> {
     trials
         .iter()
         .filter(|t| t.state == TrialState::Succeeded && t.value.is_some())
+        .filter(|t| t.infeasible.is_none())
 }
 
 /// Which of two succeeded trials ranks first: the better value, and of equal values the

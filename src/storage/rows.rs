@@ -1,5 +1,6 @@
 //! Stored rows read back into typed records.
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use serde::Serialize;
@@ -15,7 +16,7 @@ use crate::study::space::Assignment;
 /// The columns of a trial, in the order [`TrialRecord::from_row`] reads them.
 macro_rules! trial_columns {
     () => {
-        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus, artifact_dir, artifact_removed_at"
+        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus, artifact_dir, artifact_removed_at, constraint_values, infeasible"
     };
 }
 pub(crate) use trial_columns;
@@ -140,6 +141,11 @@ pub struct TrialRecord {
     pub artifact_dir: Option<String>,
     /// When hptune removed its attempts' model folders (`artifacts.keep_best`).
     pub artifact_removed_at: Option<String>,
+    /// The final values it reported of the study's constrained metrics.
+    pub constraint_values: BTreeMap<String, f64>,
+    /// Why it is infeasible (it broke a constraint, or failed with `failed_as_infeasible`);
+    /// `None` when it is feasible. An infeasible trial is never the best.
+    pub infeasible: Option<String>,
 }
 
 #[cfg(test)]
@@ -163,6 +169,8 @@ impl TrialRecord {
             gpus: Vec::new(),
             artifact_dir: None,
             artifact_removed_at: None,
+            constraint_values: BTreeMap::new(),
+            infeasible: None,
         }
     }
 
@@ -235,6 +243,12 @@ impl StudyRecord {
 }
 
 impl TrialRecord {
+    /// Whether it waits to run first, enqueued (`pending` with no owner and never started;
+    /// a trial handed back by an interrupted controller has started).
+    pub fn is_enqueued(&self) -> bool {
+        self.state == TrialState::Pending && self.owner.is_none() && self.started_at.is_none()
+    }
+
     /// The trial as a sampler sees it once it has ended (its value only if it succeeded);
     /// `None` while it has not ended.
     pub fn observation(&self) -> Option<Observation> {
@@ -242,6 +256,8 @@ impl TrialRecord {
             number: self.number,
             params: self.params.clone(),
             value: self.value.filter(|_| self.state == TrialState::Succeeded),
+            feasible: self.infeasible.is_none(),
+            constraint_values: self.constraint_values.clone(),
         })
     }
 
@@ -274,6 +290,15 @@ impl TrialRecord {
                 .unwrap_or_default(),
             artifact_dir: row.try_get("artifact_dir").map_err(corrupt)?,
             artifact_removed_at: row.try_get("artifact_removed_at").map_err(corrupt)?,
+            constraint_values: match row
+                .try_get::<Option<String>, _>("constraint_values")
+                .map_err(corrupt)?
+            {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| StorageError::Corrupt(format!("constraint values {text}: {e}")))?,
+                None => BTreeMap::new(),
+            },
+            infeasible: row.try_get("infeasible").map_err(corrupt)?,
         })
     }
 }

@@ -191,7 +191,9 @@ impl Storage {
     }
 
     /// Takes over the running trials of a study whose controller is gone (`is_orphan` says so
-    /// from the owner and the last heartbeat); returns them, now owned by `owner`.
+    /// from the owner and the last heartbeat), and the ones an interrupted controller handed
+    /// back; returns them, now owned by `owner`. Enqueued trials are not taken here: claims
+    /// take them one by one ([`super::enqueue`]).
     pub async fn adopt_orphans(
         &self,
         study_id: i64,
@@ -203,7 +205,8 @@ impl Storage {
         let rows = sqlx::query(concat!(
             "SELECT ",
             trial_columns!(),
-            ", heartbeat_at FROM trials WHERE study_id = $1 AND state IN ('pending', 'running') ORDER BY number"
+            ", heartbeat_at FROM trials WHERE study_id = $1 AND state IN ('pending', 'running')
+             AND NOT (state = 'pending' AND owner IS NULL AND started_at IS NULL) ORDER BY number"
         ))
         .bind(study_id)
         .fetch_all(&mut *tx)

@@ -66,9 +66,14 @@ impl StudyView {
         self.counts.get(&state).copied().unwrap_or(0)
     }
 
-    /// The number and value of the best succeeded trial, if any.
+    /// The number and value of the best succeeded feasible trial, if any.
     pub fn best(&self) -> Option<(u64, f64)> {
         self.best
+    }
+
+    /// The enqueued trial to run next: the lowest-numbered one.
+    pub(super) fn next_enqueued(&self) -> Option<&TrialRecord> {
+        self.unfinished_trials().find(|t| t.is_enqueued())
     }
 
     /// The trials not finished yet (pending or running).
@@ -142,6 +147,7 @@ impl StudyView {
         }
         if newly_finished && let Some(observation) = trial.observation() {
             if let Some(v) = observation.value
+                && observation.feasible
                 && self.best.is_none_or(|(_, best)| self.goal.better(v, best))
             {
                 self.best = Some((trial.number, v));

@@ -2,6 +2,7 @@
 //! proposed, stopped early and started. The study file ([`crate::spec`]) is read into these
 //! types; every other module works on them.
 
+mod constraint;
 mod executor;
 mod goal;
 pub mod space;
@@ -13,6 +14,7 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use constraint::{Bound, Constraint, Constraints};
 pub use executor::{
     Accelerator, ArtifactsVolume, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings,
     Resources, SageMakerSpec, SecretRef, SlurmReport, SlurmSpec, VertexSpec,
@@ -114,6 +116,15 @@ pub struct Study {
     pub trial: TrialTemplate,
     /// Where the trials' models go, and how many are kept.
     pub artifacts: Artifacts,
+    /// The bounds the trials' reported metrics must keep, and whether a failed trial counts
+    /// as infeasible.
+    pub constraints: Constraints,
+    /// Configurations to run first, in order, before the sampler proposes (`initial_trials`):
+    /// enqueued once, the first time the study runs with them.
+    pub initial_trials: Vec<space::Assignment>,
+    /// Another study whose finished trials inform the Bayesian model from the start, without
+    /// counting toward this study's budget (`warm_start.study`).
+    pub warm_start: Option<String>,
     /// The file as written, kept in the database.
     pub source: String,
 }

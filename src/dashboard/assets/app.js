@@ -103,12 +103,12 @@
     const duration = (t) => (t.started_at && t.finished_at ? seconds(t.finished_at) - seconds(t.started_at) : NaN);
     const columns = [
       { key: "number", label: "#", num: true, get: (t) => t.number, show: (t) => t.number },
-      { key: "state", label: "State", get: (t) => t.state, show: (t) => `<span class="badge ${t.state}">${t.state}</span>` },
+      { key: "state", label: "State", get: (t) => t.state, show: (t) => `<span class="badge ${t.state}">${t.state}</span>${t.infeasible ? ' <span class="badge infeasible">infeasible</span>' : ""}` },
       { key: "value", label: init.metric, num: true, get: (t) => t.value, show: (t) => fmtNum(t.value) },
       ...init.params.map((p) => ({ key: p, label: p, num: true, get: (t) => t.params[p], show: (t) => fmtNum(t.params[p]) })),
       { key: "duration", label: "Duration", num: true, get: duration, show: (t) => fmtDur(duration(t)) },
       { key: "started", label: "Started", get: (t) => t.started_at || "", show: (t) => fmtTime(t.started_at) },
-      { key: "error", label: "Error", get: (t) => t.error || "", show: (t) => `<span class="muted">${esc((t.error || "").slice(0, 80))}</span>` },
+      { key: "error", label: "Error", get: (t) => t.infeasible || t.error || "", show: (t) => `<span class="muted">${esc((t.infeasible || t.error || "").slice(0, 80))}</span>` },
     ];
     const columnOf = (name) => columns.find((c) => c.key === name || c.label === name || (name === "value" && c.key === "value"));
 
@@ -144,7 +144,7 @@
     function bestNumber() {
       let best = null;
       for (const t of trials.values()) {
-        if (t.state !== "succeeded" || t.value === null) continue;
+        if (t.state !== "succeeded" || t.value === null || t.infeasible) continue;
         if (!best || (init.goal === "minimize" ? t.value < best.value : t.value > best.value)) best = t;
       }
       return best && best.number;

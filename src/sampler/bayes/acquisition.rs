@@ -6,11 +6,14 @@
 //! log of the mean over draws. A candidate is worth little beside a running trial (their
 //! values move together) and where a running trial is likely to improve already, so the
 //! proposals of a batch spread out without leaving the places the model likes. With no trial
-//! running it is the log expected improvement itself ([`super::log_ei`]).
+//! running it is the log expected improvement itself ([`super::log_ei`]). With constraints,
+//! the log probability that the candidate is feasible is added ([`super::feasibility`]); while
+//! no trial is feasible there is no improvement to expect, and it is that probability alone.
 
 use nalgebra::{Cholesky, DMatrix, DVector, Dyn};
 use rand_chacha::ChaCha8Rng;
 
+use super::feasibility::Feasibility;
 use super::gp::{Gp, GpError, MIN_VARIANCE, Prediction, factor};
 use super::log_ei::{log_ei, log_ei_with_gradient};
 use super::search::normal;
@@ -52,19 +55,32 @@ impl Running {
 pub struct Acquisition<'a> {
     gp: &'a Gp,
     running: Option<Running>,
+    /// Empty when there is no incumbent to improve on.
     fantasies: Vec<Fantasy>,
+    feasibility: Option<&'a Feasibility>,
 }
 
 impl<'a> Acquisition<'a> {
     /// The acquisition of `gp` (the model of the finished trials) over `best` (standardised,
-    /// maximisation), with the trials running at `running` (features) drawn from `rng`; an
-    /// error when their posterior covariance cannot be factored even with jitter.
+    /// maximisation; `None` while no trial is feasible), with the trials running at `running`
+    /// (features) drawn from `rng`, weighted by `feasibility` where the study has constraints;
+    /// an error when the running trials' posterior covariance cannot be factored even with
+    /// jitter.
     pub fn new(
         gp: &'a Gp,
-        best: f64,
+        best: Option<f64>,
         running: Vec<Vec<f64>>,
         rng: &mut ChaCha8Rng,
+        feasibility: Option<&'a Feasibility>,
     ) -> Result<Self, GpError> {
+        let Some(best) = best else {
+            return Ok(Self {
+                gp,
+                running: None,
+                fantasies: Vec::new(),
+                feasibility,
+            });
+        };
         if running.is_empty() {
             let fantasies = vec![Fantasy {
                 weights: DVector::zeros(0),
@@ -74,6 +90,7 @@ impl<'a> Acquisition<'a> {
                 gp,
                 running: None,
                 fantasies,
+                feasibility,
             });
         }
         let (mean, covariance) = gp.joint(&running);
@@ -97,6 +114,7 @@ impl<'a> Acquisition<'a> {
             gp,
             running: Some(running),
             fantasies,
+            feasibility,
         })
     }
 
@@ -107,6 +125,36 @@ impl<'a> Acquisition<'a> {
 
     /// The acquisition at each of `points` (features), computed together.
     pub fn score_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<f64> {
+        let mut scores = self.improvement_many(points);
+        if let Some(feasibility) = self.feasibility {
+            for (score, log_p) in scores
+                .iter_mut()
+                .zip(feasibility.log_probability_many(points))
+            {
+                *score += log_p;
+            }
+        }
+        scores
+    }
+
+    /// The acquisition at features `x`, and its gradient by them.
+    pub fn score_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>) {
+        let (mut score, mut gradient) = self.improvement_with_gradient(x);
+        if let Some(feasibility) = self.feasibility {
+            let (log_p, log_p_gradient) = feasibility.log_probability_with_gradient(x);
+            score += log_p;
+            for (out, d) in gradient.iter_mut().zip(log_p_gradient) {
+                *out += d;
+            }
+        }
+        (score, gradient)
+    }
+
+    /// The log expected improvement at each of `points`; 0 without an incumbent.
+    fn improvement_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<f64> {
+        if self.fantasies.is_empty() {
+            return vec![0.0; points.len()];
+        }
         let Some(running) = &self.running else {
             let best = self.fantasies[0].best;
             return self
@@ -135,8 +183,12 @@ impl<'a> Acquisition<'a> {
             .collect()
     }
 
-    /// The acquisition at features `x`, and its gradient by them.
-    pub fn score_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>) {
+    /// The log expected improvement at features `x`, and its gradient by them; 0 without an
+    /// incumbent.
+    fn improvement_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>) {
+        if self.fantasies.is_empty() {
+            return (0.0, vec![0.0; x.len()]);
+        }
         let prediction = self.gp.predict_with_gradient(x);
         let Some(running) = &self.running else {
             return log_ei_with_gradient(&prediction, self.fantasies[0].best);
@@ -213,7 +265,8 @@ mod tests {
     #[test]
     fn with_no_running_trial_it_is_the_log_expected_improvement() {
         let gp = gp();
-        let acquisition = Acquisition::new(&gp, 2.0, Vec::new(), &mut stream(1, 0)).unwrap();
+        let acquisition =
+            Acquisition::new(&gp, Some(2.0), Vec::new(), &mut stream(1, 0), None).unwrap();
         let x = [0.6, 0.45];
         let (mean, variance) = gp.predict(&x);
         assert_eq!(acquisition.score(&x), log_ei(mean, variance, 2.0));
@@ -245,8 +298,14 @@ mod tests {
         // 0.3 (in log) from stream to stream, their mean by a eighth of that.
         let mean_of_streams = (0..64)
             .map(|n| {
-                let acquisition =
-                    Acquisition::new(&gp, 2.0, vec![running.clone()], &mut stream(2, n)).unwrap();
+                let acquisition = Acquisition::new(
+                    &gp,
+                    Some(2.0),
+                    vec![running.clone()],
+                    &mut stream(2, n),
+                    None,
+                )
+                .unwrap();
                 acquisition.score(&candidate).exp()
             })
             .sum::<f64>()
@@ -262,7 +321,8 @@ mod tests {
     fn the_gradient_matches_finite_differences_with_running_trials() {
         let gp = gp();
         let running = vec![vec![0.55, 0.5], vec![0.3, 0.35]];
-        let acquisition = Acquisition::new(&gp, 2.0, running, &mut stream(4, 0)).unwrap();
+        let acquisition =
+            Acquisition::new(&gp, Some(2.0), running, &mut stream(4, 0), None).unwrap();
         for x in [[0.6, 0.45], [0.2, 0.8], [0.45, 0.3]] {
             let (value, gradient) = acquisition.score_with_gradient(&x);
             assert!((value - acquisition.score(&x)).abs() < 1e-12);
@@ -280,9 +340,15 @@ mod tests {
     fn the_same_stream_draws_the_same_fantasies() {
         let gp = gp();
         let at = |number| {
-            Acquisition::new(&gp, 2.0, vec![vec![0.55, 0.5]], &mut stream(5, number))
-                .unwrap()
-                .score(&[0.6, 0.55])
+            Acquisition::new(
+                &gp,
+                Some(2.0),
+                vec![vec![0.55, 0.5]],
+                &mut stream(5, number),
+                None,
+            )
+            .unwrap()
+            .score(&[0.6, 0.55])
         };
         assert_eq!(at(1), at(1));
         assert_ne!(at(1), at(2));

@@ -111,6 +111,7 @@ mod tests {
                     number: u64::from(n),
                     params: Assignment::from([("a".to_string(), ParamValue::Float(a))]),
                     value: Some((6.0 * a).sin()),
+                    ..Observation::unconstrained()
                 }
             })
             .collect();

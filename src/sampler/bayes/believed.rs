@@ -1,4 +1,4 @@
-//! The trial the model believes best: of the succeeded trials, the one of highest posterior
+//! The trial the model believes best: of the succeeded feasible trials, the one of highest posterior
 //! mean, fitted to the history as a proposal's model is. Where values are noisy it discounts
 //! a trial that stands out by luck, which the best observed value does not.
 
@@ -20,8 +20,8 @@ pub struct Believed {
     pub value: f64,
 }
 
-/// The succeeded trial of `history` (finished trials) whose posterior mean is best for
-/// `goal`; `None` when none succeeded.
+/// The succeeded feasible trial of `history` (finished trials) whose posterior mean is best
+/// for `goal`; `None` when none succeeded feasibly.
 pub fn believed_best(
     space: &Space,
     goal: Goal,
@@ -36,7 +36,10 @@ pub fn believed_best(
         .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
     let output = data.output;
     let gp = Gp::new(data.x, &data.y, &hyper)?;
-    let succeeded: Vec<&Observation> = history.iter().filter(|o| o.value.is_some()).collect();
+    let succeeded: Vec<&Observation> = history
+        .iter()
+        .filter(|o| o.value.is_some() && o.feasible)
+        .collect();
     let points: Vec<Vec<f64>> = succeeded
         .iter()
         .map(|o| encoding.encode(&o.params))
@@ -71,6 +74,7 @@ mod tests {
                     number: u64::from(n),
                     params: Assignment::from([("a".to_string(), ParamValue::Float(a))]),
                     value: Some((a - 0.5).powi(2) * 4.0 + noise + luck),
+                    ..Observation::unconstrained()
                 }
             })
             .collect();
@@ -90,12 +94,38 @@ mod tests {
     }
 
     #[test]
+    fn an_infeasible_trial_is_never_believed_best() {
+        let space = Space::new(vec![unit_double("a")]);
+        let at = |number: u64, a: f64, feasible| Observation {
+            number,
+            params: Assignment::from([("a".to_string(), ParamValue::Float(a))]),
+            value: Some(a),
+            feasible,
+            ..Observation::unconstrained()
+        };
+        let history: Vec<Observation> = (0..8u32)
+            .map(|n| at(u64::from(n), f64::from(n) / 7.0, n < 6))
+            .collect();
+        let believed = believed_best(&space, Goal::Maximize, &history)
+            .unwrap()
+            .unwrap();
+        assert_eq!(believed.number, 5);
+        let mut none_feasible = history;
+        none_feasible.iter_mut().for_each(|o| o.feasible = false);
+        assert_eq!(
+            believed_best(&space, Goal::Maximize, &none_feasible),
+            Ok(None)
+        );
+    }
+
+    #[test]
     fn no_succeeded_trial_believes_none() {
         let space = Space::new(vec![unit_double("a")]);
         let failed = Observation {
             number: 0,
             params: Assignment::from([("a".to_string(), ParamValue::Float(0.2))]),
             value: None,
+            ..Observation::unconstrained()
         };
         assert_eq!(believed_best(&space, Goal::Maximize, &[failed]), Ok(None));
     }

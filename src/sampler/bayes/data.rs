@@ -21,9 +21,14 @@ pub struct TrainingData {
     pub y: Vec<f64>,
     /// The map from a trial's value to the model's and back.
     pub output: OutputMap,
-    /// Unit points of the best trials, best first.
+    /// Unit points of the best trials, best first: the best feasible ones, or where none is
+    /// feasible the best of the others.
     pub incumbents: Vec<Vec<f64>>,
-    /// Every trial's value in history order, larger is better; `None` where it failed.
+    /// Features of the best feasible trials (those of `incumbents`); empty when no trial is
+    /// feasible.
+    pub feasible_incumbents: Vec<Vec<f64>>,
+    /// Every trial's value in history order, larger is better; `None` where it failed or is
+    /// infeasible (it improves on nothing).
     pub values: Vec<Option<f64>>,
 }
 
@@ -44,22 +49,37 @@ impl TrainingData {
         let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();
         let x: Vec<Vec<f64>> = history.iter().map(|o| encoding.encode(&o.params)).collect();
 
-        // Succeeded trials, best first; ties by trial order.
+        // Succeeded trials, feasible ones first, best first; ties by trial order.
         let mut ranked: Vec<usize> = (0..history.len())
             .filter(|&i| values[i].is_some())
             .collect();
-        ranked.sort_by(|&a, &b| y[b].total_cmp(&y[a]));
-        let incumbents = ranked
+        ranked.sort_by(|&a, &b| {
+            let feasible = |i: usize| history[i].feasible;
+            feasible(b).cmp(&feasible(a)).then(y[b].total_cmp(&y[a]))
+        });
+        let best: Vec<usize> = ranked.iter().take(search::INCUMBENTS).copied().collect();
+        let incumbents = best
             .iter()
-            .take(search::INCUMBENTS)
             .map(|&i| encoding.unit(&history[i].params))
             .collect();
-        let (x, y) = nearest(x, y, ranked[0], MAX_MODEL_POINTS);
+        let feasible_incumbents = best
+            .iter()
+            .filter(|&&i| history[i].feasible)
+            .map(|&i| x[i].clone())
+            .collect();
+        let center = x[ranked[0]].clone();
+        let (x, y) = nearest(x, y, &center, MAX_MODEL_POINTS);
+        let values = values
+            .iter()
+            .zip(history)
+            .map(|(v, o)| v.filter(|_| o.feasible))
+            .collect();
         Some(Self {
             x,
             y,
             output,
             incumbents,
+            feasible_incumbents,
             values,
         })
     }
@@ -74,7 +94,7 @@ fn goal_sign(goal: Goal) -> f64 {
 }
 
 /// The mean and the spread (1 where the values are constant) of `values`.
-fn moments(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
+pub(super) fn moments(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
     let n = values.clone().count() as f64;
     let mean = values.clone().sum::<f64>() / n;
     let spread = (values.map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
@@ -133,17 +153,18 @@ impl OutputMap {
     }
 }
 
-/// At most `keep` of the points, the nearest to point `center` (itself included).
-fn nearest(x: Vec<Vec<f64>>, y: Vec<f64>, center: usize, keep: usize) -> (Vec<Vec<f64>>, Vec<f64>) {
+/// At most `keep` of the points `x` with their values `y`, the nearest to `center`.
+pub(super) fn nearest(
+    x: Vec<Vec<f64>>,
+    y: Vec<f64>,
+    center: &[f64],
+    keep: usize,
+) -> (Vec<Vec<f64>>, Vec<f64>) {
     if x.len() <= keep {
         return (x, y);
     }
-    let distance = |p: &[f64]| -> f64 {
-        p.iter()
-            .zip(&x[center])
-            .map(|(a, b)| (a - b) * (a - b))
-            .sum()
-    };
+    let distance =
+        |p: &[f64]| -> f64 { p.iter().zip(center).map(|(a, b)| (a - b) * (a - b)).sum() };
     let mut order: Vec<usize> = (0..x.len()).collect();
     order.sort_by(|&a, &b| distance(&x[a]).total_cmp(&distance(&x[b])));
     order.truncate(keep);

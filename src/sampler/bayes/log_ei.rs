@@ -49,6 +49,18 @@ fn log_h(z: f64) -> (f64, f64, f64) {
     }
 }
 
+/// `log Φ(z)` and `φ(z)/Φ(z)` (the factor of its derivative), finite far in the lower tail,
+/// where `Φ(z) = φ(z) R(-z)`.
+pub fn log_cdf(z: f64) -> (f64, f64) {
+    if z >= TAIL {
+        let big_phi = cdf(z);
+        (big_phi.ln(), log_phi(z).exp() / big_phi)
+    } else {
+        let (r, _) = mills(-z);
+        (log_phi(z) + r.ln(), 1.0 / r)
+    }
+}
+
 /// `log EI` of a maximisation at mean `mean` and variance `variance`, above `best`.
 pub fn log_ei(mean: f64, variance: f64, best: f64) -> f64 {
     let sigma = variance.sqrt();
@@ -104,6 +116,24 @@ mod tests {
         let (left, _, _) = log_h(-40.0);
         let (right, _, _) = log_h(-39.0);
         assert!(left < right);
+    }
+
+    #[test]
+    fn log_cdf_agrees_with_erfc_and_follows_the_tail_asymptote() {
+        for z in [4.0, 0.3, -2.0, -4.99, -5.01, -9.0, -20.0] {
+            let exact = cdf(z).ln();
+            let (ours, ratio) = log_cdf(z);
+            assert!(
+                (ours - exact).abs() < 1e-9 * exact.abs().max(1.0),
+                "z={z}: {ours} vs {exact}"
+            );
+            let exact_ratio = log_phi(z).exp() / cdf(z);
+            assert!((ratio - exact_ratio).abs() < 1e-8 * exact_ratio, "z={z}");
+        }
+        // Φ(z) ~ φ(z)/(-z) for z → -∞, where erfc underflows.
+        let (far, ratio) = log_cdf(-60.0);
+        assert!((far - (log_phi(-60.0) - 60f64.ln())).abs() < 1e-3, "{far}");
+        assert!((ratio - 60.0).abs() < 0.1, "{ratio}");
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! that shrinks while proposals fail to improve ([`search`]). Trials still running are drawn
 //! from the posterior, and the improvement must beat the values drawn for them as well
 //! ([`acquisition`]), so that parallel proposals spread out. Failed trials count as the worst
-//! value seen, so the model steers away from where trials fail. The values are warped by a
+//! value seen, so the model steers away from where trials fail. Where the study has
+//! constraints, the expected improvement over the best feasible trial is weighted by the
+//! probability of feasibility ([`feasibility`]). The values are warped by a
 //! power transform fitted to them, so that a few huge ones do not flatten the model. The same
 //! model names the trial it believes best ([`believed_best`]). See `docs/bayes.md`.
 
@@ -18,6 +20,7 @@ mod believed;
 mod data;
 pub mod design;
 pub mod encoding;
+pub mod feasibility;
 pub mod fit;
 pub mod gp;
 mod kernel;
@@ -39,16 +42,20 @@ fn central_difference(f: impl Fn(&[f64]) -> f64, x: &[f64], d: usize) -> f64 {
     (f(&up) - f(&down)) / (2.0 * h)
 }
 
-use super::{ProposalContext, Sampler, SamplerError};
+use super::{Observation, ProposalContext, Sampler, SamplerError};
 use crate::study::space::Assignment;
 use acquisition::Acquisition;
 use anchor::Anchors;
 use data::TrainingData;
 use design::{initial_design_size, sobol_point};
 use encoding::Encoding;
+use feasibility::Feasibility;
 use gp::{Gp, GpError};
 use search::{maximize, stream};
 use trust::Region;
+
+/// A trust region's side that covers the unit cube from any centre.
+const WHOLE_SPACE: f64 = 2.0;
 
 /// Proposes trials by Bayesian optimisation with a Gaussian process. Given the same seed and
 /// history it proposes the same point: every random choice comes from a stream derived from
@@ -74,16 +81,18 @@ impl BayesSampler {
         context.space.from_unit(&unit)
     }
 
-    /// The model's proposal, as unit coordinates.
+    /// The model's proposal, as unit coordinates, from `history` (the `warm_start` study's
+    /// trials, then the study's).
     fn model_proposal(
         &mut self,
         context: &ProposalContext<'_>,
         encoding: &Encoding<'_>,
+        history: &[Observation],
         data: TrainingData,
     ) -> Result<Vec<f64>, GpError> {
         let hyper = self
             .anchors
-            .hyperparameters(encoding, context.goal, context.history, &data)
+            .hyperparameters(encoding, context.goal, history, &data)
             .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
         tracing::debug!(
             trial = context.number,
@@ -91,17 +100,33 @@ impl BayesSampler {
             "model fitted"
         );
         let gp = Gp::new(data.x, &data.y, &hyper)?;
+        let center = encoding.at(&data.incumbents[0]).1;
+        let feasibility = Feasibility::fitted(encoding, context.constraints, history, &center)?;
+        // The incumbent: the best posterior mean at the trials, the feasible ones where the
+        // study has constraints; none while no trial is feasible.
+        let best = match context.constraints.is_empty() {
+            true => Some(gp.best_mean()),
+            false => gp
+                .predict_many(&data.feasible_incumbents)
+                .into_iter()
+                .map(|(mean, _)| mean)
+                .reduce(f64::max),
+        };
         let dimension = context.space.dimension();
         let design = initial_design_size(dimension) as usize;
         // The trust region counts batches of as many trials as the study runs at once, by
         // trial number, not by the count of trials running now: that count depends on which
-        // trials happened to have ended when the controller proposed.
-        let side = trust::side(&data.values, design, dimension, context.parallel.max(1));
+        // trials happened to have ended when the controller proposed. While no trial is
+        // feasible the search for a feasible one spans the space.
+        let side = match best {
+            Some(_) => trust::side(&data.values, design, dimension, context.parallel.max(1)),
+            None => WHOLE_SPACE,
+        };
         let region = Region::around(encoding, &data.incumbents[0], side);
         let mut rng = stream(self.seed, context.number);
         let sobol_seed = self.seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
         let running = context.running.iter().map(|r| encoding.encode(r)).collect();
-        let acquisition = Acquisition::new(&gp, gp.best_mean(), running, &mut rng)?;
+        let acquisition = Acquisition::new(&gp, best, running, &mut rng, feasibility.as_ref())?;
         Ok(maximize(
             encoding,
             &acquisition,
@@ -119,12 +144,22 @@ impl Sampler for BayesSampler {
         context: &ProposalContext<'_>,
     ) -> Result<Option<Assignment>, SamplerError> {
         let encoding = Encoding::new(context.space);
-        let in_design = context.number < initial_design_size(context.space.dimension());
-        let data = match TrainingData::new(&encoding, context.goal, context.history) {
+        // A warm start's trials come first and stand in for the design.
+        let combined: Vec<Observation>;
+        let history = match context.prior {
+            [] => context.history,
+            prior => {
+                combined = prior.iter().chain(context.history).cloned().collect();
+                &combined
+            }
+        };
+        let known = context.number + context.prior.len() as u64;
+        let in_design = known < initial_design_size(context.space.dimension());
+        let data = match TrainingData::new(&encoding, context.goal, history) {
             Some(data) if !in_design => data,
             _ => return Ok(Some(self.design(context))),
         };
-        match self.model_proposal(context, &encoding, data) {
+        match self.model_proposal(context, &encoding, history, data) {
             Ok(unit) => Ok(Some(context.space.from_unit(&unit))),
             Err(error) => {
                 tracing::warn!(
@@ -142,8 +177,8 @@ impl Sampler for BayesSampler {
 mod tests {
     use super::*;
     use crate::sampler::Observation;
-    use crate::study::Goal;
     use crate::study::space::{Condition, Domain, ParamValue, Parameter, Scale, Space};
+    use crate::study::{Bound, Constraint, Constraints, Goal};
 
     fn double(id: &str) -> Parameter {
         crate::study::space::unit_double(id)
@@ -163,11 +198,23 @@ mod tests {
         history: &[Observation],
         running: &[Assignment],
     ) -> Assignment {
+        propose_under(sampler, space, history, running, &Constraints::default())
+    }
+
+    fn propose_under(
+        sampler: &mut BayesSampler,
+        space: &Space,
+        history: &[Observation],
+        running: &[Assignment],
+        constraints: &Constraints,
+    ) -> Assignment {
         let context = ProposalContext {
             space,
             goal: Goal::Minimize,
+            constraints,
             number: (history.len() + running.len()) as u64,
             history,
+            prior: &[],
             running,
             parallel: running.len() + 1,
         };
@@ -200,6 +247,7 @@ mod tests {
                 number,
                 params,
                 value,
+                ..Observation::unconstrained()
             });
         }
         history
@@ -218,6 +266,105 @@ mod tests {
             .fold(f64::MAX, f64::min);
         // 25 uniform points get within about 1e-2 of the minimum, in expectation.
         assert!(best < 1e-4, "best {best}");
+    }
+
+    /// `a + b <= limit`, reported as the metric `sum`.
+    fn sum_at_most(limit: f64) -> Constraints {
+        Constraints {
+            bounds: vec![Constraint {
+                metric: "sum".into(),
+                bound: Bound::Max(limit),
+            }],
+            failed_as_infeasible: false,
+        }
+    }
+
+    /// Runs `trials` sequential trials of the bowl under `constraints`, each reporting `sum`.
+    fn run_constrained(seed: u64, trials: usize, constraints: &Constraints) -> Vec<Observation> {
+        let (space, mut sampler) = (square(), BayesSampler::new(seed));
+        let mut history = Vec::new();
+        for number in 0..trials as u64 {
+            let params = propose_under(&mut sampler, &space, &history, &[], constraints);
+            let values = [("sum".to_string(), x(&params, "a") + x(&params, "b"))].into();
+            history.push(Observation {
+                number,
+                value: bowl(&params),
+                feasible: constraints.judge(false, &values).is_none(),
+                constraint_values: values,
+                params,
+            });
+        }
+        history
+    }
+
+    #[test]
+    fn under_a_constraint_the_model_finds_the_best_feasible_point() {
+        // The bowl's bottom (0.3, 0.7) breaks a + b <= 0.8; the best feasible point is its
+        // projection on the bound, (0.2, 0.6), at 0.02.
+        let history = run_constrained(1, 30, &sum_at_most(0.8));
+        let best = history
+            .iter()
+            .filter(|o| o.feasible)
+            .filter_map(|o| o.value)
+            .fold(f64::MAX, f64::min);
+        assert!(best < 0.02 + 1e-3, "best feasible {best}");
+        let model = &history[initial_design_size(2) as usize..];
+        let infeasible = model.iter().filter(|o| !o.feasible).count();
+        assert!(
+            infeasible * 2 <= model.len(),
+            "{infeasible} of {} model proposals infeasible",
+            model.len()
+        );
+    }
+
+    #[test]
+    fn with_no_feasible_trial_yet_the_proposal_goes_where_feasibility_is_likely() {
+        // Only the corner a + b <= 0.3 is feasible, far from the bowl's bottom, and the
+        // design misses it.
+        let history = run_constrained(2, 10, &sum_at_most(0.3));
+        let design = initial_design_size(2) as usize;
+        assert!(history[..design].iter().all(|o| !o.feasible));
+        let first = history.iter().position(|o| o.feasible);
+        assert!(
+            first.is_some_and(|n| n < 10),
+            "no feasible trial in {:?}",
+            history
+                .iter()
+                .map(|o| &o.constraint_values)
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_warm_start_skips_the_design_and_proposes_from_the_other_studys_trials() {
+        let space = square();
+        // Eight trials of another study: the design and three model proposals, the bottom
+        // not yet reached.
+        let prior = run(&space, 7, 8, bowl);
+        let constraints = Constraints::default();
+        let context = |prior| ProposalContext {
+            space: &space,
+            goal: Goal::Minimize,
+            constraints: &constraints,
+            number: 0,
+            history: &[],
+            prior,
+            running: &[],
+            parallel: 1,
+        };
+        let mut sampler = BayesSampler::new(3);
+        let cold = sampler.propose(&context(&[])).unwrap().unwrap();
+        let warm = sampler.propose(&context(&prior)).unwrap().unwrap();
+        assert_eq!(cold, sampler.design(&context(&[])));
+        let best = prior
+            .iter()
+            .filter_map(|o| o.value)
+            .fold(f64::MAX, f64::min);
+        let (warm, cold) = (bowl(&warm).unwrap(), bowl(&cold).unwrap());
+        assert!(
+            warm < best && warm < cold,
+            "warm {warm}, best before {best}, cold {cold}"
+        );
     }
 
     #[test]
@@ -319,6 +466,7 @@ mod tests {
             ]
             .into(),
             value,
+            ..Observation::unconstrained()
         };
         // All failed; one observation; the same point twice with different values;
         // constant values; huge values.

@@ -191,7 +191,8 @@ mod tests {
             noise_variance: 1e-6,
         };
         let gp = Gp::new(x, &y, &hyper).unwrap();
-        let acquisition = Acquisition::new(&gp, 1.0, Vec::new(), &mut stream(0, 0)).unwrap();
+        let acquisition =
+            Acquisition::new(&gp, Some(1.0), Vec::new(), &mut stream(0, 0), None).unwrap();
         let region = Region {
             lower: vec![0.1, 0.2],
             upper: vec![0.3, 0.25],
