@@ -67,8 +67,8 @@ def make_data(folder: Path, vocab: Path, seq: int, rows: int, seed: int) -> Path
 
 
 class PeakMemory:
-    """The peak memory of a child process, sampled every 0.1 s: on a GPU its GPU memory as
-    nvidia-smi reports it, on the CPU its peak RSS (VmHWM)."""
+    """The peak memory of a child process: on a GPU its GPU memory as nvidia-smi reports it,
+    sampled every 0.1 s; on the CPU its peak RSS, as the kernel counted it."""
 
     def __init__(self, device: str):
         self.gpu = device.startswith("cuda")
@@ -78,13 +78,6 @@ class PeakMemory:
         self.peak = 0
 
     def used_mib(self):
-        if not self.gpu:
-            try:
-                status = Path(f"/proc/{self.pid}/status").read_text()
-            except OSError:
-                return 0
-            kib = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
-            return int(kib.group(1)) // 1024 if kib else 0
         out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
         for line in out.splitlines():
@@ -98,17 +91,25 @@ class PeakMemory:
             self.peak = max(self.peak, self.used_mib())
             time.sleep(0.1)
 
-    def run(self, command, **kwargs):
+    def run(self, command):
         """Runs `command`; returns its completed process."""
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
-        self.pid = process.pid
-        self.done = threading.Event()
-        sampler = threading.Thread(target=self.sample, daemon=True)
-        sampler.start()
-        stdout, stderr = process.communicate()
-        self.done.set()
-        sampler.join()
-        return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+        with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+            process = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True)
+            self.pid = process.pid
+            self.done = threading.Event()
+            sampler = threading.Thread(target=self.sample, daemon=True)
+            if self.gpu:
+                sampler.start()
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+            self.done.set()
+            if self.gpu:
+                sampler.join()
+            else:
+                self.peak = usage.ru_maxrss // 1024
+            stdout.seek(0)
+            stderr.seek(0)
+            return subprocess.CompletedProcess(command, process.returncode, stdout.read(), stderr.read())
 
 
 def run_trainer(binary, model, data, evaluation, seq, steps, batch, device, precision):
