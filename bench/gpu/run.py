@@ -7,8 +7,8 @@ the tokenizer is MiniLM's vocab.txt, shipped in the package), and trains each si
 rows in the same order (`--batch-order sequential`), dropout off, for two epochs of STEPS
 batches: the evaluation loss after the first epoch compares the two (same weights, batches and
 hyperparameters), the second epoch's speed is the one reported (the first compiles kernels).
-Peak GPU memory is the process's as nvidia-smi reports it, sampled every 0.1 s (on the CPU: peak
-RSS). Prints one table; see bench/RESULTS.md for the command.
+Peak GPU memory is what nvidia-smi reports used while the process runs, less what was used before
+it started, sampled every 0.1 s (on the CPU: peak RSS). Prints one table; see bench/RESULTS.md for the command.
 """
 
 import argparse
@@ -67,35 +67,32 @@ def make_data(folder: Path, vocab: Path, seq: int, rows: int, seed: int) -> Path
 
 
 class PeakMemory:
-    """The peak memory of a child process: on a GPU its GPU memory as nvidia-smi reports it,
-    sampled every 0.1 s; on the CPU its peak RSS, as the kernel counted it."""
+    """The peak memory of a child process: on a GPU the rise of the GPUs' used memory over what
+    was used before it started (nvidia-smi every 0.1 s; process ids are not compared, since a
+    container's differ from the driver's); on the CPU its peak RSS, as the kernel counted it."""
 
     def __init__(self, device: str):
         self.gpu = device.startswith("cuda")
         if self.gpu and shutil.which("nvidia-smi") is None:
             sys.exit("run.py: nvidia-smi is not on PATH; it measures the GPU memory")
-        self.pid = None
         self.peak = 0
 
-    def used_mib(self):
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            pid, _, used = line.partition(",")
-            if pid.strip() == str(self.pid) and used.strip().isdigit():
-                return int(used)
-        return 0
+    @staticmethod
+    def used_mib():
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True).stdout
+        return sum(int(line) for line in out.split() if line.strip().isdigit())
 
     def sample(self):
         while not self.done.is_set():
-            self.peak = max(self.peak, self.used_mib())
+            self.peak = max(self.peak, self.used_mib() - self.baseline)
             time.sleep(0.1)
 
     def run(self, command):
         """Runs `command`; returns its completed process."""
+        self.baseline = self.used_mib() if self.gpu else 0
         with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
             process = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True)
-            self.pid = process.pid
             self.done = threading.Event()
             sampler = threading.Thread(target=self.sample, daemon=True)
             if self.gpu:
@@ -146,11 +143,11 @@ def torch_worker(args):
     """PyTorch eager: the same two epochs as the trainer, in this process; prints a JSON line."""
     import torch
     import transformers
-    from transformers import BertForSequenceClassification, BertTokenizer, get_linear_schedule_with_warmup
+    from transformers import BertForSequenceClassification, BertTokenizerFast, get_linear_schedule_with_warmup
 
     transformers.logging.set_verbosity_error()
     device = torch.device(args.device)
-    tokenizer = BertTokenizer.from_pretrained(args.model)
+    tokenizer = BertTokenizerFast.from_pretrained(args.model)
     model = BertForSequenceClassification.from_pretrained(args.model).to(device)
 
     def load(path):
@@ -205,7 +202,10 @@ def torch_worker(args):
 
 def unpack(package: Path, into: Path):
     with tarfile.open(package) as tar:
-        tar.extractall(into, filter="data")
+        try:
+            tar.extractall(into, filter="data")
+        except TypeError:  # Python before 3.12 without the backported filters
+            tar.extractall(into)
     binary = into / "hptune-trainer"
     binary.chmod(0o755)
     return binary, into / "vocab.txt"
