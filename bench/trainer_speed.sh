@@ -7,8 +7,11 @@
 # Real sentences, as users train: one epoch of the hptune-trainer binary against transformers +
 # PyTorch on the first ROWS rows of an SST-2 train.tsv, batch 32, variable-length batches
 # padded to their longest, at each maximal length and batch order:
-#   [ROWS=1024] [MAX_LENS="64 128"] [ORDERS="shuffled length-grouped"] \
+#   [ROWS=1024] [MAX_LENS="64 128"] [ORDERS="shuffled length-grouped"] [THREADS=N] \
 #       bench/trainer_speed.sh sst2 [TRAIN_TSV] [MODEL_DIR]
+# (THREADS=N: N threads each, through RAYON_NUM_THREADS and OMP_NUM_THREADS; default: as many
+# as cores, 2 here. THREADS=1 keeps the ratio when other work holds the cores: one thread
+# each waits for no other.)
 # Needs: scripts/fetch-model.sh, and torch + transformers in bench/.venv (or PYTHON=...).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,12 +25,15 @@ python="${PYTHON:-bench/.venv/bin/python}"
 real_sentences() {
     local data="${1:-/work/shared/data/sst2/train.tsv}" model="${2:-models/all-MiniLM-L6-v2}"
     local rows="${ROWS:-1024}" rate rss line
+    if [[ -n "${THREADS:-}" ]]; then
+        export RAYON_NUM_THREADS="$THREADS" OMP_NUM_THREADS="$THREADS"
+    fi
     cargo build --quiet -p hptune-trainer --bin hptune-trainer >&2
     local trainer="${CARGO_TARGET_DIR:-target}/debug/hptune-trainer" log
     log="$(mktemp)"
     trap 'rm -f "$log"' RETURN
-    printf '%s, %s rows of %s, batch 32, 1 epoch, learning rate 5e-5, %s cores, load average %s\n' \
-        "$model" "$rows" "$data" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
+    printf '%s, %s rows of %s, batch 32, 1 epoch, learning rate 5e-5, %s threads each, load average %s\n' \
+        "$model" "$rows" "$data" "${THREADS:-$(nproc)}" "$(cut -d' ' -f1-3 /proc/loadavg)"
     printf '%-8s %-15s %-16s %10s %13s %11s\n' max_len order implementation samples/s \
         peak_RSS_MiB vs_pytorch
     for max_len in ${MAX_LENS:-64 128}; do
