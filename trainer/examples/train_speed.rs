@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use hptune_trainer::backend::{BackendTask, CpuBackend, DeviceChoice, TrainBackend, dispatch};
+use hptune_trainer::backend::{
+    BackendTask, CpuBackend, DeviceChoice, Precision, TrainBackend, dispatch,
+};
 use hptune_trainer::config::BertConfig;
 use hptune_trainer::model::{ModelInput, cross_entropy};
 use hptune_trainer::optim::{AdamWSettings, GroupedAdamW};
@@ -87,7 +89,7 @@ fn main() {
         seq: arg(2, "128").parse().expect("SEQ is a number"),
         steps: arg(3, "3").parse().expect("STEPS is a number"),
     };
-    match dispatch(DeviceChoice::Cpu, backend, speed) {
+    match dispatch(DeviceChoice::Cpu, backend, Precision::F32, speed) {
         Ok((samples_per_s, step_s)) => println!(
             "backend=burn-{} samples_per_s={samples_per_s:.2} step_s={step_s:.3} peak_rss_mib={:.0}",
             arg(4, "flex"),

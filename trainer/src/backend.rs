@@ -51,6 +51,28 @@ pub enum CpuBackend {
     Candle,
 }
 
+/// The float type of weights, activations, products and gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Precision {
+    /// 32-bit floats (every device).
+    #[default]
+    F32,
+    /// bfloat16 (CUDA): f32's range, 8 bits of mantissa.
+    Bf16,
+    /// IEEE half precision (CUDA): 11 bits of mantissa, range up to 65504.
+    F16,
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+        })
+    }
+}
+
 /// A backend the model trains on: it records gradients, and it and its inner backend (for
 /// evaluation) have the model's fused ops.
 pub trait TrainBackend: AutodiffBackend<InnerBackend: FusedOps> + FusedOps {}
@@ -79,21 +101,35 @@ fn keep_freed_memory() {
     }
 }
 
-/// Runs `task` on the backend for `device` (and, on the CPU, `cpu`).
+/// Runs `task` on the backend for `device` (and, on the CPU, `cpu`) computing in `precision`.
+///
+/// The CPU backends compute in f32 only: another precision there is an error rather than a
+/// silent f32 run, so that a study never compares runs that did not do what they said.
 pub fn dispatch<T: BackendTask>(
     device: DeviceChoice,
     cpu: CpuBackend,
+    precision: Precision,
     task: T,
 ) -> Result<T::Output> {
+    let device_name = match device {
+        DeviceChoice::Cpu => "cpu".to_string(),
+        DeviceChoice::Cuda(i) => format!("cuda:{i}"),
+    };
     let missing = |what: &str, feature: &str| TrainerError::Device {
-        device: match device {
-            DeviceChoice::Cpu => "cpu".to_string(),
-            DeviceChoice::Cuda(i) => format!("cuda:{i}"),
-        },
+        device: device_name.clone(),
         message: format!(
             "{what} is not compiled into this binary; rebuild with `cargo build --release -p hptune-trainer --features {feature}`"
         ),
     };
+    if device == DeviceChoice::Cpu && precision != Precision::F32 {
+        return Err(TrainerError::InvalidArgument {
+            flag: "precision",
+            message: format!(
+                "{precision} runs on CUDA only (--device cuda); the CPU backends compute in f32, so use --precision f32 there"
+            ),
+        });
+    }
+    tracing::info!("device {device_name}, precision {precision}");
     // Dropout masks come from our host generator on the CPU, from the backend on a GPU.
     crate::model::dropout::use_host_masks(device == DeviceChoice::Cpu);
     if device == DeviceChoice::Cpu {
@@ -104,7 +140,13 @@ pub fn dispatch<T: BackendTask>(
     match (device, cpu) {
         #[cfg(feature = "cuda")]
         (DeviceChoice::Cuda(index), _) => {
-            task.run::<Autodiff<burn::backend::Cuda>>(burn::backend::cuda::CudaDevice::new(index))
+            crate::kernel_cache::configure()?;
+            let device = burn::backend::cuda::CudaDevice::new(index);
+            match precision {
+                Precision::F32 => task.run::<Autodiff<burn::backend::Cuda<f32>>>(device),
+                Precision::Bf16 => task.run::<Autodiff<burn::backend::Cuda<half::bf16>>>(device),
+                Precision::F16 => task.run::<Autodiff<burn::backend::Cuda<half::f16>>>(device),
+            }
         }
         #[cfg(not(feature = "cuda"))]
         (DeviceChoice::Cuda(_), _) => Err(missing("CUDA", "cuda")),

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::backend::CpuBackend;
+use crate::backend::{CpuBackend, Precision};
+use crate::batch::BatchOrder;
 use crate::data::Column;
 use crate::metrics::Metric;
 
@@ -80,6 +81,15 @@ pub struct TrainArgs {
     /// burn CPU backend (those compiled in: flex by default; ndarray, candle by feature).
     #[arg(long, alias = "cpu_backend", value_enum, default_value = "flex")]
     pub cpu_backend: CpuBackend,
+    /// Float type of weights, activations and products: bf16 and f16 on CUDA only (the
+    /// optimiser keeps f32 master weights and moments); the CPU computes in f32.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: Precision,
+    /// How rows are batched each epoch: shuffled; length-grouped (shuffled, then sorted by
+    /// length within mega-batches of 50 batches, as transformers' group_by_length: less
+    /// padding); sequential (the file's order, unshuffled).
+    #[arg(long, alias = "batch_order", value_enum, default_value = "shuffled")]
+    pub batch_order: BatchOrder,
     /// Peak learning rate of AdamW.
     #[arg(long, alias = "learning_rate", default_value_t = 5e-5)]
     pub learning_rate: f64,

@@ -5,9 +5,10 @@ use std::collections::{HashMap, HashSet};
 
 use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{FloatTensor, FloatTensorOps};
 use burn::tensor::{
-    ElementConversion, Tensor, TensorPrimitive, backend::AutodiffBackend, backend::Backend,
+    DType, ElementConversion, FloatDType, Tensor, TensorMetadata, TensorPrimitive,
+    backend::AutodiffBackend, backend::Backend,
 };
 
 use crate::backend::TrainBackend;
@@ -66,18 +67,24 @@ impl LinearSchedule {
     }
 }
 
-/// A parameter's AdamW moments and its number of updates so far.
+/// A parameter's AdamW moments, its number of updates so far, and its f32 master copy when
+/// the model computes in half precision.
 struct Moments<B: Backend> {
     first: FloatTensor<B>,
     second: FloatTensor<B>,
     time: i32,
+    master: Option<FloatTensor<B>>,
 }
 
 /// AdamW over two parameter groups, with global gradient clipping.
 ///
 /// Each parameter's update is one [`FusedOps::adamw`] of the inner backend (one pass on
 /// burn-flex), and clipping is folded into it as the gradient's factor; the update is burn's
-/// and PyTorch's AdamW (decoupled weight decay, bias-corrected moments).
+/// and PyTorch's AdamW (decoupled weight decay, bias-corrected moments). A parameter in half
+/// precision (bf16, f16) is updated as with PyTorch's autocast: the moments and an f32 master
+/// copy of the parameter take the update in f32 from the gradient cast to f32, and the model
+/// gets the master copy rounded to its precision (a bf16 weight alone would lose updates
+/// smaller than 1/256 of it, i.e. nearly all of them at fine-tuning rates).
 pub struct GroupedAdamW<B: TrainBackend> {
     settings: AdamWSettings,
     decay_ids: Vec<ParamId>,
@@ -122,10 +129,12 @@ impl<B: TrainBackend> GroupedAdamW<B> {
         let norm = {
             let mut sum = SquaredNorm {
                 grads: &grads,
-                total: 0.0,
+                total: None,
             };
             burn::module::Module::visit(&model, &mut sum);
-            sum.total.sqrt()
+            sum.total
+                .map_or(0.0, |total| total.into_scalar().elem::<f64>())
+                .sqrt()
         };
         // torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when that is below 1.
         let grad_scale = match self.settings.max_grad_norm.filter(|max| *max > 0.0) {
@@ -171,16 +180,34 @@ impl<B: TrainBackend> ModuleMapper<B> for Update<'_, B> {
             grad_scale: self.grad_scale,
         };
         let require_grad = tensor.is_require_grad();
-        let (updated, first, second) = B::InnerBackend::adamw(
-            tensor.inner().into_primitive().tensor(),
-            grad.into_primitive().tensor(),
-            previous.map(|m| (m.first, m.second)),
-            &step,
-        );
+        let param = tensor.inner().into_primitive().tensor();
+        let grad = grad.into_primitive().tensor();
+        let precision = param.dtype();
+        let half = precision != DType::F32;
+        let (master, moments) = match previous {
+            Some(m) => (m.master, Some((m.first, m.second))),
+            None => (None, None),
+        };
+        let (param, grad) = match half {
+            true => (
+                master.unwrap_or_else(|| cast_f32::<B::InnerBackend>(param)),
+                cast_f32::<B::InnerBackend>(grad),
+            ),
+            false => (param, grad),
+        };
+        let (updated, first, second) = B::InnerBackend::adamw(param, grad, moments, &step);
+        let (updated, master) = match half {
+            true => (
+                B::InnerBackend::float_cast(updated.clone(), precision.into()),
+                Some(updated),
+            ),
+            false => (updated, None),
+        };
         let moments = Moments {
             first,
             second,
             time: step.time,
+            master,
         };
         self.optimizer.moments.insert(id, moments);
         let mut tensor =
@@ -190,6 +217,11 @@ impl<B: TrainBackend> ModuleMapper<B> for Update<'_, B> {
         }
         Param::from_mapped_value(id, tensor, mapper)
     }
+}
+
+/// `tensor` in f32.
+fn cast_f32<B: Backend>(tensor: FloatTensor<B>) -> FloatTensor<B> {
+    B::float_cast(tensor, FloatDType::F32)
 }
 
 /// Sorts parameter ids into the decay and no-decay groups.
@@ -217,15 +249,25 @@ impl<B: Backend> ModuleVisitor<B> for Groups {
 }
 
 /// Sums the squares of every parameter's gradient.
-struct SquaredNorm<'a> {
+struct SquaredNorm<'a, I: Backend> {
     grads: &'a GradientsParams,
-    total: f64,
+    total: Option<Tensor<I, 1>>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_> {
+impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B::InnerBackend> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) {
-            self.total += grad.square().sum().into_scalar().elem::<f64>();
+            // Summed in f32 whatever the model's precision, and added up on the device: one
+            // read-back a step, not one per parameter.
+            let grad = match grad.dtype() {
+                DType::F32 => grad,
+                _ => grad.cast(FloatDType::F32),
+            };
+            let squares = grad.square().sum();
+            self.total = Some(match self.total.take() {
+                Some(total) => total + squares,
+                None => squares,
+            });
         }
     }
 }

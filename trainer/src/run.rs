@@ -2,7 +2,7 @@
 
 use burn::module::AutodiffModule;
 
-use crate::backend::{BackendTask, DeviceChoice, TrainBackend, dispatch};
+use crate::backend::{BackendTask, DeviceChoice, Precision, TrainBackend, dispatch};
 use crate::batch::{EncodedExample, encode_all};
 use crate::classify::{Classifier, TextInput};
 use crate::cli::{PredictArgs, TrainArgs};
@@ -32,13 +32,18 @@ pub struct Prediction {
 pub fn train(args: &TrainArgs) -> Result<EvalMetrics> {
     validate(args)?;
     let device: DeviceChoice = args.device.parse()?;
-    dispatch(device, args.cpu_backend, TrainTask(args))
+    dispatch(device, args.cpu_backend, args.precision, TrainTask(args))
 }
 
 /// Classifies texts with a fine-tuned checkpoint folder.
 pub fn predict(args: &PredictArgs) -> Result<Vec<Prediction>> {
     let device: DeviceChoice = args.inference.device.parse()?;
-    dispatch(device, args.inference.cpu_backend, PredictTask(args))
+    dispatch(
+        device,
+        args.inference.cpu_backend,
+        Precision::F32,
+        PredictTask(args),
+    )
 }
 
 fn validate(args: &TrainArgs) -> Result<()> {
@@ -167,6 +172,7 @@ impl BackendTask for TrainTask<'_> {
                 max_grad_norm: Some(args.max_grad_norm),
                 ..AdamWSettings::default()
             },
+            batch_order: args.batch_order,
             seed: args.seed,
         };
         let mut reporter = Reporter::from_env(args.metric);

@@ -1,16 +1,15 @@
-//! The fine-tuning loop: seeded shuffling, per-batch padding, AdamW with the linear schedule,
-//! and an evaluation reported after every epoch.
+//! The fine-tuning loop: seeded batch order, per-batch padding on a thread of its own, AdamW
+//! with the linear schedule, and an evaluation reported after every epoch.
 
 use std::io::Write;
 
 use burn::module::AutodiffModule;
 use burn::tensor::{ElementConversion, Tensor, activation::softmax};
 use rand::SeedableRng;
-use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::TrainBackend;
-use crate::batch::{EncodedExample, collate};
+use crate::batch::{BatchOrder, EncodedExample, PaddedBatch, collate, epoch_batches};
 use crate::error::{Result, TrainerError};
 use crate::metrics::EvalMetrics;
 use crate::model::{BertClassifier, FusedOps, cross_entropy};
@@ -33,9 +32,14 @@ pub struct TrainSettings {
     pub warmup_ratio: f64,
     /// AdamW's settings.
     pub adamw: AdamWSettings,
-    /// Seed of the shuffling (and, set elsewhere, of dropout and the new head).
+    /// How the rows are batched each epoch.
+    pub batch_order: BatchOrder,
+    /// Seed of the batch order (and, set elsewhere, of dropout and the new head).
     pub seed: u64,
 }
+
+/// Padded batches prepared ahead of the training step that takes them.
+const BATCHES_AHEAD: usize = 2;
 
 /// Fine-tunes `model` on `train`, evaluating on `eval` after each epoch and reporting each
 /// evaluation through `reporter`; returns the model and the last evaluation.
@@ -59,30 +63,50 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
     };
     let mut optimizer = GroupedAdamW::new(&model, settings.adamw);
     let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
-    let mut order: Vec<usize> = (0..train.len()).collect();
+    let lengths: Vec<usize> = train.iter().map(|e| e.ids.len()).collect();
     let mut step = 0;
     let mut last = None;
     for epoch in 1..=settings.epochs {
-        order.shuffle(&mut rng);
+        let batches = epoch_batches(
+            &lengths,
+            settings.batch_size,
+            settings.batch_order,
+            &mut rng,
+        );
         let mut progress = EpochProgress::start(epoch, settings.epochs, batches_per_epoch);
-        for (index, chunk) in order.chunks(settings.batch_size).enumerate() {
-            let items: Vec<&EncodedExample> = chunk.iter().map(|&i| &train[i]).collect();
-            let (input, labels) = collate::<B>(&items, pad_id, device);
-            let loss = cross_entropy(model.forward(input), labels);
-            let loss_value = loss.clone().into_scalar().elem::<f64>();
-            step += 1;
-            if !loss_value.is_finite() {
-                return Err(TrainerError::Diverged {
-                    epoch,
-                    step,
-                    value: loss_value,
-                });
+        // Padding runs on a thread of its own, a few batches ahead of the training step; when
+        // the step stops early (an error), the dropped receiver ends that thread.
+        model = std::thread::scope(|scope| -> Result<BertClassifier<B>> {
+            let mut model = model;
+            let (sender, receiver) = std::sync::mpsc::sync_channel(BATCHES_AHEAD);
+            scope.spawn(move || {
+                for batch in &batches {
+                    let items: Vec<&EncodedExample> = batch.iter().map(|&i| &train[i]).collect();
+                    if sender.send(PaddedBatch::pad(&items, pad_id)).is_err() {
+                        break;
+                    }
+                }
+            });
+            for (index, padded) in receiver.into_iter().enumerate() {
+                let rows = padded.batch;
+                let (input, labels) = padded.to_device::<B>(device);
+                let loss = cross_entropy(model.forward(input), labels);
+                let loss_value = loss.clone().into_scalar().elem::<f64>();
+                step += 1;
+                if !loss_value.is_finite() {
+                    return Err(TrainerError::Diverged {
+                        epoch,
+                        step,
+                        value: loss_value,
+                    });
+                }
+                let grads = loss.backward();
+                let (updated, _norm) = optimizer.step(schedule.rate(step - 1), model, grads);
+                model = updated;
+                progress.batch_done(index + 1, rows, loss_value);
             }
-            let grads = loss.backward();
-            let (updated, _norm) = optimizer.step(schedule.rate(step - 1), model, grads);
-            model = updated;
-            progress.batch_done(index + 1, items.len(), loss_value);
-        }
+            Ok(model)
+        })?;
         let throughput = progress.finish();
         let metrics = evaluate(
             &model.valid(),

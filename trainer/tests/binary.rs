@@ -205,3 +205,56 @@ fn a_bad_data_row_fails_the_run_with_file_and_line() {
         stderr(&output)
     );
 }
+
+#[test]
+fn half_precision_on_the_cpu_is_refused_naming_the_flag() {
+    for precision in ["bf16", "f16"] {
+        let output = trainer()
+            .args(["--model", fixtures().join("tiny-bert").to_str().unwrap()])
+            .args([
+                "--train",
+                fixtures().join("data/train.tsv").to_str().unwrap(),
+            ])
+            .args(["--precision", precision])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{precision}");
+        let message = stderr(&output);
+        assert_eq!(message.trim().lines().count(), 1, "{message}");
+        assert!(
+            message.contains(&format!(
+                "--precision: {precision} runs on CUDA only (--device cuda)"
+            )),
+            "{message}"
+        );
+        assert!(stdout(&output).is_empty());
+    }
+}
+
+#[test]
+fn batch_orders_give_other_batches_each_repeatable_by_its_seed_and_the_log_names_the_precision() {
+    let data = fixtures().join("data");
+    let run = |order: &str| {
+        let output = trainer()
+            .args(["--model", fixtures().join("tiny-bert").to_str().unwrap()])
+            .args(["--train", data.join("train.tsv").to_str().unwrap()])
+            .args(["--eval", data.join("eval.tsv").to_str().unwrap()])
+            .args(["--epochs", "2", "--batch-size", "4", "--seed", "3"])
+            .args(["--learning-rate", "0.003", "--precision", "f32"])
+            .args(["--batch-order", order])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "stderr: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains("device cpu, precision f32"),
+            "{}",
+            stderr(&output)
+        );
+        stdout(&output)
+    };
+    let grouped = run("length-grouped");
+    assert_eq!(grouped, run("length-grouped"));
+    let others = [run("shuffled"), run("sequential")];
+    assert!(others.iter().all(|other| *other != grouped), "{others:?}");
+    assert_ne!(others[0], others[1]);
+}

@@ -3,7 +3,7 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::Linear;
-use burn::tensor::{Int, Tensor, activation::tanh, backend::Backend};
+use burn::tensor::{FloatDType, Int, Tensor, activation::tanh, backend::Backend};
 
 use super::attention::AttentionConfig;
 use super::embeddings::{Embeddings, EmbeddingsConfig};
@@ -107,10 +107,7 @@ impl<B: FusedOps> BertModel<B> {
         attention_mask: Tensor<B, 2>,
     ) -> Tensor<B, 2> {
         let [batch, seq] = input_ids.dims();
-        // Hugging Face adds the smallest f32 to the scores of padding positions.
-        let mask_bias = (attention_mask.neg() + 1.0)
-            .mul_scalar(f32::MIN)
-            .reshape([batch, 1, 1, seq]);
+        let mask_bias = mask_bias(attention_mask).reshape([batch, 1, 1, seq]);
         let mut hidden = self.embeddings.forward(input_ids, token_type_ids);
         for layer in &self.encoder.layer {
             hidden = layer.forward(hidden, mask_bias.clone());
@@ -120,5 +117,40 @@ impl<B: FusedOps> BertModel<B> {
             .slice([0..batch, 0..1, 0..width])
             .reshape([batch, width]);
         tanh(self.pooler.dense.forward(cls))
+    }
+}
+
+/// What the attention scores of each position get added: 0 for tokens, the most negative
+/// finite number of the mask's float type for padding (Hugging Face's `torch.finfo(dtype).min`;
+/// in bf16 or f16, f32's would round to minus infinity, and `0 * -inf` is NaN).
+pub fn mask_bias<B: Backend>(attention_mask: Tensor<B, 2>) -> Tensor<B, 2> {
+    let smallest = FloatDType::from(attention_mask.dtype()).finfo().min;
+    (attention_mask.neg() + 1.0).mul_scalar(smallest)
+}
+
+#[cfg(all(test, feature = "flex"))]
+mod tests {
+    use burn::backend::Flex;
+    use burn::tensor::{DType, Tensor, TensorData};
+
+    use super::mask_bias;
+
+    #[test]
+    fn the_padding_bias_is_finite_and_tokens_get_zero_in_every_precision() {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let mask = TensorData::new(vec![1.0f32, 1.0, 0.0], [1, 3]);
+            let mask = Tensor::<Flex, 2>::from_data(mask, (&Default::default(), dtype));
+            let bias: Vec<f32> = mask_bias(mask)
+                .into_data()
+                .convert::<f32>()
+                .to_vec()
+                .unwrap();
+            assert_eq!(&bias[..2], &[0.0, 0.0], "{dtype:?}");
+            assert!(
+                bias[2].is_finite() && bias[2] < -6e4,
+                "{dtype:?}: {}",
+                bias[2]
+            );
+        }
     }
 }

@@ -12,7 +12,7 @@ pub mod routes;
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Duration;
 
-use crate::backend::{DeviceChoice, dispatch};
+use crate::backend::{DeviceChoice, Precision, dispatch};
 use crate::cli::ServeArgs;
 use crate::error::{Result, TrainerError};
 use batcher::{Batching, InferenceTask};
@@ -103,7 +103,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     let cpu = args.inference.cpu_backend;
     let inference = std::thread::Builder::new()
         .name("inference".into())
-        .spawn(move || dispatch(device, cpu, task))
+        .spawn(move || dispatch(device, cpu, Precision::F32, task))
         .map_err(|e| TrainerError::Backend(format!("cannot start the inference thread: {e}")))?;
     let served = Arc::new(Served {
         labels: OnceLock::new(),

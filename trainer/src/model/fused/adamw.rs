@@ -75,19 +75,47 @@ pub(super) fn adamw<B: Backend>(
 #[cfg(feature = "flex")]
 pub(super) mod flex {
     use burn::backend::Flex;
+    use burn::tensor::DType;
     use burn::tensor::ops::FloatTensor;
 
     use super::super::kernels::{self, AdamWCoefficients};
     use super::super::output::{tensor, written};
     use super::{AdamWStep, Updated};
 
-    /// One update of `param` (see the module documentation).
+    /// One update of `param` (see the module documentation): in place when `param` and its
+    /// moments are contiguous `f32` tensors that nothing else holds (the optimiser's own after
+    /// the first step), else into new tensors.
     pub fn adamw(
-        param: FloatTensor<Flex>,
+        mut param: FloatTensor<Flex>,
         grad: FloatTensor<Flex>,
         moments: Option<(FloatTensor<Flex>, FloatTensor<Flex>)>,
         step: &AdamWStep,
     ) -> Updated<Flex> {
+        let (correction_1, correction_2) = step.bias_corrections();
+        let coefficients = AdamWCoefficients {
+            grad_scale: step.grad_scale as f32,
+            beta_1: step.beta_1 as f32,
+            beta_2: step.beta_2 as f32,
+            step_size: (step.lr / correction_1) as f32,
+            inv_sqrt_correction_2: (1.0 / correction_2.sqrt()) as f32,
+            epsilon: step.epsilon as f32,
+            decay: (1.0 - step.lr * step.weight_decay) as f32,
+        };
+        let moments = match (moments, grad.as_slice::<f32>()) {
+            (Some((mut m, mut v)), Some(g)) => {
+                let len = g.len();
+                if let (Some(p), Some(m_mut), Some(v_mut)) = (
+                    exclusive(&mut param, len),
+                    exclusive(&mut m, len),
+                    exclusive(&mut v, len),
+                ) {
+                    kernels::adamw_in_place(p, g, m_mut, v_mut, &coefficients);
+                    return (param, m, v);
+                }
+                Some((m, v))
+            }
+            (moments, _) => moments,
+        };
         let shape = param.layout().shape().clone();
         let slices = match &moments {
             Some((m, v)) => m.as_slice::<f32>().zip(v.as_slice::<f32>()).map(Some),
@@ -103,16 +131,6 @@ pub(super) mod flex {
         {
             return super::adamw::<Flex>(param, grad, moments, step);
         }
-        let (correction_1, correction_2) = step.bias_corrections();
-        let coefficients = AdamWCoefficients {
-            grad_scale: step.grad_scale as f32,
-            beta_1: step.beta_1 as f32,
-            beta_2: step.beta_2 as f32,
-            step_size: (step.lr / correction_1) as f32,
-            inv_sqrt_correction_2: (1.0 / correction_2.sqrt()) as f32,
-            epsilon: step.epsilon as f32,
-            decay: (1.0 - step.lr * step.weight_decay) as f32,
-        };
         let (mut m_out, mut v_out) = (Vec::new(), Vec::new());
         // SAFETY: the kernel writes every element of its three outputs.
         let p_out = unsafe {
@@ -129,6 +147,15 @@ pub(super) mod flex {
             tensor(m_out, shape.clone()),
             tensor(v_out, shape),
         )
+    }
+
+    /// The `len` elements of `tensor` to overwrite, when it is a contiguous `f32` tensor of
+    /// `len` elements from offset 0 whose memory nothing else holds.
+    fn exclusive(tensor: &mut FloatTensor<Flex>, len: usize) -> Option<&mut [f32]> {
+        let whole = tensor.dtype() == DType::F32
+            && tensor.as_slice::<f32>().map(<[f32]>::len) == Some(len)
+            && tensor.bytes().len() == len * size_of::<f32>();
+        whole.then(|| tensor.try_storage_mut::<f32>()).flatten()
     }
 }
 
@@ -176,5 +203,36 @@ mod tests {
             assert_close(&values(m), &values(m2), 1e-6);
             assert_close(&values(v), &values(v2), 1e-6);
         }
+    }
+
+    #[test]
+    fn the_optimisers_own_tensors_are_updated_in_place_and_shared_ones_are_not() {
+        let prim = |seed| sample::<Flex, 1>([5000], seed).into_primitive().tensor();
+        let step = |time| AdamWStep {
+            lr: 1e-3,
+            weight_decay: 0.01,
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-8,
+            time,
+            grad_scale: 1.0,
+        };
+        let (p, m, v) = Flex::adamw(prim(1), prim(2), None, &step(1));
+        let address = p.bytes().as_ptr();
+        let (p, m, v) = Flex::adamw(p, prim(3), Some((m, v)), &step(2));
+        assert_eq!(
+            p.bytes().as_ptr(),
+            address,
+            "a unique parameter is overwritten"
+        );
+        let held = p.clone();
+        let before = values(held.clone());
+        let (p, _, _) = Flex::adamw(p, prim(4), Some((m, v)), &step(3));
+        assert_ne!(p.bytes().as_ptr(), address);
+        assert_eq!(
+            values(held),
+            before,
+            "a parameter held elsewhere keeps its values"
+        );
     }
 }

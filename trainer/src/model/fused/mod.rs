@@ -213,7 +213,11 @@ impl FusedOps for burn::backend::NdArray {}
 #[cfg(feature = "candle")]
 impl FusedOps for burn::backend::Candle {}
 #[cfg(feature = "cuda")]
-impl FusedOps for burn::backend::Cuda {}
+impl FusedOps for burn::backend::Cuda<f32> {}
+#[cfg(feature = "cuda")]
+impl FusedOps for burn::backend::Cuda<half::bf16> {}
+#[cfg(feature = "cuda")]
+impl FusedOps for burn::backend::Cuda<half::f16> {}
 
 /// Softmax of `scores + bias` over the last dimension, through [`FusedOps::masked_softmax`]; the
 /// bias is a constant (no gradient flows to it).
