@@ -549,6 +549,8 @@ def main():
         timing_runs += [r for r in earlier["timing_runs"] if r["sampler"] not in timed]
         samplers += sorted({r["sampler"] for r in earlier["runs"]} - set(samplers),
                            key=SAMPLERS.index)
+    # The JSON holds every run in the tables, those of the included files too.
+    save()
     print(f"\nCommand: {' '.join(sys.argv)}\n")
     if runs:
         print("Final simple regret, median [Q1, Q3] over seeds:\n")
