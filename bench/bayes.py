@@ -16,8 +16,14 @@ Markdown tables:
   feasible value (inf where a run found no feasible trial): hptune with `constraints:` in the
   study file, Optuna's GPSampler and TPE with `constraints_func`, the random samplers
   recording feasibility only;
+- the median time per proposal of each cell's runs, after hptune's initial design;
 - median time per proposal at the given trial counts (`--timing-at`), from runs as long as
   the largest of them (`--timing-trials`, Hartmann6, sequential, one seed).
+
+Functions with many parameters (`ackley-20`, `levy-20`, `ackley-50`, `levy-50`, `mixed-30`,
+200 trials each) are not in the default set; they are meant for hptune against Optuna's
+multivariate TPE (`optuna-tpe-multivariate`), CMA-ES (`optuna-cmaes`, which draws
+categoricals at random), GPSampler and random search.
 
 hptune runs through the real controller: `hptune run` on a generated study file, with
 `examples/objective.rs` as the worker; its proposal times come from the sampler's debug log.
@@ -83,6 +89,25 @@ CONSTRAINED = {"gardner": 0.5, "branin-constrained": 50.0}
 FUNCTIONS["gardner"] = ([("x1", "double", 0.0, 6.0, False), ("x2", "double", 0.0, 6.0, False)],
                         -2.0, 50)
 FUNCTIONS["branin-constrained"] = (*FUNCTIONS["branin"][:2], 50)
+# Many parameters, 200 trials: Ackley and Levy in 20 and 50 dimensions on [-5, 10] (TuRBO's
+# box for Ackley, Eriksson et al., 2019), which puts their optima (0 and 1) off the centre of
+# the box, where CMA-ES starts its search; and `mixed-30`, a mixed space of this benchmark's
+# design (examples/objective.rs): 10 doubles, 5 log-scale doubles, 5 integers and 10
+# categoricals, each categorical moving the best value of one double, minimum 0.
+for _d in (20, 50):
+    for _name in ("ackley", "levy"):
+        FUNCTIONS[f"{_name}-{_d}"] = (
+            [(f"x{i}", "double", -5.0, 10.0, False) for i in range(1, _d + 1)], 0.0, 200)
+FUNCTIONS["mixed-30"] = (
+    [(f"x{i}", "double", 0.0, 1.0, False) for i in range(1, 11)]
+    + [(f"x{i}", "double", 1e-4, 1.0, True) for i in range(11, 16)]
+    + [(f"x{i}", "integer", 1, 8, False) for i in range(16, 21)]
+    + [(f"x{i}", "categorical", ["a", "b", "c"]) for i in range(21, 26)]
+    + [(f"x{i}", "categorical", ["a", "b", "c", "d"]) for i in range(26, 31)],
+    0.0, 200)
+MANY_PARAMETERS = [f"{name}-{d}" for d in (20, 50) for name in ("ackley", "levy")] + ["mixed-30"]
+# The worker's function of each benchmark function whose name differs.
+WORKER = {f"{name}-{d}": name for d in (20, 50) for name in ("ackley", "levy")}
 # Noisy functions: name -> (the noise-free function, the noise's standard deviation: 2 % of
 # the function's range over the space). Their regret is that of the noise-free value of the
 # trial each sampler names best: for hptune `hptune best --by model`, for Optuna its best
@@ -92,10 +117,12 @@ NOISY = {"branin-noisy": ("branin", 0.02 * (308.129 - 0.397887)),
 # Their trial counts: 50 for both (Hartmann6's noise-free runs have 100).
 for _name, (_clean, _sd) in NOISY.items():
     FUNCTIONS[_name] = (*FUNCTIONS[_clean][:2], 50)
-SAMPLERS = ["hptune-bayesian", "hptune-random", "optuna-gp", "optuna-tpe", "optuna-random",
-            "botorch"]
+SAMPLERS = ["hptune-bayesian", "hptune-random", "optuna-gp", "optuna-tpe",
+            "optuna-tpe-multivariate", "optuna-cmaes", "optuna-random", "botorch"]
 # BoTorch is a reference for the parallel proposals, on request: it takes seconds a proposal.
-DEFAULT_SAMPLERS = [s for s in SAMPLERS if s != "botorch"]
+# Multivariate TPE and CMA-ES are the references for the functions with many parameters.
+DEFAULT_SAMPLERS = [s for s in SAMPLERS
+                    if s not in ("botorch", "optuna-tpe-multivariate", "optuna-cmaes")]
 # mode -> trials run at once
 MODES = {"sequential": 1, "parallel": 4, "async": 4}
 
@@ -108,14 +135,15 @@ def ensure_venv():
     if not python.exists():
         print(f"creating {VENV} ...", file=sys.stderr)
         venv.create(VENV, with_pip=True)
-    check = subprocess.run([python, "-c", "import optuna, scipy, torch, greenlet, botorch"],
+    check = subprocess.run([python, "-c", "import optuna, scipy, torch, greenlet, botorch, cmaes"],
                            capture_output=True)
     if check.returncode != 0:
-        print("installing optuna, scipy, torch, botorch into bench/.venv ...", file=sys.stderr)
+        print("installing optuna, scipy, torch, botorch, cmaes into bench/.venv ...",
+              file=sys.stderr)
         # greenlet lets Optuna's GPSampler batch its L-BFGS-B runs (it warns and runs
         # slower without it).
         subprocess.run([str(python), "-m", "pip", "install", "-q", "optuna", "scipy", "numpy",
-                        "greenlet", "torch", "botorch"], check=True)
+                        "greenlet", "torch", "botorch", "cmaes"], check=True)
     os.execv(python, [str(python), *sys.argv])
 
 
@@ -160,7 +188,7 @@ def worker_args(function, seed):
     if function in NOISY:
         clean, sd = NOISY[function]
         return ["--function", clean, "--noise", repr(sd), "--noise-seed", str(seed)]
-    return ["--function", function]
+    return ["--function", WORKER.get(function, function)]
 
 
 def run_hptune(binaries, sampler, function, trials, mode, seed):
@@ -251,6 +279,11 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
     make = {
         "optuna-gp": lambda: optuna.samplers.GPSampler(seed=seed, **constrained),
         "optuna-tpe": lambda: optuna.samplers.TPESampler(seed=seed, **constrained),
+        "optuna-tpe-multivariate": lambda: optuna.samplers.TPESampler(seed=seed,
+                                                                      multivariate=True),
+        # Categoricals, which CMA-ES does not model, are drawn at random.
+        "optuna-cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed,
+                                                             warn_independent_sampling=False),
         "optuna-random": lambda: optuna.samplers.RandomSampler(seed=seed),
     }[sampler]
     study = optuna.create_study(direction="minimize", sampler=make())
@@ -457,10 +490,29 @@ def timing_table(runs, samplers, at):
     return "\n".join(lines)
 
 
+def proposal_time_table(runs, samplers):
+    """The median time per proposal of each (function, mode) cell's runs, over every proposal
+    after hptune's initial design (2D + 1 trials, 5 to 20), for every sampler alike."""
+    lines = ["| function | mode | " + " | ".join(samplers) + " |",
+             "|---|---|" + "---|" * len(samplers)]
+    keys = sorted({cell(r)[1:] for r in runs},
+                  key=lambda k: (list(FUNCTIONS).index(k[0]), list(MODES).index(k[1])))
+    for function, mode in keys:
+        design = min(20, max(5, 2 * len(FUNCTIONS[function][0]) + 1))
+        cells = []
+        for s in samplers:
+            xs = [t for r in runs if cell(r) == (s, function, mode)
+                  for t in r["proposal_seconds"][design:] if t is not None]
+            cells.append(f"{1000 * statistics.median(xs):.1f} ms" if xs else "-")
+        lines.append(f"| {function} | {mode} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main():
     ensure_venv()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--functions", default=",".join(FUNCTIONS))
+    parser.add_argument("--functions",
+                        default=",".join(f for f in FUNCTIONS if f not in MANY_PARAMETERS))
     parser.add_argument("--samplers", default=",".join(DEFAULT_SAMPLERS),
                         help=f"of {', '.join(SAMPLERS)}")
     parser.add_argument("--modes", default=",".join(MODES))
@@ -475,8 +527,9 @@ def main():
     parser.add_argument("--out", type=Path)
     parser.add_argument("--include", type=Path, action="append", default=[],
                         help="a results file of an earlier run whose runs join the tables where "
-                             "this run and earlier --include files have none (e.g. Optuna's, "
-                             "which do not change with hptune)")
+                             "this run and earlier --include files have none of the same "
+                             "sampler, function, mode and seed (e.g. Optuna's, which do not "
+                             "change with hptune, or runs of other seeds)")
     args = parser.parse_args()
     samplers = args.samplers.split(",") if args.samplers else []
     for name in samplers + args.timing_samplers.split(","):
@@ -512,15 +565,17 @@ def main():
             print(f"timing {sampler}: {r['wall_seconds']:.1f} s", file=sys.stderr, flush=True)
             save()
     for path in args.include:
-        # An earlier run fills the cells (sampler, function, mode) and the timing rows that
-        # this run and the files before it left empty.
+        # An earlier run adds the runs (sampler, function, mode, seed) and the timing rows
+        # that this run and the files before it lack.
         earlier = json.loads(path.read_text())
-        have = {cell(r) for r in runs}
+        have = {(*cell(r), r["seed"]) for r in runs}
         timed = {r["sampler"] for r in timing_runs}
-        runs += [r for r in earlier["runs"] if cell(r) not in have]
+        runs += [r for r in earlier["runs"] if (*cell(r), r["seed"]) not in have]
         timing_runs += [r for r in earlier["timing_runs"] if r["sampler"] not in timed]
         samplers += sorted({r["sampler"] for r in earlier["runs"]} - set(samplers),
                            key=SAMPLERS.index)
+    # The JSON holds every run in the tables, those of the included files too.
+    save()
     print(f"\nCommand: {' '.join(sys.argv)}\n")
     if runs:
         print("Final simple regret, median [Q1, Q3] over seeds:\n")
@@ -529,6 +584,8 @@ def main():
             print("\nNoisy functions, the noise-free regret of hptune's best trial by each way "
                   "of naming it (median over seeds):\n")
             print(choice)
+        print("\nMedian time per proposal after the initial design:\n")
+        print(proposal_time_table(runs, samplers))
         if cost := parallel_cost_table(runs, samplers):
             print("\nWith 4 trials at once against one at a time (a ratio above 1: higher "
                   "regret):\n")

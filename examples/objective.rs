@@ -16,7 +16,11 @@
 //! (10^-2.5, 5, relu). Badly scaled ones, their values spanning orders of magnitude:
 //! `goldstein-price` (x1, x2 in [-2, 2], minimum 3), `six-hump-camel` (x1 in [-3, 3], x2 in
 //! [-2, 2], minimum -1.0316285) and `styblinski-tang` (x1..xd in [-5, 5], minimum
-//! -39.1661657 d).
+//! -39.1661657 d). `mixed-30`, a 30-parameter mixed space: `--x1`..`--x10` doubles in
+//! [0, 1], `--x11`..`--x15` doubles on a log scale in [1e-4, 1], `--x16`..`--x20` integers in
+//! 1..8, and `--x21`..`--x30` categoricals (`a`, `b`, `c` for x21..x25; `a`, `b`, `c`, `d` for
+//! x26..x30), each of which sets the best value of one of x1..x10 as well as adding its own
+//! cost; minimum 0 at the point `mixed_30` describes.
 //!
 //! Constrained ones report a second metric, `constraint`, on the final line
 //! (`loss=<value> constraint=<c>`), feasible where `c` is at most a bound: `gardner`, the
@@ -66,6 +70,7 @@ fn run() -> Result<(), String> {
         "levy" => levy(&coordinates(&flags)?),
         "ackley" => ackley(&coordinates(&flags)?),
         "mixed" => mixed(&flags)?,
+        "mixed-30" => mixed_30(&flags)?,
         "goldstein-price" => goldstein_price(&coordinates(&flags)?)?,
         "six-hump-camel" => six_hump_camel(&coordinates(&flags)?)?,
         "styblinski-tang" => styblinski_tang(&coordinates(&flags)?),
@@ -74,7 +79,7 @@ fn run() -> Result<(), String> {
         other => {
             return Err(format!(
                 "unknown --function {other}: use branin, hartmann6, levy, ackley, mixed, \
-                 goldstein-price, six-hump-camel, styblinski-tang, gardner or \
+                 mixed-30, goldstein-price, six-hump-camel, styblinski-tang, gardner or \
                  branin-constrained"
             ));
         }
@@ -276,6 +281,53 @@ fn mixed(flags: &BTreeMap<String, String>) -> Result<f64, String> {
         return Err(format!("--x1: {rate} is not a positive learning rate"));
     }
     Ok(0.5 * (rate.log10() - best_log_rate).powi(2) + 0.05 * (layers - 5.0).powi(2) + penalty)
+}
+
+/// The best value of double `x{1+i}` when categorical `x{21+i}` has its `k`-th value.
+fn mixed_30_target(i: usize, k: usize) -> f64 {
+    0.15 + 0.7 * ((3 * k + i) % 7) as f64 / 6.0
+}
+
+/// 30 parameters of four kinds whose categoricals interact with doubles: each categorical
+/// adds a cost (0 for its best value, rising by 0.2 per step away from it) and moves the best
+/// value of one double, as an optimizer's choice moves the best learning rate. The minimum,
+/// 0: categorical `x{21+i}` at its value number `i mod n` (from 0; `n` its number of values,
+/// 3 for i < 5, else 4), each double `x{1+i}` at the target that value sets
+/// ([`mixed_30_target`]), `log10 x{11+j} = -3 + j/2` and `x{16+j} = 2 + j` for j in 0..5.
+fn mixed_30(flags: &BTreeMap<String, String>) -> Result<f64, String> {
+    let get = |i: usize| {
+        flags
+            .get(&format!("x{i}"))
+            .ok_or_else(|| format!("mixed-30 takes --x1..--x30; --x{i} is missing"))
+    };
+    let mut total = 0.0;
+    for i in 0..10 {
+        let values = if i < 5 { 3 } else { 4 };
+        let text = get(21 + i)?;
+        let k = ["a", "b", "c", "d"][..values]
+            .iter()
+            .position(|v| v == text)
+            .ok_or_else(|| {
+                format!(
+                    "--x{}: '{text}' is not one of the first {values} of a, b, c, d",
+                    21 + i
+                )
+            })?;
+        let best = i % values;
+        let steps = (k + values - best) % values;
+        let x: f64 = number(get(1 + i)?, &format!("x{}", 1 + i))?;
+        total += 0.2 * steps as f64 + 4.0 * (x - mixed_30_target(i, k)).powi(2);
+    }
+    for j in 0..5 {
+        let rate: f64 = number(get(11 + j)?, &format!("x{}", 11 + j))?;
+        if rate <= 0.0 {
+            return Err(format!("--x{}: {rate} is not positive", 11 + j));
+        }
+        total += 0.5 * (rate.log10() - (-3.0 + 0.5 * j as f64)).powi(2);
+        let count: f64 = number(get(16 + j)?, &format!("x{}", 16 + j))?;
+        total += 0.05 * (count - (2.0 + j as f64)).powi(2);
+    }
+    Ok(total)
 }
 
 /// A standard normal draw fixed by `seed` and the flags (Box-Muller of two hashed uniforms).

@@ -118,3 +118,54 @@ trial:
     let (second, _) = run();
     assert_eq!(first, second);
 }
+
+/// The benchmark's 30-parameter mixed function at its stated minimum (0), one categorical
+/// away from it (its cost, 0.2 a step, and the move of its double's best value), and with a
+/// value its categorical does not have (an error naming the flag).
+#[test]
+fn the_mixed_30_objective_has_its_stated_minimum_and_names_a_bad_value() {
+    let mut optimum: Vec<(usize, String)> = Vec::new();
+    for i in 0..10 {
+        let values = if i < 5 { 3 } else { 4 };
+        let k = i % values;
+        optimum.push((21 + i, ["a", "b", "c", "d"][k].to_string()));
+        let target = 0.15 + 0.7 * ((3 * k + i) % 7) as f64 / 6.0;
+        optimum.push((1 + i, target.to_string()));
+    }
+    for j in 0..5 {
+        optimum.push((11 + j, 10f64.powf(-3.0 + 0.5 * j as f64).to_string()));
+        optimum.push((16 + j, (2 + j).to_string()));
+    }
+    let run = |changes: &[(usize, &str)]| {
+        let args = optimum.iter().map(|(i, v)| {
+            let v = changes
+                .iter()
+                .find(|c| c.0 == *i)
+                .map_or(v.as_str(), |c| c.1);
+            format!("--x{i}={v}")
+        });
+        std::process::Command::new(objective_example())
+            .args(["--function", "mixed-30"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let loss = |changes: &[(usize, &str)]| {
+        let out = run(changes);
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.trim()
+            .strip_prefix("loss=")
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    assert!(loss(&[]).abs() < 1e-12, "{}", loss(&[]));
+    // x21 (i = 0) from a to b: one step (0.2), and x1's best value moves from 0.15 to 0.5.
+    let expected = 0.2 + 4.0 * (0.15f64 - 0.5).powi(2);
+    assert!((loss(&[(21, "b")]) - expected).abs() < 1e-9);
+    let bad = run(&[(22, "d")]);
+    assert_eq!(bad.status.code(), Some(2));
+    let message = String::from_utf8(bad.stderr).unwrap();
+    assert!(message.contains("--x22: 'd'"), "{message}");
+}

@@ -174,3 +174,101 @@ pub(super) fn nearest(
         order.iter().map(|&i| y[i]).collect(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::study::space::{Assignment, ParamValue, Space, unit_double};
+
+    /// `n` points on a 2-D grid of 37 × 37 (not repeating for n < 1,369), in a scrambled order.
+    fn scattered(n: usize) -> Vec<Vec<f64>> {
+        (0..n)
+            .map(|i| {
+                let k = i * 409 % 1369;
+                vec![(k % 37) as f64 / 36.0, (k / 37) as f64 / 36.0]
+            })
+            .collect()
+    }
+
+    fn squared_distance(a: &[f64], b: &[f64]) -> f64 {
+        a.iter().zip(b).map(|(a, b)| (a - b) * (a - b)).sum()
+    }
+
+    #[test]
+    fn at_most_keep_points_are_all_kept_in_their_order() {
+        let x = scattered(10);
+        let y: Vec<f64> = (0..10).map(f64::from).collect();
+        assert_eq!(nearest(x.clone(), y.clone(), 3, 10), (x, y));
+    }
+
+    #[test]
+    fn past_keep_the_points_nearest_the_center_are_kept_in_history_order() {
+        let x = scattered(500);
+        // Each point's value names it.
+        let y: Vec<f64> = (0..500).map(f64::from).collect();
+        let center = 321;
+        let (kept_x, kept_y) = nearest(x.clone(), y, center, 128);
+        assert_eq!((kept_x.len(), kept_y.len()), (128, 128));
+        let kept: Vec<usize> = kept_y.iter().map(|&v| v as usize).collect();
+        assert!(kept.contains(&center), "the center itself is kept");
+        assert!(kept.windows(2).all(|w| w[0] < w[1]), "in history order");
+        for (i, point) in kept.iter().zip(&kept_x) {
+            assert_eq!(point, &x[*i], "each point keeps its value");
+        }
+        let farthest_kept = kept
+            .iter()
+            .map(|&i| squared_distance(&x[i], &x[center]))
+            .fold(0.0, f64::max);
+        let nearest_dropped = (0..500)
+            .filter(|i| !kept.contains(i))
+            .map(|i| squared_distance(&x[i], &x[center]))
+            .fold(f64::MAX, f64::min);
+        assert!(farthest_kept <= nearest_dropped);
+    }
+
+    #[test]
+    fn points_at_equal_distances_are_kept_earliest_first() {
+        // The center and eight copies of one point, then eight of another at the same
+        // distance: which copies are kept depends on their order alone.
+        let mut x = vec![vec![0.5, 0.5]];
+        x.extend(std::iter::repeat_n(vec![0.5, 0.7], 8));
+        x.extend(std::iter::repeat_n(vec![0.5, 0.3], 8));
+        let y: Vec<f64> = (0..17).map(f64::from).collect();
+        let (_, kept) = nearest(x, y, 0, 5);
+        assert_eq!(kept, vec![0.0, 1.0, 2.0, 3.0, 4.0]);
+    }
+
+    #[test]
+    fn a_long_history_is_modelled_by_the_points_nearest_its_best_trial() {
+        let space = Space::new(vec![unit_double("a"), unit_double("b")]);
+        let encoding = Encoding::new(&space);
+        let points = scattered(400);
+        // A bowl whose bottom is trial 100's point; trial 7 fails.
+        let best = points[100].clone();
+        let history: Vec<Observation> = points
+            .iter()
+            .enumerate()
+            .map(|(n, p)| Observation {
+                number: n as u64,
+                params: Assignment::from([
+                    ("a".to_string(), ParamValue::Float(p[0])),
+                    ("b".to_string(), ParamValue::Float(p[1])),
+                ]),
+                value: (n != 7).then(|| squared_distance(p, &best)),
+            })
+            .collect();
+        let data = TrainingData::new(&encoding, Goal::Minimize, &history).unwrap();
+        assert_eq!(
+            (data.x.len(), data.y.len()),
+            (MAX_MODEL_POINTS, MAX_MODEL_POINTS)
+        );
+        assert_eq!(data.values.len(), 400, "the trust region sees every trial");
+        assert_eq!(data.incumbents[0], best);
+        let mut by_distance = points.clone();
+        by_distance
+            .sort_by(|a, b| squared_distance(a, &best).total_cmp(&squared_distance(b, &best)));
+        for point in &data.x {
+            assert!(by_distance[..MAX_MODEL_POINTS].contains(point), "{point:?}");
+        }
+    }
+}
