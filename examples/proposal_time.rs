@@ -61,6 +61,8 @@ fn history(n: usize) -> Vec<Observation> {
                 number: k as u64,
                 params,
                 value: Some(objective(&x)),
+                feasible: true,
+                constraint_values: Default::default(),
             }
         })
         .collect()
@@ -96,9 +98,8 @@ fn main() {
         "name: proposal-time\nobjective: {{metric: loss, goal: minimize}}\n\
          max_trial_count: 10000\nparameters:\n{parameters}trial: {{command: [\"true\"]}}\n"
     );
-    let space = hptune::spec::parse(Path::new("proposal-time.yaml"), &text)
-        .expect("the study file")
-        .space;
+    let study =
+        hptune::spec::parse(Path::new("proposal-time.yaml"), &text).expect("the study file");
     println!(
         "| trials | wall time, median of trials N-2..N+2 | slowest of them | CPU time, median |"
     );
@@ -110,10 +111,12 @@ fn main() {
             let (start, cpu) = (Instant::now(), cpu_millis());
             sampler
                 .propose(&ProposalContext {
-                    space: &space,
+                    space: &study.space,
                     goal: Goal::Minimize,
+                    constraints: &study.constraints,
                     number: length as u64,
                     history: &all[..length],
+                    prior: &[],
                     running: &[],
                     parallel: 1,
                 })

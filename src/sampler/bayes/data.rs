@@ -198,7 +198,7 @@ mod tests {
     fn at_most_keep_points_are_all_kept_in_their_order() {
         let x = scattered(10);
         let y: Vec<f64> = (0..10).map(f64::from).collect();
-        assert_eq!(nearest(x.clone(), y.clone(), 3, 10), (x, y));
+        assert_eq!(nearest(x.clone(), y.clone(), &x[3], 10), (x, y));
     }
 
     #[test]
@@ -207,7 +207,7 @@ mod tests {
         // Each point's value names it.
         let y: Vec<f64> = (0..500).map(f64::from).collect();
         let center = 321;
-        let (kept_x, kept_y) = nearest(x.clone(), y, center, 128);
+        let (kept_x, kept_y) = nearest(x.clone(), y, &x[center], 128);
         assert_eq!((kept_x.len(), kept_y.len()), (128, 128));
         let kept: Vec<usize> = kept_y.iter().map(|&v| v as usize).collect();
         assert!(kept.contains(&center), "the center itself is kept");
@@ -234,7 +234,8 @@ mod tests {
         x.extend(std::iter::repeat_n(vec![0.5, 0.7], 8));
         x.extend(std::iter::repeat_n(vec![0.5, 0.3], 8));
         let y: Vec<f64> = (0..17).map(f64::from).collect();
-        let (_, kept) = nearest(x, y, 0, 5);
+        let center = x[0].clone();
+        let (_, kept) = nearest(x, y, &center, 5);
         assert_eq!(kept, vec![0.0, 1.0, 2.0, 3.0, 4.0]);
     }
 
@@ -255,6 +256,7 @@ mod tests {
                     ("b".to_string(), ParamValue::Float(p[1])),
                 ]),
                 value: (n != 7).then(|| squared_distance(p, &best)),
+                ..Observation::unconstrained()
             })
             .collect();
         let data = TrainingData::new(&encoding, Goal::Minimize, &history).unwrap();
