@@ -1,7 +1,7 @@
 //! The trust region: a box around the best point where the acquisition is maximised, whose
 //! side grows after repeated improvements and shrinks after repeated failures (TuRBO,
-//! Eriksson et al., 2019), counted in batches of the trials run at once. With a side of 1 or
-//! more it is the whole space and the search is global; when the model's proposals keep
+//! Eriksson et al., 2019), counted in batches of the trials run at once. At its largest it
+//! spans most of the space around the incumbent, and the search is nearly global; when the model's proposals keep
 //! missing, it shrinks around the incumbent, so the search turns local where a global model
 //! of a rugged function misleads it. A box that has shrunk to nothing is reset, which
 //! restarts the search from a wide region.
@@ -13,7 +13,8 @@ use super::encoding::Encoding;
 
 /// The side of a fresh region, in unit coordinates.
 const INITIAL: f64 = 0.8;
-/// The largest side: 1.6 covers the whole cube from any centre.
+/// The largest side, TuRBO's: it covers the whole cube from a centre within 0.3 of the cube's
+/// middle in every coordinate, and reaches 0.8 past a centre nearer a bound.
 const MAX: f64 = 1.6;
 /// Below this side the region is reset to [`INITIAL`].
 const MIN: f64 = 0.5f64 * 0.5 * 0.5 * 0.5 * 0.5 * 0.5 * 0.5;
