@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::dashboard::Dashboard;
 use common::{Scratch, assert_exit_says, assert_success, stdout, test_postgres};
 use serde_json::Value;
 
@@ -99,6 +100,48 @@ fn constrained_study_never_names_an_infeasible_trial_best(scratch: &Scratch) {
             assert_eq!(best["number"], feasible["number"]);
         }
     }
+    // The dashboard marks the infeasible trials, and its history figure draws them apart,
+    // its best-so-far line never through them.
+    let infeasible_succeeded = succeeded
+        .iter()
+        .filter(|t| !t["infeasible"].is_null())
+        .count();
+    let dashboard = Dashboard::start(scratch, &[]);
+    let changes = dashboard.get("/api/studies/memory/changes?since=0", &[]);
+    assert_eq!(changes.status, 200, "{}", changes.body);
+    let shown: Value = serde_json::from_str(&changes.body).unwrap();
+    let rows = shown["trials"].as_array().unwrap();
+    assert_eq!(rows.len(), trials.len());
+    for row in rows {
+        let trial = &trials[row["number"].as_u64().unwrap() as usize];
+        assert_eq!(row["infeasible"], trial["infeasible"], "{row}");
+    }
+    let history = dashboard.get("/studies/memory/figures/history", &[]);
+    assert_eq!(history.status, 200, "{}", history.body);
+    assert_eq!(
+        history.body.matches("class=\"pt infeasible\"").count(),
+        infeasible_succeeded,
+        "{}",
+        history.body
+    );
+    // The line ends at the height of the best feasible trial's point.
+    let line_end = history
+        .body
+        .split("class=\"best-line\" d=\"")
+        .nth(1)
+        .and_then(|d| d.split('"').next()?.rsplit(',').next())
+        .expect("a best-so-far line");
+    let best_point = format!(
+        "class=\"pt ok\" data-trial=\"{}\" cx=\"",
+        feasible["number"]
+    );
+    let best_y = history
+        .body
+        .split(&best_point)
+        .nth(1)
+        .and_then(|rest| rest.split("cy=\"").nth(1)?.split('"').next())
+        .expect("the best feasible trial's point");
+    assert_eq!(line_end, best_y, "{}", history.body);
     let listing = stdout(&scratch.hptune(&["trials", "memory"]));
     assert!(listing.contains("succeeded (infeasible)"), "{listing}");
     assert!(listing.contains("breaks peak_memory_gb <= 16"), "{listing}");

@@ -83,7 +83,8 @@ pub(super) fn draw(data: &StudyData, by: HistoryX) -> String {
     let mut steps = Vec::new();
     let mut records = std::collections::HashSet::new();
     for (trial, value, _) in &ordered {
-        if best.is_some_and(|b| !data.goal().better(*value, b)) {
+        // An infeasible trial is never the best (`constraints`).
+        if trial.infeasible.is_some() || best.is_some_and(|b| !data.goal().better(*value, b)) {
             continue;
         }
         if let Some((x, y)) = at(trial, *value) {
@@ -127,6 +128,7 @@ pub(super) fn draw(data: &StudyData, by: HistoryX) -> String {
         if let Some((x, y)) = at(trial, value) {
             let class = match trial.state {
                 TrialState::Stopped => "pt stopped",
+                _ if trial.infeasible.is_some() => "pt infeasible",
                 _ => "pt ok",
             };
             svg.point(x, y, class, trial.number, &tip(trial, data.metric()));

@@ -240,6 +240,8 @@ pub struct TableRow<'a> {
     params: &'a Assignment,
     value: Option<f64>,
     error: Option<&'a str>,
+    /// Why the trial is infeasible (the page's badge; never the best).
+    infeasible: Option<&'a str>,
     started_at: Option<&'a str>,
     finished_at: Option<&'a str>,
 }
@@ -252,6 +254,7 @@ impl<'a> From<&'a TrialRecord> for TableRow<'a> {
             params: &t.params,
             value: t.value,
             error: t.error.as_deref(),
+            infeasible: t.infeasible.as_deref(),
             started_at: t.started_at.as_deref(),
             finished_at: t.finished_at.as_deref(),
         }
