@@ -63,7 +63,8 @@ pub fn job_script(job: &TrialJob, files: &JobFiles) -> Result<String, String> {
 
 /// The job script of `job` when it reports through the database: it runs `relay` (`hptune
 /// relay ... -- <worker argv>`) with `env`, the relay's files in a folder of the job's own
-/// on its node, removed at the end (the relay copies the worker's output to the job's).
+/// on its node, removed when the job ends, however it ends (the relay copies the worker's
+/// output to the job's).
 pub fn relay_script(
     job: &TrialJob,
     relay: &[String],
@@ -75,10 +76,12 @@ pub fn relay_script(
          # reports there. Nothing is written to the controller's filesystem.\n\
          {RELAY_LOG_DIR_VARIABLE}=\"${{TMPDIR:-/tmp}}/hptune-job-$SLURM_JOB_ID\"\n\
          export {RELAY_LOG_DIR_VARIABLE}\n\
-         {command}\n\
-         status=$?\n\
-         rm -rf \"${RELAY_LOG_DIR_VARIABLE}\"\n\
-         exit \"$status\"\n",
+         # The folder goes however the job ends: scancel, a time limit and preemption send\n\
+         # SIGTERM to this shell too, which then exits once the relay has.\n\
+         trap 'rm -rf \"${RELAY_LOG_DIR_VARIABLE}\"' EXIT\n\
+         trap 'exit 143' TERM\n\
+         trap 'exit 130' INT\n\
+         {command}\n",
         header = header(job),
         command = command_line(env, relay)?,
     ))
@@ -347,6 +350,39 @@ mod tests {
             format!("{}|a 'b' $c\n", folder.display())
         );
         assert_eq!(out.status.code(), Some(4));
+        assert!(!folder.exists());
+    }
+
+    #[test]
+    fn a_cancelled_relay_job_removes_its_folder_too() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        let job = job(&[], &[], dir.path());
+        let relay = [
+            "sh",
+            "-c",
+            "mkdir -p \"$HPTUNE_RELAY_LOG_DIR\" && exec sleep 30",
+        ]
+        .map(String::from);
+        let script = dir.path().join("relay.sbatch");
+        std::fs::write(&script, relay_script(&job, &relay, &[]).unwrap()).unwrap();
+        let mut child = std::process::Command::new("sh")
+            .arg(&script)
+            .env("TMPDIR", dir.path())
+            .env("SLURM_JOB_ID", "78")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let folder = dir.path().join("hptune-job-78");
+        let start = std::time::Instant::now();
+        while !folder.exists() {
+            assert!(start.elapsed().as_secs() < 10, "the relay never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // scancel: SIGTERM to every process of the job.
+        let group = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGTERM).unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(143));
         assert!(!folder.exists());
     }
 
