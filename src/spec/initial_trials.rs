@@ -8,13 +8,26 @@ use crate::study::space::{Assignment, Space};
 
 impl Checker<'_> {
     /// Checks `initial_trials`: each a value for every active parameter of `space` (none
-    /// for an inactive one), in its domain. Unchecked while the space itself is broken.
+    /// for an inactive one), in its domain, and no more of them than the study's budget
+    /// (`max_trial_count`, where it is known). Unchecked while the space itself is broken.
     pub(super) fn initial_trials(
         &mut self,
         raw: Option<Vec<BTreeMap<String, Scalar>>>,
         space: Option<&Space>,
+        max_trial_count: Option<u64>,
     ) -> Option<Vec<Assignment>> {
         let raw = raw.unwrap_or_default();
+        if let Some(budget) = max_trial_count.filter(|&budget| raw.len() as u64 > budget) {
+            self.report(
+                "initial_trials",
+                format!(
+                    "{} configurations, more than max_trial_count ({budget}): they count \
+                     against it",
+                    raw.len()
+                ),
+            );
+            return None;
+        }
         let space = match space {
             Some(space) => space,
             None => return raw.is_empty().then(Vec::new),
@@ -70,6 +83,10 @@ mod tests {
             (
                 "initial_trials: [{x: fast}]",
                 "initial_trials[0]: parameter 'x': 'fast'",
+            ),
+            (
+                "initial_trials: [{x: 0}, {x: 0.5}, {x: 1}, {x: 0.25}]",
+                "initial_trials: 4 configurations, more than max_trial_count (3)",
             ),
         ] {
             let error = study(block).unwrap_err();

@@ -339,7 +339,8 @@ impl Checker<'_> {
         let trial = self.trial(raw.trial, space.as_ref());
         let artifacts = self.artifacts(raw.artifacts);
         let constraints = self.constraints(raw.constraints, raw.failed_as_infeasible);
-        let initial_trials = self.initial_trials(raw.initial_trials, space.as_ref());
+        let initial_trials =
+            self.initial_trials(raw.initial_trials, space.as_ref(), max_trial_count);
         let warm_start = match raw.warm_start {
             Some(warm) if warm.study == raw.name => {
                 self.report(
