@@ -68,6 +68,23 @@ fn a_warm_start_from_a_missing_or_different_study_is_refused() {
     let file = scratch.study("warm.yaml", &study("warm", 2, "warm_start: {study: other}"));
     let out = scratch.hptune(&["run", file.to_str().unwrap()]);
     assert_exit_says(&out, 2, "warm_start.study: study 'other' maximizes loss");
+    // Its feasibility is judged by this study's bounds, on values the other one recorded.
+    let earlier = scratch.study("earlier.yaml", &study("earlier", 1, ""));
+    assert_success(&scratch.hptune(&["run", earlier.to_str().unwrap()]));
+    let file = scratch.study(
+        "bounded.yaml",
+        &study(
+            "bounded",
+            2,
+            "warm_start: {study: earlier}\nconstraints: [{metric: peak, max: 1}]",
+        ),
+    );
+    let out = scratch.hptune(&["run", file.to_str().unwrap()]);
+    assert_exit_says(
+        &out,
+        2,
+        "warm_start.study: study 'earlier' recorded no peak for its trials",
+    );
     let file = scratch.study("self.yaml", &study("warm", 2, "warm_start: {study: warm}"));
     let out = scratch.hptune(&["run", file.to_str().unwrap()]);
     assert_exit_says(&out, 2, "warm_start.study: names this study itself");

@@ -98,9 +98,6 @@ pub async fn run_trial(
     })
 }
 
-/// Reads the study file and checks what can be checked before anything runs: a local
-/// worker's program, a remote executor's storage. `executor` (`--executor`) replaces the
-/// study's executor: local always, another engine if the file configures it.
 /// The finished trials of the study's `warm_start` study that lie in its space; none without
 /// one. The other study must exist and optimise the same metric the same way.
 async fn warm_start(
@@ -128,13 +125,42 @@ async fn warm_start(
         )));
     }
     let trials = storage.trials(record.id).await?;
+    // Feasibility is this study's: its bounds judge the other study's recorded values, which
+    // must hold each metric this study bounds.
+    let recorded = |metric: &str| {
+        trials
+            .iter()
+            .any(|t| t.constraint_values.contains_key(metric))
+    };
+    if let Some(missing) = study
+        .constraints
+        .bounds
+        .iter()
+        .find(|c| !recorded(&c.metric))
+    {
+        return Err(bad(format!(
+            "study '{name}' recorded no {} for its trials, which constraints bound here",
+            missing.metric
+        )));
+    }
     Ok(trials
         .iter()
-        .filter_map(|t| t.observation())
+        .filter_map(|t| {
+            let mut observation = t.observation()?;
+            let failed = t.state == TrialState::Failed;
+            observation.feasible = study
+                .constraints
+                .judge(failed, &observation.constraint_values)
+                .is_none();
+            Some(observation)
+        })
         .filter(|o| study.space.check(&o.params).is_ok())
         .collect())
 }
 
+/// Reads the study file and checks what can be checked before anything runs: a local
+/// worker's program, a remote executor's storage. `executor` (`--executor`) replaces the
+/// study's executor: local always, another engine if the file configures it.
 fn load_checked(
     path: &Path,
     url: &StorageUrl,

@@ -294,6 +294,7 @@ fn shorten(text: &str) -> String {
     format!("{cut}…")
 }
 
+/// The space stored with the study, as its last run wrote it.
 pub(super) fn stored_space(study: &StudyRecord) -> Result<Space, Failure> {
     serde_json::from_str(&study.space).map_err(|e| {
         Failure::Other(format!(

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 
 pub use local::LocalExecutor;
 pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study, relay};
-pub use slurm::{SlurmEngine, SlurmExecutor};
+pub use slurm::{RELAY_LOG_DIR_VARIABLE, SlurmEngine, SlurmExecutor};
 
 use crate::gpus::Device;
 use crate::report::Measurement;

@@ -86,8 +86,8 @@ pub struct TrainArgs {
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: Precision,
     /// How rows are batched each epoch: shuffled; length-grouped (shuffled, then sorted by
-    /// length within mega-batches of 50 batches, as transformers' group_by_length: less
-    /// padding); sequential (the file's order, unshuffled).
+    /// length within mega-batches of up to 50 batches, fewer on small data, as transformers'
+    /// group_by_length: less padding); sequential (the file's order, unshuffled).
     #[arg(long, alias = "batch_order", value_enum, default_value = "shuffled")]
     pub batch_order: BatchOrder,
     /// Peak learning rate of AdamW.

@@ -18,6 +18,8 @@ mod commands;
 mod relayed;
 mod script;
 
+pub use script::RELAY_LOG_DIR_VARIABLE;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
