@@ -57,11 +57,11 @@ fn enqueued_configurations_run_first_and_once_with_two_controllers_on_postgres()
 fn run_first_and_once(scratch: &Scratch) {
     let file = scratch.study("study.yaml", &study(8));
     let file = file.to_str().unwrap();
-    // Before the study has run: the study file creates it.
+    // Before the study has run: the study file creates it, its initial trials enqueued first.
     let out = scratch.hptune(&["enqueue", file, "--param", "x=1.25", "--param", "layers=3"]);
     assert_success(&out);
     assert!(
-        stdout(&out).contains("enqueued trial 0"),
+        stdout(&out).contains("enqueued trial 2"),
         "{}",
         stdout(&out)
     );
@@ -81,7 +81,7 @@ fn run_first_and_once(scratch: &Scratch) {
     let trials = scratch.trials("head-start");
     assert_eq!(trials.len(), 8, "the budget counts the enqueued trials");
     let first: Vec<(f64, i64)> = trials[..3].iter().map(point).collect();
-    assert_eq!(first, [(1.25, 3), (0.5, 2), (-1.5, 4)]);
+    assert_eq!(first, [(0.5, 2), (-1.5, 4), (1.25, 3)]);
     for t in &trials {
         assert_eq!(t["state"], "succeeded", "{t}");
         let runs = trials.iter().filter(|u| point(u) == point(t)).count();

@@ -11,8 +11,8 @@ use super::Failure;
 use super::show::{find, is_study_file, stored_space};
 
 /// Enqueues the parameters `pairs` in the study named `study` (or of the study file
-/// `study`, created in the database if it is new), checked against its space; prints the
-/// trial's number.
+/// `study`, created in the database if it is new, its `initial_trials` enqueued before),
+/// checked against its space; prints the trial's number.
 pub async fn enqueue(
     url: &StorageUrl,
     study: &str,
@@ -29,7 +29,14 @@ pub async fn enqueue(
     let (record, params) = if is_study_file(path) {
         let study = spec::load(path)?;
         let params = checked(&study.space)?;
-        (storage.ensure_study(&study).await?, params)
+        let record = storage.ensure_study(&study).await?;
+        // The file's own initial_trials come first, as `hptune run` would have enqueued them.
+        if !study.initial_trials.is_empty() {
+            storage
+                .enqueue(record.id, &study.initial_trials, Enqueue::Initial)
+                .await?;
+        }
+        (record, params)
     } else {
         let record = find(&storage, study).await?;
         let params = checked(&stored_space(&record)?)?;
