@@ -140,7 +140,7 @@ pub fn dispatch<T: BackendTask>(
     match (device, cpu) {
         #[cfg(feature = "cuda")]
         (DeviceChoice::Cuda(index), _) => {
-            crate::kernel_cache::configure()?;
+            crate::kernel_cache::configure();
             let device = burn::backend::cuda::CudaDevice::new(index);
             match precision {
                 Precision::F32 => task.run::<Autodiff<burn::backend::Cuda<f32>>>(device),

@@ -40,9 +40,11 @@ pub fn files(dir: &Path) -> usize {
 }
 
 /// Points cubecl's autotune and compilation caches at [`dir`] (before the first GPU work of
-/// the process; later calls do nothing) and logs the folder and whether it is warm.
+/// the process; later calls do nothing) and logs the folder and whether it is warm. A folder
+/// that cannot be created (a read-only home on a compute node) is warned about and cubecl's
+/// default kept: the cache saves time, training does not need it.
 #[cfg(feature = "cuda")]
-pub fn configure() -> crate::Result<()> {
+pub fn configure() {
     use burn::cubecl::config::{CubeClRuntimeConfig, RuntimeConfig, cache::CacheConfig};
 
     static CONFIGURED: std::sync::Once = std::sync::Once::new();
@@ -50,10 +52,15 @@ pub fn configure() -> crate::Result<()> {
         tracing::warn!(
             "neither {ENV} nor HOME is set: cubecl caches its kernels in its default folder"
         );
-        return Ok(());
+        return;
     };
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| crate::TrainerError::io(&dir, "creating the kernel cache folder", e))?;
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        tracing::warn!(
+            "cannot create the kernel cache folder {}: {e}; cubecl caches its kernels in its default folder",
+            dir.display()
+        );
+        return;
+    }
     CONFIGURED.call_once(|| {
         let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
         config.autotune.cache = CacheConfig::File(dir.clone());
@@ -70,7 +77,6 @@ pub fn configure() -> crate::Result<()> {
             dir.display()
         ),
     }
-    Ok(())
 }
 
 #[cfg(test)]
