@@ -83,8 +83,8 @@ pub(super) fn draw(data: &StudyData, by: HistoryX) -> String {
     let mut steps = Vec::new();
     let mut records = std::collections::HashSet::new();
     for (trial, value, _) in &ordered {
-        // An infeasible trial is never the best (`constraints`).
-        if trial.infeasible.is_some() || best.is_some_and(|b| !data.goal().better(*value, b)) {
+        // Only a result can be the best (an infeasible trial is none).
+        if trial.result().is_none() || best.is_some_and(|b| !data.goal().better(*value, b)) {
             continue;
         }
         if let Some((x, y)) = at(trial, *value) {

@@ -441,10 +441,7 @@ pub fn best_trial(trials: &[TrialRecord], goal: Goal) -> Option<&TrialRecord> {
 }
 
 fn succeeded(trials: &[TrialRecord]) -> impl Iterator<Item = &TrialRecord> {
-    trials
-        .iter()
-        .filter(|t| t.state == TrialState::Succeeded && t.value.is_some())
-        .filter(|t| t.infeasible.is_none())
+    trials.iter().filter(|t| t.result().is_some())
 }
 
 /// Which of two succeeded trials ranks first: the better value, and of equal values the

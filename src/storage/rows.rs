@@ -249,6 +249,13 @@ impl TrialRecord {
         self.state == TrialState::Pending && self.owner.is_none() && self.started_at.is_none()
     }
 
+    /// Its value as a result of the study: only a succeeded, feasible trial has one, and only
+    /// such a trial can be the best.
+    pub fn result(&self) -> Option<f64> {
+        self.value
+            .filter(|_| self.state == TrialState::Succeeded && self.infeasible.is_none())
+    }
+
     /// The trial as a sampler sees it once it has ended (its value only if it succeeded);
     /// `None` while it has not ended.
     pub fn observation(&self) -> Option<Observation> {

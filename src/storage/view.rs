@@ -146,8 +146,7 @@ impl StudyView {
             self.unfinished.insert(trial.number);
         }
         if newly_finished && let Some(observation) = trial.observation() {
-            if let Some(v) = observation.value
-                && observation.feasible
+            if let Some(v) = trial.result()
                 && self.best.is_none_or(|(_, best)| self.goal.better(v, best))
             {
                 self.best = Some((trial.number, v));
