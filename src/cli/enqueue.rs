@@ -31,11 +31,9 @@ pub async fn enqueue(
         let params = checked(&study.space)?;
         let record = storage.ensure_study(&study).await?;
         // The file's own initial_trials come first, as `hptune run` would have enqueued them.
-        if !study.initial_trials.is_empty() {
-            storage
-                .enqueue(record.id, &study.initial_trials, Enqueue::Initial)
-                .await?;
-        }
+        storage
+            .enqueue(record.id, &study.initial_trials, Enqueue::Initial)
+            .await?;
         (record, params)
     } else {
         let record = find(&storage, study).await?;
