@@ -17,7 +17,8 @@ the head and dropout, so one run each cannot tell a difference smaller than the 
 seeds; the summary compares the implementations' mean accuracies over the seeds. Everything goes to
 bench/results/trainer_quality-<timestamp>.json.
 
-Needs torch, transformers and accelerate in bench/.venv (or the interpreter running it).
+Runs in bench/.venv, installing torch, transformers and accelerate there when they are missing
+(bench/bench_venv.py).
 """
 
 import argparse
@@ -30,6 +31,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import bench_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -53,6 +56,9 @@ def parse_args():
     p.add_argument("--warmup-ratio", type=float, default=0.1)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--max-seq-len", type=int, default=128)
+    p.add_argument("--batch-order", choices=["shuffled", "length-grouped"], default="shuffled",
+                   help="both sides: hptune-trainer's --batch-order; the HF Trainer's "
+                        "train_sampling_strategy random or group_by_length")
     p.add_argument("--seeds", type=int, nargs="+", default=[42],
                    help="one run of each implementation per seed")
     p.add_argument("--skip-hptune", action="store_true", help="only the Hugging Face runs")
@@ -78,7 +84,7 @@ def run_hptune(args, seed):
         "--learning-rate", str(args.learning_rate), "--batch-size", str(args.batch_size),
         "--epochs", str(args.epochs), "--warmup-ratio", str(args.warmup_ratio),
         "--weight-decay", str(args.weight_decay), "--max-seq-len", str(args.max_seq_len),
-        "--seed", str(seed),
+        "--batch-order", args.batch_order, "--seed", str(seed),
     ]
     print("$ " + " ".join(command), file=sys.stderr, flush=True)
     start = time.perf_counter()
@@ -154,6 +160,8 @@ def run_hf(args, seed):
         per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=64,
         num_train_epochs=args.epochs, warmup_steps=args.warmup_ratio,  # < 1: a ratio
         weight_decay=args.weight_decay, max_grad_norm=1.0, lr_scheduler_type="linear",
+        train_sampling_strategy=("group_by_length" if args.batch_order == "length-grouped"
+                                 else "random"),
         seed=seed, eval_strategy="epoch", save_strategy="no", logging_strategy="no",
         report_to="none", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0)
     clock = EpochClock()
@@ -202,6 +210,8 @@ def mean_of(runs):
 
 def main():
     args = parse_args()
+    if not args.skip_hf:
+        bench_venv.ensure(["torch", "transformers", "accelerate"], "torch, transformers, accelerate")
     RESULTS.mkdir(parents=True, exist_ok=True)
     dev_rows = len(read_rows(args.dev))
     if not args.skip_hptune and not args.no_build:
@@ -211,7 +221,8 @@ def main():
     summary = (f"all-MiniLM-L6-v2 on the first {args.train_samples} rows of SST-2 train, "
                f"full dev set ({dev_rows} rows); lr {args.learning_rate}, batch {args.batch_size}, "
                f"{args.epochs} epochs, warmup ratio {args.warmup_ratio}, weight decay "
-               f"{args.weight_decay}, max_seq_len {args.max_seq_len}; {os.cpu_count()} cores")
+               f"{args.weight_decay}, max_seq_len {args.max_seq_len}, batches {args.batch_order}; "
+               f"{os.cpu_count()} cores")
     print(summary)
     print()
     if hf:
