@@ -1,24 +1,74 @@
 #!/usr/bin/env bash
-# Makes sure the system has OpenBLAS, which hptune-trainer opens at run time for its matrix
-# products on the CPU (about twice as fast as burn's own; docs/trainer.md). Installs Debian's
-# `libopenblas0-pthread` when it is missing and this shell may use apt-get; elsewhere it says
-# what to install and succeeds all the same: the trainer runs without it, only slower.
-# Idempotent.
+# Makes sure the system has the BLAS libraries that hptune-trainer opens at run time for its
+# matrix products on the CPU (docs/trainer.md, "Speed"):
+# - Intel MKL's runtime (libmkl_rt.so.3 with its sequential layer and CPU kernels), which the
+#   trainer prefers: on x86-64 Linux, as root, from PyPI's `mkl` wheel (pinned below; pip
+#   downloads it) into /usr/local/lib, then `ldconfig`;
+# - OpenBLAS (Debian's `libopenblas0-pthread`, with apt-get, as root), the fallback.
+# Where it cannot install one, it says what to install and succeeds all the same: the trainer
+# runs without them, only slower. Idempotent.
 set -euo pipefail
 
-if ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so\.0 '; then
-  exit 0
-fi
-if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  if apt-get update -qq >/dev/null && apt-get install -y -qq libopenblas0-pthread >/dev/null; then
-    echo "installed OpenBLAS (libopenblas0-pthread)" >&2
-  else
-    echo "could not install libopenblas0-pthread with apt-get: the trainer runs without it," \
-      "slower" >&2
+MKL_VERSION=2026.2.0
+# MKL's runtime library, its LP64 interface, its sequential threading layer, its core and the
+# CPU-specific kernels it chooses from at run time.
+MKL_LIBRARIES="rt intel_lp64 sequential core def mc3 avx2 avx512 avx10"
+
+has_library() { ldconfig -p 2>/dev/null | grep -q "$1 "; }
+
+install_mkl() {
+  has_library 'libmkl_rt\.so\.3' && return 0
+  if [ "$(uname -sm)" != "Linux x86_64" ] || [ "$(id -u)" != 0 ]; then
+    echo "MKL not installed (x86-64 Linux, as root, only): the trainer uses OpenBLAS" >&2
+    return 0
   fi
-else
-  echo "OpenBLAS not found: install it for a faster trainer (Debian/Ubuntu: apt-get install" \
-    "libopenblas0-pthread; Fedora: dnf install openblas; macOS: brew install openblas, then" \
-    "HPTUNE_BLAS=\$(brew --prefix openblas)/lib/libopenblas.dylib)" >&2
-fi
+  local python wheels
+  python="$(command -v python3 || true)"
+  if [ -z "$python" ] || ! "$python" -m pip --version >/dev/null 2>&1; then
+    echo "MKL not installed: it comes from PyPI, and python3 -m pip is missing" >&2
+    return 0
+  fi
+  wheels="$(mktemp -d)"
+  trap 'rm -rf "$wheels"' RETURN
+  if ! "$python" -m pip download --quiet --no-deps --only-binary=:all: --dest "$wheels" \
+    "mkl==$MKL_VERSION" >&2; then
+    echo "could not download MKL $MKL_VERSION from PyPI: the trainer uses OpenBLAS" >&2
+    return 0
+  fi
+  "$python" - "$wheels"/mkl-*.whl /usr/local/lib $MKL_LIBRARIES <<'EOF'
+import sys, zipfile
+from pathlib import Path
+
+wheel, target, names = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
+wanted = {f"libmkl_{name}.so.3" for name in names}
+with zipfile.ZipFile(wheel) as archive:
+    for entry in archive.namelist():
+        if "/lib/" in entry and Path(entry).name in wanted:
+            (target / Path(entry).name).write_bytes(archive.read(entry))
+            wanted.discard(Path(entry).name)
+if wanted:
+    sys.exit(f"the MKL wheel lacks {sorted(wanted)}")
+EOF
+  ldconfig
+  echo "installed MKL $MKL_VERSION (PyPI's mkl) into /usr/local/lib" >&2
+}
+
+install_openblas() {
+  has_library 'libopenblas\.so\.0' && return 0
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    if apt-get update -qq >/dev/null && apt-get install -y -qq libopenblas0-pthread >/dev/null; then
+      echo "installed OpenBLAS (libopenblas0-pthread)" >&2
+    else
+      echo "could not install libopenblas0-pthread with apt-get: the trainer runs without it," \
+        "slower" >&2
+    fi
+  else
+    echo "OpenBLAS not found: install it for a faster trainer (Debian/Ubuntu: apt-get install" \
+      "libopenblas0-pthread; Fedora: dnf install openblas; macOS: brew install openblas, then" \
+      "HPTUNE_BLAS=\$(brew --prefix openblas)/lib/libopenblas.dylib)" >&2
+  fi
+}
+
+install_mkl
+install_openblas

@@ -1,16 +1,18 @@
-//! The machine's CBLAS library (OpenBLAS), opened at run time for the CPU's matrix products.
+//! The machine's CBLAS library (Intel MKL or OpenBLAS), opened at run time for the CPU's
+//! matrix products.
 //!
 //! burn-flex multiplies with the `gemm` crate, which runs at about half of OpenBLAS's speed on
 //! MiniLM's shapes on this project's machines (`cargo run --release --example matmul_speed -p
-//! hptune-trainer`), and matrix products are half of a training step. The trainer therefore
-//! uses the system's OpenBLAS when it finds one, and burn's own products otherwise: the library
-//! is a speed-up, never a requirement (no link-time dependency; Debian's `libopenblas0` package,
-//! which `scripts/install-blas.sh` installs, is enough).
+//! hptune-trainer`), and matrix products are half of a training step; MKL's single-threaded
+//! `sgemm` takes about a tenth less CPU time than OpenBLAS's on the products of a training step
+//! on SST-2 sentences (docs/trainer.md, "Speed"). The trainer therefore uses MKL when it finds
+//! it, else OpenBLAS, else burn's own products: a library is a speed-up, never a requirement
+//! (no link-time dependency; `scripts/install-blas.sh` installs both).
 //!
 //! `HPTUNE_BLAS` chooses: a library's file name or path, or `none` for burn's products; unset,
-//! the usual names of OpenBLAS are tried. The library runs single-threaded: [`Cblas::sgemm`]
-//! splits a product's rows over rayon's threads (burn-flex's), so no BLAS thread pool spins
-//! beside them.
+//! the usual names of MKL's runtime library and then of OpenBLAS are tried. The library runs
+//! single-threaded (MKL's sequential layer): [`Cblas::sgemm`] splits a product's rows over
+//! rayon's threads (burn-flex's), so no BLAS thread pool spins beside them.
 
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
@@ -18,8 +20,19 @@ use std::sync::OnceLock;
 use libloading::Library;
 use rayon::prelude::*;
 
-/// The names tried when `HPTUNE_BLAS` is unset.
-const DEFAULT_NAMES: [&str; 3] = ["libopenblas.so.0", "libopenblas.so", "libopenblas.dylib"];
+/// The names tried when `HPTUNE_BLAS` is unset, in order: MKL's runtime library, then
+/// OpenBLAS.
+const DEFAULT_NAMES: [&str; 6] = [
+    "libmkl_rt.so.3",
+    "libmkl_rt.so.2",
+    "libmkl_rt.dylib",
+    "libopenblas.so.0",
+    "libopenblas.so",
+    "libopenblas.dylib",
+];
+
+/// `MKL_THREADING_SEQUENTIAL`, the argument of `MKL_Set_Threading_Layer`.
+const MKL_THREADING_SEQUENTIAL: i32 = 1;
 
 /// Products below this many multiply-adds run on the calling thread.
 const PARALLEL_WORK: usize = 1 << 18;
@@ -44,6 +57,9 @@ type Sgemm = unsafe extern "C" fn(
 
 /// `openblas_set_num_threads(n)` and its equivalents.
 type SetThreads = unsafe extern "C" fn(i32);
+
+/// `MKL_Set_Threading_Layer(layer)`, which returns the layer set.
+type SetThreadingLayer = unsafe extern "C" fn(i32) -> i32;
 
 const ROW_MAJOR: i32 = 101;
 const NO_TRANSPOSE: i32 = 111;
@@ -165,8 +181,8 @@ impl Cblas {
                          matrix products by burn, about half as fast"
                     ),
                     (None, None) => tracing::info!(
-                        "no OpenBLAS found (scripts/install-blas.sh installs it): matrix \
-                         products by burn, about half as fast"
+                        "neither MKL nor OpenBLAS found (scripts/install-blas.sh installs \
+                         them): matrix products by burn, about half as fast"
                     ),
                 }
                 library
@@ -181,6 +197,14 @@ impl Cblas {
         let library = unsafe { Library::new(name) }.ok()?;
         // SAFETY: the symbol has the type of the CBLAS standard's declaration.
         let sgemm = *unsafe { library.get::<Sgemm>(b"cblas_sgemm\0") }.ok()?;
+        // MKL's runtime library loads a threading layer at its first call: the sequential one
+        // needs no OpenMP runtime and starts no threads. (Called before any other MKL call.)
+        // SAFETY: the symbol has the type of MKL's declaration.
+        let set_layer = unsafe { library.get::<SetThreadingLayer>(b"MKL_Set_Threading_Layer\0") };
+        if let Ok(set_layer) = set_layer {
+            // SAFETY: it takes one of MKL's layer constants.
+            unsafe { set_layer(MKL_THREADING_SEQUENTIAL) };
+        }
         for setter in [&b"openblas_set_num_threads\0"[..], b"MKL_Set_Num_Threads\0"] {
             // SAFETY: both take the number of threads as a C int.
             if let Ok(set_threads) = unsafe { library.get::<SetThreads>(setter) } {
@@ -314,11 +338,25 @@ pub(crate) fn library_for_test() -> Option<&'static Cblas> {
     library
 }
 
+/// Every library of the default names that this machine has (MKL and OpenBLAS where both
+/// are installed); `HPTUNE_TEST_BLAS=required` makes finding none a failure.
+#[cfg(test)]
+fn installed_for_test() -> Vec<Cblas> {
+    let libraries: Vec<Cblas> = DEFAULT_NAMES
+        .iter()
+        .filter_map(|name| Cblas::open(name))
+        .collect();
+    if libraries.is_empty() {
+        library_for_test();
+    }
+    libraries
+}
+
 #[cfg(test)]
 mod tests {
     use std::mem::MaybeUninit;
 
-    use super::{Matrix, library_for_test};
+    use super::{Matrix, installed_for_test};
 
     /// `a · b` by the definition, for `a` and `b` given by element functions.
     fn reference(
@@ -345,9 +383,13 @@ mod tests {
 
     #[test]
     fn products_of_plain_transposed_and_strided_operands_match_the_definition() {
-        let Some(blas) = library_for_test() else {
-            return;
-        };
+        for blas in installed_for_test() {
+            eprintln!("products of {}", blas.name);
+            products_match_the_definition(&blas);
+        }
+    }
+
+    fn products_match_the_definition(blas: &super::Cblas) {
         // Large enough to be split over threads (600 rows) and small; operands stored
         // row-major, transposed, and as every other row of a wider buffer.
         for (m, k, n) in [(600, 70, 90), (3, 5, 2), (1, 4, 1)] {
