@@ -254,7 +254,9 @@ struct SquaredNorm<'a, I: Backend> {
     total: Option<Tensor<I, 1>>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B::InnerBackend> {
+impl<B: AutodiffBackend<InnerBackend: FusedOps>> ModuleVisitor<B>
+    for SquaredNorm<'_, B::InnerBackend>
+{
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) {
             // Summed in f32 whatever the model's precision, and added up on the device: one
@@ -263,7 +265,9 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B::InnerBackend> {
                 DType::F32 => grad,
                 _ => grad.cast(FloatDType::F32),
             };
-            let squares = grad.square().sum();
+            let squares = Tensor::from_primitive(TensorPrimitive::Float(
+                B::InnerBackend::squared_sum(grad.into_primitive().tensor()),
+            ));
             self.total = Some(match self.total.take() {
                 Some(total) => total + squares,
                 None => squares,

@@ -6,7 +6,7 @@ use burn::nn::{Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{Int, Tensor, backend::Backend};
 
 use super::dropout::{Dropout, DropoutConfig};
-use super::fused::FusedOps;
+use super::fused::{FusedOps, embedding};
 use super::layer_norm::LayerNorm;
 
 /// Sizes of the embedding tables.
@@ -73,9 +73,10 @@ impl<B: FusedOps> Embeddings<B> {
         let [_, seq_len] = input_ids.dims();
         let device = input_ids.device();
         let positions = Tensor::<B, 1, Int>::arange(0..seq_len as i64, &device).unsqueeze::<2>();
-        let summed = self.word_embeddings.forward(input_ids)
-            + self.position_embeddings.forward(positions)
-            + self.token_type_embeddings.forward(token_type_ids);
+        let lookup = |table: &Embedding<B>, ids| embedding(table.weight.val(), ids);
+        let summed = lookup(&self.word_embeddings, input_ids)
+            + lookup(&self.position_embeddings, positions)
+            + lookup(&self.token_type_embeddings, token_type_ids);
         self.dropout.forward(self.layer_norm.forward(summed))
     }
 }

@@ -1,5 +1,6 @@
-//! The `f32` loops behind burn-flex's GELU, masked softmax, dropout, LayerNorm and AdamW
-//! (`gelu.rs`, `softmax.rs`, `dropout.rs`, `layer_norm.rs`, `adamw.rs`).
+//! The `f32` loops behind burn-flex's GELU, masked softmax, dropout, LayerNorm, AdamW and the
+//! gradients' squared norm (`gelu.rs`, `softmax.rs`, `dropout.rs`, `layer_norm.rs`, `adamw.rs`,
+//! `squared_sum.rs`).
 //!
 //! Each loop is straight-line arithmetic that the compiler vectorises, compiled twice: for
 //! AVX-512 (16 lanes), chosen at run time when the CPU has it, and for the target's baseline
@@ -440,6 +441,41 @@ pub(super) fn layer_norm_grad(
             db.iter_mut().zip(db2).for_each(|(a, b)| *a += b);
             (dg, db)
         })
+}
+
+/// Elements that one task of rayon's sums in [`squared_sum`].
+const SUM_ELEMENTS: usize = 1 << 15;
+
+/// Independent partial sums of [`squared_sum_loop`], so that the compiler vectorises it.
+const SUM_LANES: usize = 16;
+
+with_avx512! {
+    /// The sum of the squares of `values` into `total`: `SUM_LANES` partial sums in `f32`
+    /// (a task's `SUM_ELEMENTS / SUM_LANES` squares each), added up in `f64`.
+    fn squared_sum_loop(values: &[f32], total: &mut f64) {
+        let mut lanes = [0.0f32; SUM_LANES];
+        let blocks = values.chunks_exact(SUM_LANES);
+        let tail = blocks.remainder();
+        for block in blocks {
+            for (lane, &x) in lanes.iter_mut().zip(block) {
+                *lane += x * x;
+            }
+        }
+        *total = lanes.iter().map(|&x| f64::from(x)).sum::<f64>()
+            + tail.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>();
+    }
+}
+
+/// The sum of the squares of `values`, on rayon's threads.
+pub(super) fn squared_sum(values: &[f32]) -> f64 {
+    values
+        .par_chunks(SUM_ELEMENTS)
+        .map(|chunk| {
+            let mut total = 0.0;
+            squared_sum_loop(chunk, &mut total);
+            total
+        })
+        .sum()
 }
 
 /// Parameters of an AdamW update that one task of rayon's takes.

@@ -1,5 +1,6 @@
 //! The model's heavy ops as single autodiff ops with hand-written gradients: matrix products,
-//! attention's masked softmax, LayerNorm, GELU and dropout.
+//! attention's masked softmax, LayerNorm, GELU, dropout and embedding lookups; and the
+//! optimiser's passes over the parameters (AdamW, the gradients' squared norm).
 //!
 //! burn 0.21 differentiates `softmax` and `layer_norm` as compositions of element-wise ops and
 //! reductions, whose gradients are broadcast views that burn-flex walks with its scalar strided
@@ -13,6 +14,7 @@
 
 mod adamw;
 mod dropout;
+mod embedding;
 mod gelu;
 #[cfg(feature = "flex")]
 mod kernels;
@@ -22,14 +24,15 @@ mod matmul;
 mod output;
 mod rows;
 mod softmax;
+mod squared_sum;
 mod unary;
 
 pub use adamw::{AdamWStep, Updated};
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{Int, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
 
 /// A backend with the model's fused ops; the default methods are burn's.
 pub trait FusedOps: Backend {
@@ -114,6 +117,25 @@ pub trait FusedOps: Backend {
         Self::gelu(tensor)
     }
 
+    /// The sum of the squares of `tensor`'s elements, as a one-element tensor (no gradient).
+    fn squared_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        squared_sum::composed::<Self>(tensor)
+    }
+
+    /// The rows of the table `weights` at `indices`: `[batch, seq]` into `[batch, seq, width]`.
+    fn embedding_lookup(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+        Self::embedding(weights, indices)
+    }
+
+    /// The gradient of the table `weights` from the gradient `grad` of its rows at `indices`.
+    fn embedding_grad(
+        weights: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        Self::embedding_backward(weights, grad, indices)
+    }
+
     /// The gradient of [`FusedOps::gelu_erf`] at `input`, times `grad`.
     fn gelu_erf_backward(input: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::gelu_backward(input, grad)
@@ -148,6 +170,10 @@ impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
 
     fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         gelu::gelu::<B, C>(tensor)
+    }
+
+    fn embedding_lookup(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+        embedding::embedding::<B, C>(weights, indices)
     }
 }
 
@@ -206,6 +232,18 @@ impl FusedOps for burn::backend::Flex {
 
     fn gelu_erf_backward(input: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         gelu::flex::gelu_backward(input, grad)
+    }
+
+    fn squared_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        squared_sum::flex::squared_sum(tensor)
+    }
+
+    fn embedding_grad(
+        weights: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        embedding::flex::embedding_grad(weights, grad, indices)
     }
 }
 #[cfg(feature = "ndarray")]
@@ -271,6 +309,15 @@ pub fn dropout<B: FusedOps, const D: usize>(
         prob,
         seed,
         call,
+    )))
+}
+
+/// The rows of the table `weights` at `indices` (`[batch, seq]` into `[batch, seq, width]`),
+/// through [`FusedOps::embedding_lookup`].
+pub fn embedding<B: FusedOps>(weights: Tensor<B, 2>, indices: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::embedding_lookup(
+        weights.into_primitive().tensor(),
+        indices.into_primitive(),
     )))
 }
 
