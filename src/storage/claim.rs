@@ -352,6 +352,68 @@ mod tests {
         (budget, view(), view())
     }
 
+    /// A controller suspended while it holds the study's lock in PostgreSQL holds the other
+    /// controllers of the study only until the server ends its idle session: the lock is
+    /// released, the others claim, and the suspended one gets an error when it goes on.
+    #[tokio::test]
+    async fn a_session_idle_in_the_studys_lock_is_ended_and_the_lock_released() {
+        let Some(url) = std::env::var("HPTUNE_TEST_POSTGRES")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            eprintln!("skipped: HPTUNE_TEST_POSTGRES is not set");
+            return;
+        };
+        let url = crate::storage::StorageUrl::parse(&url).unwrap();
+        let (suspended, peer) = (
+            Storage::open(&url).await.unwrap(),
+            Storage::open(&url).await.unwrap(),
+        );
+        let name = format!("idle-lock-{}", std::process::id());
+        let yaml = format!(
+            "name: {name}\nmax_trial_count: 2\nobjective: {{metric: loss, goal: minimize}}\nparameters:\n  - {{id: x, type: double, min: 0, max: 1}}\ntrial: {{command: [w]}}\n"
+        );
+        let study = crate::spec::parse(std::path::Path::new("s.yaml"), &yaml).unwrap();
+        let id = suspended.ensure_study(&study).await.unwrap().id;
+
+        let mut held = suspended.lock_study(id).await.unwrap();
+        let limit: (String,) = sqlx::query_as("SHOW idle_in_transaction_session_timeout")
+            .fetch_one(&mut *held)
+            .await
+            .unwrap();
+        assert_eq!(limit.0, "1min", "every session of the pool has the limit");
+        // The limit of this transaction shortened, so that the test need not wait a minute.
+        sqlx::query("SET LOCAL idle_in_transaction_session_timeout = '1s'")
+            .execute(&mut *held)
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let peer_lock =
+            tokio::time::timeout(std::time::Duration::from_secs(20), peer.lock_study(id))
+                .await
+                .expect("the peer waits only until the idle session is ended")
+                .unwrap();
+        assert!(
+            started.elapsed() >= std::time::Duration::from_millis(900),
+            "the lock was held meanwhile"
+        );
+        peer_lock.commit().await.unwrap();
+        assert!(
+            held.commit().await.is_err(),
+            "the ended session's transaction fails"
+        );
+        // The suspended controller's storage goes on with a new session.
+        assert!(
+            suspended
+                .lock_study(id)
+                .await
+                .unwrap()
+                .commit()
+                .await
+                .is_ok()
+        );
+    }
+
     /// Two controllers on one SQLite file, each with its own view: a claim on a view that
     /// another controller made stale must read the change before it proposes (the one-call
     /// claim is refused), the ends given to a claim are written whether or not the one-call

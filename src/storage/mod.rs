@@ -345,13 +345,30 @@ fn connect_options(
 /// How long opening a database may wait for its server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Sets up a new connection: SQLite's journal, durability, foreign keys and lock wait.
+/// How long a PostgreSQL session may sit idle inside a transaction before the server ends it.
+/// A controller holds the study's lock in a transaction while its sampler proposes
+/// (milliseconds); one that is suspended there (SIGSTOP, a laptop's sleep, a hung host) would
+/// hold every other controller of the study: the server ends its session instead, which
+/// releases the lock, and the suspended controller, once resumed, stops with an error while
+/// the others adopt its trials.
+const IDLE_IN_TRANSACTION_TIMEOUT: &str = "60s";
+
+/// Sets up a new connection: SQLite's journal, durability, foreign keys and lock wait;
+/// PostgreSQL's limit on a session idle inside a transaction.
 async fn prepare(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), sqlx::Error> {
-    if dialect == Dialect::Sqlite {
-        conn.execute("PRAGMA journal_mode = WAL").await?;
-        conn.execute("PRAGMA synchronous = NORMAL").await?;
-        conn.execute("PRAGMA foreign_keys = ON").await?;
-        conn.execute("PRAGMA busy_timeout = 30000").await?;
+    match dialect {
+        Dialect::Sqlite => {
+            conn.execute("PRAGMA journal_mode = WAL").await?;
+            conn.execute("PRAGMA synchronous = NORMAL").await?;
+            conn.execute("PRAGMA foreign_keys = ON").await?;
+            conn.execute("PRAGMA busy_timeout = 30000").await?;
+        }
+        Dialect::Postgres => {
+            let limit = format!(
+                "SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT}'"
+            );
+            conn.execute(limit.as_str()).await?;
+        }
     }
     Ok(())
 }
