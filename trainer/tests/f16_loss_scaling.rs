@@ -1,6 +1,7 @@
 //! The model and optimiser in f16, as `--precision f16` runs them on CUDA, checked on burn-flex
-//! (which holds f16 tensors, though the trainer trains in f32 on the CPU): the loss scale keeps
-//! gradients that underflow to zero without it.
+//! (which holds f16 tensors, though the trainer trains in f32 on the CPU): the logits within
+//! f16's precision of transformers' f32, and the loss scale keeping gradients that underflow to
+//! zero without it.
 //! One test in this binary: it sets the process's default float type of the CPU device.
 #![cfg(feature = "flex")]
 
@@ -28,6 +29,9 @@ fn f16_loss_scaling_keeps_gradients_that_underflow_to_zero_without_it() {
     // batch (softmax - one-hot near 0), i.e. mostly below f16's smallest number, 6e-8.
     let small_loss = |model: &BertClassifier<B>| fixture.loss(model).mul_scalar(3e-7);
     let model = fixture.model();
+    let logits_error = fixture.logits_error(&model);
+    eprintln!("f16: logits within {logits_error:.5} of transformers' f32");
+    assert!(logits_error < 5e-3, "{logits_error}");
     let watched =
         |model: &BertClassifier<B>| model.bert.encoder.layer[0].intermediate.dense.weight.val();
     let mut optimizer = fixture.optimizer(&model);

@@ -90,6 +90,17 @@ impl Fixture {
             .0
     }
 
+    /// The largest difference between `model`'s logits and transformers' f32 ones.
+    pub fn logits_error(&self, model: &BertClassifier<B>) -> f64 {
+        let ours: Vec<f32> = values(model.forward(self.input.clone()));
+        let theirs = self.numbers["logits"].as_array().unwrap().iter();
+        let theirs = theirs.flat_map(|row| row.as_array().unwrap().iter());
+        ours.iter()
+            .zip(theirs)
+            .map(|(a, b)| (f64::from(*a) - b.as_f64().unwrap()).abs())
+            .fold(0.0, f64::max)
+    }
+
     pub fn loss(&self, model: &BertClassifier<B>) -> Tensor<B, 1> {
         cross_entropy(model.forward(self.input.clone()), self.labels.clone())
     }
