@@ -4,7 +4,7 @@
 //! The parts, each in its own module: [`config`] (the checkpoint's config.json), [`model`]
 //! (the network), [`checkpoint`] (safetensors in and out, with the key map), [`tokenize`],
 //! [`data`] (files and labels), [`batch`] (batch order and padding), [`optim`] (AdamW groups, clipping,
-//! schedule), [`train`] (the loop and evaluation), [`metrics`], [`report`] (the protocol),
+//! schedule), [`loss_scale`] (f16's dynamic loss scale), [`train`] (the loop and evaluation), [`metrics`], [`report`] (the protocol),
 //! [`backend`] (device and precision choice), [`kernel_cache`] (where GPU kernels are cached), [`blas`] (the system's BLAS for CPU products), [`hub`] (hub ids: cache and download), [`pretrained`]
 //! (checkpoint folders) and [`run`] (the commands).
 
@@ -19,6 +19,7 @@ pub mod data;
 pub mod error;
 pub mod hub;
 pub mod kernel_cache;
+pub mod loss_scale;
 pub mod metrics;
 pub mod model;
 pub mod optim;

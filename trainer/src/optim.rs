@@ -1,5 +1,6 @@
 //! What Hugging Face's Trainer does around AdamW: parameter groups without weight decay on
-//! biases and LayerNorm, global gradient-norm clipping, and the linear warmup/decay schedule.
+//! biases and LayerNorm, global gradient-norm clipping, the linear warmup/decay schedule, and
+//! for an f16 model PyTorch's dynamic loss scaling.
 
 use std::collections::{HashMap, HashSet};
 
@@ -13,6 +14,7 @@ use burn::tensor::{
 
 use crate::backend::TrainBackend;
 use crate::checkpoint::walk::PathStack;
+use crate::loss_scale::DynamicLossScale;
 use crate::model::fused::AdamWStep;
 use crate::model::{BertClassifier, FusedOps};
 
@@ -85,12 +87,31 @@ struct Moments<B: Backend> {
 /// copy of the parameter take the update in f32 from the gradient cast to f32, and the model
 /// gets the master copy rounded to its precision (a bf16 weight alone would lose updates
 /// smaller than 1/256 of it, i.e. nearly all of them at fine-tuning rates).
+///
+/// A model with f16 parameters also gets a [`DynamicLossScale`], as PyTorch's `GradScaler`: the
+/// caller multiplies the loss by it ([`Self::scale_loss`]), and the step divides it out of the
+/// gradients in the same factor as clipping, or skips the update when a gradient is infinite
+/// or NaN.
 pub struct GroupedAdamW<B: TrainBackend> {
     settings: AdamWSettings,
     decay_ids: Vec<ParamId>,
     no_decay_ids: Vec<ParamId>,
     no_decay: HashSet<ParamId>,
     moments: HashMap<ParamId, Moments<B::InnerBackend>>,
+    loss_scale: Option<DynamicLossScale>,
+}
+
+/// What [`GroupedAdamW::step`] did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StepOutcome {
+    /// The parameters were updated; the global gradient norm before clipping (unscaled).
+    Applied {
+        /// The L2 norm of all gradients, before clipping.
+        grad_norm: f64,
+    },
+    /// A gradient of the scaled loss was infinite or NaN: parameters and moments were left as
+    /// they were, and the loss scale halved.
+    Skipped,
 }
 
 impl<B: TrainBackend> GroupedAdamW<B> {
@@ -104,6 +125,21 @@ impl<B: TrainBackend> GroupedAdamW<B> {
             decay_ids: groups.decay,
             no_decay_ids: groups.no_decay,
             moments: HashMap::new(),
+            loss_scale: groups.f16.then(DynamicLossScale::default),
+        }
+    }
+
+    /// The dynamic loss scale, for an f16 model.
+    pub fn loss_scale(&self) -> Option<&DynamicLossScale> {
+        self.loss_scale.as_ref()
+    }
+
+    /// `loss` times the loss scale (for an f16 model; `loss` itself otherwise), to take the
+    /// backward pass of whose gradients [`Self::step`] takes.
+    pub fn scale_loss(&self, loss: Tensor<B, 1>) -> Tensor<B, 1> {
+        match &self.loss_scale {
+            Some(scale) => loss.mul_scalar(scale.scale()),
+            None => loss,
         }
     }
 
@@ -117,16 +153,16 @@ impl<B: TrainBackend> GroupedAdamW<B> {
         &self.decay_ids
     }
 
-    /// Applies one step at rate `lr` from the gradients of a backward pass; returns the global
-    /// gradient norm before clipping.
+    /// Applies one step at rate `lr` from the gradients of the backward pass of
+    /// [`Self::scale_loss`]'s loss.
     pub fn step(
         &mut self,
         lr: f64,
         model: BertClassifier<B>,
         grads: B::Gradients,
-    ) -> (BertClassifier<B>, f64) {
+    ) -> (BertClassifier<B>, StepOutcome) {
         let mut grads = GradientsParams::from_grads(grads, &model);
-        let norm = {
+        let scaled_norm = {
             let mut sum = SquaredNorm {
                 grads: &grads,
                 total: None,
@@ -136,8 +172,22 @@ impl<B: TrainBackend> GroupedAdamW<B> {
                 .map_or(0.0, |total| total.into_scalar().elem::<f64>())
                 .sqrt()
         };
-        // torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when that is below 1.
-        let grad_scale = match self.settings.max_grad_norm.filter(|max| *max > 0.0) {
+        let loss_scale = self
+            .loss_scale
+            .as_ref()
+            .map_or(1.0, DynamicLossScale::scale);
+        if let Some(scale) = &mut self.loss_scale {
+            // The squares are summed in f32, where no finite f16 gradient overflows: the norm
+            // is finite exactly when every gradient is.
+            scale.update(scaled_norm.is_finite());
+            if !scaled_norm.is_finite() {
+                return (model, StepOutcome::Skipped);
+            }
+        }
+        let norm = scaled_norm / loss_scale;
+        // torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when that is below 1;
+        // the gradients are unscaled by the same factor, in the update's one pass.
+        let clip = match self.settings.max_grad_norm.filter(|max| *max > 0.0) {
             Some(max) => (max / (norm + 1e-6)).min(1.0),
             None => 1.0,
         };
@@ -145,9 +195,10 @@ impl<B: TrainBackend> GroupedAdamW<B> {
             optimizer: self,
             grads: &mut grads,
             lr,
-            grad_scale,
+            grad_scale: clip / loss_scale,
         };
-        (burn::module::Module::map(model, &mut update), norm)
+        let model = burn::module::Module::map(model, &mut update);
+        (model, StepOutcome::Applied { grad_norm: norm })
     }
 }
 
@@ -224,12 +275,13 @@ fn cast_f32<B: Backend>(tensor: FloatTensor<B>) -> FloatTensor<B> {
     B::float_cast(tensor, FloatDType::F32)
 }
 
-/// Sorts parameter ids into the decay and no-decay groups.
+/// Sorts parameter ids into the decay and no-decay groups, and notes f16 parameters.
 #[derive(Default)]
 struct Groups {
     stack: PathStack,
     decay: Vec<ParamId>,
     no_decay: Vec<ParamId>,
+    f16: bool,
 }
 
 impl<B: Backend> ModuleVisitor<B> for Groups {
@@ -240,6 +292,7 @@ impl<B: Backend> ModuleVisitor<B> for Groups {
         self.stack.exit();
     }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.f16 |= param.val().dtype() == DType::F16;
         if self.stack.current().is_no_decay() {
             self.no_decay.push(param.id);
         } else {
@@ -315,16 +368,18 @@ mod tests {
     }
 
     #[cfg(feature = "flex")]
-    #[test]
-    fn biases_and_layer_norms_get_no_weight_decay_and_every_param_has_a_group() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+
+    /// A one-layer BERT classifier with hidden size 8, in f32.
+    #[cfg(feature = "flex")]
+    fn tiny_model() -> BertClassifier<B> {
         use crate::model::{BertClassifierConfig, BertModelConfig, ClassificationHeadConfig};
-        type B = burn::backend::Autodiff<burn::backend::Flex>;
         let config: crate::config::BertConfig = serde_json::from_value(serde_json::json!({
             "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
             "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 12
         }))
         .unwrap();
-        let model = BertClassifierConfig {
+        BertClassifierConfig {
             bert: BertModelConfig::from_hf(&config, None),
             head: ClassificationHeadConfig {
                 hidden_size: 8,
@@ -333,7 +388,13 @@ mod tests {
                 initializer_range: 0.02,
             },
         }
-        .init::<B>(&Default::default());
+        .init::<B>(&Default::default())
+    }
+
+    #[cfg(feature = "flex")]
+    #[test]
+    fn biases_and_layer_norms_get_no_weight_decay_and_every_param_has_a_group() {
+        let model = tiny_model();
         let optimizer = GroupedAdamW::new(&model, AdamWSettings::default());
         // Per layer 6 biases + 2 LayerNorms x 2; embeddings' LayerNorm 2; pooler and head biases.
         assert_eq!(optimizer.no_decay_ids().len(), 6 + 4 + 2 + 1 + 1);
@@ -342,5 +403,112 @@ mod tests {
         let mut grouped: HashSet<ParamId> = optimizer.decay_ids().iter().copied().collect();
         grouped.extend(optimizer.no_decay_ids().iter().copied());
         assert_eq!(grouped, all_param_ids::<B, _>(&model));
+    }
+
+    /// The bits of a tensor's values, as f32.
+    #[cfg(feature = "flex")]
+    fn bits<I: Backend>(tensor: FloatTensor<I>) -> Vec<u32> {
+        let len = tensor.shape().num_elements();
+        let flat = I::float_reshape(tensor, [len].into());
+        let values = Tensor::<I, 1>::from_primitive(TensorPrimitive::Float(flat)).into_data();
+        let values: Vec<f32> = values.convert::<f32>().to_vec().unwrap();
+        values.into_iter().map(f32::to_bits).collect()
+    }
+
+    /// Every parameter's values, and the optimiser's master copy and moments of each, as bits.
+    #[cfg(feature = "flex")]
+    fn snapshot(
+        model: &BertClassifier<B>,
+        optimizer: &GroupedAdamW<B>,
+    ) -> Vec<(ParamId, Vec<u32>, Vec<Vec<u32>>)> {
+        struct Values<'a>(&'a GroupedAdamW<B>, Vec<(ParamId, Vec<u32>, Vec<Vec<u32>>)>);
+        impl ModuleVisitor<B> for Values<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+                let value = bits::<B>(param.val().into_primitive().tensor());
+                let state = self.0.moments.get(&param.id).map_or(Vec::new(), |m| {
+                    let master = m
+                        .master
+                        .clone()
+                        .expect("an f16 parameter has a master copy");
+                    vec![master, m.first.clone(), m.second.clone()]
+                        .into_iter()
+                        .map(bits::<burn::backend::Flex>)
+                        .chain([vec![m.time as u32]])
+                        .collect()
+                });
+                self.1.push((param.id, value, state));
+            }
+        }
+        let mut values = Values(optimizer, Vec::new());
+        burn::module::Module::visit(model, &mut values);
+        values.1
+    }
+
+    #[cfg(feature = "flex")]
+    #[test]
+    fn an_f16_step_whose_scaled_gradient_overflows_is_skipped_and_changes_nothing_but_the_scale() {
+        /// Each parameter cast to f16, as the model computes with `--precision f16`.
+        struct ToF16;
+        impl ModuleMapper<B> for ToF16 {
+            fn map_float<const D: usize>(
+                &mut self,
+                param: Param<Tensor<B, D>>,
+            ) -> Param<Tensor<B, D>> {
+                param.map(|t| t.cast(FloatDType::F16).detach().require_grad())
+            }
+        }
+        // A loss whose gradient is `factor` for every element of the pooler's and the head's
+        // weights.
+        let loss = |model: &BertClassifier<B>, factor: f64| {
+            let head = [
+                model.bert.pooler.dense.weight.val(),
+                model.head.classifier.weight.val(),
+            ];
+            let sums = head.map(|w| w.cast(FloatDType::F32).mul_scalar(factor).sum());
+            let [a, b] = sums;
+            a + b
+        };
+        let model = burn::module::Module::map(tiny_model(), &mut ToF16);
+        let mut optimizer = GroupedAdamW::new(&model, AdamWSettings::default());
+        let scale = |o: &GroupedAdamW<B>| o.loss_scale().map(DynamicLossScale::scale);
+        assert_eq!(scale(&optimizer), Some(65536.0));
+
+        // 1e-3 x 2^16 = 65.5 is an f16: the step is taken, from the unscaled gradient.
+        let grads = optimizer.scale_loss(loss(&model, 1e-3)).backward();
+        let (model, outcome) = optimizer.step(1e-3, model, grads);
+        let StepOutcome::Applied { grad_norm } = outcome else {
+            panic!("{outcome:?}")
+        };
+        // Each gradient is 1e-3 to f16's precision (2^-11) once the scale is divided out.
+        let expected = 1e-3 * ((8 * 8 + 8 * 2) as f64).sqrt();
+        assert!((grad_norm / expected - 1.0).abs() < 1e-3, "{grad_norm}");
+        let before = snapshot(&model, &optimizer);
+        assert!(
+            before
+                .iter()
+                .filter(|(_, _, state)| !state.is_empty())
+                .count()
+                == 2
+        );
+
+        // 1 x 2^16 is above f16's largest, 65504: the gradient is infinite.
+        let grads = optimizer.scale_loss(loss(&model, 1.0)).backward();
+        let (model, outcome) = optimizer.step(1e-3, model, grads);
+        assert_eq!(outcome, StepOutcome::Skipped);
+        assert!(
+            snapshot(&model, &optimizer) == before,
+            "a skipped step changed a value"
+        );
+        assert_eq!(scale(&optimizer), Some(32768.0));
+        assert_eq!(optimizer.loss_scale().unwrap().skipped(), 1);
+
+        // At the halved scale it fits (32768): the step is taken again.
+        let grads = optimizer.scale_loss(loss(&model, 1.0)).backward();
+        let (model, outcome) = optimizer.step(1e-3, model, grads);
+        assert!(
+            matches!(outcome, StepOutcome::Applied { .. }),
+            "{outcome:?}"
+        );
+        assert!(snapshot(&model, &optimizer) != before);
     }
 }

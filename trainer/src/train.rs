@@ -100,9 +100,10 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
                         value: loss_value,
                     });
                 }
-                let grads = loss.backward();
-                let (updated, _norm) = optimizer.step(schedule.rate(step - 1), model, grads);
-                model = updated;
+                // The schedule advances on a skipped f16 step too, as it does in PyTorch's
+                // loop (`scaler.step(optimizer)`, then `scheduler.step()`).
+                let grads = optimizer.scale_loss(loss).backward();
+                model = optimizer.step(schedule.rate(step - 1), model, grads).0;
                 progress.batch_done(index + 1, rows, loss_value);
             }
             Ok(model)
@@ -122,6 +123,14 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
             metrics.loss,
             metrics.accuracy
         );
+        if let Some(scale) = optimizer.loss_scale() {
+            tracing::info!(
+                "epoch {epoch}/{}: f16 loss scale {}, {} of {step} steps so far skipped for infinite or NaN gradients",
+                settings.epochs,
+                scale.scale(),
+                scale.skipped()
+            );
+        }
         reporter.report_step(epoch, &metrics)?;
         last = Some(metrics);
     }

@@ -1,5 +1,6 @@
 //! One AdamW update of a parameter tensor, as PyTorch's `torch.optim.AdamW` (and burn's
-//! `AdamW`) compute it, with `g` the gradient times the clipping factor:
+//! `AdamW`) compute it, with `g` the gradient times the clipping factor (divided by the loss
+//! scale for f16):
 //!
 //! `m = b1 m + (1 - b1) g`, `v = b2 v + (1 - b2) g²`, and
 //! `p = p (1 - lr wd) - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)`.
@@ -26,7 +27,8 @@ pub struct AdamWStep {
     pub epsilon: f64,
     /// The parameter's step number, from 1.
     pub time: i32,
-    /// The factor of the gradient (global-norm clipping; 1 without).
+    /// The factor of the gradient: global-norm clipping's, divided by f16's loss scale (1
+    /// without either).
     pub grad_scale: f64,
 }
 

@@ -32,7 +32,9 @@ pub use adamw::{AdamWStep, Updated};
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{Int, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
+use burn::tensor::{
+    DType, FloatDType, Int, Tensor, TensorMetadata, TensorPrimitive, backend::Backend,
+};
 
 /// A backend with the model's fused ops; the default methods are burn's.
 pub trait FusedOps: Backend {
@@ -257,16 +259,27 @@ impl FusedOps for burn::backend::Cuda<half::bf16> {}
 #[cfg(feature = "cuda")]
 impl FusedOps for burn::backend::Cuda<half::f16> {}
 
+/// `tensor` in `dtype` (no op when it is in it already).
+fn in_dtype<B: Backend, const D: usize>(tensor: Tensor<B, D>, dtype: DType) -> Tensor<B, D> {
+    match tensor.dtype() == dtype {
+        true => tensor,
+        false => tensor.cast(FloatDType::from(dtype)),
+    }
+}
+
 /// Softmax of `scores + bias` over the last dimension, through [`FusedOps::masked_softmax`]; the
-/// bias is a constant (no gradient flows to it).
+/// bias is a constant (no gradient flows to it). Computed in f32 for half-precision scores, as
+/// under PyTorch's autocast, and returned in their precision.
 pub fn masked_softmax<B: FusedOps, const D: usize>(
     scores: Tensor<B, D>,
     bias: Tensor<B, D>,
 ) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(B::masked_softmax(
-        scores.into_primitive().tensor(),
-        bias.into_primitive().tensor(),
-    )))
+    let dtype = scores.dtype();
+    let probs = Tensor::from_primitive(TensorPrimitive::Float(B::masked_softmax(
+        in_dtype(scores, DType::F32).into_primitive().tensor(),
+        in_dtype(bias, DType::F32).into_primitive().tensor(),
+    )));
+    in_dtype(probs, dtype)
 }
 
 /// `lhs · rhs` over the last two dimensions, through [`FusedOps::matmul`] when the batch
@@ -329,18 +342,22 @@ pub fn gelu<B: FusedOps, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
 }
 
 /// LayerNorm of `tensor` over its last dimension, through [`FusedOps::layer_norm_last`].
+/// Computed in f32 for a half-precision `tensor`, as under PyTorch's autocast, and returned in
+/// its precision.
 pub fn layer_norm<B: FusedOps, const D: usize>(
     tensor: Tensor<B, D>,
     gamma: Tensor<B, 1>,
     beta: Tensor<B, 1>,
     epsilon: f64,
 ) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(B::layer_norm_last(
-        tensor.into_primitive().tensor(),
-        gamma.into_primitive().tensor(),
-        beta.into_primitive().tensor(),
+    let dtype = tensor.dtype();
+    let normalised = Tensor::from_primitive(TensorPrimitive::Float(B::layer_norm_last(
+        in_dtype(tensor, DType::F32).into_primitive().tensor(),
+        in_dtype(gamma, DType::F32).into_primitive().tensor(),
+        in_dtype(beta, DType::F32).into_primitive().tensor(),
         epsilon,
-    )))
+    )));
+    in_dtype(normalised, dtype)
 }
 
 #[cfg(test)]
