@@ -34,6 +34,20 @@ const DEFAULT_NAMES: [&str; 6] = [
 /// `MKL_THREADING_SEQUENTIAL`, the argument of `MKL_Set_Threading_Layer`.
 const MKL_THREADING_SEQUENTIAL: i32 = 1;
 
+/// `MKL_INTERFACE_LP64`, the argument of `MKL_Set_Interface_Layer`: 32-bit integers, as the
+/// `cblas_sgemm` declaration here (`MKL_INTERFACE_LAYER=ILP64` in the environment would
+/// otherwise make MKL read them as 64-bit ones).
+const MKL_INTERFACE_LP64: i32 = 0;
+
+/// `MKL_CBWR_AUTO | MKL_CBWR_STRICT`, the argument of `MKL_CBWR_Set`: the same results for
+/// the same inputs whatever their alignment in memory, so that a seed gives the same run (about
+/// 1.5 % of a training step's speed).
+const MKL_CBWR_AUTO_STRICT: i32 = 2 | 0x10000;
+
+/// The libraries that MKL's runtime library loads at its first call (with its CPU kernels):
+/// without one it ends the process instead of failing the call.
+const MKL_LAYERS: [&str; 3] = ["libmkl_core", "libmkl_sequential", "libmkl_intel_lp64"];
+
 /// Products below this many multiply-adds run on the calling thread.
 const PARALLEL_WORK: usize = 1 << 18;
 
@@ -58,8 +72,9 @@ type Sgemm = unsafe extern "C" fn(
 /// `openblas_set_num_threads(n)` and its equivalents.
 type SetThreads = unsafe extern "C" fn(i32);
 
-/// `MKL_Set_Threading_Layer(layer)`, which returns the layer set.
-type SetThreadingLayer = unsafe extern "C" fn(i32) -> i32;
+/// `MKL_Set_Threading_Layer(layer)`, `MKL_Set_Interface_Layer(layer)` and `MKL_CBWR_Set(mode)`:
+/// each takes one of MKL's constants and returns the layer set or a status.
+type MklSetting = unsafe extern "C" fn(i32) -> i32;
 
 const ROW_MAJOR: i32 = 101;
 const NO_TRANSPOSE: i32 = 111;
@@ -197,13 +212,8 @@ impl Cblas {
         let library = unsafe { Library::new(name) }.ok()?;
         // SAFETY: the symbol has the type of the CBLAS standard's declaration.
         let sgemm = *unsafe { library.get::<Sgemm>(b"cblas_sgemm\0") }.ok()?;
-        // MKL's runtime library loads a threading layer at its first call: the sequential one
-        // needs no OpenMP runtime and starts no threads. (Called before any other MKL call.)
-        // SAFETY: the symbol has the type of MKL's declaration.
-        let set_layer = unsafe { library.get::<SetThreadingLayer>(b"MKL_Set_Threading_Layer\0") };
-        if let Ok(set_layer) = set_layer {
-            // SAFETY: it takes one of MKL's layer constants.
-            unsafe { set_layer(MKL_THREADING_SEQUENTIAL) };
+        if !Self::configure_mkl(&library, name) {
+            return None;
         }
         for setter in [&b"openblas_set_num_threads\0"[..], b"MKL_Set_Num_Threads\0"] {
             // SAFETY: both take the number of threads as a C int.
@@ -216,6 +226,56 @@ impl Cblas {
             name: name.to_string(),
             _library: library,
         })
+    }
+
+    /// Sets up MKL's runtime library before its first call: LP64 integers, the sequential
+    /// threading layer (no OpenMP runtime, no threads of its own) and reproducible results.
+    /// `false` (with a warning) when the layers it would load are missing; `true` for any
+    /// other library.
+    fn configure_mkl(library: &Library, name: &str) -> bool {
+        let setting = |symbol: &[u8]| {
+            // SAFETY: each symbol has the type of MKL's declaration.
+            unsafe { library.get::<MklSetting>(symbol) }
+                .ok()
+                .map(|f| *f)
+        };
+        let Some(set_threading) = setting(b"MKL_Set_Threading_Layer\0") else {
+            return true;
+        };
+        // MKL's runtime looks for its layers beside itself first (where every installation of
+        // it puts them): a layer that is not there is taken as missing.
+        let loaded = loaded_from(set_threading as *const std::ffi::c_void)
+            .unwrap_or_else(|| std::path::PathBuf::from(name));
+        let file = loaded.file_name().and_then(|f| f.to_str()).unwrap_or(name);
+        let suffix = file.split_once("mkl_rt").map_or(".so", |(_, rest)| rest);
+        let missing: Vec<String> = MKL_LAYERS
+            .iter()
+            .map(|layer| loaded.with_file_name(format!("{layer}{suffix}")))
+            .filter(|layer| !layer.is_file())
+            .map(|layer| layer.display().to_string())
+            .collect();
+        if !missing.is_empty() {
+            tracing::warn!(
+                "{}: MKL's runtime without {} (scripts/install-blas.sh installs them all); \
+                 not used",
+                loaded.display(),
+                missing.join(", ")
+            );
+            return false;
+        }
+        // SAFETY: each takes one of MKL's constants, before any other call of MKL.
+        unsafe {
+            if let Some(set_interface) = setting(b"MKL_Set_Interface_Layer\0") {
+                set_interface(MKL_INTERFACE_LP64);
+            }
+            set_threading(MKL_THREADING_SEQUENTIAL);
+            if let Some(set_cbwr) = setting(b"MKL_CBWR_Set\0")
+                && set_cbwr(MKL_CBWR_AUTO_STRICT) != 0
+            {
+                tracing::warn!("{name}: reproducible mode refused: a seed may not repeat a run");
+            }
+        }
+        true
     }
 
     /// `output = a · b`, `output` row-major `a.rows x b.cols`, every element written (its
@@ -304,6 +364,19 @@ impl Cblas {
     }
 }
 
+/// The file the dynamic loader opened for the library that holds `symbol`.
+fn loaded_from(symbol: *const std::ffi::c_void) -> Option<std::path::PathBuf> {
+    // SAFETY: an all-zero `Dl_info` is valid (null pointers), and dladdr only writes it.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr reads no memory at the address; it looks it up among loaded objects.
+    if unsafe { libc::dladdr(symbol, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr gave a NUL-terminated path that lives as long as the library is loaded.
+    let path = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    path.to_str().ok().map(std::path::PathBuf::from)
+}
+
 /// An output pointer that the threads of one product share, each writing its own elements.
 #[derive(Clone, Copy)]
 pub struct SharedOutput(pub *mut f32);
@@ -323,7 +396,7 @@ impl SharedOutput {
 }
 
 /// The library, or `None` (and a note) where none is installed; `HPTUNE_TEST_BLAS=required`
-/// (set by `.ci/run`, which installs OpenBLAS) makes its absence a failure.
+/// (set by `.ci/run`, which installs MKL and OpenBLAS) makes its absence a failure.
 #[cfg(test)]
 pub(crate) fn library_for_test() -> Option<&'static Cblas> {
     let library = Cblas::get();
@@ -341,11 +414,15 @@ pub(crate) fn library_for_test() -> Option<&'static Cblas> {
 /// Every library of the default names that this machine has (MKL and OpenBLAS where both
 /// are installed); `HPTUNE_TEST_BLAS=required` makes finding none a failure.
 #[cfg(test)]
-fn installed_for_test() -> Vec<Cblas> {
-    let libraries: Vec<Cblas> = DEFAULT_NAMES
-        .iter()
-        .filter_map(|name| Cblas::open(name))
-        .collect();
+fn installed_for_test() -> &'static [Cblas] {
+    // Kept open for the process, as `Cblas::get`'s library is: a BLAS library is not unloaded.
+    static LIBRARIES: OnceLock<Vec<Cblas>> = OnceLock::new();
+    let libraries = LIBRARIES.get_or_init(|| {
+        DEFAULT_NAMES
+            .iter()
+            .filter_map(|name| Cblas::open(name))
+            .collect()
+    });
     if libraries.is_empty() {
         library_for_test();
     }
@@ -385,7 +462,7 @@ mod tests {
     fn products_of_plain_transposed_and_strided_operands_match_the_definition() {
         for blas in installed_for_test() {
             eprintln!("products of {}", blas.name);
-            products_match_the_definition(&blas);
+            products_match_the_definition(blas);
         }
     }
 
