@@ -1,7 +1,8 @@
 //! Maximising the acquisition over the trust region ([`super::trust`]): many quasi-random
 //! candidates over the region plus perturbations of the best points so far, each rounded to
 //! an allowed point before it is scored; then L-BFGS refines the best few along their
-//! continuous coordinates, inside the region.
+//! continuous coordinates, inside the region. In a study with constraints a region with
+//! nothing worth a trial left is searched again as the whole cube ([`propose`]).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -35,10 +36,37 @@ struct Scored {
     score: f64,
 }
 
+/// The log acquisition below which a search has found nothing worth a trial: an expected
+/// improvement (times the probability of feasibility, where the study has constraints) under
+/// a thousandth of the values' standard deviation.
+const NEGLIGIBLE: f64 = -6.907_755_278_982_137;
+
+/// The unit point to propose: where the acquisition is highest inside `region`; with
+/// `widen`, where the region has nothing worth a trial left ([`NEGLIGIBLE`]: the search there
+/// has converged on its incumbent), the better of that and the maximum over the whole cube.
+/// The other arguments are [`maximize`]'s.
+pub fn propose(
+    encoding: &Encoding<'_>,
+    acquisition: &Acquisition<'_>,
+    incumbents: &[Vec<f64>],
+    region: &Region,
+    widen: bool,
+    rng: &mut ChaCha8Rng,
+    sobol_seed: u64,
+) -> Vec<f64> {
+    let (unit, score) = maximize(encoding, acquisition, incumbents, region, rng, sobol_seed);
+    if !widen || score >= NEGLIGIBLE {
+        return unit;
+    }
+    let whole = Region::whole(encoding.space().dimension());
+    let (wide, wide_score) = maximize(encoding, acquisition, incumbents, &whole, rng, sobol_seed);
+    if wide_score > score { wide } else { unit }
+}
+
 /// The unit point (one coordinate per parameter) inside `region` where the acquisition is
 /// highest among the candidates and their refinements. `incumbents` are the unit points of
 /// the best observations, best first; `rng` drives the perturbations and `sobol_seed` the
-/// quasi-random candidates.
+/// quasi-random candidates. Returns the point and its log acquisition.
 pub fn maximize(
     encoding: &Encoding<'_>,
     acquisition: &Acquisition<'_>,
@@ -46,7 +74,7 @@ pub fn maximize(
     region: &Region,
     rng: &mut ChaCha8Rng,
     sobol_seed: u64,
-) -> Vec<f64> {
+) -> (Vec<f64>, f64) {
     let dimension = encoding.space().dimension();
     let candidates = candidates(
         dimension,
@@ -79,8 +107,8 @@ pub fn maximize(
     refined
         .into_iter()
         .reduce(|best, next| if next.score > best.score { next } else { best })
-        .map(|best| best.unit)
-        .unwrap_or_else(|| vec![0.5; dimension])
+        .map(|best| (best.unit, best.score))
+        .unwrap_or_else(|| (vec![0.5; dimension], f64::NEG_INFINITY))
 }
 
 /// Unit points inside `region` for `dimension` parameters: `global` scrambled-Sobol points
@@ -177,6 +205,83 @@ mod tests {
     use crate::study::space::{Space, unit_double};
 
     #[test]
+    fn a_converged_region_is_left_for_the_cube_only_when_widening() {
+        let space = Space::new(vec![unit_double("a"), unit_double("b")]);
+        let encoding = Encoding::new(&space);
+        // A peak at (0.1, 0.1), sampled densely around it, and three poor points far away:
+        // the model knows the peak's neighbourhood and little of the middle of the cube.
+        let mut x: Vec<Vec<f64>> = (0..25)
+            .map(|i| vec![0.05 + 0.025 * (i % 5) as f64, 0.05 + 0.025 * (i / 5) as f64])
+            .collect();
+        x.extend([vec![0.9, 0.9], vec![0.5, 0.95], vec![0.95, 0.5]]);
+        let y: Vec<f64> = x
+            .iter()
+            .map(|p| match p[0] + p[1] > 1.0 {
+                true => -1.0,
+                false => -50.0 * ((p[0] - 0.1).powi(2) + (p[1] - 0.1).powi(2)),
+            })
+            .collect();
+        let hyper = Hyperparameters {
+            length_scales: vec![0.3, 0.3],
+            signal_variance: 1.0,
+            noise_variance: 1e-8,
+        };
+        let gp = Gp::new(x, &y, &hyper).unwrap();
+        let acquisition = Acquisition::new(
+            &gp,
+            Some(gp.best_mean()),
+            Vec::new(),
+            &mut stream(0, 0),
+            None,
+        )
+        .unwrap();
+        let tiny = Region {
+            lower: vec![0.09, 0.09],
+            upper: vec![0.11, 0.11],
+        };
+        let incumbents = [vec![0.1, 0.1]];
+        let inside = |u: &[f64]| u.iter().all(|v| (0.09..=0.11).contains(v));
+        let (_, score) = maximize(
+            &encoding,
+            &acquisition,
+            &incumbents,
+            &tiny,
+            &mut stream(1, 0),
+            7,
+        );
+        assert!(score < NEGLIGIBLE, "the region is exhausted: {score}");
+        let run = |region: &Region, widen| {
+            propose(
+                &encoding,
+                &acquisition,
+                &incumbents,
+                region,
+                widen,
+                &mut stream(1, 0),
+                7,
+            )
+        };
+        assert!(inside(&run(&tiny, false)));
+        let wide = run(&tiny, true);
+        assert!(!inside(&wide), "{wide:?}");
+        let (_, wide_score) = maximize(
+            &encoding,
+            &acquisition,
+            &incumbents,
+            &Region::whole(2),
+            &mut stream(1, 0),
+            7,
+        );
+        assert!(wide_score > NEGLIGIBLE, "{wide_score}");
+        // A region with improvement left to expect is searched alone, widening or not.
+        let half = Region {
+            lower: vec![0.0, 0.0],
+            upper: vec![0.6, 0.6],
+        };
+        assert_eq!(run(&half, true), run(&half, false));
+    }
+
+    #[test]
     fn the_proposal_stays_inside_the_region_even_when_the_acquisition_peaks_outside() {
         let space = Space::new(vec![unit_double("a"), unit_double("b")]);
         let encoding = Encoding::new(&space);
@@ -209,7 +314,8 @@ mod tests {
             &region,
             &mut stream(1, 0),
             7,
-        );
+        )
+        .0;
         assert!(
             (0.1..=0.3).contains(&within[0]) && (0.2..=0.25).contains(&within[1]),
             "{within:?}"
@@ -224,7 +330,8 @@ mod tests {
             &everywhere,
             &mut stream(1, 0),
             7,
-        );
+        )
+        .0;
         assert!(free[0] + free[1] > 1.5, "{free:?}");
     }
 }

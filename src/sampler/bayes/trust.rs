@@ -101,6 +101,14 @@ impl Region {
         Self { lower, upper }
     }
 
+    /// The whole unit cube of `dimension` parameters.
+    pub fn whole(dimension: usize) -> Self {
+        Self {
+            lower: vec![0.0; dimension],
+            upper: vec![1.0; dimension],
+        }
+    }
+
     /// The point at relative position `t ∈ [0, 1]^D` in the box.
     pub fn at(&self, t: &[f64]) -> Vec<f64> {
         t.iter()
