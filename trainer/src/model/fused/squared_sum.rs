@@ -59,6 +59,28 @@ mod tests {
     }
 
     #[test]
+    fn an_infinite_or_nan_element_makes_the_sum_so() {
+        // In a vector lane and in the tail after the last full vector (an f16 loss scale's
+        // overflow must be seen by the step that skips it).
+        let sum = |values: Vec<f32>| {
+            let x = Tensor::<Flex, 1>::from_floats(values.as_slice(), &Default::default());
+            Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(Flex::squared_sum(
+                x.into_primitive().tensor(),
+            )))
+            .into_scalar()
+        };
+        for at in [3, 40] {
+            let mut values = vec![0.5f32; 41];
+            values[at] = f32::INFINITY;
+            assert_eq!(sum(values.clone()), f32::INFINITY, "inf at {at}");
+            values[at] = f32::NEG_INFINITY;
+            assert_eq!(sum(values.clone()), f32::INFINITY, "-inf at {at}");
+            values[at] = f32::NAN;
+            assert!(sum(values).is_nan(), "NaN at {at}");
+        }
+    }
+
+    #[test]
     fn a_strided_view_gets_burns_ops() {
         // A transposed view is not contiguous: burn-flex's ops sum it.
         let x = sample::<Flex, 2>([30, 7], 5);
