@@ -1,5 +1,6 @@
 //! `hptune run` and `hptune trial`: run workers under the controller, then show the result.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use hptune::gpus::{self, DEFAULT_LOCK_DIR, GpuPlan, LockDir};
 use hptune::sampler::{self, ManualSampler, Observation};
 use hptune::spec;
 use hptune::storage::{Storage, StorageUrl, TrialState, best_first};
-use hptune::study::{ExecutorKind, ExecutorSpec, Study};
+use hptune::study::{ExecutorKind, ExecutorSpec, Outside, Study};
 
 use super::progress::Display;
 use super::{ArtifactsArg, Failure, GpusArg, WorkerArgs, show};
@@ -98,32 +99,44 @@ pub async fn run_trial(
     })
 }
 
-/// The finished trials of the study's `warm_start` study that lie in its space; none without
-/// one. The other study must exist and optimise the same metric the same way.
+/// The finished trials of the study's `warm_start` study, mapped into its space (those that
+/// lie outside it left out, with a warning); none without one. The other study must exist,
+/// optimise the same metric the same way, give each parameter both tune the same type, and
+/// have some trial in this space if it has finished any.
 async fn warm_start(
     study: &Study,
     storage: &Storage,
     path: &Path,
 ) -> Result<Vec<Observation>, Failure> {
-    let Some(name) = &study.warm_start else {
+    let Some(warm) = &study.warm_start else {
         return Ok(Vec::new());
     };
-    let bad = |message: String| {
-        Failure::BadInput(format!("{}: warm_start.study: {message}", path.display()))
+    let name = &warm.study;
+    let bad = |field: &str, message: String| {
+        Failure::BadInput(format!("{}: warm_start{field}: {message}", path.display()))
     };
-    let record = storage
-        .find_study(name)
-        .await?
-        .ok_or_else(|| bad(format!("no study named '{name}' in this database")))?;
+    let record = storage.find_study(name).await?.ok_or_else(|| {
+        bad(
+            ".study",
+            format!("no study named '{name}' in this database"),
+        )
+    })?;
     if record.metric != study.objective.metric || record.goal != study.objective.goal {
-        return Err(bad(format!(
-            "study '{name}' {}s {}, this one {}s {}: their values do not compare",
-            record.goal.as_str(),
-            record.metric,
-            study.objective.goal.as_str(),
-            study.objective.metric
-        )));
+        return Err(bad(
+            ".study",
+            format!(
+                "study '{name}' {}s {}, this one {}s {}: their values do not compare",
+                record.goal.as_str(),
+                record.metric,
+                study.objective.goal.as_str(),
+                study.objective.metric
+            ),
+        ));
     }
+    let other = show::stored_space(&record)?;
+    let mapping = warm
+        .mapping(&study.space, &other)
+        .map_err(|e| bad("", e.to_string()))?;
     let trials = storage.trials(record.id).await?;
     // Feasibility is this study's: its bounds judge the other study's recorded values, which
     // must hold each metric this study bounds.
@@ -138,24 +151,65 @@ async fn warm_start(
         .iter()
         .find(|c| !recorded(&c.metric))
     {
-        return Err(bad(format!(
-            "study '{name}' recorded no {} for its trials, which constraints bound here",
-            missing.metric
-        )));
+        return Err(bad(
+            ".study",
+            format!(
+                "study '{name}' recorded no {} for its trials, which constraints bound here",
+                missing.metric
+            ),
+        ));
     }
-    Ok(trials
-        .iter()
-        .filter_map(|t| {
-            let mut observation = t.observation()?;
-            let failed = t.state == TrialState::Failed;
-            observation.feasible = study
-                .constraints
-                .judge(failed, &observation.constraint_values)
-                .is_none();
-            Some(observation)
-        })
-        .filter(|o| study.space.check(&o.params).is_ok())
-        .collect())
+    let (mut prior, mut outside) = (Vec::new(), Vec::new());
+    for trial in &trials {
+        let Some(mut observation) = trial.observation() else {
+            continue;
+        };
+        match mapping
+            .map(&observation.params)
+            .map_err(|e| bad("", e.to_string()))?
+        {
+            Ok(params) => {
+                let failed = trial.state == TrialState::Failed;
+                observation.params = params;
+                observation.feasible = study
+                    .constraints
+                    .judge(failed, &observation.constraint_values)
+                    .is_none();
+                prior.push(observation);
+            }
+            Err(o) => outside.push(o),
+        }
+    }
+    if !outside.is_empty() {
+        let finished = prior.len() + outside.len();
+        let by_parameter = outside_by_parameter(&outside);
+        if prior.is_empty() {
+            return Err(bad(
+                "",
+                format!(
+                    "none of the {finished} finished trials of study '{name}' lies in this \
+                     study's space (outside by {by_parameter}; e.g. {}: {})",
+                    outside[0].parameter, outside[0].why
+                ),
+            ));
+        }
+        tracing::warn!(
+            "warm_start: {} of the {finished} finished trials of study '{name}' lie outside \
+             this study's space and do not inform it (outside by {by_parameter})",
+            outside.len()
+        );
+    }
+    Ok(prior)
+}
+
+/// How many trials lie outside the space by each parameter: `x: 3, optimizer: 1`.
+fn outside_by_parameter(outside: &[Outside]) -> String {
+    let mut counts = BTreeMap::<&str, usize>::new();
+    for o in outside {
+        *counts.entry(&o.parameter).or_default() += 1;
+    }
+    let counts: Vec<String> = counts.iter().map(|(id, n)| format!("{id}: {n}")).collect();
+    counts.join(", ")
 }
 
 /// Reads the study file and checks what can be checked before anything runs: a local

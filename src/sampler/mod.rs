@@ -60,8 +60,8 @@ pub struct ProposalContext<'a> {
     pub number: u64,
     /// Every finished trial of the study, in number order.
     pub history: &'a [Observation],
-    /// Finished trials of another study over the same space (`warm_start`): they inform a
-    /// model, and count toward nothing.
+    /// Finished trials of another study, mapped into this study's space (`warm_start`): they
+    /// inform a model, and count toward nothing.
     pub prior: &'a [Observation],
     /// The parameters of the trials still running.
     pub running: &'a [Assignment],

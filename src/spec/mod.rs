@@ -16,6 +16,7 @@ mod parameters;
 mod raw;
 mod slurm;
 mod trial;
+mod warm_start;
 
 use std::fmt;
 use std::io::Read;
@@ -341,21 +342,7 @@ impl Checker<'_> {
         let constraints = self.constraints(raw.constraints, raw.failed_as_infeasible);
         let initial_trials =
             self.initial_trials(raw.initial_trials, space.as_ref(), max_trial_count);
-        let warm_start = match raw.warm_start {
-            Some(warm) if warm.study == raw.name => {
-                self.report(
-                    "warm_start.study",
-                    "names this study itself: name another one",
-                );
-                None
-            }
-            Some(warm) if warm.study.trim().is_empty() => {
-                self.report("warm_start.study", "must not be empty");
-                None
-            }
-            Some(warm) => Some(Some(warm.study)),
-            None => Some(None),
-        };
+        let warm_start = self.warm_start(raw.warm_start, &raw.name, space.as_ref());
         if let (Some(Algorithm::Grid), Some(space)) = (algorithm, &space)
             && let Err(e) = space.grid_size()
         {

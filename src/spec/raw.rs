@@ -141,11 +141,13 @@ pub struct RawStudy {
     pub warm_start: Option<RawWarmStart>,
 }
 
-/// `warm_start`: the study whose trials inform the model.
+/// `warm_start`: the study whose trials inform the model, and the values its trials ran
+/// with for the parameters this study adds.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWarmStart {
     pub study: String,
+    pub values: Option<BTreeMap<String, Scalar>>,
 }
 
 /// One of `constraints`: a bound on a reported metric.

@@ -8,6 +8,7 @@ mod goal;
 pub mod space;
 pub mod stopping;
 mod template;
+mod warm_start;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
@@ -21,6 +22,7 @@ pub use executor::{
 };
 pub use goal::Goal;
 pub use template::{TEMPLATE_BUILTINS, TemplatePart, template_parts};
+pub use warm_start::{Mapping, Outside, WarmStart, WarmStartError};
 
 use space::Space;
 use stopping::StoppingRule;
@@ -123,8 +125,8 @@ pub struct Study {
     /// enqueued once, the first time the study runs with them.
     pub initial_trials: Vec<space::Assignment>,
     /// Another study whose finished trials inform the Bayesian model from the start, without
-    /// counting toward this study's budget (`warm_start.study`).
-    pub warm_start: Option<String>,
+    /// counting toward this study's budget (`warm_start`).
+    pub warm_start: Option<WarmStart>,
     /// The file as written, kept in the database.
     pub source: String,
 }
