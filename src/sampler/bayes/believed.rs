@@ -28,11 +28,11 @@ pub fn believed_best(
     history: &[Observation],
 ) -> Result<Option<Believed>, GpError> {
     let encoding = Encoding::new(space);
-    let Some(mut data) = TrainingData::new(&encoding, goal, history) else {
+    let Some(data) = TrainingData::new(&encoding, goal, history) else {
         return Ok(None);
     };
     let hyper = Anchors::default()
-        .hyperparameters(&encoding, goal, history, &mut data)
+        .hyperparameters(&encoding, goal, history, &data)
         .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
     let output = data.output;
     let gp = Gp::new(data.x, &data.y, &hyper)?;

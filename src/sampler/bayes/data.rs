@@ -16,15 +16,11 @@ pub const MAX_MODEL_POINTS: usize = 128;
 pub struct TrainingData {
     /// Features.
     pub x: Vec<Vec<f64>>,
-    /// The model's values: standardised and warped (unless the model drops the warp,
-    /// [`TrainingData::unwarp`]), larger is better; failed trials at the worst value.
+    /// The model's values: standardised and warped, larger is better; failed trials at the
+    /// worst value.
     pub y: Vec<f64>,
     /// The map from a trial's value to the model's and back.
     pub output: OutputMap,
-    /// The map without the warp, standardisation alone.
-    plain: OutputMap,
-    /// The values of the points of `x`, larger is better (failed trials at the worst value).
-    kept: Vec<f64>,
     /// Unit points of the best trials, best first: the best feasible ones, or where none is
     /// feasible the best of the others.
     pub incumbents: Vec<Vec<f64>>,
@@ -50,7 +46,7 @@ impl TrainingData {
         let worst = values.iter().flatten().copied().reduce(f64::min)?;
         let raw: Vec<f64> = values.iter().map(|v| v.unwrap_or(worst)).collect();
         let output = OutputMap::fitted(goal, &raw);
-        let plain = OutputMap::plain(goal, &raw);
+        let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();
         let x: Vec<Vec<f64>> = history.iter().map(|o| encoding.encode(&o.params)).collect();
 
         // Succeeded trials, feasible ones first, best first; ties by trial order.
@@ -59,9 +55,7 @@ impl TrainingData {
             .collect();
         ranked.sort_by(|&a, &b| {
             let feasible = |i: usize| history[i].feasible;
-            feasible(b)
-                .cmp(&feasible(a))
-                .then(raw[b].total_cmp(&raw[a]))
+            feasible(b).cmp(&feasible(a)).then(y[b].total_cmp(&y[a]))
         });
         let best: Vec<usize> = ranked.iter().take(search::INCUMBENTS).copied().collect();
         let incumbents = best
@@ -74,8 +68,7 @@ impl TrainingData {
             .map(|&i| x[i].clone())
             .collect();
         let center = x[ranked[0]].clone();
-        let (x, kept) = nearest(x, raw, &center, MAX_MODEL_POINTS);
-        let y: Vec<f64> = kept.iter().map(|&v| output.warped(v)).collect();
+        let (x, y) = nearest(x, y, &center, MAX_MODEL_POINTS);
         let values = values
             .iter()
             .zip(history)
@@ -85,39 +78,10 @@ impl TrainingData {
             x,
             y,
             output,
-            plain,
-            kept,
             incumbents,
             feasible_incumbents,
             values,
         })
-    }
-
-    /// Whether the values are warped (the fitted warp is not the identity).
-    pub fn is_warped(&self) -> bool {
-        self.output.warp() != YeoJohnson::identity()
-    }
-
-    /// The model's values without the warp.
-    pub fn plain_values(&self) -> Vec<f64> {
-        self.kept.iter().map(|&v| self.plain.warped(v)).collect()
-    }
-
-    /// The log of the Jacobian of the warped map over the plain one, summed over the model's
-    /// points: what turns the density of the warped values into one of the plain values, so
-    /// that the two models' likelihoods compare (a warped Gaussian process, Snelson et al.,
-    /// 2004).
-    pub fn warp_log_jacobian(&self) -> f64 {
-        self.kept
-            .iter()
-            .map(|&v| self.output.log_slope(v) - self.plain.log_slope(v))
-            .sum()
-    }
-
-    /// Drops the warp: the model's values become the plain ones.
-    pub fn unwarp(&mut self) {
-        self.y = self.plain_values();
-        self.output = self.plain;
     }
 }
 
@@ -172,26 +136,6 @@ impl OutputMap {
         }
     }
 
-    /// The map fitted to the values `raw` without a warp: standardised twice over, which
-    /// is standardised once.
-    fn plain(goal: Goal, raw: &[f64]) -> Self {
-        let (mean, scale) = moments(raw.iter().copied());
-        Self {
-            sign: goal_sign(goal),
-            mean,
-            scale,
-            warp: YeoJohnson::identity(),
-            warped_mean: 0.0,
-            warped_scale: 1.0,
-        }
-    }
-
-    /// `log d warped / d signed` at `signed`.
-    fn log_slope(&self, signed: f64) -> f64 {
-        let standardised = (signed - self.mean) / self.scale;
-        self.warp.derivative(standardised).ln() - self.scale.ln() - self.warped_scale.ln()
-    }
-
     /// The model's value for `signed`, a value made larger-is-better.
     fn warped(&self, signed: f64) -> f64 {
         (self.warp.apply((signed - self.mean) / self.scale) - self.warped_mean) / self.warped_scale
@@ -232,7 +176,7 @@ pub(super) fn nearest(
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
     use super::*;
     use crate::study::space::{Assignment, ParamValue, Space, unit_double};
 
@@ -248,54 +192,6 @@ pub(super) mod tests {
 
     fn squared_distance(a: &[f64], b: &[f64]) -> f64 {
         a.iter().zip(b).map(|(a, b)| (a - b) * (a - b)).sum()
-    }
-
-    /// Trials of `a` in [0, 1] with values `f(a)`, one per point of `points`.
-    pub(in super::super) fn history_of(points: &[f64], f: impl Fn(f64) -> f64) -> Vec<Observation> {
-        points
-            .iter()
-            .enumerate()
-            .map(|(n, &a)| Observation {
-                number: n as u64,
-                params: Assignment::from([("a".to_string(), ParamValue::Float(a))]),
-                value: Some(f(a)),
-                ..Observation::unconstrained()
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_warps_log_jacobian_is_the_log_ratio_of_the_two_maps_slopes() {
-        let space = Space::new(vec![unit_double("a")]);
-        let encoding = Encoding::new(&space);
-        // Losses spanning four orders of magnitude: the fitted warp is not the identity.
-        let points: Vec<f64> = (0..20).map(|i| f64::from(i) / 19.0).collect();
-        let history = history_of(&points, |a| (9.0 * a).exp());
-        let mut data = TrainingData::new(&encoding, Goal::Minimize, &history).unwrap();
-        assert!(data.is_warped(), "{:?}", data.output.warp());
-        let slope = |map: &OutputMap, v: f64| {
-            let h = 1e-6 * v.abs().max(1.0);
-            (map.warped(v + h) - map.warped(v - h)) / (2.0 * h)
-        };
-        // Minimised: the model sees -loss.
-        let expected: f64 = points
-            .iter()
-            .map(|a| -(9.0 * a).exp())
-            .map(|v| (slope(&data.output, v) / slope(&data.plain, v)).ln())
-            .sum();
-        let ours = data.warp_log_jacobian();
-        assert!(
-            (ours - expected).abs() < 1e-5 * expected.abs().max(1.0),
-            "{ours} vs {expected}"
-        );
-        // Unwarped, the model's values are the standardised ones.
-        data.unwarp();
-        assert!(!data.is_warped());
-        let (mean, scale) = moments(points.iter().map(|a| -(9.0 * a).exp()));
-        for (y, a) in data.y.iter().zip(&points) {
-            assert!((y - (-(9.0 * a).exp() - mean) / scale).abs() < 1e-12);
-        }
-        assert!((data.output.value(data.y[3]) - (9.0 * points[3]).exp()).abs() < 1e-9);
     }
 
     #[test]

@@ -206,12 +206,6 @@ fn starts(dimension: usize) -> [Vec<f64>; 2] {
 /// Fits hyperparameters to standardised values `y` at points `x` (at least one point) from
 /// the starts of [`starts`]; `None` when no start gives a finite posterior.
 pub fn fit(x: &[Vec<f64>], y: &[f64]) -> Option<Hyperparameters> {
-    fit_scored(x, y).map(|(hyper, _)| hyper)
-}
-
-/// [`fit`], with the log posterior of its hyperparameters (log marginal likelihood plus log
-/// priors, up to a constant that does not depend on `y`).
-pub fn fit_scored(x: &[Vec<f64>], y: &[f64]) -> Option<(Hyperparameters, f64)> {
     let dimension = x.first()?.len();
     search(x, y, &starts(dimension), MAX_EVALUATIONS)
 }
@@ -233,7 +227,7 @@ pub fn refit(x: &[Vec<f64>], y: &[f64], start: &Hyperparameters) -> Option<Hyper
     if x.first()?.len() + 2 != theta.len() {
         return None;
     }
-    search(x, y, &[theta], REFIT_EVALUATIONS).map(|(hyper, _)| hyper)
+    search(x, y, &[theta], REFIT_EVALUATIONS)
 }
 
 /// The best of L-BFGS runs from `starts` inside the bounds.
@@ -242,7 +236,7 @@ fn search(
     y: &[f64],
     starts: &[Vec<f64>],
     max_evaluations: u64,
-) -> Option<(Hyperparameters, f64)> {
+) -> Option<Hyperparameters> {
     let dimension = x.first()?.len();
     let pairs = PairDifferences::new(x);
     let objective = |theta: &[f64]| negative_log_posterior(theta, &pairs, y).ok();
@@ -262,7 +256,7 @@ fn search(
         .into_iter()
         .flatten()
         .min_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|(theta, value)| (unpack(&theta), -value))
+        .map(|(theta, _)| unpack(&theta))
 }
 
 #[cfg(test)]

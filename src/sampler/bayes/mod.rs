@@ -12,9 +12,8 @@
 //! constraints, the expected improvement over the best feasible trial is weighted by the
 //! probability of feasibility ([`feasibility`]), and a region that has converged is left for
 //! the whole space. The values are warped by a power transform fitted to them, so that a few
-//! huge ones do not flatten the model, where the model's evidence prefers the warp
-//! (`anchor.rs`). The same model names the trial it believes best ([`believed_best`]). See
-//! `docs/bayes.md`.
+//! huge ones do not flatten the model. The same model names the trial it believes best
+//! ([`believed_best`]). See `docs/bayes.md`.
 
 pub mod acquisition;
 mod anchor;
@@ -90,11 +89,11 @@ impl BayesSampler {
         context: &ProposalContext<'_>,
         encoding: &Encoding<'_>,
         history: &[Observation],
-        mut data: TrainingData,
+        data: TrainingData,
     ) -> Result<Vec<f64>, GpError> {
         let hyper = self
             .anchors
-            .hyperparameters(encoding, context.goal, history, &mut data)
+            .hyperparameters(encoding, context.goal, history, &data)
             .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
         tracing::debug!(
             trial = context.number,
