@@ -27,9 +27,14 @@ pub(super) fn feasibility(
 ) -> (BTreeMap<String, f64>, Option<String>) {
     let constraints = &study.constraints;
     let values = constraints.values(|metric| report::final_value(measurements, metric).ok());
+    // Why a constrained metric has no value: never reported, or reported as NaN or infinite.
+    let unreported = |metric: &str| match report::final_value(measurements, metric) {
+        Err(not_finite @ ReportError::NotFinite { .. }) => not_finite.to_string(),
+        _ => format!("reported no {metric}"),
+    };
     let infeasible = match state {
         TrialState::Succeeded | TrialState::Failed => {
-            constraints.judge(state == TrialState::Failed, &values)
+            constraints.judge_with(state == TrialState::Failed, &values, unreported)
         }
         _ => None,
     };
@@ -276,5 +281,15 @@ mod tests {
         assert!(infeasible.is_some());
         let (values, infeasible) = feasibility(&study, TrialState::Stopped, &[mem(Some(1), 20.0)]);
         assert_eq!((values.len(), infeasible), (1, None));
+        // A metric never reported and one reported as NaN are infeasible, each with its reason.
+        let (_, infeasible) = feasibility(&study, TrialState::Succeeded, &[]);
+        assert_eq!(infeasible.as_deref(), Some("reported no mem (mem <= 16)"));
+        let (values, infeasible) =
+            feasibility(&study, TrialState::Succeeded, &[mem(Some(3), f64::NAN)]);
+        assert!(values.is_empty());
+        assert_eq!(
+            infeasible.as_deref(),
+            Some("the worker reported mem=NaN at step 3 (mem <= 16)")
+        );
     }
 }

@@ -70,6 +70,17 @@ impl Constraints {
     /// ran and did not report a constrained metric is infeasible, as it cannot be shown to
     /// keep the bound.
     pub fn judge(&self, failed: bool, values: &BTreeMap<String, f64>) -> Option<String> {
+        self.judge_with(failed, values, |metric| format!("reported no {metric}"))
+    }
+
+    /// [`Constraints::judge`], with `unreported(metric)` saying why a constrained metric has
+    /// no value (never reported, or reported as NaN).
+    pub fn judge_with(
+        &self,
+        failed: bool,
+        values: &BTreeMap<String, f64>,
+        unreported: impl Fn(&str) -> String,
+    ) -> Option<String> {
         if failed {
             return self
                 .failed_as_infeasible
@@ -79,7 +90,7 @@ impl Constraints {
             .bounds
             .iter()
             .filter_map(|c| match values.get(&c.metric) {
-                None => Some(format!("reported no {} ({})", c.metric, c.describe())),
+                None => Some(format!("{} ({})", unreported(&c.metric), c.describe())),
                 Some(&v) if c.slack(v) < 0.0 => {
                     Some(format!("{} = {v} breaks {}", c.metric, c.describe()))
                 }
