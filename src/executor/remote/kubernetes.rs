@@ -168,15 +168,17 @@ impl Kubernetes {
         format!("/apis/batch/v1/namespaces/{namespace}/jobs")
     }
 
-    /// The request with the bearer token, if the credentials have one.
-    fn authorized(
-        &self,
-        request: reqwest::RequestBuilder,
-    ) -> Result<reqwest::RequestBuilder, RemoteError> {
-        Ok(match self.access.token()? {
-            Some(token) => request.bearer_auth(token),
-            None => request,
-        })
+    /// The credentials' bearer token, if they have one (taken before a request's tries).
+    async fn token(&self) -> Result<Option<String>, RemoteError> {
+        self.access.token().await
+    }
+}
+
+/// `request` with the bearer `token`, if there is one.
+fn authorized(request: reqwest::RequestBuilder, token: &Option<String>) -> reqwest::RequestBuilder {
+    match token {
+        Some(token) => request.bearer_auth(token),
+        None => request,
     }
 }
 
@@ -212,9 +214,10 @@ impl Engine for Kubernetes {
         let path = self.jobs_path(&self.namespace);
         let url = format!("{}{path}", self.server);
         let body = self.body(job, container);
+        let token = self.token().await?;
         self.http
             .send(&format!("POST {path}"), |client| {
-                self.authorized(client.post(&url).json(&body))
+                Ok(authorized(client.post(&url).json(&body), &token))
             })
             .await?;
         Ok(format!("{}/{}", self.namespace, container.name))
@@ -224,10 +227,11 @@ impl Engine for Kubernetes {
         let (namespace, name) = split_handle(handle)?;
         let path = format!("{}/{name}", self.jobs_path(namespace));
         let url = format!("{}{path}", self.server);
+        let token = self.token().await?;
         let answer: Result<Job, RemoteError> = self
             .http
             .json(&format!("GET {path}"), |client| {
-                self.authorized(client.get(&url))
+                Ok(authorized(client.get(&url), &token))
             })
             .await;
         match answer {
@@ -252,14 +256,14 @@ impl Engine for Kubernetes {
         let (namespace, name) = split_handle(handle)?;
         let path = format!("{}/{name}", self.jobs_path(namespace));
         let url = format!("{}{path}", self.server);
+        let token = self.token().await?;
         let deleted = self
             .http
             .send(&format!("DELETE {path}"), |client| {
-                self.authorized(
-                    client
-                        .delete(&url)
-                        .query(&[("propagationPolicy", "Background")]),
-                )
+                let request = client
+                    .delete(&url)
+                    .query(&[("propagationPolicy", "Background")]);
+                Ok(authorized(request, &token))
             })
             .await;
         match deleted {

@@ -5,7 +5,7 @@
 //! CA).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -19,13 +19,16 @@ const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount
 /// How long a token from an exec plugin is kept when the plugin gives no expiry.
 const EXEC_TOKEN_LIFETIME: Duration = Duration::from_secs(300);
 
+/// How long an exec plugin may take to print its credential (it runs non-interactively).
+const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A bearer token: given, read from a file each time (projected tokens rotate), or printed
 /// by an exec plugin (kept until shortly before it expires).
 #[derive(Clone)]
 enum Token {
     Literal(String),
     File(PathBuf),
-    Exec(Exec, Arc<Mutex<Option<(String, Instant)>>>),
+    Exec(Exec, Arc<tokio::sync::Mutex<Option<(String, Instant)>>>),
 }
 
 /// A kubeconfig user's `exec` plugin.
@@ -198,9 +201,10 @@ impl KubeAccess {
                 token_file: Some(f),
                 ..
             }) => Some(Token::File(f.clone())),
-            Some(User { exec: Some(e), .. }) => {
-                Some(Token::Exec(e.clone(), Arc::new(Mutex::new(None))))
-            }
+            Some(User { exec: Some(e), .. }) => Some(Token::Exec(
+                e.clone(),
+                Arc::new(tokio::sync::Mutex::new(None)),
+            )),
             Some(_) if identity_pem.is_some() => None,
             Some(_) => {
                 return Err(bad(format!(
@@ -226,8 +230,10 @@ impl KubeAccess {
         })
     }
 
-    /// The bearer token, if the credentials have one.
-    pub fn token(&self) -> Result<Option<String>, RemoteError> {
+    /// The bearer token, if the credentials have one. An exec plugin runs as a child process
+    /// awaited on the runtime (the controller's one thread goes on meanwhile), at most
+    /// [`EXEC_TIMEOUT`].
+    pub async fn token(&self) -> Result<Option<String>, RemoteError> {
         match &self.token {
             None => Ok(None),
             Some(Token::Literal(token)) => Ok(Some(token.clone())),
@@ -240,13 +246,13 @@ impl KubeAccess {
                     ))
                 }),
             Some(Token::Exec(exec, cached)) => {
-                let mut cached = cached.lock().unwrap_or_else(|e| e.into_inner());
+                let mut cached = cached.lock().await;
                 if let Some((token, until)) = cached.as_ref()
                     && Instant::now() < *until
                 {
                     return Ok(Some(token.clone()));
                 }
-                let (token, lifetime) = exec.run()?;
+                let (token, lifetime) = exec.run().await?;
                 *cached = Some((token.clone(), Instant::now() + lifetime));
                 Ok(Some(token))
             }
@@ -256,7 +262,7 @@ impl KubeAccess {
 
 impl Exec {
     /// Runs the plugin; its token and how long to keep it (a minute less than it lasts).
-    fn run(&self) -> Result<(String, Duration), RemoteError> {
+    async fn run(&self) -> Result<(String, Duration), RemoteError> {
         let failed = |detail: String| {
             RemoteError::Credentials(format!(
                 "the kubeconfig's exec plugin '{}' {detail}",
@@ -268,12 +274,16 @@ impl Exec {
             "kind": "ExecCredential",
             "spec": {"interactive": false},
         });
-        let out = std::process::Command::new(&self.command)
+        let running = tokio::process::Command::new(&self.command)
             .args(&self.args)
             .envs(self.env.iter().map(|e| (&e.name, &e.value)))
             .env("KUBERNETES_EXEC_INFO", info.to_string())
             .stdin(std::process::Stdio::null())
-            .output()
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(EXEC_TIMEOUT, running)
+            .await
+            .map_err(|_| failed(format!("did not answer within {}s", EXEC_TIMEOUT.as_secs())))?
             .map_err(|e| failed(format!("cannot be started: {e}")))?;
         if !out.status.success() {
             // Its stderr says why (not logged in, ...); its stdout may hold a token.
@@ -328,8 +338,8 @@ mod tests {
     use super::*;
     use crate::executor::remote::http::Http;
 
-    #[test]
-    fn reads_the_current_context_of_a_kubeconfig() {
+    #[tokio::test]
+    async fn reads_the_current_context_of_a_kubeconfig() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config");
         std::fs::write(
@@ -362,7 +372,7 @@ users:
         assert_eq!(access.server, "https://b.example:6443");
         assert_eq!(access.namespace.as_deref(), Some("tuning"));
         assert_eq!(access.ca_pem.as_deref(), Some(&b"PEM"[..]));
-        assert_eq!(access.token().unwrap().as_deref(), Some("right"));
+        assert_eq!(access.token().await.unwrap().as_deref(), Some("right"));
     }
 
     fn kubeconfig_with_user(dir: &Path, user: &str) -> PathBuf {
@@ -385,8 +395,8 @@ users:
         assert!(error.contains("user 'u' has no token"), "{error}");
     }
 
-    #[test]
-    fn a_client_certificate_and_key_make_an_identity() {
+    #[tokio::test]
+    async fn a_client_certificate_and_key_make_an_identity() {
         let dir = tempfile::tempdir().unwrap();
         let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
         let made = std::process::Command::new("openssl")
@@ -408,7 +418,7 @@ users:
             key.display()
         );
         let access = KubeAccess::from_kubeconfig(&kubeconfig_with_user(dir.path(), &user)).unwrap();
-        assert_eq!(access.token().unwrap(), None);
+        assert_eq!(access.token().await.unwrap(), None);
         let identity = access.identity_pem.clone().unwrap();
         let timeout = Duration::from_secs(1);
         assert!(Http::new(timeout, None, Some(&identity), false).is_ok());
@@ -425,8 +435,40 @@ users:
         assert!(!error.contains(key_text.lines().nth(1).unwrap()), "{error}");
     }
 
-    #[test]
-    fn an_exec_plugin_gives_the_token_once_until_it_expires() {
+    /// The plugin runs beside the controller's one thread: the runtime's other tasks go on
+    /// while it works (a plugin that logs in over the network takes seconds).
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_runtime_goes_on_while_an_exec_plugin_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let plugin = dir.path().join("plugin.sh");
+        let script = "#!/bin/sh\nsleep 1\nprintf '{\"kind\": \"ExecCredential\", \"status\": {\"token\": \"slow\"}}'\n";
+        std::fs::write(&plugin, script).unwrap();
+        let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(&plugin, executable).unwrap();
+        let user = format!(
+            "{{exec: {{apiVersion: client.authentication.k8s.io/v1, command: '{}'}}}}",
+            plugin.display()
+        );
+        let access = KubeAccess::from_kubeconfig(&kubeconfig_with_user(dir.path(), &user)).unwrap();
+        let counted = std::sync::atomic::AtomicUsize::new(0);
+        let ticking = async {
+            let mut every = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                every.tick().await;
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        };
+        let token = tokio::select! {
+            token = access.token() => token,
+            _ = ticking => unreachable!(),
+        };
+        assert_eq!(token.unwrap().as_deref(), Some("slow"));
+        let ticked = counted.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(ticked >= 5, "{ticked} ticks of 100 ms during a 1 s plugin");
+    }
+
+    #[tokio::test]
+    async fn an_exec_plugin_gives_the_token_once_until_it_expires() {
         let dir = tempfile::tempdir().unwrap();
         let runs = dir.path().join("runs");
         let plugin = dir.path().join("plugin.sh");
@@ -443,8 +485,8 @@ users:
         );
         let path = kubeconfig_with_user(dir.path(), &user);
         let access = KubeAccess::from_kubeconfig(&path).unwrap();
-        assert_eq!(access.token().unwrap().as_deref(), Some("gke-token"));
-        assert_eq!(access.token().unwrap().as_deref(), Some("gke-token"));
+        assert_eq!(access.token().await.unwrap().as_deref(), Some("gke-token"));
+        assert_eq!(access.token().await.unwrap().as_deref(), Some("gke-token"));
         let ran = std::fs::read_to_string(&runs).unwrap();
         assert_eq!(ran.lines().count(), 1, "the token is kept");
     }
