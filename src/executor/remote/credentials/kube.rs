@@ -435,21 +435,27 @@ users:
         assert!(!error.contains(key_text.lines().nth(1).unwrap()), "{error}");
     }
 
+    /// Access through a kubeconfig in `dir` whose user's exec plugin is the shell `script`
+    /// (`exec` has `more` after its command).
+    fn with_exec_plugin(dir: &Path, script: &str, more: &str) -> KubeAccess {
+        let plugin = dir.join("plugin.sh");
+        std::fs::write(&plugin, script).unwrap();
+        let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(&plugin, executable).unwrap();
+        let user = format!(
+            "{{exec: {{apiVersion: client.authentication.k8s.io/v1, command: '{}'{more}}}}}",
+            plugin.display()
+        );
+        KubeAccess::from_kubeconfig(&kubeconfig_with_user(dir, &user)).unwrap()
+    }
+
     /// The plugin runs beside the controller's one thread: the runtime's other tasks go on
     /// while it works (a plugin that logs in over the network takes seconds).
     #[tokio::test(flavor = "current_thread")]
     async fn the_runtime_goes_on_while_an_exec_plugin_runs() {
         let dir = tempfile::tempdir().unwrap();
-        let plugin = dir.path().join("plugin.sh");
         let script = "#!/bin/sh\nsleep 1\nprintf '{\"kind\": \"ExecCredential\", \"status\": {\"token\": \"slow\"}}'\n";
-        std::fs::write(&plugin, script).unwrap();
-        let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
-        std::fs::set_permissions(&plugin, executable).unwrap();
-        let user = format!(
-            "{{exec: {{apiVersion: client.authentication.k8s.io/v1, command: '{}'}}}}",
-            plugin.display()
-        );
-        let access = KubeAccess::from_kubeconfig(&kubeconfig_with_user(dir.path(), &user)).unwrap();
+        let access = with_exec_plugin(dir.path(), script, "");
         let counted = std::sync::atomic::AtomicUsize::new(0);
         let ticking = async {
             let mut every = tokio::time::interval(Duration::from_millis(100));
@@ -471,20 +477,11 @@ users:
     async fn an_exec_plugin_gives_the_token_once_until_it_expires() {
         let dir = tempfile::tempdir().unwrap();
         let runs = dir.path().join("runs");
-        let plugin = dir.path().join("plugin.sh");
         let script = format!(
             "#!/bin/sh\necho run >> '{}'\necho \"$KUBERNETES_EXEC_INFO\" | grep -q ExecCredential || exit 9\nprintf '{{\"kind\": \"ExecCredential\", \"status\": {{\"token\": \"%s\"}}}}' \"$PREFIX-token\"\n",
             runs.display()
         );
-        std::fs::write(&plugin, script).unwrap();
-        let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
-        std::fs::set_permissions(&plugin, executable).unwrap();
-        let user = format!(
-            "{{exec: {{apiVersion: client.authentication.k8s.io/v1, command: '{}', env: [{{name: PREFIX, value: gke}}]}}}}",
-            plugin.display()
-        );
-        let path = kubeconfig_with_user(dir.path(), &user);
-        let access = KubeAccess::from_kubeconfig(&path).unwrap();
+        let access = with_exec_plugin(dir.path(), &script, ", env: [{name: PREFIX, value: gke}]");
         assert_eq!(access.token().await.unwrap().as_deref(), Some("gke-token"));
         assert_eq!(access.token().await.unwrap().as_deref(), Some("gke-token"));
         let ran = std::fs::read_to_string(&runs).unwrap();
