@@ -147,8 +147,11 @@ def ensure_venv():
     os.execv(python, [str(python), *sys.argv])
 
 
-def build():
-    subprocess.run(["cargo", "build", "--release", "--bin", "hptune", "--example", "objective"],
+def build(with_hptune):
+    """The release `hptune` (only `with_hptune`: Optuna's samplers need just the objective) and
+    the objective worker."""
+    targets = ["--bin", "hptune"] if with_hptune else []
+    subprocess.run(["cargo", "build", "--release", *targets, "--example", "objective"],
                    cwd=ROOT, check=True)
     return TARGET / "release" / "hptune", TARGET / "release" / "examples" / "objective"
 
@@ -535,7 +538,8 @@ def main():
     for name in samplers + args.timing_samplers.split(","):
         if name and name not in SAMPLERS:
             parser.error(f"unknown sampler {name!r}: the samplers are {', '.join(SAMPLERS)}")
-    binaries = build()
+    timed = args.timing_trials and args.timing_samplers.split(",") or []
+    binaries = build(any(name.startswith("hptune") for name in samplers + timed))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = args.out or RESULTS / time.strftime("bayes-%Y%m%d-%H%M%S.json")
     runs, timing_runs = [], []
