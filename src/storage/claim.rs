@@ -353,10 +353,10 @@ mod tests {
     }
 
     /// A controller suspended while it holds the study's lock in PostgreSQL holds the other
-    /// controllers of the study only until the server ends its idle session: the lock is
+    /// controllers of the study only until the server closes its idle connection: the lock is
     /// released, the others claim, and the suspended one gets an error when it goes on.
     #[tokio::test]
-    async fn a_session_idle_in_the_studys_lock_is_ended_and_the_lock_released() {
+    async fn a_connection_idle_in_the_studys_lock_is_closed_and_the_lock_released() {
         let Some(url) = std::env::var("HPTUNE_TEST_POSTGRES")
             .ok()
             .filter(|u| !u.is_empty())
@@ -391,7 +391,7 @@ mod tests {
         let peer_lock =
             tokio::time::timeout(std::time::Duration::from_secs(20), peer.lock_study(id))
                 .await
-                .expect("the peer waits only until the idle session is ended")
+                .expect("the peer waits only until the idle connection is closed")
                 .unwrap();
         assert!(
             started.elapsed() >= std::time::Duration::from_millis(900),
@@ -402,7 +402,7 @@ mod tests {
             held.commit().await.is_err(),
             "the ended session's transaction fails"
         );
-        // The suspended controller's storage goes on with a new session.
+        // The suspended controller's storage goes on with a new connection.
         assert!(
             suspended
                 .lock_study(id)
