@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Stdio;
 
-use common::{Scratch, assert_exit_says, assert_success, stdout, test_postgres};
+use common::{Scratch, assert_exit_says, assert_success, stdout};
 use serde_json::Value;
 
 fn study(max_trial_count: u32) -> String {
@@ -43,15 +43,9 @@ fn enqueued_configurations_run_first_and_once_with_two_controllers_on_sqlite() {
 
 #[test]
 fn enqueued_configurations_run_first_and_once_with_two_controllers_on_postgres() {
-    let Some(url) = test_postgres() else {
-        eprintln!("HPTUNE_TEST_POSTGRES is not set: skipped");
-        return;
-    };
-    let scratch = Scratch::on_postgres(&url);
-    // The database is migrated by a first command, then cleared of an earlier run.
-    assert_success(&scratch.hptune(&["studies"]));
-    scratch.execute("DELETE FROM studies WHERE name = 'head-start'");
-    run_first_and_once(&scratch);
+    if let Some(scratch) = Scratch::on_postgres_without("head-start") {
+        run_first_and_once(&scratch);
+    }
 }
 
 fn run_first_and_once(scratch: &Scratch) {

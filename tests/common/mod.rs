@@ -190,6 +190,16 @@ impl Scratch {
         }
     }
 
+    /// A scratch on the tests' PostgreSQL database (`None`, said skipped, without one), the
+    /// database migrated by a first command and cleared of an earlier run's study `name`
+    /// (a PostgreSQL database outlives the tests).
+    pub fn on_postgres_without(name: &str) -> Option<Self> {
+        let scratch = Self::on_postgres(&test_postgres()?);
+        assert_success(&scratch.hptune(&["studies"]));
+        scratch.execute(&format!("DELETE FROM studies WHERE name = '{name}'"));
+        Some(scratch)
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
