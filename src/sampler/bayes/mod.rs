@@ -281,16 +281,29 @@ mod tests {
         }
     }
 
-    /// Runs `trials` sequential trials of the bowl under `constraints`, each reporting `sum`.
-    fn run_constrained(seed: u64, trials: usize, constraints: &Constraints) -> Vec<Observation> {
+    /// The bowl, and `a + b` for [`sum_at_most`].
+    fn bowl_and_sum(p: &Assignment) -> (Option<f64>, f64) {
+        (bowl(p), x(p, "a") + x(p, "b"))
+    }
+
+    /// Runs `trials` sequential trials on the square under `constraints` (one bound), each
+    /// `measure`d as its value and its constrained metric's.
+    fn run_constrained(
+        seed: u64,
+        trials: usize,
+        constraints: &Constraints,
+        measure: impl Fn(&Assignment) -> (Option<f64>, f64),
+    ) -> Vec<Observation> {
         let (space, mut sampler) = (square(), BayesSampler::new(seed));
+        let metric = &constraints.bounds[0].metric;
         let mut history = Vec::new();
         for number in 0..trials as u64 {
             let params = propose_under(&mut sampler, &space, &history, &[], constraints);
-            let values = [("sum".to_string(), x(&params, "a") + x(&params, "b"))].into();
+            let (value, constrained) = measure(&params);
+            let values = [(metric.clone(), constrained)].into();
             history.push(Observation {
                 number,
-                value: bowl(&params),
+                value,
                 feasible: constraints.judge(false, &values).is_none(),
                 constraint_values: values,
                 params,
@@ -303,7 +316,7 @@ mod tests {
     fn under_a_constraint_the_model_finds_the_best_feasible_point() {
         // The bowl's bottom (0.3, 0.7) breaks a + b <= 0.8; the best feasible point is its
         // projection on the bound, (0.2, 0.6), at 0.02.
-        let history = run_constrained(1, 30, &sum_at_most(0.8));
+        let history = run_constrained(1, 30, &sum_at_most(0.8), bowl_and_sum);
         let best = history
             .iter()
             .filter(|o| o.feasible)
@@ -326,7 +339,6 @@ mod tests {
         // infeasible band from the valley's other end, the local minimum -1.96017 at
         // (3π/2, 6). With this seed the region converged there (and before, on the local
         // minimum -1.123 at (6, π)) and stayed.
-        let space = square();
         let constraints = Constraints {
             bounds: vec![Constraint {
                 metric: "c".into(),
@@ -334,20 +346,13 @@ mod tests {
             }],
             failed_as_infeasible: false,
         };
-        let mut sampler = BayesSampler::new(1);
-        let mut history = Vec::new();
-        for number in 0..50 {
-            let params = propose_under(&mut sampler, &space, &history, &[], &constraints);
-            let (x1, x2) = (6.0 * x(&params, "a"), 6.0 * x(&params, "b"));
-            let values = [("c".to_string(), (x1 + x2).cos())].into();
-            history.push(Observation {
-                number,
-                value: Some((2.0 * x1).cos() * x2.cos() + x1.sin()),
-                feasible: constraints.judge(false, &values).is_none(),
-                constraint_values: values,
-                params,
-            });
-        }
+        let history = run_constrained(1, 50, &constraints, |p| {
+            let (x1, x2) = (6.0 * x(p, "a"), 6.0 * x(p, "b"));
+            (
+                Some((2.0 * x1).cos() * x2.cos() + x1.sin()),
+                (x1 + x2).cos(),
+            )
+        });
         let best = history
             .iter()
             .filter(|o| o.feasible)
@@ -360,7 +365,7 @@ mod tests {
     fn with_no_feasible_trial_yet_the_proposal_goes_where_feasibility_is_likely() {
         // Only the corner a + b <= 0.3 is feasible, far from the bowl's bottom, and the
         // design misses it.
-        let history = run_constrained(2, 10, &sum_at_most(0.3));
+        let history = run_constrained(2, 10, &sum_at_most(0.3), bowl_and_sum);
         let design = initial_design_size(2) as usize;
         assert!(history[..design].iter().all(|o| !o.feasible));
         let first = history.iter().position(|o| o.feasible);
