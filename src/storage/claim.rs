@@ -11,7 +11,7 @@ use sqlx::any::AnyRow;
 use sqlx::{Any, Transaction};
 
 use super::ends::{Script, TrialEnd};
-use super::rows::{TrialRecord, TrialState, trial_columns};
+use super::rows::{TrialRecord, TrialState, enqueued, trial_columns};
 use super::view::StudyView;
 use super::{Dialect, Storage, StorageError, now, query_error};
 use crate::study::space::Assignment;
@@ -111,7 +111,9 @@ async fn start_enqueued(
     let at = now();
     let row = sqlx::query(concat!(
         "UPDATE trials SET state = 'running', owner = $1, started_at = $2, heartbeat_at = $2
-         WHERE id = $3 AND state = 'pending' AND owner IS NULL AND started_at IS NULL RETURNING ",
+         WHERE id = $3 AND ",
+        enqueued!(),
+        " RETURNING ",
         trial_columns!()
     ))
     .bind(owner)
@@ -132,7 +134,7 @@ async fn start_enqueued(
     TrialRecord::from_row(&row)
 }
 
-fn params_json(params: &Assignment) -> String {
+pub(super) fn params_json(params: &Assignment) -> String {
     serde_json::to_string(params).expect("parameters serialise")
 }
 

@@ -63,7 +63,7 @@ impl Storage {
             ))
             .bind(study_id)
             .bind(next + i as i64)
-            .bind(serde_json::to_string(params).expect("parameters serialise"))
+            .bind(super::claim::params_json(params))
             .bind(now())
             .fetch_one(&mut *tx)
             .await

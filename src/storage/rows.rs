@@ -21,6 +21,14 @@ macro_rules! trial_columns {
 }
 pub(crate) use trial_columns;
 
+/// The SQL test of an enqueued trial (see [`TrialRecord::is_enqueued`]), for `concat!`.
+macro_rules! enqueued {
+    () => {
+        "(state = 'pending' AND owner IS NULL AND started_at IS NULL)"
+    };
+}
+pub(crate) use enqueued;
+
 /// The columns of a study, in the order [`StudyRecord::from_row`] reads them.
 macro_rules! study_columns {
     () => {
@@ -244,7 +252,7 @@ impl StudyRecord {
 
 impl TrialRecord {
     /// Whether it waits to run first, enqueued (`pending` with no owner and never started;
-    /// a trial handed back by an interrupted controller has started).
+    /// a trial handed back by an interrupted controller has started); in SQL, `enqueued!()`.
     pub fn is_enqueued(&self) -> bool {
         self.state == TrialState::Pending && self.owner.is_none() && self.started_at.is_none()
     }

@@ -6,7 +6,9 @@
 //! retry, whose outcome is not a trial state, closes its attempt itself.
 
 use super::ends::{finite, insert_measurements};
-use super::rows::{AttemptRecord, TrialRecord, TrialState, attempt_columns, trial_columns};
+use super::rows::{
+    AttemptRecord, TrialRecord, TrialState, attempt_columns, enqueued, trial_columns,
+};
 use super::{Storage, StorageError, now, query_error};
 use crate::report::Measurement;
 use crate::study::stopping::Curve;
@@ -206,7 +208,9 @@ impl Storage {
             "SELECT ",
             trial_columns!(),
             ", heartbeat_at FROM trials WHERE study_id = $1 AND state IN ('pending', 'running')
-             AND NOT (state = 'pending' AND owner IS NULL AND started_at IS NULL) ORDER BY number"
+             AND NOT ",
+            enqueued!(),
+            " ORDER BY number"
         ))
         .bind(study_id)
         .fetch_all(&mut *tx)

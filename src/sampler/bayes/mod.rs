@@ -55,9 +55,6 @@ use gp::{Gp, GpError};
 use search::{propose, stream};
 use trust::Region;
 
-/// A trust region's side that covers the unit cube from any centre.
-const WHOLE_SPACE: f64 = 2.0;
-
 /// Proposes trials by Bayesian optimisation with a Gaussian process. Given the same seed and
 /// history it proposes the same point: every random choice comes from a stream derived from
 /// the seed and the trial's number.
@@ -119,11 +116,14 @@ impl BayesSampler {
         // trial number, not by the count of trials running now: that count depends on which
         // trials happened to have ended when the controller proposed. While no trial is
         // feasible the search for a feasible one spans the space.
-        let side = match best {
-            Some(_) => trust::side(&data.values, design, dimension, context.parallel.max(1)),
-            None => WHOLE_SPACE,
+        let incumbent = &data.incumbents[0];
+        let region = match best {
+            Some(_) => {
+                let side = trust::side(&data.values, design, dimension, context.parallel.max(1));
+                Region::around(encoding, incumbent, side)
+            }
+            None => Region::whole(incumbent.len()),
         };
-        let region = Region::around(encoding, &data.incumbents[0], side);
         let mut rng = stream(self.seed, context.number);
         let sobol_seed = self.seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
         let running = context.running.iter().map(|r| encoding.encode(r)).collect();
