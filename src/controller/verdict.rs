@@ -26,10 +26,20 @@ pub(super) fn feasibility(
     measurements: &[Measurement],
 ) -> (BTreeMap<String, f64>, Option<String>) {
     let constraints = &study.constraints;
-    let values = constraints.values(|metric| report::final_value(measurements, metric).ok());
+    let finals: BTreeMap<&str, Result<f64, ReportError>> = constraints
+        .bounds
+        .iter()
+        .map(|c| {
+            (
+                c.metric.as_str(),
+                report::final_value(measurements, &c.metric),
+            )
+        })
+        .collect();
+    let values = constraints.values(|metric| finals.get(metric)?.as_ref().ok().copied());
     // Why a constrained metric has no value: never reported, or reported as NaN or infinite.
-    let unreported = |metric: &str| match report::final_value(measurements, metric) {
-        Err(not_finite @ ReportError::NotFinite { .. }) => not_finite.to_string(),
+    let unreported = |metric: &str| match finals.get(metric) {
+        Some(Err(not_finite @ ReportError::NotFinite { .. })) => not_finite.to_string(),
         _ => format!("reported no {metric}"),
     };
     let infeasible = match state {
