@@ -109,6 +109,13 @@ class PeakMemory:
             return subprocess.CompletedProcess(command, process.returncode, stdout.read(), stderr.read())
 
 
+def failure(done) -> str:
+    """Why a child failed: its exit status and the last lines of its stderr (a panic's message and
+    where it was raised)."""
+    tail = "\n    ".join(done.stderr.strip().splitlines()[-12:])
+    return f"exit {done.returncode}" + (f":\n    {tail}" if tail else "")
+
+
 def run_trainer(binary, model, data, evaluation, seq, steps, batch, device, precision):
     command = [str(binary), "--model", str(model), "--train", str(data), "--eval", str(evaluation),
                "--batch-size", str(batch), "--eval-batch-size", str(batch), "--epochs", "2",
@@ -117,7 +124,7 @@ def run_trainer(binary, model, data, evaluation, seq, steps, batch, device, prec
     memory = PeakMemory(device)
     done = memory.run(command)
     if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+        return {"error": failure(done)}
     losses = re.findall(r"^step=1 .*?\bloss=([0-9.eE+-]+)", done.stdout, re.M)
     rates = re.findall(r"epoch 2/2: ([0-9.]+) training samples/s", done.stderr)
     if not losses or not rates:
@@ -133,7 +140,7 @@ def run_torch(model, data, evaluation, seq, steps, batch, device, precision):
     memory = PeakMemory(device)
     done = memory.run(command)
     if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+        return {"error": failure(done)}
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["peak_mib"] = memory.peak
     return result
@@ -229,6 +236,7 @@ def main():
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a dry run")
     parser.add_argument("--models", default="minilm,bert-base")
     parser.add_argument("--seqs", default="128,512")
+    parser.add_argument("--precisions", default="f32,bf16", help="f32, bf16 or both")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=50, help="batches per epoch (two epochs run)")
     parser.add_argument("--tiny", action="store_true", help="a tiny model, sequence 16, 4 steps: a dry run")
@@ -239,7 +247,7 @@ def main():
     binary, vocab = (args.binary, args.vocab) if args.binary and args.vocab else unpack(args.package, work)
     binary, vocab = args.binary or binary, args.vocab or vocab
     gpu = args.device.startswith("cuda")
-    precisions = [("f32", "f32"), ("bf16", "bf16")]
+    precisions = [(p, p) for p in args.precisions.split(",")]
     memory_kind = "peak GPU MiB (nvidia-smi)" if gpu else "peak RSS MiB"
     print(f"batch {args.batch}, {args.steps} steps an epoch, 2 epochs (speed: the second; loss: eval after the first), "
           f"learning rate {LEARNING_RATE}, dropout 0, device {args.device}", flush=True)

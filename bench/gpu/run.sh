@@ -7,4 +7,15 @@
 #   e.g. bench/gpu/run.sh --models minilm --seqs 128; a CPU dry run: --device cpu --tiny --binary B --vocab V
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-exec "${PYTHON:-python3}" "$here/run.py" "$@"
+python="${PYTHON:-python3}"
+# The trainer opens the CUDA driver and NVRTC by name (cudarc): where the loader's cache lacks
+# them, the folders of CUDA's toolkit and of pip's nvidia wheels that hold them are added.
+for library in libcuda.so libnvrtc.so; do
+  if ! ldconfig -p 2>/dev/null | grep -q "$library"; then
+    site="$("$python" -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)"
+    found="$(find /usr/local/nvidia /usr/local/cuda /usr/local/cuda-* ${site:+"$site/nvidia"} \
+      -name "$library*" -printf '%h\n' 2>/dev/null | sort -u | paste -sd: || true)"
+    [[ -n "$found" ]] && export LD_LIBRARY_PATH="$found${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+done
+exec "$python" "$here/run.py" "$@"
