@@ -228,6 +228,41 @@ impl Domain {
         }
     }
 
+    /// The values one step from `value`: every other value of a categorical (none is nearer
+    /// than another), the next value down and up of an integer or a discrete list; none for a
+    /// double, which moves continuously, or for a value outside the domain.
+    pub fn neighbours(&self, value: &ParamValue) -> Vec<ParamValue> {
+        match (self, value) {
+            (Domain::Categorical { values }, ParamValue::Str(s)) if values.contains(s) => values
+                .iter()
+                .filter(|v| *v != s)
+                .map(|v| ParamValue::Str(v.clone()))
+                .collect(),
+            (Domain::Integer { min, max, .. }, ParamValue::Int(x)) if (min..=max).contains(&x) => {
+                [x - 1, x + 1]
+                    .into_iter()
+                    .filter(|y| (min..=max).contains(&y))
+                    .map(ParamValue::Int)
+                    .collect()
+            }
+            (Domain::Discrete { values, .. }, value) => {
+                let Some(index) = value
+                    .as_f64()
+                    .and_then(|x| values.iter().position(|v| *v == x))
+                else {
+                    return Vec::new();
+                };
+                [index.checked_sub(1), Some(index + 1)]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| values.get(i))
+                    .map(|v| ParamValue::Float(*v))
+                    .collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// The unit coordinate of `value` (the centre of its slice for integers and categoricals).
     pub fn to_unit(&self, value: &ParamValue) -> Option<f64> {
         match (self, value) {
@@ -680,6 +715,52 @@ mod tests {
         assert_eq!(d.from_unit(0.7), ParamValue::Float(16.0));
         assert_eq!(d.from_unit(0.8), ParamValue::Float(32.0));
         assert_eq!(d.from_unit(0.0), ParamValue::Float(8.0));
+    }
+
+    #[test]
+    fn neighbours_are_one_step_away() {
+        let categorical = Domain::Categorical {
+            values: vec!["adam".into(), "sgd".into(), "lamb".into()],
+        };
+        let text = |s: &str| ParamValue::Str(s.into());
+        assert_eq!(
+            categorical.neighbours(&text("sgd")),
+            vec![text("adam"), text("lamb")]
+        );
+        assert!(categorical.neighbours(&text("rmsprop")).is_empty());
+        let integer = Domain::Integer {
+            min: 1,
+            max: 4,
+            scale: Scale::Log,
+            grid_points: None,
+        };
+        assert_eq!(
+            integer.neighbours(&ParamValue::Int(2)),
+            vec![ParamValue::Int(1), ParamValue::Int(3)]
+        );
+        assert_eq!(
+            integer.neighbours(&ParamValue::Int(4)),
+            vec![ParamValue::Int(3)]
+        );
+        assert!(integer.neighbours(&ParamValue::Int(9)).is_empty());
+        let discrete = Domain::Discrete {
+            values: vec![8.0, 16.0, 32.0],
+            scale: Scale::Log,
+        };
+        assert_eq!(
+            discrete.neighbours(&ParamValue::Float(8.0)),
+            vec![ParamValue::Float(16.0)]
+        );
+        assert_eq!(
+            discrete.neighbours(&ParamValue::Float(16.0)),
+            vec![ParamValue::Float(8.0), ParamValue::Float(32.0)]
+        );
+        assert!(discrete.neighbours(&ParamValue::Float(12.0)).is_empty());
+        assert!(
+            double(0.0, 1.0, Scale::Linear)
+                .neighbours(&ParamValue::Float(0.5))
+                .is_empty()
+        );
     }
 
     #[test]

@@ -110,6 +110,28 @@ impl<'a> Encoding<'a> {
         matches!(self.slots[index].1, Slot::Number { .. })
     }
 
+    /// The unit points one discrete step from `unit`: each active categorical, integer or
+    /// discrete parameter moved to each of its [`Domain::neighbours`], the others kept.
+    pub fn neighbours(&self, unit: &[f64]) -> Vec<Vec<f64>> {
+        let assignment = self.space.from_unit(unit);
+        self.space
+            .parameters()
+            .iter()
+            .enumerate()
+            .filter_map(|(index, p)| Some((index, &p.domain, assignment.get(&p.id)?)))
+            .flat_map(|(index, domain, value)| {
+                domain
+                    .neighbours(value)
+                    .into_iter()
+                    .filter_map(move |next| {
+                        let mut moved = unit.to_vec();
+                        moved[index] = domain.to_unit(&next)?;
+                        Some(moved)
+                    })
+            })
+            .collect()
+    }
+
     /// The parameters that gradient refinement may move at this point: the active doubles,
     /// as `(parameter index, feature index)`; their feature is their unit coordinate.
     pub fn continuous(&self, assignment: &Assignment) -> Vec<(usize, usize)> {
@@ -179,6 +201,35 @@ mod tests {
         assert_eq!(assignment["layers"], ParamValue::Int(3));
         assert_eq!(features, vec![0.0, 1.0, 0.0, 0.625, 0.3]);
         assert_eq!(encoding.continuous(&assignment), vec![(2, 4)]);
+    }
+
+    #[test]
+    fn neighbours_move_one_discrete_parameter_by_one_step() {
+        let space = space();
+        let encoding = Encoding::new(&space);
+        // optimizer = sgd, layers = 3, momentum 0.3 (a double: never moved).
+        let unit = [0.5, 0.6, 0.3];
+        let moved: Vec<Assignment> = encoding
+            .neighbours(&unit)
+            .iter()
+            .map(|u| encoding.at(u).0)
+            .collect();
+        let text = |s: &str| ParamValue::Str(s.into());
+        let described: Vec<(ParamValue, ParamValue)> = moved
+            .iter()
+            .map(|a| (a["optimizer"].clone(), a["layers"].clone()))
+            .collect();
+        assert_eq!(
+            described,
+            vec![
+                (text("adam"), ParamValue::Int(3)),
+                (text("lamb"), ParamValue::Int(3)),
+                (text("sgd"), ParamValue::Int(2)),
+                (text("sgd"), ParamValue::Int(4)),
+            ]
+        );
+        // Momentum keeps its coordinate where it stays active.
+        assert_eq!(moved[3]["momentum"], ParamValue::Float(0.3));
     }
 
     #[test]
