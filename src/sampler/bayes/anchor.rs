@@ -65,6 +65,7 @@ impl Anchors {
         history: &[Observation],
         data: &TrainingData,
     ) -> Option<Hyperparameters> {
+        let sharing = encoding.length_sharing();
         let at = checkpoint(history.len());
         let key = fingerprint(&history[..at]);
         let anchor = match self.fits.iter().find(|(n, k, _)| (*n, *k) == (at, key)) {
@@ -73,10 +74,10 @@ impl Anchors {
                 // At a checkpoint the anchor is this history's own fit, kept for the
                 // proposals after it.
                 let anchor = if at == history.len() {
-                    fit(&data.x, &data.y)
+                    fit(&data.x, &data.y, &sharing)
                 } else {
                     TrainingData::new(encoding, goal, &history[..at])
-                        .and_then(|earlier| fit(&earlier.x, &earlier.y))
+                        .and_then(|earlier| fit(&earlier.x, &earlier.y, &sharing))
                 };
                 if self.fits.len() == KEPT {
                     self.fits.remove(0);
@@ -89,8 +90,8 @@ impl Anchors {
             return anchor;
         }
         match anchor {
-            Some(anchor) => refit(&data.x, &data.y, &anchor).or(Some(anchor)),
-            None => fit(&data.x, &data.y),
+            Some(anchor) => refit(&data.x, &data.y, &sharing, &anchor).or(Some(anchor)),
+            None => fit(&data.x, &data.y, &sharing),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! value shared by every point where it is inactive, so it explains no difference between
 //! them; the parent's own feature tells the branches apart.
 
+use super::fit::LengthSharing;
 use crate::study::space::{Assignment, Domain, ParamValue, Space};
 
 /// The feature of an inactive numeric parameter: the middle of its range.
@@ -108,6 +109,21 @@ impl<'a> Encoding<'a> {
     /// nearness of values (it does not for a categorical).
     pub fn is_ordered(&self, index: usize) -> bool {
         matches!(self.slots[index].1, Slot::Number { .. })
+    }
+
+    /// The length scale each feature takes ([`LengthSharing`]): a numeric parameter's feature
+    /// its own, the one-hot features of a categorical one shared, each difference counted half.
+    pub fn length_sharing(&self) -> LengthSharing {
+        let mut features = Vec::with_capacity(self.width);
+        for (parameter, &(_, slot)) in self.slots.iter().enumerate() {
+            match slot {
+                Slot::Number { .. } => features.push((parameter, 1.0)),
+                Slot::OneHot { values } => {
+                    features.extend(std::iter::repeat_n((parameter, 0.5), values))
+                }
+            }
+        }
+        LengthSharing::new(features)
     }
 
     /// The unit points one discrete step from `unit`: each active categorical, integer or

@@ -9,7 +9,7 @@
 
 use super::data::{MAX_MODEL_POINTS, moments, nearest};
 use super::encoding::Encoding;
-use super::fit::fit;
+use super::fit::{LengthSharing, fit};
 use super::gp::{Gp, GpError, Prediction};
 use super::log_ei::log_cdf;
 use crate::sampler::Observation;
@@ -23,16 +23,22 @@ struct SlackModel {
 }
 
 impl SlackModel {
-    /// The model of `slacks` at points `x`, the nearest [`MAX_MODEL_POINTS`] to `center`;
-    /// `None` without points or when no hyperparameters fit.
-    fn fitted(x: Vec<Vec<f64>>, slacks: Vec<f64>, center: &[f64]) -> Result<Option<Self>, GpError> {
+    /// The model of `slacks` at points `x`, the nearest [`MAX_MODEL_POINTS`] to `center`, the
+    /// features' length scales shared as `sharing` says; `None` without points or when no
+    /// hyperparameters fit.
+    fn fitted(
+        x: Vec<Vec<f64>>,
+        slacks: Vec<f64>,
+        center: &[f64],
+        sharing: &LengthSharing,
+    ) -> Result<Option<Self>, GpError> {
         if x.is_empty() {
             return Ok(None);
         }
         let (x, slacks) = nearest(x, slacks, center, MAX_MODEL_POINTS);
         let (mean, scale) = moments(slacks.iter().copied());
         let y: Vec<f64> = slacks.iter().map(|s| (s - mean) / scale).collect();
-        let Some(hyper) = fit(&x, &y) else {
+        let Some(hyper) = fit(&x, &y, sharing) else {
             return Ok(None);
         };
         Ok(Some(Self {
@@ -62,6 +68,7 @@ impl Feasibility {
         history: &[Observation],
         center: &[f64],
     ) -> Result<Option<Self>, GpError> {
+        let sharing = encoding.length_sharing();
         let mut models = Vec::new();
         for constraint in &constraints.bounds {
             let (x, slacks) = history
@@ -71,7 +78,7 @@ impl Feasibility {
                     Some((encoding.encode(&o.params), constraint.slack(*value)))
                 })
                 .unzip();
-            models.extend(SlackModel::fitted(x, slacks, center)?);
+            models.extend(SlackModel::fitted(x, slacks, center, &sharing)?);
         }
         if constraints.failed_as_infeasible {
             // Ran: +1; failed (no value and infeasible): -1; stopped trials say nothing.
@@ -85,7 +92,7 @@ impl Feasibility {
                 .unzip();
             // Until a trial has failed there is nothing to learn.
             if ran.contains(&-1.0) {
-                models.extend(SlackModel::fitted(x, ran, center)?);
+                models.extend(SlackModel::fitted(x, ran, center, &sharing)?);
             }
         }
         Ok((!models.is_empty()).then_some(Self { models }))

@@ -52,6 +52,53 @@ fn length_prior(t: f64) -> (f64, f64) {
     )
 }
 
+/// Which length scale each feature takes: one per parameter. A numeric parameter's feature
+/// has its own; the one-hot features of a categorical share the categorical's, each
+/// difference counted half, so that two different values are at squared distance `1/ℓ²`:
+/// the Hamming distance Optuna's GPSampler gives categoricals, with one hyperparameter per
+/// categorical rather than one per value (fewer to fit from few trials).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LengthSharing {
+    /// Per feature: its parameter and the weight of its squared difference.
+    features: Vec<(usize, f64)>,
+    /// Number of length scales fitted.
+    parameters: usize,
+}
+
+impl LengthSharing {
+    /// Features that take their parameter's length scale (`features[d] = (parameter,
+    /// weight)`, parameters numbered from 0 in order), their squared differences weighted.
+    pub fn new(features: Vec<(usize, f64)>) -> Self {
+        let parameters = features.iter().map(|&(p, _)| p + 1).max().unwrap_or(0);
+        Self {
+            features,
+            parameters,
+        }
+    }
+
+    /// One length scale per feature.
+    pub fn per_feature(width: usize) -> Self {
+        Self::new((0..width).map(|d| (d, 1.0)).collect())
+    }
+
+    /// The length scale of each feature from those of the parameters.
+    fn of_features(&self, per_parameter: &[f64]) -> Vec<f64> {
+        self.features
+            .iter()
+            .map(|&(p, weight)| per_parameter[p] / weight.sqrt())
+            .collect()
+    }
+
+    /// The length scale of each parameter from those of its features.
+    fn of_parameters(&self, per_feature: &[f64]) -> Vec<f64> {
+        let mut lengths = vec![1.0; self.parameters];
+        for (&(p, weight), l) in self.features.iter().zip(per_feature) {
+            lengths[p] = l * weight.sqrt();
+        }
+        lengths
+    }
+}
+
 /// Hyperparameters in the log space the optimiser works in:
 /// `[log ℓ_1 .. log ℓ_D, log s², log (noise - floor)]`.
 fn unpack(theta: &[f64]) -> Hyperparameters {
@@ -69,27 +116,27 @@ fn log_normal_prior(t: f64, (mean, sd): (f64, f64)) -> (f64, f64) {
     (-0.5 * z * z, -z / sd)
 }
 
-/// The squared difference of every pair of points `(i, j)`, `j < i`, along every feature: all
-/// that an evaluation of the posterior needs of the points, computed once per fit.
+/// The squared difference of every pair of points `(i, j)`, `j < i`, along every length
+/// scale: all that an evaluation of the posterior needs of the points, computed once per fit.
 pub struct PairDifferences {
     points: usize,
-    /// `squared[d][p]`: `(x_i,d - x_j,d)²` for the `p`-th pair, pairs in the order of
-    /// [`PairDifferences::pairs`].
+    /// `squared[l][p]`: the weighted sum of `(x_i,d - x_j,d)²` over the features `d` of length
+    /// scale `l` for the `p`-th pair, pairs in the order of [`PairDifferences::pairs`].
     squared: Vec<Vec<f64>>,
 }
 
 impl PairDifferences {
-    /// The differences of the points `x` (at least one).
-    pub fn new(x: &[Vec<f64>]) -> Self {
-        let dimension = x.first().map_or(0, Vec::len);
+    /// The differences of the points `x` (at least one), their features' length scales
+    /// shared as `sharing` says.
+    pub fn new(x: &[Vec<f64>], sharing: &LengthSharing) -> Self {
         let points = x.len();
-        let squared = (0..dimension)
-            .map(|d| {
-                Self::pairs_of(points)
-                    .map(|(i, j)| (x[i][d] - x[j][d]).powi(2))
-                    .collect()
-            })
-            .collect();
+        let pairs = points * points.saturating_sub(1) / 2;
+        let mut squared = vec![vec![0.0; pairs]; sharing.parameters];
+        for (d, &(p, weight)) in sharing.features.iter().enumerate() {
+            for (sum, (i, j)) in squared[p].iter_mut().zip(Self::pairs_of(points)) {
+                *sum += weight * (x[i][d] - x[j][d]).powi(2);
+            }
+        }
         Self { points, squared }
     }
 
@@ -203,19 +250,29 @@ fn starts(dimension: usize) -> [Vec<f64>; 2] {
     [at(0.0, NOISE_PRIOR.0), at(-LN_2 - 0.5, -3.0)]
 }
 
-/// Fits hyperparameters to standardised values `y` at points `x` (at least one point) from
-/// the starts of [`starts`]; `None` when no start gives a finite posterior.
-pub fn fit(x: &[Vec<f64>], y: &[f64]) -> Option<Hyperparameters> {
-    let dimension = x.first()?.len();
-    search(x, y, &starts(dimension), MAX_EVALUATIONS)
+/// Fits hyperparameters to standardised values `y` at points `x` (at least one point), the
+/// features' length scales shared as `sharing` says, from the starts of [`starts`]; `None`
+/// when no start gives a finite posterior.
+pub fn fit(x: &[Vec<f64>], y: &[f64], sharing: &LengthSharing) -> Option<Hyperparameters> {
+    x.first()?;
+    search(x, y, sharing, &starts(sharing.parameters), MAX_EVALUATIONS)
 }
 
 /// Fits hyperparameters from one start, the fit of a little less data, with few
 /// evaluations: the hyperparameters move little when a few points are added.
-pub fn refit(x: &[Vec<f64>], y: &[f64], start: &Hyperparameters) -> Option<Hyperparameters> {
+pub fn refit(
+    x: &[Vec<f64>],
+    y: &[f64],
+    sharing: &LengthSharing,
+    start: &Hyperparameters,
+) -> Option<Hyperparameters> {
+    let width = x.first()?.len();
+    if width != sharing.features.len() || width != start.length_scales.len() {
+        return None;
+    }
     let clamp = |t: f64, (lo, hi): (f64, f64)| t.clamp(lo, hi);
-    let mut theta: Vec<f64> = start
-        .length_scales
+    let mut theta: Vec<f64> = sharing
+        .of_parameters(&start.length_scales)
         .iter()
         .map(|l| clamp(l.ln(), LOG_LENGTH_BOUNDS))
         .collect();
@@ -224,21 +281,19 @@ pub fn refit(x: &[Vec<f64>], y: &[f64], start: &Hyperparameters) -> Option<Hyper
         .max(f64::MIN_POSITIVE)
         .ln();
     theta.push(clamp(noise, LOG_NOISE_BOUNDS));
-    if x.first()?.len() + 2 != theta.len() {
-        return None;
-    }
-    search(x, y, &[theta], REFIT_EVALUATIONS)
+    search(x, y, sharing, &[theta], REFIT_EVALUATIONS)
 }
 
 /// The best of L-BFGS runs from `starts` inside the bounds.
 fn search(
     x: &[Vec<f64>],
     y: &[f64],
+    sharing: &LengthSharing,
     starts: &[Vec<f64>],
     max_evaluations: u64,
 ) -> Option<Hyperparameters> {
-    let dimension = x.first()?.len();
-    let pairs = PairDifferences::new(x);
+    let dimension = sharing.parameters;
+    let pairs = PairDifferences::new(x, sharing);
     let objective = |theta: &[f64]| negative_log_posterior(theta, &pairs, y).ok();
     let bound = |which: fn((f64, f64)) -> f64| -> Vec<f64> {
         let mut b = vec![which(LOG_LENGTH_BOUNDS); dimension];
@@ -256,7 +311,13 @@ fn search(
         .into_iter()
         .flatten()
         .min_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|(theta, _)| unpack(&theta))
+        .map(|(theta, _)| {
+            let fitted = unpack(&theta);
+            Hyperparameters {
+                length_scales: sharing.of_features(&fitted.length_scales),
+                ..fitted
+            }
+        })
 }
 
 #[cfg(test)]
@@ -268,12 +329,17 @@ mod tests {
 
     #[test]
     fn gradient_matches_finite_differences() {
+        // A double, then a categorical of two values, one-hot, sharing one length scale.
         let x: Vec<Vec<f64>> = (0..7)
-            .map(|i| vec![(i as f64 * 0.37) % 1.0, (i as f64 * 0.61) % 1.0])
+            .map(|i| {
+                let on = (i % 3 == 0) as u8 as f64;
+                vec![(i as f64 * 0.37) % 1.0, on, 1.0 - on]
+            })
             .collect();
         let y: Vec<f64> = x.iter().map(|p| (3.0 * p[0]).sin() + p[1]).collect();
         let theta = [-0.7, 0.2, 0.3, -4.0];
-        let pairs = PairDifferences::new(&x);
+        let sharing = LengthSharing::new(vec![(0, 1.0), (1, 0.5), (1, 0.5)]);
+        let pairs = PairDifferences::new(&x, &sharing);
         let (_, gradient) = negative_log_posterior(&theta, &pairs, &y).unwrap();
         for (i, analytic) in gradient.iter().enumerate() {
             let value = |t: &[f64]| negative_log_posterior(t, &pairs, &y).unwrap().0;
@@ -283,6 +349,29 @@ mod tests {
                 "θ{i}: {numeric} vs {analytic}"
             );
         }
+    }
+
+    #[test]
+    fn shared_length_scales_put_two_values_of_a_categorical_at_distance_one_over_l() {
+        let sharing = LengthSharing::new(vec![(0, 1.0), (1, 0.5), (1, 0.5), (1, 0.5)]);
+        let features = sharing.of_features(&[0.3, 2.0]);
+        let kernel = Hyperparameters {
+            length_scales: features.clone(),
+            signal_variance: 1.0,
+            noise_variance: 0.0,
+        }
+        .kernel();
+        // Values 0 and 2 of the categorical, the double equal: r = 1 / 2.
+        let r = kernel.distance(&[0.5, 1.0, 0.0, 0.0], &[0.5, 0.0, 0.0, 1.0]);
+        assert!((r - 0.5).abs() < 1e-12, "{r}");
+        assert_eq!(sharing.of_parameters(&features), vec![0.3, 2.0]);
+        // The squared differences summed per parameter, as the kernel weighs them.
+        let pairs = PairDifferences::new(
+            &[vec![0.5, 1.0, 0.0, 0.0], vec![0.1, 0.0, 0.0, 1.0]],
+            &sharing,
+        );
+        assert!((pairs.squared[0][0] - 0.16).abs() < 1e-12);
+        assert_eq!(pairs.squared[1], vec![1.0]);
     }
 
     #[test]
@@ -312,7 +401,7 @@ mod tests {
         let cholesky = factor(covariance(&truth.kernel(), &x, truth.noise_variance)).unwrap();
         let z = DVector::from_iterator(x.len(), (0..x.len()).map(|_| normal(&mut rng)));
         let y: Vec<f64> = (cholesky.l() * z).iter().copied().collect();
-        let fitted = fit(&x, &y).unwrap();
+        let fitted = fit(&x, &y, &LengthSharing::per_feature(2)).unwrap();
         let [l0, l1] = fitted.length_scales[..] else {
             panic!()
         };
@@ -323,10 +412,15 @@ mod tests {
 
     #[test]
     fn a_single_point_or_duplicates_give_finite_hyperparameters() {
-        let one = fit(&[vec![0.5]], &[0.0]).unwrap();
+        let one = fit(&[vec![0.5]], &[0.0], &LengthSharing::per_feature(1)).unwrap();
         assert!(one.length_scales[0].is_finite() && one.noise_variance > 0.0);
         let same = vec![vec![0.3, 0.3]; 4];
-        let fitted = fit(&same, &[1.0, -1.0, 1.0, -1.0]).unwrap();
+        let fitted = fit(
+            &same,
+            &[1.0, -1.0, 1.0, -1.0],
+            &LengthSharing::per_feature(2),
+        )
+        .unwrap();
         assert!(fitted.noise_variance > 0.1, "{fitted:?}");
     }
 }
