@@ -247,6 +247,28 @@ mod tests {
     use super::*;
     use crate::study::space::{Domain, ParamValue, Parameter, Space, unit_double};
 
+    /// A GP of `y` at `x` with these length scales, unit signal variance and `noise`.
+    fn model(x: Vec<Vec<f64>>, y: &[f64], length_scales: Vec<f64>, noise: f64) -> Gp {
+        let hyper = Hyperparameters {
+            length_scales,
+            signal_variance: 1.0,
+            noise_variance: noise,
+        };
+        Gp::new(x, y, &hyper).unwrap()
+    }
+
+    /// The expected improvement of `gp` over its best posterior mean, no trial running.
+    fn expected_improvement(gp: &Gp) -> Acquisition<'_> {
+        Acquisition::new(
+            gp,
+            Some(gp.best_mean()),
+            Vec::new(),
+            &mut stream(0, 0),
+            None,
+        )
+        .unwrap()
+    }
+
     #[test]
     fn the_climb_changes_categoricals_one_at_a_time_where_gradients_cannot() {
         // Eight switches and a double; the value falls by one for each switch off its
@@ -272,20 +294,8 @@ mod tests {
         let units: Vec<Vec<f64>> = (0..64).map(|i| sobol_point(i, 9, 3)).collect();
         let x: Vec<Vec<f64>> = units.iter().map(|u| encoding.at(u).1).collect();
         let y: Vec<f64> = units.iter().map(|u| -(misses(u) as f64)).collect();
-        let hyper = Hyperparameters {
-            length_scales: vec![1.5; encoding.width()],
-            signal_variance: 1.0,
-            noise_variance: 1e-6,
-        };
-        let gp = Gp::new(x, &y, &hyper).unwrap();
-        let acquisition = Acquisition::new(
-            &gp,
-            Some(gp.best_mean()),
-            Vec::new(),
-            &mut stream(0, 0),
-            None,
-        )
-        .unwrap();
+        let gp = model(x, &y, vec![1.5; encoding.width()], 1e-6);
+        let acquisition = expected_improvement(&gp);
         // Every switch on target but s0 and s3.
         let on = 0.25;
         let off = 0.75;
@@ -338,20 +348,8 @@ mod tests {
                 false => -50.0 * ((p[0] - 0.1).powi(2) + (p[1] - 0.1).powi(2)),
             })
             .collect();
-        let hyper = Hyperparameters {
-            length_scales: vec![0.3, 0.3],
-            signal_variance: 1.0,
-            noise_variance: 1e-8,
-        };
-        let gp = Gp::new(x, &y, &hyper).unwrap();
-        let acquisition = Acquisition::new(
-            &gp,
-            Some(gp.best_mean()),
-            Vec::new(),
-            &mut stream(0, 0),
-            None,
-        )
-        .unwrap();
+        let gp = model(x, &y, vec![0.3, 0.3], 1e-8);
+        let acquisition = expected_improvement(&gp);
         let tiny = Region {
             lower: vec![0.09, 0.09],
             upper: vec![0.11, 0.11],
@@ -407,12 +405,7 @@ mod tests {
             .map(|i| vec![(i % 3) as f64 / 2.0, (i / 3) as f64 / 2.0])
             .collect();
         let y: Vec<f64> = x.iter().map(|p| p[0] + p[1] - 1.0).collect();
-        let hyper = Hyperparameters {
-            length_scales: vec![0.5, 0.5],
-            signal_variance: 1.0,
-            noise_variance: 1e-6,
-        };
-        let gp = Gp::new(x, &y, &hyper).unwrap();
+        let gp = model(x, &y, vec![0.5, 0.5], 1e-6);
         let acquisition =
             Acquisition::new(&gp, Some(1.0), Vec::new(), &mut stream(0, 0), None).unwrap();
         let region = Region {
