@@ -284,7 +284,7 @@ mod tests {
         parameters.push(unit_double("x"));
         let space = Space::new(parameters);
         let encoding = Encoding::new(&space);
-        let target = |i: usize| if i % 2 == 0 { "on" } else { "off" };
+        let target = |i: usize| if i.is_multiple_of(2) { "on" } else { "off" };
         let misses = |u: &[f64]| {
             let assignment = space.from_unit(u);
             (0..8)
@@ -299,7 +299,9 @@ mod tests {
         // Every switch on target but s0 and s3.
         let on = 0.25;
         let off = 0.75;
-        let mut start: Vec<f64> = (0..8).map(|i| if i % 2 == 0 { on } else { off }).collect();
+        let mut start: Vec<f64> = (0..8)
+            .map(|i: usize| if i.is_multiple_of(2) { on } else { off })
+            .collect();
         start[0] = off;
         start[3] = on;
         start.push(0.5);
