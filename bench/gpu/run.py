@@ -248,6 +248,8 @@ def main():
     binary, vocab = args.binary or binary, args.vocab or vocab
     gpu = args.device.startswith("cuda")
     precisions = [(p, p) for p in args.precisions.split(",")]
+    if not precisions or any(p not in ("f32", "bf16") for p, _ in precisions):
+        parser.error(f"--precisions {args.precisions!r}: f32, bf16 or both, comma-separated")
     memory_kind = "peak GPU MiB (nvidia-smi)" if gpu else "peak RSS MiB"
     print(f"batch {args.batch}, {args.steps} steps an epoch, 2 epochs (speed: the second; loss: eval after the first), "
           f"learning rate {LEARNING_RATE}, dropout 0, device {args.device}", flush=True)

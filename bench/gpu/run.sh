@@ -9,13 +9,20 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 python="${PYTHON:-python3}"
 # The trainer opens the CUDA driver and NVRTC by name (cudarc): where the loader's cache lacks
-# them, the folders of CUDA's toolkit and of pip's nvidia wheels that hold them are added.
+# them, the folders that hold them are added after LD_LIBRARY_PATH's own, the driver's folder
+# first, then CUDA's toolkit and pip's nvidia wheels; never a toolkit's stub or forward-compat
+# driver, which would be loaded in place of the real one.
+cached="$(ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true)"
+sites="$("$python" -c 'import site; print(*site.getsitepackages(), site.getusersitepackages())' 2>/dev/null || true)"
 for library in libcuda.so libnvrtc.so; do
-  if ! ldconfig -p 2>/dev/null | grep -q "$library"; then
-    site="$("$python" -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)"
-    found="$(find /usr/local/nvidia /usr/local/cuda /usr/local/cuda-* ${site:+"$site/nvidia"} \
-      -name "$library*" -printf '%h\n' 2>/dev/null | sort -u | paste -sd: || true)"
-    [[ -n "$found" ]] && export LD_LIBRARY_PATH="$found${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  fi
+  [[ "$cached" == *"$library"* ]] && continue
+  for root in /usr/local/nvidia /usr/local/cuda /usr/local/cuda-* $sites; do
+    [[ -d "$root" ]] || continue
+    while IFS= read -r folder; do
+      [[ ":${LD_LIBRARY_PATH:-}:" == *":$folder:"* ]] && continue
+      export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$folder"
+    done < <(find "$root" -name "$library*" -not -path '*/stubs/*' -not -path '*/compat/*' \
+      -printf '%h\n' 2>/dev/null | sort -u)
+  done
 done
 exec "$python" "$here/run.py" "$@"

@@ -239,8 +239,9 @@ impl Domain {
                 .map(|v| ParamValue::Str(v.clone()))
                 .collect(),
             (Domain::Integer { min, max, .. }, ParamValue::Int(x)) if (min..=max).contains(&x) => {
-                [x - 1, x + 1]
+                [x.checked_sub(1), x.checked_add(1)]
                     .into_iter()
+                    .flatten()
                     .filter(|y| (min..=max).contains(&y))
                     .map(ParamValue::Int)
                     .collect()

@@ -56,7 +56,8 @@ fn length_prior(t: f64) -> (f64, f64) {
 /// has its own; the one-hot features of a categorical share the categorical's, each
 /// difference counted half, so that two different values are at squared distance `1/ℓ²`:
 /// the Hamming distance Optuna's GPSampler gives categoricals, with one hyperparameter per
-/// categorical rather than one per value (fewer to fit from few trials).
+/// categorical rather than one per value (fewer to fit from few trials). A categorical that
+/// is inactive (every feature 0) is at half that distance from each of its values.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LengthSharing {
     /// Per feature: its parameter and the weight of its squared difference.
@@ -69,6 +70,7 @@ impl LengthSharing {
     /// Features that take their parameter's length scale (`features[d] = (parameter,
     /// weight)`, parameters numbered from 0 in order), their squared differences weighted.
     pub fn new(features: Vec<(usize, f64)>) -> Self {
+        debug_assert!(features.iter().all(|&(_, weight)| weight > 0.0));
         let parameters = features.iter().map(|&(p, _)| p + 1).max().unwrap_or(0);
         Self {
             features,
@@ -100,7 +102,8 @@ impl LengthSharing {
 }
 
 /// Hyperparameters in the log space the optimiser works in:
-/// `[log ℓ_1 .. log ℓ_D, log s², log (noise - floor)]`.
+/// `[log ℓ_1 .. log ℓ_P, log s², log (noise - floor)]`, one length scale per parameter
+/// ([`LengthSharing`]; the caller spreads them over the features).
 fn unpack(theta: &[f64]) -> Hyperparameters {
     let d = theta.len() - 2;
     Hyperparameters {
@@ -196,9 +199,10 @@ pub fn negative_log_posterior(
     let log_likelihood = -0.5 * y.dot(&alpha) - 0.5 * log_det - 0.5 * n as f64 * (2.0 * PI).ln();
 
     // d log p / dθ = ½ tr(W dK/dθ), W = ααᵀ - K⁻¹, W and dK/dθ symmetric: the sum over the
-    // pairs j < i, plus half the diagonal's. By a log length scale, dk/d log ℓ_d =
-    // slope(r) (x_i,d - x_j,d)² / ℓ_d² (the slope of `Matern52::value_and_slope`); by the
-    // log signal variance, k itself.
+    // pairs j < i, plus half the diagonal's. By a log length scale, dk/d log ℓ_p =
+    // slope(r) S_p / ℓ_p², S_p the weighted squared difference of the pair over the features
+    // of ℓ_p (`PairDifferences::squared`; r² = Σ_p S_p / ℓ_p²) and slope that of
+    // `Matern52::value_and_slope`; by the log signal variance, k itself.
     let w = &alpha * alpha.transpose() - inverse_from_factor(cholesky.l_dirty());
     let mut weighted_slopes = Vec::with_capacity(values_and_slopes.len());
     let mut gradient = vec![0.0; d + 2];
@@ -254,7 +258,9 @@ fn starts(dimension: usize) -> [Vec<f64>; 2] {
 /// features' length scales shared as `sharing` says, from the starts of [`starts`]; `None`
 /// when no start gives a finite posterior.
 pub fn fit(x: &[Vec<f64>], y: &[f64], sharing: &LengthSharing) -> Option<Hyperparameters> {
-    x.first()?;
+    if x.first()?.len() != sharing.features.len() {
+        return None;
+    }
     search(x, y, sharing, &starts(sharing.parameters), MAX_EVALUATIONS)
 }
 

@@ -166,16 +166,35 @@ fn climb(
 ) -> Scored {
     let mut best = refine(encoding, acquisition, region, start);
     for _ in 0..CLIMB_STEPS {
-        let neighbours: Vec<Vec<f64>> = encoding
+        // A neighbour's coordinate is the centre of its value's slice; moved into the region,
+        // it is kept where it still gives that value (the region may reach into the slice
+        // without covering its centre).
+        let here = encoding.space().from_unit(&best.unit);
+        let neighbours: Vec<(Vec<f64>, Vec<f64>)> = encoding
             .neighbours(&best.unit)
             .into_iter()
-            .filter(|unit| region.contains(unit))
+            .filter_map(|mut unit| {
+                region.clamp(&mut unit);
+                let (assignment, features) = encoding.at(&unit);
+                (assignment != here).then_some((unit, features))
+            })
             .collect();
-        let features: Vec<Vec<f64>> = neighbours.iter().map(|u| encoding.at(u).1).collect();
+        if neighbours.is_empty() {
+            break;
+        }
+        let scores: Vec<f64> = neighbours
+            .par_chunks(SCORED_TOGETHER)
+            .flat_map_iter(|chunk| {
+                let features: Vec<&[f64]> = chunk.iter().map(|(_, f)| f.as_slice()).collect();
+                acquisition.score_many(&features)
+            })
+            .collect();
+        // The first of equal scores, as in the search; a NaN score is never a step.
         let step = neighbours
             .into_iter()
-            .zip(acquisition.score_many(&features))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
+            .map(|(unit, _)| unit)
+            .zip(scores)
+            .reduce(|a, b| if b.1 > a.1 { b } else { a });
         match step {
             Some((unit, score)) if score > best.score => {
                 best = refine(encoding, acquisition, region, Scored { unit, score });
@@ -331,6 +350,38 @@ mod tests {
             space.from_unit(&climbed.unit)
         );
         assert!(climbed.score > refined.score);
+    }
+
+    #[test]
+    fn the_climb_steps_to_an_integer_whose_slice_the_region_only_reaches_into() {
+        let space = Space::new(vec![Parameter {
+            id: "layers".into(),
+            domain: Domain::Integer {
+                min: 1,
+                max: 5,
+                scale: crate::study::space::Scale::Linear,
+                grid_points: None,
+            },
+            condition: None,
+        }]);
+        let encoding = Encoding::new(&space);
+        // Values rising with the integer, observed at 1..4: 5 looks best.
+        let units: Vec<Vec<f64>> = (1..=4).map(|v| vec![(v as f64 - 0.5) / 5.0]).collect();
+        let x: Vec<Vec<f64>> = units.iter().map(|u| encoding.at(u).1).collect();
+        let y: Vec<f64> = (1..=4).map(|v| v as f64).collect();
+        let gp = model(x, &y, vec![1.0], 1e-6);
+        let acquisition = expected_improvement(&gp);
+        // Around 4 (centre 0.7): the region reaches into 5's slice [0.8, 1] but not its
+        // centre 0.9.
+        let region = Region {
+            lower: vec![0.55],
+            upper: vec![0.85],
+        };
+        let start = vec![0.7];
+        let score = acquisition.score(&encoding.at(&start).1);
+        let climbed = climb(&encoding, &acquisition, &region, Scored { unit: start, score });
+        assert_eq!(space.from_unit(&climbed.unit)["layers"], ParamValue::Int(5));
+        assert!((0.55..=0.85).contains(&climbed.unit[0]), "{:?}", climbed.unit);
     }
 
     #[test]

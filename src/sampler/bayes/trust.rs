@@ -117,13 +117,6 @@ impl Region {
             .collect()
     }
 
-    /// Whether `unit` lies in the box.
-    pub fn contains(&self, unit: &[f64]) -> bool {
-        unit.iter()
-            .zip(self.lower.iter().zip(&self.upper))
-            .all(|(u, (lo, hi))| (lo..=hi).contains(&u))
-    }
-
     /// `unit` moved into the box.
     pub fn clamp(&self, unit: &mut [f64]) {
         for (u, (lo, hi)) in unit.iter_mut().zip(self.lower.iter().zip(&self.upper)) {
