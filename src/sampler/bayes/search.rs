@@ -379,9 +379,18 @@ mod tests {
         };
         let start = vec![0.7];
         let score = acquisition.score(&encoding.at(&start).1);
-        let climbed = climb(&encoding, &acquisition, &region, Scored { unit: start, score });
+        let climbed = climb(
+            &encoding,
+            &acquisition,
+            &region,
+            Scored { unit: start, score },
+        );
         assert_eq!(space.from_unit(&climbed.unit)["layers"], ParamValue::Int(5));
-        assert!((0.55..=0.85).contains(&climbed.unit[0]), "{:?}", climbed.unit);
+        assert!(
+            (0.55..=0.85).contains(&climbed.unit[0]),
+            "{:?}",
+            climbed.unit
+        );
     }
 
     #[test]
