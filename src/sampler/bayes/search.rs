@@ -88,19 +88,7 @@ pub fn maximize(
         sobol_seed,
         GLOBAL_CANDIDATES,
     );
-    // Scored in chunks on every core; the order of the scores stays that of the candidates.
-    let scores: Vec<Vec<f64>> = candidates
-        .par_chunks(SCORED_TOGETHER)
-        .map(|chunk| {
-            let features: Vec<Vec<f64>> = chunk.iter().map(|u| encoding.at(u).1).collect();
-            acquisition.score_many(&features)
-        })
-        .collect();
-    let mut scored: Vec<Scored> = candidates
-        .into_iter()
-        .zip(scores.into_iter().flatten())
-        .map(|(unit, score)| Scored { unit, score })
-        .collect();
+    let mut scored = score_all(encoding, acquisition, candidates);
     // Stable, total order: ties keep the order of generation, so the result is repeatable.
     scored.sort_by(|a, b| b.score.total_cmp(&a.score));
     scored.truncate(REFINED);
@@ -108,11 +96,37 @@ pub fn maximize(
         .into_par_iter()
         .map(|start| climb(encoding, acquisition, region, start))
         .collect();
-    refined
-        .into_iter()
-        .reduce(|best, next| if next.score > best.score { next } else { best })
+    highest(refined)
         .map(|best| (best.unit, best.score))
         .unwrap_or_else(|| (vec![0.5; dimension], f64::NEG_INFINITY))
+}
+
+/// The unit points `units` with their acquisition, in their order: scored in chunks of
+/// [`SCORED_TOGETHER`] on every core.
+fn score_all(
+    encoding: &Encoding<'_>,
+    acquisition: &Acquisition<'_>,
+    units: Vec<Vec<f64>>,
+) -> Vec<Scored> {
+    let scores: Vec<f64> = units
+        .par_chunks(SCORED_TOGETHER)
+        .flat_map_iter(|chunk| {
+            let features: Vec<Vec<f64>> = chunk.iter().map(|u| encoding.at(u).1).collect();
+            acquisition.score_many(&features)
+        })
+        .collect();
+    units
+        .into_iter()
+        .zip(scores)
+        .map(|(unit, score)| Scored { unit, score })
+        .collect()
+}
+
+/// The point of highest score, the first of equal ones; a NaN score never wins.
+fn highest(points: impl IntoIterator<Item = Scored>) -> Option<Scored> {
+    points
+        .into_iter()
+        .reduce(|best, next| if next.score > best.score { next } else { best })
 }
 
 /// Unit points inside `region` for the parameters of `encoding`: `global` scrambled-Sobol
@@ -170,34 +184,17 @@ fn climb(
         // it is kept where it still gives that value (the region may reach into the slice
         // without covering its centre).
         let here = encoding.space().from_unit(&best.unit);
-        let neighbours: Vec<(Vec<f64>, Vec<f64>)> = encoding
+        let neighbours: Vec<Vec<f64>> = encoding
             .neighbours(&best.unit)
             .into_iter()
             .filter_map(|mut unit| {
                 region.clamp(&mut unit);
-                let (assignment, features) = encoding.at(&unit);
-                (assignment != here).then_some((unit, features))
+                (encoding.space().from_unit(&unit) != here).then_some(unit)
             })
             .collect();
-        if neighbours.is_empty() {
-            break;
-        }
-        let scores: Vec<f64> = neighbours
-            .par_chunks(SCORED_TOGETHER)
-            .flat_map_iter(|chunk| {
-                let features: Vec<&[f64]> = chunk.iter().map(|(_, f)| f.as_slice()).collect();
-                acquisition.score_many(&features)
-            })
-            .collect();
-        // The first of equal scores, as in the search; a NaN score is never a step.
-        let step = neighbours
-            .into_iter()
-            .map(|(unit, _)| unit)
-            .zip(scores)
-            .reduce(|a, b| if b.1 > a.1 { b } else { a });
-        match step {
-            Some((unit, score)) if score > best.score => {
-                best = refine(encoding, acquisition, region, Scored { unit, score });
+        match highest(score_all(encoding, acquisition, neighbours)) {
+            Some(step) if step.score > best.score => {
+                best = refine(encoding, acquisition, region, step);
             }
             _ => break,
         }
