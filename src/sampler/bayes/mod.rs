@@ -128,12 +128,15 @@ impl BayesSampler {
         let sobol_seed = self.seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
         let running = context.running.iter().map(|r| encoding.encode(r)).collect();
         let acquisition = Acquisition::new(&gp, best, running, &mut rng, feasibility.as_ref())?;
+        // Only a region around a feasible incumbent is widened: without one the search
+        // already spans the cube.
+        let widen = best.is_some() && !context.constraints.is_empty();
         Ok(propose(
             encoding,
             &acquisition,
             &data.incumbents,
             &region,
-            !context.constraints.is_empty(),
+            widen,
             &mut rng,
             sobol_seed,
         ))
