@@ -31,23 +31,23 @@ impl Checker<'_> {
             ok = false;
         }
         let mut values = Assignment::new();
-        for (id, value) in raw.values.unwrap_or_default() {
-            let field = format!("warm_start.values.{id}");
-            let Some(space) = space else {
-                continue;
-            };
-            let Some(parameter) = space.get(&id) else {
-                self.report(field, "is not a parameter of this study");
-                ok = false;
-                continue;
-            };
-            match parameter.domain.parse(&value.as_text()) {
-                Ok(value) => {
-                    values.insert(id, value);
-                }
-                Err(message) => {
-                    self.report(field, message);
+        // Without a space (it failed to parse, and says so) the values cannot be checked.
+        if let Some(space) = space {
+            for (id, value) in raw.values.unwrap_or_default() {
+                let field = format!("warm_start.values.{id}");
+                let Some(parameter) = space.get(&id) else {
+                    self.report(field, "is not a parameter of this study");
                     ok = false;
+                    continue;
+                };
+                match parameter.domain.parse(&value.as_text()) {
+                    Ok(value) => {
+                        values.insert(id, value);
+                    }
+                    Err(message) => {
+                        self.report(field, message);
+                        ok = false;
+                    }
                 }
             }
         }

@@ -167,11 +167,6 @@ impl Kubernetes {
     fn jobs_path(&self, namespace: &str) -> String {
         format!("/apis/batch/v1/namespaces/{namespace}/jobs")
     }
-
-    /// The credentials' bearer token, if they have one (taken before a request's tries).
-    async fn token(&self) -> Result<Option<String>, RemoteError> {
-        self.access.token().await
-    }
 }
 
 /// `request` with the bearer `token`, if there is one.
@@ -214,7 +209,7 @@ impl Engine for Kubernetes {
         let path = self.jobs_path(&self.namespace);
         let url = format!("{}{path}", self.server);
         let body = self.body(job, container);
-        let token = self.token().await?;
+        let token = self.access.token().await?;
         self.http
             .send(&format!("POST {path}"), |client| {
                 Ok(authorized(client.post(&url).json(&body), &token))
@@ -227,7 +222,7 @@ impl Engine for Kubernetes {
         let (namespace, name) = split_handle(handle)?;
         let path = format!("{}/{name}", self.jobs_path(namespace));
         let url = format!("{}{path}", self.server);
-        let token = self.token().await?;
+        let token = self.access.token().await?;
         let answer: Result<Job, RemoteError> = self
             .http
             .json(&format!("GET {path}"), |client| {
@@ -256,7 +251,7 @@ impl Engine for Kubernetes {
         let (namespace, name) = split_handle(handle)?;
         let path = format!("{}/{name}", self.jobs_path(namespace));
         let url = format!("{}{path}", self.server);
-        let token = self.token().await?;
+        let token = self.access.token().await?;
         let deleted = self
             .http
             .send(&format!("DELETE {path}"), |client| {
