@@ -15,7 +15,7 @@ use burn::tensor::{
 use crate::backend::TrainBackend;
 use crate::checkpoint::walk::PathStack;
 use crate::loss_scale::DynamicLossScale;
-use crate::model::fused::AdamWStep;
+use crate::model::fused::{AdamWStep, in_dtype};
 use crate::model::{BertClassifier, FusedOps};
 
 /// AdamW's settings (PyTorch's / Hugging Face's defaults apart from the rate).
@@ -172,18 +172,19 @@ impl<B: TrainBackend> GroupedAdamW<B> {
                 .map_or(0.0, |total| total.into_scalar().elem::<f64>())
                 .sqrt()
         };
-        let loss_scale = self
-            .loss_scale
-            .as_ref()
-            .map_or(1.0, DynamicLossScale::scale);
-        if let Some(scale) = &mut self.loss_scale {
-            // The squares are summed in f32, where no finite f16 gradient overflows: the norm
-            // is finite exactly when every gradient is.
-            scale.update(scaled_norm.is_finite());
-            if !scaled_norm.is_finite() {
-                return (model, StepOutcome::Skipped);
+        let loss_scale = match &mut self.loss_scale {
+            Some(scale) => {
+                let factor = scale.scale();
+                // The squares are summed in f32, where no finite f16 gradient overflows: the
+                // norm is finite exactly when every gradient is.
+                scale.update(scaled_norm.is_finite());
+                if !scaled_norm.is_finite() {
+                    return (model, StepOutcome::Skipped);
+                }
+                factor
             }
-        }
+            None => 1.0,
+        };
         let norm = scaled_norm / loss_scale;
         // torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when that is below 1;
         // the gradients are unscaled by the same factor, in the update's one pass.
@@ -314,10 +315,7 @@ impl<B: AutodiffBackend<InnerBackend: FusedOps>> ModuleVisitor<B>
         if let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) {
             // Summed in f32 whatever the model's precision, and added up on the device: one
             // read-back a step, not one per parameter.
-            let grad = match grad.dtype() {
-                DType::F32 => grad,
-                _ => grad.cast(FloatDType::F32),
-            };
+            let grad = in_dtype(grad, DType::F32);
             let squares = Tensor::from_primitive(TensorPrimitive::Float(
                 B::InnerBackend::squared_sum(grad.into_primitive().tensor()),
             ));

@@ -2,10 +2,10 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::tensor::{DType, FloatDType, Int, Tensor, activation::log_softmax, backend::Backend};
+use burn::tensor::{DType, Int, Tensor, activation::log_softmax, backend::Backend};
 
 use super::bert::{BertModel, BertModelConfig};
-use super::fused::FusedOps;
+use super::fused::{FusedOps, in_dtype};
 use super::head::{ClassificationHead, ClassificationHeadConfig};
 
 /// The classifier's parts.
@@ -61,10 +61,6 @@ impl<B: FusedOps> BertClassifier<B> {
 /// in f32 whatever the logits' precision (as under PyTorch's autocast): a half-precision loss
 /// would round to 3 digits, and f16 could not hold the loss scale (2^16 > 65504).
 pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-    let logits = match logits.dtype() {
-        DType::F32 => logits,
-        _ => logits.cast(FloatDType::F32),
-    };
-    let picked = log_softmax(logits, 1).gather(1, labels.unsqueeze_dim(1));
+    let picked = log_softmax(in_dtype(logits, DType::F32), 1).gather(1, labels.unsqueeze_dim(1));
     picked.neg().mean()
 }

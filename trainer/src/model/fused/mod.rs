@@ -260,7 +260,10 @@ impl FusedOps for burn::backend::Cuda<half::bf16> {}
 impl FusedOps for burn::backend::Cuda<half::f16> {}
 
 /// `tensor` in `dtype` (no op when it is in it already).
-fn in_dtype<B: Backend, const D: usize>(tensor: Tensor<B, D>, dtype: DType) -> Tensor<B, D> {
+pub(crate) fn in_dtype<B: Backend, const D: usize>(
+    tensor: Tensor<B, D>,
+    dtype: DType,
+) -> Tensor<B, D> {
     match tensor.dtype() == dtype {
         true => tensor,
         false => tensor.cast(FloatDType::from(dtype)),
