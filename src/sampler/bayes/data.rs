@@ -3,7 +3,7 @@
 
 use super::encoding::Encoding;
 use super::search;
-use super::warp::YeoJohnson;
+use super::warp::{YeoJohnson, has_outliers};
 use crate::sampler::Observation;
 use crate::study::Goal;
 
@@ -45,7 +45,8 @@ impl TrainingData {
             .collect();
         let worst = values.iter().flatten().copied().reduce(f64::min)?;
         let raw: Vec<f64> = values.iter().map(|v| v.unwrap_or(worst)).collect();
-        let output = OutputMap::fitted(goal, &raw);
+        let many = encoding.space().dimension() >= super::MANY_PARAMETERS;
+        let output = OutputMap::fitted(goal, &raw, many);
         let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();
         let x: Vec<Vec<f64>> = history.iter().map(|o| encoding.encode(&o.params)).collect();
 
@@ -109,6 +110,8 @@ pub(super) fn moments(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
 /// The map from a trial's value to the model's: larger made better, standardised (mean 0,
 /// variance 1), warped by a Yeo-Johnson transform fitted to the standardised values, and
 /// standardised again. Each step is monotone increasing, so the order of the trials is kept.
+/// With [many parameters](super::MANY_PARAMETERS) the warp is fitted only where some value is
+/// an outlier ([`has_outliers`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OutputMap {
     sign: f64,
@@ -120,11 +123,15 @@ pub struct OutputMap {
 }
 
 impl OutputMap {
-    /// The map fitted to the values `raw` (larger is better, at least one).
-    fn fitted(goal: Goal, raw: &[f64]) -> Self {
+    /// The map fitted to the values `raw` (larger is better, at least one) of a study with
+    /// `many` parameters or not.
+    fn fitted(goal: Goal, raw: &[f64], many: bool) -> Self {
         let (mean, scale) = moments(raw.iter().copied());
         let standardised: Vec<f64> = raw.iter().map(|v| (v - mean) / scale).collect();
-        let warp = YeoJohnson::fitted(&standardised);
+        let warp = match many && !has_outliers(&standardised) {
+            true => YeoJohnson::identity(),
+            false => YeoJohnson::fitted(&standardised),
+        };
         let (warped_mean, warped_scale) = moments(standardised.iter().map(|&v| warp.apply(v)));
         Self {
             sign: goal_sign(goal),
@@ -237,6 +244,51 @@ mod tests {
         let center = x[0].clone();
         let (_, kept) = nearest(x, y, &center, 5);
         assert_eq!(kept, vec![0.0, 1.0, 2.0, 3.0, 4.0]);
+    }
+
+    #[test]
+    fn with_many_parameters_only_values_far_out_are_warped() {
+        // The same 60 values, a bowl's (skewed: most trials far from its bottom), in 2 and in
+        // 12 dimensions, then with one diverging trial.
+        let history = |dimension: usize, values: &[f64]| -> Vec<Observation> {
+            values
+                .iter()
+                .enumerate()
+                .map(|(n, &v)| Observation {
+                    number: n as u64,
+                    params: (0..dimension)
+                        .map(|d| {
+                            (
+                                format!("x{d}"),
+                                ParamValue::Float((n * (d + 3) % 61) as f64 / 60.0),
+                            )
+                        })
+                        .collect(),
+                    value: Some(v),
+                    ..Observation::unconstrained()
+                })
+                .collect()
+        };
+        let power = |dimension: usize, values: &[f64]| {
+            let space = Space::new(
+                (0..dimension)
+                    .map(|d| unit_double(&format!("x{d}")))
+                    .collect(),
+            );
+            let encoding = Encoding::new(&space);
+            let data = TrainingData::new(&encoding, Goal::Minimize, &history(dimension, values));
+            data.unwrap().output.warp().power()
+        };
+        let bowl: Vec<f64> = (0..60).map(|n| f64::from(n).powi(2)).collect();
+        assert_ne!(power(2, &bowl), 1.0, "in 2 dimensions the skew is warped");
+        assert_eq!(power(12, &bowl), 1.0, "in 12 it is the trend");
+        let mut diverged = bowl.clone();
+        diverged[40] = 1e7;
+        assert_ne!(
+            power(12, &diverged),
+            1.0,
+            "a diverging run is warped in any dimension"
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! one tail (a diverging run's loss, a function spanning orders of magnitude) do not flatten
 //! the model of the rest. The warp is monotone increasing, so the best point is the same
 //! before and after it, and the expected improvement is computed in the warped space.
+//! [`has_outliers`] tells a few values far out from a spread that is merely skewed.
 
 /// The interval searched for the power.
 const POWER_BOUNDS: (f64, f64) = (-2.0, 4.0);
@@ -10,6 +11,11 @@ const POWER_BOUNDS: (f64, f64) = (-2.0, 4.0);
 /// used: the 95 % quantile of χ²₁ over two, a likelihood-ratio test at 5 %. Values that look
 /// Gaussian keep the identity, and with it the model of today's well-scaled functions.
 const MIN_GAIN: f64 = 1.92;
+/// How far from the median a value must lie, in robust standard deviations (1.4826 median
+/// absolute deviations), to be an outlier ([`has_outliers`]).
+const OUTLIER_DEVIATIONS: f64 = 20.0;
+/// A normal distribution's standard deviation over its median absolute deviation.
+const MAD_TO_SD: f64 = 1.482_602_218_505_602;
 /// Golden-section steps: the interval shrinks by 0.618 each, to about 1e-8 of its width.
 const STEPS: usize = 40;
 
@@ -93,6 +99,32 @@ impl YeoJohnson {
     /// `d apply / dy`, its Jacobian: `(1 + |y|)^(±(λ - 1))`.
     pub fn derivative(&self, y: f64) -> f64 {
         (y.signum() * (self.power - 1.0) * y.abs().ln_1p()).exp()
+    }
+}
+
+/// Whether some value of `y` lies more than [`OUTLIER_DEVIATIONS`] robust standard deviations
+/// from their median: a few values far out, such as a diverging run's loss or a function
+/// spanning orders of magnitude, rather than a skewed spread (the values of a bowl in many
+/// dimensions, most trials far from its bottom), whose far values carry the bowl's slope.
+/// Where more than half the values are equal, any other value is far out.
+pub fn has_outliers(y: &[f64]) -> bool {
+    let Some(center) = median(y.to_vec()) else {
+        return false;
+    };
+    let deviations: Vec<f64> = y.iter().map(|v| (v - center).abs()).collect();
+    let farthest = deviations.iter().copied().fold(0.0, f64::max);
+    let spread = median(deviations).unwrap_or(0.0) * MAD_TO_SD;
+    farthest > OUTLIER_DEVIATIONS * spread && farthest > 0.0
+}
+
+/// The median of `values` (`None` when empty).
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
     }
 }
 
@@ -220,6 +252,36 @@ mod tests {
             let warp = YeoJohnson::fitted(&standardised(gaussian));
             assert!((warp.power() - 1.0).abs() < 0.35, "seed {seed}: {warp:?}");
         }
+    }
+
+    #[test]
+    fn outliers_are_values_far_out_not_a_skewed_spread() {
+        // 0..=99: the farthest lies 49.5 from the median 49.5, the spread is 25 × 1.4826.
+        let even: Vec<f64> = (0..100).map(f64::from).collect();
+        assert_eq!(median(even.clone()), Some(49.5));
+        assert!(!has_outliers(&even));
+        // The squares, a bowl's values: skewed, the farthest 9801 - 2450.5 = 7350.5 from the
+        // median, 2.3 robust deviations (MAD 2144).
+        let squares: Vec<f64> = even.iter().map(|v| v * v).collect();
+        assert!(!has_outliers(&squares));
+        // One diverging run among them.
+        let mut diverged = even.clone();
+        diverged[17] = 1e4;
+        assert!(has_outliers(&diverged));
+        // Just inside and just outside 20 robust deviations of 0..=100 (median 50, MAD 25).
+        let mut edge: Vec<f64> = (0..=100).map(f64::from).collect();
+        edge[100] = 50.0 + 20.0 * 25.0 * MAD_TO_SD * 0.999;
+        assert!(!has_outliers(&edge));
+        edge[100] = 50.0 + 20.0 * 25.0 * MAD_TO_SD * 1.001;
+        assert!(has_outliers(&edge));
+        // Losses spanning orders of magnitude (a lognormal).
+        let mut rng = stream(11, 0);
+        let lognormal: Vec<f64> = (0..60).map(|_| (3.0 * normal(&mut rng)).exp()).collect();
+        assert!(has_outliers(&lognormal));
+        // More than half equal: any other value is far out; all equal or none: no outlier.
+        assert!(has_outliers(&[1.0, 1.0, 1.0, 1.0, 2.0]));
+        assert!(!has_outliers(&[1.0; 5]));
+        assert!(!has_outliers(&[]));
     }
 
     #[test]
