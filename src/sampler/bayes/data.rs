@@ -45,8 +45,13 @@ impl TrainingData {
             .collect();
         let worst = values.iter().flatten().copied().reduce(f64::min)?;
         let raw: Vec<f64> = values.iter().map(|v| v.unwrap_or(worst)).collect();
-        let many = encoding.space().dimension() >= super::MANY_PARAMETERS;
-        let output = OutputMap::fitted(goal, &raw, many);
+        // With many parameters a warp is for outliers among the values trials gave: the
+        // failed trials, all at the worst value, would make a pile that puts every other
+        // value far out.
+        let succeeded: Vec<f64> = values.iter().flatten().copied().collect();
+        let may_warp =
+            encoding.space().dimension() < super::MANY_PARAMETERS || has_outliers(&succeeded);
+        let output = OutputMap::fitted(goal, &raw, may_warp);
         let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();
         let x: Vec<Vec<f64>> = history.iter().map(|o| encoding.encode(&o.params)).collect();
 
@@ -110,8 +115,8 @@ pub(super) fn moments(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
 /// The map from a trial's value to the model's: larger made better, standardised (mean 0,
 /// variance 1), warped by a Yeo-Johnson transform fitted to the standardised values, and
 /// standardised again. Each step is monotone increasing, so the order of the trials is kept.
-/// With [many parameters](super::MANY_PARAMETERS) the warp is fitted only where some value is
-/// an outlier ([`has_outliers`]).
+/// With [many parameters](super::MANY_PARAMETERS) the warp is fitted only where some value a
+/// trial gave is an outlier ([`has_outliers`]); otherwise it is the identity.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OutputMap {
     sign: f64,
@@ -123,14 +128,14 @@ pub struct OutputMap {
 }
 
 impl OutputMap {
-    /// The map fitted to the values `raw` (larger is better, at least one) of a study with
-    /// `many` parameters or not.
-    fn fitted(goal: Goal, raw: &[f64], many: bool) -> Self {
+    /// The map fitted to the values `raw` (larger is better, at least one); the warp is the
+    /// identity unless `may_warp`.
+    fn fitted(goal: Goal, raw: &[f64], may_warp: bool) -> Self {
         let (mean, scale) = moments(raw.iter().copied());
         let standardised: Vec<f64> = raw.iter().map(|v| (v - mean) / scale).collect();
-        let warp = match many && !has_outliers(&standardised) {
-            true => YeoJohnson::identity(),
-            false => YeoJohnson::fitted(&standardised),
+        let warp = match may_warp {
+            true => YeoJohnson::fitted(&standardised),
+            false => YeoJohnson::identity(),
         };
         let (warped_mean, warped_scale) = moments(standardised.iter().map(|&v| warp.apply(v)));
         Self {
@@ -248,13 +253,13 @@ mod tests {
 
     #[test]
     fn with_many_parameters_only_values_far_out_are_warped() {
-        // The same 60 values, a bowl's (skewed: most trials far from its bottom), in 2 and in
-        // 12 dimensions, then with one diverging trial.
-        let history = |dimension: usize, values: &[f64]| -> Vec<Observation> {
+        // The same 60 values, a bowl's (skewed: most trials far from its bottom), in 2 to 12
+        // dimensions; then with one diverging trial, and with 80 more trials that failed.
+        let history = |dimension: usize, values: &[Option<f64>]| -> Vec<Observation> {
             values
                 .iter()
                 .enumerate()
-                .map(|(n, &v)| Observation {
+                .map(|(n, &value)| Observation {
                     number: n as u64,
                     params: (0..dimension)
                         .map(|d| {
@@ -264,12 +269,12 @@ mod tests {
                             )
                         })
                         .collect(),
-                    value: Some(v),
+                    value,
                     ..Observation::unconstrained()
                 })
                 .collect()
         };
-        let power = |dimension: usize, values: &[f64]| {
+        let power = |dimension: usize, values: &[Option<f64>]| {
             let space = Space::new(
                 (0..dimension)
                     .map(|d| unit_double(&format!("x{d}")))
@@ -279,16 +284,23 @@ mod tests {
             let data = TrainingData::new(&encoding, Goal::Minimize, &history(dimension, values));
             data.unwrap().output.warp().power()
         };
-        let bowl: Vec<f64> = (0..60).map(|n| f64::from(n).powi(2)).collect();
+        let bowl: Vec<Option<f64>> = (0..60).map(|n| Some(f64::from(n).powi(2))).collect();
         assert_ne!(power(2, &bowl), 1.0, "in 2 dimensions the skew is warped");
-        assert_eq!(power(12, &bowl), 1.0, "in 12 it is the trend");
+        assert_ne!(power(9, &bowl), 1.0, "and in 9");
+        assert_eq!(power(10, &bowl), 1.0, "from 10 on it is the trend");
+        assert_eq!(power(12, &bowl), 1.0);
         let mut diverged = bowl.clone();
-        diverged[40] = 1e7;
+        diverged[40] = Some(1e7);
         assert_ne!(
             power(12, &diverged),
             1.0,
             "a diverging run is warped in any dimension"
         );
+        // Failed trials count at the worst value, more than half of them at one value: they
+        // do not make the others outliers.
+        let mut failing = bowl.clone();
+        failing.extend([None; 80]);
+        assert_eq!(power(12, &failing), 1.0, "failures are not values far out");
     }
 
     #[test]

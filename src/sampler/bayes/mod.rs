@@ -39,9 +39,10 @@ pub use believed::{Believed, believed_best};
 /// maximised over the whole cube, not a trust region (whose box of side 0.8 is 1 % of the
 /// cube in 20 dimensions), and the values are warped only where some are outliers
 /// (`warp::has_outliers`), since compressing the far values of a skewed spread flattens that
-/// trend. Measured in 20 and 50 dimensions, where every function does as well as or better
+/// trend. Measured in 20 to 50 dimensions, where every function does as well as or better
 /// than with the trust region and the warp (Ackley, a 30-parameter mixed space; Levy by far);
-/// in 2-6 dimensions those two win (docs/bayes.md), and no benchmark lies between.
+/// in 2-6 dimensions those two win (docs/bayes.md), and no benchmark lies between. Parameters
+/// are counted as the space declares them, conditional ones included.
 pub const MANY_PARAMETERS: usize = 10;
 
 /// The central finite difference of `f` at `x` along coordinate `d`, for tests of gradients.

@@ -1,4 +1,5 @@
-//! Maximising the acquisition over the trust region ([`super::trust`]): many quasi-random
+//! Maximising the acquisition over a region, the trust region ([`super::trust`]) or, with
+//! [many parameters](super::MANY_PARAMETERS), the whole cube: many quasi-random
 //! candidates over the region plus perturbations of the best points so far, each rounded to
 //! an allowed point before it is scored; then the best few climb: L-BFGS along their
 //! continuous coordinates, inside the region, and one discrete step at a time (a categorical
