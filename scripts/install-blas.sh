@@ -15,15 +15,17 @@ MKL_VERSION=2026.2.0
 MKL_LIBRARIES="rt intel_lp64 sequential core def mc3 avx2 avx512 avx10"
 FALLBACK="the trainer uses OpenBLAS, or burn's own products without it"
 
-# Whether the loader's cache has a library of that name (a grep pattern).
-has_library() { grep -q "$1 " <<<"$(ldconfig -p 2>/dev/null)"; }
+# Whether the loader's cache (the listing $2, else read now) has a library of that name (a
+# grep pattern).
+has_library() { grep -q "$1 " <<<"${2:-$(ldconfig -p 2>/dev/null)}"; }
 
-# Whether every MKL library the trainer needs is in the loader's cache: MKL's runtime ends the
-# process, rather than failing a call, when a layer it loads is missing.
+# Whether every MKL library the trainer needs is in the loader's cache, read once: MKL's runtime
+# ends the process, rather than failing a call, when a layer it loads is missing.
 has_mkl() {
-  local name
+  local name cache
+  cache="$(ldconfig -p 2>/dev/null)"
   for name in $MKL_LIBRARIES; do
-    has_library "libmkl_$name\\.so\\.3" || return 1
+    has_library "libmkl_$name\\.so\\.3" "$cache" || return 1
   done
 }
 
