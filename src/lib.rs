@@ -7,7 +7,8 @@
 //! stops unpromising trials early ([`study::stopping`]) and records everything in
 //! [`storage`]. Inside a remote job, the relay ([`executor::relay`]) runs the worker and
 //! writes what it reports into the storage. The [`dashboard`] and [`plot`] show studies as
-//! figures; [`importance`] says which parameters matter.
+//! figures; [`importance`] says which parameters matter; [`stats`] holds the summary
+//! statistics they share.
 
 pub mod controller;
 pub mod dashboard;
@@ -18,5 +19,6 @@ pub mod plot;
 pub mod report;
 pub mod sampler;
 pub mod spec;
+pub mod stats;
 pub mod storage;
 pub mod study;

@@ -10,6 +10,7 @@
 //!   rung; it goes on only if it is among the best `max(1, ⌊n / reduction_factor⌋)` of those
 //!   `n` trials.
 
+use crate::stats;
 use crate::study::Goal;
 
 /// A trial's learning curve: (step, objective value), by increasing step.
@@ -100,7 +101,7 @@ fn median(
         .iter()
         .map(|p| p.1)
         .reduce(|a, b| if goal.better(b, a) { b } else { a })?;
-    let mut averages: Vec<f64> = others
+    let averages: Vec<f64> = others
         .iter()
         .filter(|o| o.succeeded && o.number != trial.number && o.last_step() >= Some(step))
         .filter_map(|o| o.running_average(step))
@@ -108,13 +109,8 @@ fn median(
     if averages.len() < min_trials.max(1) {
         return None;
     }
-    averages.sort_by(f64::total_cmp);
     let n = averages.len();
-    let median = if n % 2 == 1 {
-        averages[n / 2]
-    } else {
-        (averages[n / 2 - 1] + averages[n / 2]) / 2.0
-    };
+    let median = stats::median(averages)?;
     goal.better(median, best).then(|| {
         format!(
             "early-stopped by the median rule at step {step}: its best value {best} is worse than the median {median} of {n} succeeded trials"

@@ -48,9 +48,8 @@ impl TrainingData {
         // With many parameters a warp is for outliers among the values trials gave: the
         // failed trials, all at the worst value, would make a pile that puts every other
         // value far out.
-        let succeeded: Vec<f64> = values.iter().flatten().copied().collect();
-        let may_warp =
-            encoding.space().dimension() < super::MANY_PARAMETERS || has_outliers(&succeeded);
+        let may_warp = !super::has_many_parameters(encoding.space())
+            || has_outliers(values.iter().flatten().copied().collect());
         let output = OutputMap::fitted(goal, &raw, may_warp);
         let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();
         let x: Vec<Vec<f64>> = history.iter().map(|o| encoding.encode(&o.params)).collect();

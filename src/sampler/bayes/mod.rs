@@ -45,6 +45,11 @@ pub use believed::{Believed, believed_best};
 /// are counted as the space declares them, conditional ones included.
 pub const MANY_PARAMETERS: usize = 10;
 
+/// Whether `space` has [`MANY_PARAMETERS`] or more.
+fn has_many_parameters(space: &Space) -> bool {
+    space.dimension() >= MANY_PARAMETERS
+}
+
 /// The central finite difference of `f` at `x` along coordinate `d`, for tests of gradients.
 #[cfg(test)]
 fn central_difference(f: impl Fn(&[f64]) -> f64, x: &[f64], d: usize) -> f64 {
@@ -56,7 +61,7 @@ fn central_difference(f: impl Fn(&[f64]) -> f64, x: &[f64], d: usize) -> f64 {
 }
 
 use super::{Observation, ProposalContext, Sampler, SamplerError};
-use crate::study::space::Assignment;
+use crate::study::space::{Assignment, Space};
 use acquisition::Acquisition;
 use anchor::Anchors;
 use data::TrainingData;
@@ -130,7 +135,7 @@ impl BayesSampler {
         // feasible the search for a feasible one spans the space, as it always does with many
         // parameters.
         let incumbent = &data.incumbents[0];
-        let local = best.is_some() && dimension < MANY_PARAMETERS;
+        let local = best.is_some() && !has_many_parameters(context.space);
         let region = match local {
             true => {
                 let side = trust::side(&data.values, design, dimension, context.parallel.max(1));

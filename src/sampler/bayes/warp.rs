@@ -5,6 +5,8 @@
 //! before and after it, and the expected improvement is computed in the warped space.
 //! [`has_outliers`] tells a few values far out from a spread that is merely skewed.
 
+use crate::stats::median;
+
 /// The interval searched for the power.
 const POWER_BOUNDS: (f64, f64) = (-2.0, 4.0);
 /// The gain in log likelihood over the identity (power 1) a fitted power must show to be
@@ -107,25 +109,14 @@ impl YeoJohnson {
 /// spanning orders of magnitude, rather than a skewed spread (the values of a bowl in many
 /// dimensions, most trials far from its bottom), whose far values carry the bowl's slope.
 /// Where more than half the values are equal, any other value is far out.
-pub fn has_outliers(y: &[f64]) -> bool {
-    let Some(center) = median(y.to_vec()) else {
+pub fn has_outliers(y: Vec<f64>) -> bool {
+    let Some(center) = median(y.clone()) else {
         return false;
     };
-    let deviations: Vec<f64> = y.iter().map(|v| (v - center).abs()).collect();
+    let deviations: Vec<f64> = y.into_iter().map(|v| (v - center).abs()).collect();
     let farthest = deviations.iter().copied().fold(0.0, f64::max);
     let spread = median(deviations).unwrap_or(0.0) * MAD_TO_SD;
-    farthest > OUTLIER_DEVIATIONS * spread && farthest > 0.0
-}
-
-/// The median of `values` (`None` when empty).
-fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(values[n / 2]),
-        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
-    }
+    farthest > OUTLIER_DEVIATIONS * spread
 }
 
 /// The log likelihood of values `y` under a Gaussian of the warped values with the mean and
@@ -259,29 +250,29 @@ mod tests {
         // 0..=99: the farthest lies 49.5 from the median 49.5, the spread is 25 × 1.4826.
         let even: Vec<f64> = (0..100).map(f64::from).collect();
         assert_eq!(median(even.clone()), Some(49.5));
-        assert!(!has_outliers(&even));
+        assert!(!has_outliers(even.clone()));
         // The squares, a bowl's values: skewed, the farthest 9801 - 2450.5 = 7350.5 from the
         // median, 2.3 robust deviations (MAD 2144).
         let squares: Vec<f64> = even.iter().map(|v| v * v).collect();
-        assert!(!has_outliers(&squares));
+        assert!(!has_outliers(squares));
         // One diverging run among them.
         let mut diverged = even.clone();
         diverged[17] = 1e4;
-        assert!(has_outliers(&diverged));
+        assert!(has_outliers(diverged));
         // Just inside and just outside 20 robust deviations of 0..=100 (median 50, MAD 25).
         let mut edge: Vec<f64> = (0..=100).map(f64::from).collect();
         edge[100] = 50.0 + 20.0 * 25.0 * MAD_TO_SD * 0.999;
-        assert!(!has_outliers(&edge));
+        assert!(!has_outliers(edge.clone()));
         edge[100] = 50.0 + 20.0 * 25.0 * MAD_TO_SD * 1.001;
-        assert!(has_outliers(&edge));
+        assert!(has_outliers(edge));
         // Losses spanning orders of magnitude (a lognormal).
         let mut rng = stream(11, 0);
         let lognormal: Vec<f64> = (0..60).map(|_| (3.0 * normal(&mut rng)).exp()).collect();
-        assert!(has_outliers(&lognormal));
+        assert!(has_outliers(lognormal));
         // More than half equal: any other value is far out; all equal or none: no outlier.
-        assert!(has_outliers(&[1.0, 1.0, 1.0, 1.0, 2.0]));
-        assert!(!has_outliers(&[1.0; 5]));
-        assert!(!has_outliers(&[]));
+        assert!(has_outliers(vec![1.0, 1.0, 1.0, 1.0, 2.0]));
+        assert!(!has_outliers(vec![1.0; 5]));
+        assert!(!has_outliers(Vec::new()));
     }
 
     #[test]
