@@ -18,11 +18,15 @@ Parts (all by default):
   serve-abandoned      four requests of 256 texts closed 50 ms after sending, then one text:
                        its wait; then SIGTERM: time to exit
   serve-flood          400 abandoned requests of 4 MB: RSS; then SIGTERM: time to exit
-  serve-slow-clients   50 connections that send half a request, then SIGTERM: time to exit
+  serve-slow-clients   50 connections that send half a request's headers, then SIGTERM: time
+                       to exit
   serve-big-csv        a 5 MB CSV of 2.6M rows (over --max-instances): peak RSS, and `/ping`'s
                        time while 20 clients send it in a loop
   queue                a study of 20,000 `initial_trials` with instant workers: trials/s over
                        20 s, then SIGTERM: time to exit
+  soak                 (by name only: minutes) 1,000 trials of half a second, 4 at once, the
+                       dashboard's study page asked for every 5 s: throughput, the
+                       controller's RSS and the page's time from start to end
 """
 
 import argparse
@@ -315,8 +319,7 @@ def serve_flood(build, model, count=400):
 def serve_slow_clients(build, model, count=50):
     process, port = server(build, model)
     try:
-        held = half_open(port, count, b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                      b"Content-Length: 1000\r\n\r\n{\"instances\": [")
+        held = half_open(port, count, b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         time.sleep(1)
         exit_after = exit_seconds(process, 90)
         for connection in held:
@@ -383,6 +386,54 @@ def queue(build, folder, entries=20_000, run_for=20.0):
             ("SIGTERM to exit", seconds(exit_after, 60))]
 
 
+def soak(build, folder, trials=1000):
+    """A study of `trials` Branin trials, 4 at once, each about half a second, with the
+    dashboard's study page asked for every 5 s."""
+    study = folder / "soak.yaml"
+    study.write_text(
+        "name: soak\nobjective: {metric: loss, goal: minimize}\nparameters:\n"
+        "  - {id: x1, type: double, min: -5.0, max: 10.0}\n"
+        "  - {id: x2, type: double, min: 0.0, max: 15.0}\n"
+        f"algorithm: random\nmax_trial_count: {trials}\nparallel_trial_count: 4\nseed: 1\n"
+        f"trial:\n  command: [{json.dumps(str(build.objective))}, --function, branin, --steps, '5',"
+        " --sleep-ms, '100']\n")
+    database = folder / "hptune.db"
+    run = subprocess.Popen([build.hptune, "--storage", database, "run", study], cwd=folder,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not database.exists() and run.poll() is None:
+        time.sleep(0.2)
+    time.sleep(2)
+    page, base, _ = dashboard(build, folder)
+    samples = []  # (seconds, trials ended, controller RSS MiB, page ms)
+    start = time.monotonic()
+    try:
+        while run.poll() is None:
+            rss = mib(run.pid)
+            answer = timed_get(base + "/studies/soak", 10)
+            with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
+                ended = db.execute("SELECT count(*) FROM trials WHERE finished_at IS NOT NULL"
+                                   ).fetchone()[0]
+            samples.append((time.monotonic() - start, ended, rss, answer or 10_000))
+            time.sleep(5)
+    finally:
+        page.kill()
+        page.wait()
+        run.wait()
+    quarter = max(1, len(samples) // 4)
+
+    def rate(window):
+        (t0, n0, _, _), (t1, n1, _, _) = window[0], window[-1]
+        return (n1 - n0) / max(t1 - t0, 1e-9)
+    pages = [s[3] for s in samples]
+    return [(f"{trials} trials: minutes", f"{(time.monotonic() - start) / 60:.1f}"),
+            ("trials/s, first / last quarter",
+             f"{rate(samples[:quarter + 1]):.2f} / {rate(samples[-quarter - 1:]):.2f}"),
+            ("controller RSS, first / last / largest",
+             f"{samples[0][2]:.0f} / {samples[-1][2]:.0f} / {max(s[2] for s in samples):.0f} MiB"),
+            ("dashboard study page, median / max",
+             f"{statistics.median(pages):.0f} / {max(pages):.0f} ms")]
+
+
 PARTS = {
     "dashboard-half-open": lambda build, folder, model: dashboard_half_open(build, folder),
     "dashboard-fifo-log": lambda build, folder, model: dashboard_fifo_log(build, folder),
@@ -391,14 +442,17 @@ PARTS = {
     "serve-slow-clients": lambda build, folder, model: serve_slow_clients(build, model),
     "serve-big-csv": lambda build, folder, model: serve_big_csv(build, model),
     "queue": lambda build, folder, model: queue(build, folder),
+    "soak": lambda build, folder, model: soak(build, folder),
 }
+# Long: asked for by name only.
+DEFAULT_PARTS = [part for part in PARTS if part != "soak"]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", default=str(ROOT / "target" / "debug"))
     parser.add_argument("--baseline", required=True)
-    parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--parts", default=",".join(DEFAULT_PARTS))
     args = parser.parse_args()
     parts = args.parts.split(",")
     unknown = [part for part in parts if part not in PARTS]
