@@ -32,12 +32,36 @@ pub struct Measurement {
     pub value: f64,
 }
 
+/// The name of a metric in a `name=value` pair: a letter or `_`, then letters, digits and
+/// `_ . / | -`.
+const NAME: &str = r"[a-z_][\w./|-]*";
+
 static PAIR: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(
-        r"(?i)([a-z_][\w./|-]*)\s*=\s*([+-]?(?:nan|inf(?:inity)?|(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?))(?:[\s,;]|$)",
-    )
+    Regex::new(&format!(
+        r"(?i)({NAME})\s*=\s*([+-]?(?:nan|inf(?:inity)?|(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?))(?:[\s,;]|$)",
+    ))
     .expect("the pattern is valid")
 });
+
+static WHOLE_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(&format!("(?i)^{NAME}$")).expect("the pattern is valid"));
+
+/// Checks that a worker can report the metric `name` on a line: a name the pairs cannot
+/// hold, or a step key, could never be read, and every trial would fail.
+pub fn check_metric_name(name: &str) -> Result<(), String> {
+    if STEP_KEYS.contains(&name) {
+        return Err(format!(
+            "'{name}' gives a measurement's step ({}), it cannot be a metric",
+            STEP_KEYS.join(", ")
+        ));
+    }
+    if !WHOLE_NAME.is_match(name) {
+        return Err(format!(
+            "'{name}' cannot be reported as {name}=<value>: a metric's name starts with a letter or `_` and holds only letters, digits and `_` `.` `/` `|` `-`"
+        ));
+    }
+    Ok(())
+}
 
 /// Reads measurements from stdout lines.
 #[derive(Debug, Clone)]
@@ -287,6 +311,18 @@ mod tests {
             "no loss",
         ] {
             assert_eq!(parser.unreadable(fine), None, "{fine}");
+        }
+    }
+
+    #[test]
+    fn a_metric_name_the_lines_cannot_carry_is_refused() {
+        for fine in ["loss", "val/acc", "top-1|x", "_a.b", "Accuracy"] {
+            assert_eq!(check_metric_name(fine), Ok(()), "{fine}");
+            let line = format!("{fine}=0.5");
+            assert_eq!(LineParser::new(fine).parse(&line).len(), 1, "{line}");
+        }
+        for bad in ["acc@1", "1acc", "a b", "loss=", "", "step", "epoch"] {
+            assert!(check_metric_name(bad).is_err(), "{bad}");
         }
     }
 

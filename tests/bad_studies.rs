@@ -88,6 +88,24 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
             "parameters[0].min: invalid type: sequence",
         ),
         (
+            "a metric no line can report",
+            edit("metric: loss", "metric: acc@1"),
+            "study.yaml:3:11: objective.metric: 'acc@1' cannot be reported as acc@1=<value>",
+        ),
+        (
+            "a step key as the metric",
+            edit("metric: loss", "metric: epoch"),
+            "study.yaml:3:11: objective.metric: 'epoch' gives a measurement's step",
+        ),
+        (
+            "a constraint on a metric no line can report",
+            edit(
+                "algorithm: random",
+                "algorithm: random\nconstraints: [{metric: mem@gpu, max: 1}]",
+            ),
+            "constraints[0].metric: 'mem@gpu' cannot be reported",
+        ),
+        (
             "bad goal",
             edit("goal: minimize", "goal: lowest"),
             "study.yaml:4:9: objective.goal: 'lowest' is not a goal: use maximize or minimize",

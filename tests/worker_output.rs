@@ -1,6 +1,7 @@
 //! What workers print, however much or however oddly, is recorded and costs the controller
 //! bounded memory: a burst of step lines is stored whole (and a rerun goes on), a line of
-//! hundreds of megabytes without a break is cut, and a value that is not a number is named.
+//! hundreds of megabytes without a break is cut, a value that is not a number is named, and
+//! a terminal's control sequences are shown escaped, never obeyed.
 
 mod common;
 
@@ -144,5 +145,45 @@ fn an_objective_value_that_is_not_a_number_is_named() {
     assert_eq!(
         trials[0]["error"],
         "the worker reported loss=0.5abc, which is not a number"
+    );
+}
+
+/// A worker's error line and a categorical value holding a terminal's control sequences
+/// (window title, screen clear, an OSC-8 link) are shown escaped by `run` (its progress and
+/// end lines) and `trials` (its table); CSV and JSON keep them as they are.
+#[test]
+fn control_sequences_from_workers_are_shown_escaped() {
+    let scratch = Scratch::new();
+    let text = r#"
+name: escapes
+objective: {metric: loss, goal: minimize}
+parameters:
+  - {id: c, type: categorical, values: ["\e]8;;http://evil.example\e\\click\e]8;;\e\\"]}
+algorithm: random
+max_trial_count: 1
+trial:
+  command: [sh, -c, 'printf "\033]0;pwned\007\033[2Jboom\n" >&2; exit 3']
+"#;
+    let path = scratch.study("escapes.yaml", text);
+    let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+    let raw = |text: &str| text.contains(['\u{1b}', '\u{7}']);
+    let (said, printed) = (stderr(&out), common::stdout(&out));
+    assert!(!raw(&said) && !raw(&printed), "{said:?}\n{printed:?}");
+    assert!(said.contains(r"\u{1b}]0;pwned\u{7}\u{1b}[2Jboom"), "{said}");
+    let out = scratch.hptune(&["trials", "escapes"]);
+    assert_success(&out);
+    let table = common::stdout(&out);
+    assert!(!raw(&table), "{table:?}");
+    assert!(table.contains(r"\u{1b}]0;pwned"), "{table}");
+    assert!(
+        table.contains(r"c=\u{1b}]8;;http://evil.example\u{1b}\click"),
+        "{table}"
+    );
+    let out = scratch.hptune(&["trials", "escapes", "--format", "csv"]);
+    assert!(common::stdout(&out).contains("\u{1b}]0;pwned\u{7}"));
+    let trials = scratch.trials("escapes");
+    assert_eq!(
+        trials[0]["params"]["c"],
+        "\u{1b}]8;;http://evil.example\u{1b}\\click\u{1b}]8;;\u{1b}\\"
     );
 }

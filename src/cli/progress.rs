@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::table::short;
+use super::table::{printable, short};
 use hptune::controller::{Progress, RunEvent, RunObserver};
 use hptune::storage::{TrialRecord, TrialState};
 use hptune::study::Study;
@@ -49,7 +49,9 @@ impl Display {
         }
     }
 
+    /// Shows a line, its control characters escaped: it may hold what a worker printed.
     fn line(&self, text: String) {
+        let text = printable(&text);
         match &self.bar {
             Some(bar) => bar.println(text),
             None => eprintln!("{text}"),
@@ -90,8 +92,12 @@ fn counts(progress: &Progress) -> String {
             )
         })
         .unwrap_or_default();
+    let queued = match progress.queued {
+        0 => String::new(),
+        n => format!(", {n} queued"),
+    };
     format!(
-        "{} running{limit}, {} failed{best}",
+        "{} running{limit}{queued}, {} failed{best}",
         progress.running, progress.failed
     )
 }
@@ -172,6 +178,7 @@ mod tests {
             failed: 1,
             stopped: 0,
             running: 1,
+            queued: 0,
             best: Some((2, 0.5)),
             limited_by_gpus: Some(1),
         };
@@ -183,5 +190,7 @@ mod tests {
         assert!(counts(&progress).starts_with("1 running (limited by 4 GPUs), "));
         progress.limited_by_gpus = None;
         assert!(counts(&progress).starts_with("1 running, 1 failed"));
+        progress.queued = 2998;
+        assert!(counts(&progress).starts_with("1 running, 2998 queued, 1 failed"));
     }
 }

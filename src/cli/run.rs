@@ -16,6 +16,7 @@ use hptune::storage::{Storage, StorageUrl, TrialState, best_first};
 use hptune::study::{ExecutorKind, ExecutorSpec, Outside, Study};
 
 use super::progress::Display;
+use super::table::printable;
 use super::{ArtifactsArg, Failure, GpusArg, WorkerArgs, show};
 
 /// Exit code of a study stopped by Ctrl-C or SIGTERM.
@@ -384,7 +385,7 @@ fn print_end(summary: &RunSummary) -> ExitCode {
         StudyEnd::TooManyFailures { failed, last_error } => {
             eprintln!(
                 "error: study '{name}' stopped: {failed} trials failed (max_failed_trial_count); last error: {}",
-                last_error.as_deref().unwrap_or("unknown")
+                printable(last_error.as_deref().unwrap_or("unknown"))
             );
             eprintln!(
                 "fix the worker, raise max_failed_trial_count, and run the same command to continue"

@@ -1,9 +1,36 @@
 //! Plain text tables and CSV, written by hand: two small formats, no dependency needed.
 
-/// Columns aligned with two spaces between them; numbers are right-aligned.
+use std::borrow::Cow;
+
+/// `text` with its control characters (C0, DEL, C1: a terminal's escape sequences, line
+/// breaks, tabs) written as Rust escapes (`\u{1b}`), so that what workers and study files
+/// hold is shown to people, never obeyed by their terminal. Tables and log lines are for
+/// people, on a terminal or in a file; CSV and JSON carry the data as it is.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Columns aligned with two spaces between them; numbers are right-aligned; control
+/// characters escaped ([`printable`]).
 pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    let header: Vec<Cow<str>> = header.iter().map(|h| printable(h)).collect();
+    let rows: Vec<Vec<Cow<str>>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| printable(cell)).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
@@ -17,8 +44,7 @@ pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
         })
         .collect();
     let mut out = String::new();
-    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
-    for row in std::iter::once(&header).chain(rows) {
+    for row in std::iter::once(&header).chain(&rows) {
         let cells: Vec<String> = row
             .iter()
             .zip(&widths)
@@ -88,6 +114,18 @@ mod tests {
             render(&["name", "value"], &rows),
             "name  value\na       1.5\nlong     10\n"
         );
+    }
+
+    #[test]
+    fn escapes_control_characters_in_tables_only() {
+        let link = "\u{1b}]8;;http://x\u{7}a\tb\u{9b}2J\nc";
+        let rows = vec![vec![link.to_string(), "é".to_string()]];
+        let table = render(&["name", "value"], &rows);
+        assert_eq!(
+            table.lines().nth(1),
+            Some("\\u{1b}]8;;http://x\\u{7}a\\tb\\u{9b}2J\\nc  é")
+        );
+        assert!(csv(&["name", "value"], &rows).contains(link));
     }
 
     #[test]

@@ -14,8 +14,11 @@ pub struct Progress {
     pub failed: usize,
     /// Stopped trials.
     pub stopped: usize,
-    /// Running trials (of every controller of the study).
+    /// Running trials (of every controller of the study), and trials handed back to wait
+    /// for the next controller.
     pub running: usize,
+    /// Enqueued trials (`initial_trials`, `hptune enqueue`) waiting to run first.
+    pub queued: usize,
     /// Number and value of the best trial so far.
     pub best: Option<(u64, f64)>,
     /// The GPUs of the pool, when they hold fewer trials at once than
@@ -36,7 +39,9 @@ impl Progress {
             succeeded: view.count(TrialState::Succeeded),
             failed: view.count(TrialState::Failed),
             stopped: view.count(TrialState::Stopped),
-            running: view.count(TrialState::Pending) + view.count(TrialState::Running),
+            running: view.count(TrialState::Pending) - view.queued()
+                + view.count(TrialState::Running),
+            queued: view.queued(),
             best: view.best(),
             limited_by_gpus: None,
         }

@@ -346,11 +346,27 @@ pub async fn run(
             continue;
         }
         tokio::select! {
-            // In this order: a worker's end first, so that its last measurements, still in
-            // the channel, are written with its end in one round trip (below) rather than one
-            // by one; events last, so that a worker reporting without pause holds back neither
-            // the heartbeat nor an interrupt.
+            // In this order: the user's interrupt first, so that workers that end without
+            // pause (and the claims that replace them) never hold it back; a worker's end
+            // next, so that its last measurements, still in the channel, are written with its
+            // end in one round trip (below) rather than one by one; events last, so that a
+            // worker reporting without pause holds back neither the heartbeat nor an
+            // interrupt.
             biased;
+            changed = interrupt.changed(), if interrupt_open && urgency != StopRequest::Now => {
+                let request = *interrupt.borrow();
+                if changed.is_err() {
+                    interrupt_open = false;
+                } else if request > urgency {
+                    urgency = request;
+                    interrupted = true;
+                    observer.observe(RunEvent::Stopping { now: request == StopRequest::Now }, &run.progress());
+                    for r in run.running.values() {
+                        let _ = r.stop.send(request);
+                    }
+                    run.hand_back_waiting(observer).await?;
+                }
+            }
             Some(joined) = run.workers.join_next_with_id() => {
                 // Every worker that has ended by now is recorded before the next proposal:
                 // trials of equal length end together, and a proposal made while the others'
@@ -383,20 +399,6 @@ pub async fn run(
             // (spent by other controllers of the study).
             _ = gpu_poll.tick(), if waits_for_gpus => {
                 storage.refresh(&mut run.view).await?;
-            }
-            changed = interrupt.changed(), if interrupt_open && urgency != StopRequest::Now => {
-                let request = *interrupt.borrow();
-                if changed.is_err() {
-                    interrupt_open = false;
-                } else if request > urgency {
-                    urgency = request;
-                    interrupted = true;
-                    observer.observe(RunEvent::Stopping { now: request == StopRequest::Now }, &run.progress());
-                    for r in run.running.values() {
-                        let _ = r.stop.send(request);
-                    }
-                    run.hand_back_waiting(observer).await?;
-                }
             }
             Some(event) = events.recv() => run.record(event, None).await?,
         }

@@ -2,6 +2,7 @@
 
 use super::Checker;
 use super::raw::RawConstraint;
+use crate::report::check_metric_name;
 use crate::study::{Bound, Constraint, Constraints};
 
 impl Checker<'_> {
@@ -18,6 +19,9 @@ impl Checker<'_> {
             let field = format!("constraints[{i}]");
             if c.metric.trim().is_empty() {
                 self.report(format!("{field}.metric"), "must not be empty");
+                ok = false;
+            } else if let Err(message) = check_metric_name(&c.metric) {
+                self.report(format!("{field}.metric"), message);
                 ok = false;
             }
             let bound = match (c.max, c.min) {

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::report::check_metric_name;
 use crate::study::{Algorithm, Goal, Objective, Study};
 use locate::{Locations, Position};
 use raw::RawStudy;
@@ -292,6 +293,8 @@ impl Checker<'_> {
         }
         if raw.objective.metric.trim().is_empty() {
             self.report("objective.metric", "must not be empty");
+        } else if let Err(message) = check_metric_name(&raw.objective.metric) {
+            self.report("objective.metric", message);
         }
         let goal = Goal::parse(&raw.objective.goal);
         if goal.is_none() {

@@ -41,23 +41,50 @@ pub enum Claim {
     Exhausted,
 }
 
-/// The rows of the view's study that are new or were unfinished when last read.
+/// The rows of the view's study that are new or may have changed since it was last read:
+/// rows past the newest it read; started or finished rows from its oldest unfinished or
+/// enqueued one on (an enqueued trial another controller took is running or finished now);
+/// and the trials it holds as started that wait again, handed back. Enqueued rows are
+/// never read again, so a claim costs the same however long the queue is.
 async fn changed_rows<'e>(
     executor: impl sqlx::Executor<'e, Database = Any>,
     view: &StudyView,
 ) -> Result<Vec<AnyRow>, StorageError> {
-    // `+study_id`: the rows are found by the range of ids (a few rows), not by the study's
-    // index, which would walk every trial of the study on each read.
-    sqlx::query(concat!(
+    // `+study_id`: rows found by their ids (a few rows), not by the study's index, which
+    // would walk every trial of the study. The started and finished rows are found by the
+    // index on (study_id, state, id), which skips the waiting ones (migration 0010).
+    let mut sql = String::from(concat!(
         "SELECT ",
         trial_columns!(),
-        " FROM trials WHERE +study_id = $1 AND id >= $2 ORDER BY id"
-    ))
-    .bind(view.study_id)
-    .bind(view.first_changed_id())
-    .fetch_all(executor)
-    .await
-    .map_err(query_error("reading trials"))
+        " FROM trials WHERE +study_id = $1 AND id > $3
+         UNION ALL SELECT ",
+        trial_columns!(),
+        " FROM trials WHERE study_id = $1
+         AND state IN ('running', 'succeeded', 'failed', 'stopped') AND id BETWEEN $2 AND $3"
+    ));
+    let started = view.unfinished_ids();
+    if !started.is_empty() {
+        let ids: Vec<String> = (0..started.len()).map(|i| format!("${}", i + 4)).collect();
+        sql.push_str(concat!(
+            " UNION ALL SELECT ",
+            trial_columns!(),
+            " FROM trials WHERE +study_id = $1 AND state = 'pending' AND id IN ("
+        ));
+        sql.push_str(&ids.join(", "));
+        sql.push(')');
+    }
+    sql.push_str(" ORDER BY id");
+    let mut query = sqlx::query(&sql)
+        .bind(view.study_id)
+        .bind(view.first_changed_id())
+        .bind(view.newest_id());
+    for id in started {
+        query = query.bind(id);
+    }
+    query
+        .fetch_all(executor)
+        .await
+        .map_err(query_error("reading trials"))
 }
 
 /// What a claim decides on a view of the study.
@@ -100,16 +127,25 @@ fn decide<E>(
     })
 }
 
+/// What became of the enqueued trial a claim chose.
+enum Taken {
+    /// It runs now, for the claiming controller.
+    Started(TrialRecord),
+    /// It was no longer enqueued (another controller took it and handed it back, which the
+    /// view does not read): the row as it is.
+    Changed(TrialRecord),
+}
+
 /// Starts the enqueued trial with row id `id` for `owner`, in `tx`, which holds the study's
 /// lock: its first attempt begins now.
 async fn start_enqueued(
     tx: &mut Transaction<'static, Any>,
     id: i64,
     owner: &str,
-) -> Result<TrialRecord, StorageError> {
+) -> Result<Taken, StorageError> {
     let doing = "starting an enqueued trial";
     let at = now();
-    let row = sqlx::query(concat!(
+    let started = sqlx::query(concat!(
         "UPDATE trials SET state = 'running', owner = $1, started_at = $2, heartbeat_at = $2
          WHERE id = $3 AND ",
         enqueued!(),
@@ -119,9 +155,21 @@ async fn start_enqueued(
     .bind(owner)
     .bind(&at)
     .bind(id)
-    .fetch_one(&mut **tx)
+    .fetch_optional(&mut **tx)
     .await
     .map_err(query_error(doing))?;
+    let Some(row) = started else {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            trial_columns!(),
+            " FROM trials WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(query_error(doing))?;
+        return Ok(Taken::Changed(TrialRecord::from_row(&row)?));
+    };
     sqlx::query(
         "UPDATE attempts SET owner = $1, started_at = $2 WHERE trial_id = $3 AND attempt = 1",
     )
@@ -131,7 +179,7 @@ async fn start_enqueued(
     .execute(&mut **tx)
     .await
     .map_err(query_error(doing))?;
-    TrialRecord::from_row(&row)
+    Ok(Taken::Started(TrialRecord::from_row(&row)?))
 }
 
 pub(super) fn params_json(params: &Assignment) -> String {
@@ -225,16 +273,21 @@ impl Storage {
         let mut tx = self.lock_study(view.study_id).await?;
         let rows = changed_rows(&mut *tx, view).await?;
         view.absorb(&rows)?;
-        let (number, params) = match decide(view, budget, &[], &mut propose) {
-            Ok(Decision::Run(number, params)) => (number, params),
-            Ok(Decision::Enqueued(id)) => {
-                let trial = start_enqueued(&mut tx, id, owner).await?;
-                tx.commit().await.map_err(query_error(doing))?;
-                view.update(trial.clone());
-                return Ok(Claim::Started(Box::new(trial)));
+        let (number, params) = loop {
+            match decide(view, budget, &[], &mut propose) {
+                Ok(Decision::Run(number, params)) => break (number, params),
+                Ok(Decision::Enqueued(id)) => match start_enqueued(&mut tx, id, owner).await? {
+                    Taken::Started(trial) => {
+                        tx.commit().await.map_err(query_error(doing))?;
+                        view.update(trial.clone());
+                        return Ok(Claim::Started(Box::new(trial)));
+                    }
+                    // The view learns what became of it, and the claim decides again.
+                    Taken::Changed(trial) => view.update(trial),
+                },
+                Ok(Decision::Not(claim)) => return Ok(claim),
+                Err(e) => return Err(ClaimError::Proposal(e)),
             }
-            Ok(Decision::Not(claim)) => return Ok(claim),
-            Err(e) => return Err(ClaimError::Proposal(e)),
         };
         let started = now();
         let row = sqlx::query(concat!(

@@ -14,6 +14,8 @@ use crate::study::space::Assignment;
 /// trials never change, so only new rows and unfinished ones are read again, and the counts,
 /// the best trial and the unfinished ones are kept as rows come in (every question a
 /// controller asks per trial costs the number of running trials, not the number of trials).
+/// Enqueued trials are kept apart: a waiting row changes only when a controller takes it,
+/// so it is read once and the queue costs a claim nothing ([`super::claim`]).
 #[derive(Debug, Clone)]
 pub struct StudyView {
     pub(super) study_id: i64,
@@ -22,7 +24,10 @@ pub struct StudyView {
     history: Vec<Observation>,
     newest_id: i64,
     counts: HashMap<TrialState, usize>,
+    /// The unfinished trials that are not enqueued: running, or handed back to wait.
     unfinished: BTreeSet<u64>,
+    /// The enqueued trials, waiting to run first.
+    queued: BTreeSet<u64>,
     best: Option<(u64, f64)>,
 }
 
@@ -37,6 +42,7 @@ impl StudyView {
             newest_id: 0,
             counts: HashMap::new(),
             unfinished: BTreeSet::new(),
+            queued: BTreeSet::new(),
             best: None,
         }
     }
@@ -56,7 +62,8 @@ impl StudyView {
         &self.history
     }
 
-    /// The parameters of the trials not finished yet.
+    /// The parameters of the trials started and not finished yet (enqueued trials have not
+    /// started).
     pub fn unfinished_params(&self) -> Vec<Assignment> {
         self.unfinished_trials().map(|t| t.params.clone()).collect()
     }
@@ -71,14 +78,24 @@ impl StudyView {
         self.best
     }
 
-    /// The enqueued trial to run next: the lowest-numbered one.
-    pub(super) fn next_enqueued(&self) -> Option<&TrialRecord> {
-        self.unfinished_trials().find(|t| t.is_enqueued())
+    /// How many enqueued trials wait to run first.
+    pub fn queued(&self) -> usize {
+        self.queued.len()
     }
 
-    /// The trials not finished yet (pending or running).
+    /// The enqueued trial to run next: the lowest-numbered one.
+    pub(super) fn next_enqueued(&self) -> Option<&TrialRecord> {
+        self.queued.first().and_then(|n| self.trials.get(n))
+    }
+
+    /// The trials started and not finished yet (running, or handed back to wait).
     pub(super) fn unfinished_trials(&self) -> impl Iterator<Item = &TrialRecord> {
         self.unfinished.iter().filter_map(|n| self.trials.get(n))
+    }
+
+    /// The row ids of [`Self::unfinished_trials`].
+    pub(super) fn unfinished_ids(&self) -> Vec<i64> {
+        self.unfinished_trials().map(|t| t.id).collect()
     }
 
     /// How many trials the study has.
@@ -92,9 +109,13 @@ impl StudyView {
     }
 
     /// The first row id that may have changed since the view was read: the oldest
-    /// unfinished trial's, or else the first id after the newest seen.
+    /// unfinished or enqueued trial's, or else the first id after the newest seen. Row ids
+    /// grow with numbers, so it is the lowest-numbered one's.
     pub(super) fn first_changed_id(&self) -> i64 {
-        self.unfinished_trials()
+        [self.unfinished.first(), self.queued.first()]
+            .into_iter()
+            .flatten()
+            .filter_map(|n| self.trials.get(n))
             .map(|t| t.id)
             .min()
             .unwrap_or(self.newest_id + 1)
@@ -140,9 +161,11 @@ impl StudyView {
         let newly_finished =
             trial.state.is_finished() && old.is_none_or(|old| !old.state.is_finished());
         *self.counts.entry(trial.state).or_default() += 1;
-        if trial.state.is_finished() {
-            self.unfinished.remove(&trial.number);
-        } else {
+        self.unfinished.remove(&trial.number);
+        self.queued.remove(&trial.number);
+        if trial.is_enqueued() {
+            self.queued.insert(trial.number);
+        } else if !trial.state.is_finished() {
             self.unfinished.insert(trial.number);
         }
         if newly_finished && let Some(observation) = trial.observation() {
@@ -196,5 +219,31 @@ mod tests {
         assert_eq!(view.count(TrialState::Running), 0);
         assert_eq!(view.first_changed_id(), 105);
         assert_eq!(view.next_number(), 5);
+    }
+
+    #[test]
+    fn enqueued_trials_wait_apart_from_the_started_ones() {
+        let mut view = StudyView::new(1, Goal::Minimize);
+        for n in 0..5 {
+            view.update(trial(n, TrialState::Pending, None));
+        }
+        assert_eq!((view.queued(), view.count(TrialState::Pending)), (5, 5));
+        assert_eq!(view.next_enqueued().map(|t| t.number), Some(0));
+        assert!(view.unfinished_ids().is_empty());
+        assert_eq!(view.first_changed_id(), 100);
+        // Trial 0 runs, then waits again, handed back (started, no owner): no longer enqueued.
+        let mut handed_back = trial(0, TrialState::Running, None);
+        view.update(handed_back.clone());
+        handed_back.state = TrialState::Pending;
+        handed_back.started_at = Some("2026-01-01T00:00:00Z".into());
+        view.update(handed_back);
+        assert_eq!((view.queued(), view.count(TrialState::Pending)), (4, 5));
+        assert_eq!(view.next_enqueued().map(|t| t.number), Some(1));
+        assert_eq!(view.unfinished_ids(), [100]);
+        assert!(view.unfinished_params().len() == 1);
+        view.update(trial(0, TrialState::Succeeded, Some(1.0)));
+        view.update(trial(1, TrialState::Failed, None));
+        // The oldest enqueued trial's row is the first that may change.
+        assert_eq!(view.first_changed_id(), 102);
     }
 }

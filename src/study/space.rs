@@ -156,6 +156,18 @@ pub enum SpaceError {
     /// An active parameter has no value.
     #[error("parameter '{0}' is missing (it is active for these values)")]
     Missing(String),
+    /// A parameter was given a value twice.
+    #[error(
+        "parameter '{id}' is given twice ({id}={first} and {id}={second}): give each parameter once"
+    )]
+    Repeated {
+        /// The parameter.
+        id: String,
+        /// The first value.
+        first: String,
+        /// The second value, as written.
+        second: String,
+    },
     /// A value was given for a parameter whose condition does not hold.
     #[error("parameter '{0}' is inactive for these values (its `when` condition does not hold)")]
     Inactive(String),
@@ -518,10 +530,18 @@ impl Space {
         Ok(())
     }
 
-    /// Reads `id=value` pairs written by hand into a checked assignment.
+    /// Reads `id=value` pairs written by hand into a checked assignment; a parameter given
+    /// twice is refused.
     pub fn parse_assignment(&self, pairs: &[(String, String)]) -> Result<Assignment, SpaceError> {
         let mut assignment = Assignment::new();
         for (id, text) in pairs {
+            if let Some(first) = assignment.get(id) {
+                return Err(SpaceError::Repeated {
+                    id: id.clone(),
+                    first: first.to_string(),
+                    second: text.clone(),
+                });
+            }
             let parameter = self.get(id).ok_or_else(|| self.unknown(id))?;
             let value = parameter
                 .domain
