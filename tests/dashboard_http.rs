@@ -295,3 +295,34 @@ fn a_postgresql_study_is_shown_and_followed_while_it_runs() {
     });
     assert_eq!(points(&dashboard), 7);
 }
+
+#[test]
+fn a_named_pipe_in_place_of_a_log_is_said_and_the_dashboard_stays_up() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    // The worker of trial 1 left a named pipe where its stderr log was: opening it to read
+    // waits for a writer that never comes.
+    let log = scratch.query("SELECT log_path FROM trials WHERE number = 1")[0][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let stderr = scratch.dir.path().join(log).with_extension("err");
+    std::fs::remove_file(&stderr).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&stderr)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let trial = dashboard.get("/studies/q/trials/1?fragment=1", &[]);
+    assert_eq!(trial.status, 200, "{}", trial.body);
+    assert!(
+        trial
+            .body
+            .contains("it is a named pipe, not a regular file")
+            && trial.body.contains("starting trial 1 of"),
+        "{}",
+        trial.body
+    );
+    assert_eq!(dashboard.get("/studies/q", &[]).status, 200);
+}
