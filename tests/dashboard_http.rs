@@ -326,3 +326,50 @@ fn a_named_pipe_in_place_of_a_log_is_said_and_the_dashboard_stays_up() {
     );
     assert_eq!(dashboard.get("/studies/q", &[]).status, 200);
 }
+
+/// The port of a dashboard's address.
+fn port(dashboard: &Dashboard) -> &str {
+    dashboard.base.rsplit(':').next().unwrap()
+}
+
+#[test]
+fn a_site_that_points_its_name_at_the_dashboard_is_refused() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let port = port(&dashboard);
+    // DNS rebinding: the browser reaches 127.0.0.1 under the other site's name.
+    for path in ["/", "/studies/q", "/api/studies", "/studies/q/trials/0"] {
+        let page = dashboard.get(path, &[("Host", &format!("attacker.example:{port}"))]);
+        assert_eq!(page.status, 403, "{path}: {}", page.body);
+        assert!(!page.body.contains("/studies/q\""), "{}", page.body);
+    }
+    let page = dashboard.get("/", &[("Host", "attacker.example")]);
+    assert!(
+        page.body.contains("--allow-host attacker.example"),
+        "{}",
+        page.body
+    );
+    // Its own addresses and localhost, on any port (an SSH tunnel changes it).
+    for host in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        "[::1]:9000".to_string(),
+        "LocalHost:9000".to_string(),
+    ] {
+        let page = dashboard.get("/studies/q", &[("Host", &host)]);
+        assert_eq!(page.status, 200, "{host}: {}", page.body);
+    }
+    // A name its user gives.
+    let named = Dashboard::start(&scratch, &["--allow-host", "tune.example.org"]);
+    let host = format!("tune.example.org:{}", self::port(&named));
+    assert_eq!(named.get("/studies/q", &[("Host", &host)]).status, 200);
+    assert_eq!(
+        named
+            .get("/studies/q", &[("Host", "attacker.example")])
+            .status,
+        403
+    );
+    let out = scratch.hptune(&["dashboard", "--port", "0", "--allow-host", "http://x:80"]);
+    assert_exit_says(&out, 2, "not a host name");
+}
