@@ -1,6 +1,7 @@
 //! The dashboard in a real browser (headless Chromium over the DevTools protocol) against the
 //! real binary serving a real study: the pages render, the figures show what the study holds,
-//! a trial opens with its log, and a running study's trials appear without a reload.
+//! a trial opens with its log, a running study's trials appear without a reload, and a site
+//! that points its name at the dashboard reads nothing.
 //! Screenshots of each page go to target/dashboard-screenshots/ (printed).
 
 mod common;
@@ -180,4 +181,39 @@ fn a_trial_finished_by_a_running_study_appears_without_a_reload() {
         "the page reloaded"
     );
     browser.screenshot("live.png");
+}
+
+#[test]
+fn a_site_that_points_its_name_at_the_dashboard_reads_nothing() {
+    let Some(chromium) = chromium() else { return };
+    let scratch = run_known_study();
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let port = dashboard.base.rsplit(':').next().unwrap();
+    // DNS rebinding: the other site's name now resolves to this machine's loopback address,
+    // so its page and the dashboard would be one origin to the browser.
+    let mut browser = Browser::start_with(
+        &chromium,
+        1400,
+        &["--host-resolver-rules=MAP rebound.test 127.0.0.1"],
+    );
+    browser.open(&format!("http://rebound.test:{port}/"));
+    let text = browser.eval("document.body.innerText");
+    let text = text.as_str().unwrap();
+    assert!(
+        text.contains("does not answer to the name rebound.test")
+            && text.contains("--allow-host rebound.test")
+            && !text.contains("minimize loss"),
+        "{text}"
+    );
+    let read = browser.eval(
+        "Promise.all(['/api/studies', '/studies/known/trials/0?fragment=1'].map(u => fetch(u).then(r => r.status)))",
+    );
+    assert_eq!(read, json!([403, 403]));
+    browser.screenshot("rebound.png");
+    // The same browser at the dashboard's own address.
+    browser.open(&format!("{}/", dashboard.base));
+    browser.wait_for(
+        "the studies list",
+        "document.querySelector('a[href=\"/studies/known\"]')",
+    );
 }

@@ -1,6 +1,7 @@
-//! The dashboard over plain HTTP: who may look (the token), and the states it must show
-//! rather than crash on: an unknown study, a study with only failed trials, a database that
-//! is missing, locked or from an older schema, and requests that make no sense.
+//! The dashboard over plain HTTP: who may look (the token, the names it answers to), and the
+//! states it must show rather than crash or hang on: an unknown study, a study with only
+//! failed trials, a database that is missing, locked, replaced or from an older schema, a log
+//! that is not a file, and requests that make no sense.
 
 mod common;
 
@@ -48,26 +49,18 @@ fn a_wrong_or_missing_token_is_refused() {
         let right = dashboard.get(path, &[("Authorization", "Bearer s3cret")]);
         assert_eq!(right.status, 200, "{path}: {}", right.body);
     }
-    // A browser gives the token once in the URL and keeps it as a cookie.
+    // A browser gives the token once in the URL and keeps it as a cookie of this port.
     let first = dashboard.get("/?token=s3cret", &[]);
     assert_eq!(first.status, 200);
+    let cookie = format!("hptune_token_{}", port(&dashboard));
     assert!(
-        first.headers.contains("hptune_token=s3cret"),
+        first.headers.contains(&format!("{cookie}=s3cret")),
         "{}",
         first.headers
     );
-    assert_eq!(
-        dashboard
-            .get("/studies/q", &[("Cookie", "hptune_token=s3cret")])
-            .status,
-        200
-    );
-    assert_eq!(
-        dashboard
-            .get("/studies/q", &[("Cookie", "hptune_token=other")])
-            .status,
-        401
-    );
+    let with_cookie = |value: &str| dashboard.get("/studies/q", &[("Cookie", value)]).status;
+    assert_eq!(with_cookie(&format!("{cookie}=s3cret")), 200);
+    assert_eq!(with_cookie(&format!("{cookie}=other")), 401);
 }
 
 #[test]
@@ -294,4 +287,178 @@ fn a_postgresql_study_is_shown_and_followed_while_it_runs() {
         numbers == [4, 5, 6]
     });
     assert_eq!(points(&dashboard), 7);
+}
+
+/// The port of a dashboard's address.
+fn port(dashboard: &Dashboard) -> &str {
+    dashboard.base.rsplit(':').next().unwrap()
+}
+
+#[test]
+fn a_named_pipe_in_place_of_a_log_is_said_and_the_dashboard_stays_up() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    // The worker of trial 1 left a named pipe where its stderr log was: opening it to read
+    // waits for a writer that never comes.
+    let log = scratch.query("SELECT log_path FROM trials WHERE number = 1")[0][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let stderr = scratch.dir.path().join(log).with_extension("err");
+    std::fs::remove_file(&stderr).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&stderr)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let trial = dashboard.get("/studies/q/trials/1?fragment=1", &[]);
+    assert_eq!(trial.status, 200, "{}", trial.body);
+    assert!(
+        trial
+            .body
+            .contains("it is a named pipe, not a regular file")
+            && trial.body.contains("starting trial 1 of"),
+        "{}",
+        trial.body
+    );
+    assert_eq!(dashboard.get("/studies/q", &[]).status, 200);
+}
+
+#[test]
+fn a_site_that_points_its_name_at_the_dashboard_is_refused() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let port = port(&dashboard);
+    // DNS rebinding: the browser reaches 127.0.0.1 under the other site's name.
+    for path in ["/", "/studies/q", "/api/studies", "/studies/q/trials/0"] {
+        let page = dashboard.get(path, &[("Host", &format!("attacker.example:{port}"))]);
+        assert_eq!(page.status, 403, "{path}: {}", page.body);
+        assert!(!page.body.contains("/studies/q\""), "{}", page.body);
+    }
+    let page = dashboard.get("/", &[("Host", "attacker.example")]);
+    assert!(
+        page.body.contains("--allow-host attacker.example"),
+        "{}",
+        page.body
+    );
+    // Its own addresses and localhost, on any port (an SSH tunnel changes it).
+    for host in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        "[::1]:9000".to_string(),
+        "LocalHost:9000".to_string(),
+    ] {
+        let page = dashboard.get("/studies/q", &[("Host", &host)]);
+        assert_eq!(page.status, 200, "{host}: {}", page.body);
+    }
+    // A name its user gives.
+    let named = Dashboard::start(&scratch, &["--allow-host", "tune.example.org"]);
+    let host = format!("tune.example.org:{}", self::port(&named));
+    assert_eq!(named.get("/studies/q", &[("Host", &host)]).status, 200);
+    assert_eq!(
+        named
+            .get("/studies/q", &[("Host", "attacker.example")])
+            .status,
+        403
+    );
+    let out = scratch.hptune(&["dashboard", "--port", "0", "--allow-host", "http://x:80"]);
+    assert_exit_says(&out, 2, "not a host name");
+}
+
+#[test]
+fn a_token_in_the_url_wins_over_a_stale_cookie_and_each_port_keeps_its_own() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    let dashboard = Dashboard::start(&scratch, &["--token", "s3cret"]);
+    let cookie = format!("hptune_token_{}", port(&dashboard));
+    // The cookie of another dashboard of this machine (browsers send a host's cookies to
+    // all its ports), and this one's own from an earlier token.
+    for stale in [
+        "hptune_token=other".to_string(),
+        format!("{cookie}=earlier"),
+    ] {
+        let page = dashboard.get("/?token=s3cret", &[("Cookie", &stale)]);
+        assert_eq!(page.status, 200, "with {stale}: {}", page.body);
+        assert!(
+            page.headers.contains(&format!("{cookie}=s3cret;")),
+            "{}",
+            page.headers
+        );
+    }
+    let with_cookie = |value: &str| dashboard.get("/studies/q", &[("Cookie", value)]).status;
+    assert_eq!(
+        with_cookie(&format!("hptune_token_1=other; {cookie}=s3cret")),
+        200
+    );
+    assert_eq!(with_cookie("hptune_token=s3cret"), 401);
+}
+
+#[test]
+fn the_bearer_scheme_is_read_in_any_case() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    let dashboard = Dashboard::start(&scratch, &["--token", "s3cret"]);
+    for header in ["bearer s3cret", "BEARER s3cret", "Bearer  s3cret"] {
+        let page = dashboard.get("/api/studies", &[("Authorization", header)]);
+        assert_eq!(page.status, 200, "{header}: {}", page.body);
+    }
+    for header in ["Basic s3cret", "Bearers3cret", "bearer s3cre"] {
+        let page = dashboard.get("/api/studies", &[("Authorization", header)]);
+        assert_eq!(page.status, 401, "{header}");
+    }
+}
+
+#[test]
+fn a_token_with_a_plus_works_as_typed_in_the_url() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    let dashboard = Dashboard::start(&scratch, &["--token", "a+b/c d"]);
+    // As a user types or pastes it (a browser sends `+` as it is, a space as %20), and
+    // fully percent-encoded.
+    for url in ["/?token=a+b/c%20d", "/?token=a%2Bb%2Fc%20d"] {
+        let page = dashboard.get(url, &[]);
+        assert_eq!(page.status, 200, "{url}: {}", page.body);
+    }
+    assert_eq!(dashboard.get("/?token=a%20b/c%20d", &[]).status, 401);
+    // The cookie it sets carries the token back.
+    let page = dashboard.get("/?token=a+b/c%20d", &[]);
+    let set = page
+        .headers
+        .lines()
+        .filter_map(|line| line.split_once(": "))
+        .find_map(|(name, value)| name.eq_ignore_ascii_case("set-cookie").then_some(value))
+        .unwrap_or_else(|| panic!("no cookie set: {}", page.headers));
+    let pair = set.split(';').next().unwrap();
+    assert_eq!(
+        dashboard.get("/studies/q", &[("Cookie", pair)]).status,
+        200,
+        "{pair}"
+    );
+}
+
+#[test]
+fn a_deleted_then_recreated_database_is_read_anew() {
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    let dashboard = Dashboard::start(&scratch, &[]);
+    assert_eq!(dashboard.get("/studies/q", &[]).status, 200);
+    for file in ["hptune.db", "hptune.db-wal", "hptune.db-shm"] {
+        let _ = std::fs::remove_file(scratch.path(file));
+    }
+    let page = dashboard.get("/", &[]);
+    assert_eq!(page.status, 503, "{}", page.body);
+    assert!(page.body.contains("no database at"), "{}", page.body);
+    // A new study at the same path.
+    run_study(&scratch, &STUDY.replace("name: q", "name: r"));
+    let page = dashboard.get("/studies/r", &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(dashboard.get("/studies/q", &[]).status, 404);
+    let list = dashboard.get("/api/studies", &[]);
+    assert!(
+        list.body.contains("\"name\":\"r\"") && !list.body.contains("\"name\":\"q\""),
+        "{}",
+        list.body
+    );
 }

@@ -4,18 +4,19 @@ use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 
-use hptune::dashboard::{self, Access};
+use hptune::dashboard::{self, Access, AllowedHosts, HostName};
 use hptune::storage::StorageUrl;
 
 use super::Failure;
 
 /// Serves the dashboard of the database at `url` on `host:port` (port 0: any free one),
-/// printing its address first.
+/// answering to IP addresses, localhost and `allowed` names, printing its address first.
 pub async fn dashboard(
     url: &StorageUrl,
     host: IpAddr,
     port: u16,
     token: Option<String>,
+    allowed: Vec<HostName>,
 ) -> Result<ExitCode, Failure> {
     let access = Access::for_host(host, token).map_err(Failure::BadInput)?;
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(host, port))
@@ -45,7 +46,7 @@ pub async fn dashboard(
     {
         eprintln!("warning: no database at {url} yet: the pages say so until a study creates it");
     }
-    let router = dashboard::router(url.clone(), access);
+    let router = dashboard::router(url.clone(), access, AllowedHosts::new(allowed));
     tokio::select! {
         served = dashboard::serve(listener, router) => served
             .map(|()| ExitCode::SUCCESS)

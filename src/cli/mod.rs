@@ -105,6 +105,11 @@ enum Command {
         /// `Authorization: Bearer`).
         #[arg(long, env = "HPTUNE_DASHBOARD_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// A name the dashboard answers to besides IP addresses and localhost (repeatable):
+        /// the name of this machine or of a proxy in front of it. Other names are refused,
+        /// so that no other site can point its name at the dashboard (DNS rebinding).
+        #[arg(long = "allow-host", value_name = "NAME")]
+        allow_host: Vec<hptune::dashboard::HostName>,
     },
     /// Draw one figure of a study into an SVG or HTML file.
     Plot {
@@ -377,9 +382,12 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             state,
             format,
         } => show::trials(&open_existing(&url).await?, &study, best, state, format).await,
-        Command::Dashboard { host, port, token } => {
-            dashboard::dashboard(&url, host, port, token).await
-        }
+        Command::Dashboard {
+            host,
+            port,
+            token,
+            allow_host,
+        } => dashboard::dashboard(&url, host, port, token, allow_host).await,
         Command::Plot {
             study,
             kind,

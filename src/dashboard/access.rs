@@ -8,8 +8,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 
-/// The cookie a browser keeps the token in once it has opened a page with `?token=`.
-const COOKIE: &str = "hptune_token";
+/// The name of the cookie a browser keeps the token in once it has opened a page with
+/// `?token=`, followed by the port the browser reached the dashboard on: browsers send a
+/// host's cookies to all its ports, and each dashboard keeps its own token.
+const COOKIE_PREFIX: &str = "hptune_token";
 
 /// Who may look.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,23 +39,24 @@ impl Access {
     }
 }
 
-/// Lets a request through if its token is right: `Authorization: Bearer T`, the cookie, or
-/// `?token=T` (which also sets the cookie, so a browser needs it once).
+/// Lets a request through if its token is right: `Authorization: Bearer T`, else
+/// `?token=T` (which also sets the cookie, so a browser needs it once), else the cookie.
 pub async fn check(State(access): State<Access>, request: Request, next: Next) -> Response {
     let Access::Token(token) = &access else {
         return next.run(request).await;
     };
+    let cookie_name = cookie_name(request.headers());
     let from_query = query_token(request.uri().query().unwrap_or(""));
     let given = bearer(request.headers())
-        .or_else(|| cookie(request.headers()))
-        .or(from_query.clone());
+        .or(from_query.clone())
+        .or_else(|| cookie(request.headers(), &cookie_name));
     if !given.is_some_and(|g| same(g.as_bytes(), token.as_bytes())) {
         return refused();
     }
     let mut response = next.run(request).await;
     if from_query.is_some()
         && let Ok(value) = HeaderValue::from_str(&format!(
-            "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
+            "{cookie_name}={}; Path=/; HttpOnly; SameSite=Strict",
             percent_encode(token)
         ))
     {
@@ -70,24 +73,43 @@ fn refused() -> Response {
     (StatusCode::UNAUTHORIZED, Html(body)).into_response()
 }
 
+/// The token of an `Authorization` header of the `Bearer` scheme (in any case: RFC 7235).
 fn bearer(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    value.strip_prefix("Bearer ").map(str::to_string)
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start().to_string())
 }
 
-fn cookie(headers: &HeaderMap) -> Option<String> {
+/// The name of this dashboard's cookie for a request: [`COOKIE_PREFIX`] and the port of
+/// its `Host`, if it names one.
+fn cookie_name(headers: &HeaderMap) -> String {
+    let port = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|host| super::hosts::split_host(host).1)
+        .and_then(|port| port.parse::<u16>().ok());
+    match port {
+        Some(port) => format!("{COOKIE_PREFIX}_{port}"),
+        None => COOKIE_PREFIX.to_string(),
+    }
+}
+
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .find_map(|pair| {
-            pair.trim()
-                .strip_prefix(&format!("{COOKIE}="))
-                .map(percent_decode)
+            let (key, value) = pair.trim().split_once('=')?;
+            (key == name).then(|| percent_decode(value))
         })
 }
 
+/// The token of a query string: percent escapes decoded, a `+` kept as typed (a token in a
+/// URL is what its holder typed or pasted, not a form's field).
 fn query_token(query: &str) -> Option<String> {
     query
         .split('&')
@@ -124,10 +146,6 @@ fn percent_decode(text: &str) -> String {
                 out.push(b);
                 i += 3;
             }
-            (b'+', _) => {
-                out.push(b' ');
-                i += 1;
-            }
             (b, _) => {
                 out.push(b);
                 i += 1;
@@ -158,6 +176,7 @@ mod tests {
     fn tokens_survive_the_url_and_compare_whole() {
         assert_eq!(percent_decode(&percent_encode("a b/c%d")), "a b/c%d");
         assert_eq!(query_token("x=1&token=s%2Fx"), Some("s/x".into()));
+        assert_eq!(query_token("token=a+b%2Bc"), Some("a+b+c".into()));
         assert!(same(b"abc", b"abc"));
         assert!(!same(b"abc", b"abd") && !same(b"abc", b"ab"));
     }

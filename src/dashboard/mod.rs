@@ -7,6 +7,7 @@
 //! from elsewhere. The database is opened read-only and never locked for writing.
 
 mod access;
+mod hosts;
 mod logs;
 mod pages;
 mod routes;
@@ -19,12 +20,14 @@ use axum::Router;
 use axum::routing::get;
 
 pub use access::Access;
+pub use hosts::{AllowedHosts, HostName};
 use source::Source;
 
 use crate::storage::StorageUrl;
 
-/// Builds the dashboard's routes over the database at `url`, open to `access`.
-pub fn router(url: StorageUrl, access: Access) -> Router {
+/// Builds the dashboard's routes over the database at `url`, open to `access` under the
+/// names `hosts` allows.
+pub fn router(url: StorageUrl, access: Access, hosts: AllowedHosts) -> Router {
     let source = Arc::new(Source::new(url));
     Router::new()
         .route("/", get(routes::studies))
@@ -36,6 +39,7 @@ pub fn router(url: StorageUrl, access: Access) -> Router {
         .fallback(routes::not_found)
         .with_state(source)
         .layer(axum::middleware::from_fn_with_state(access, access::check))
+        .layer(axum::middleware::from_fn_with_state(hosts, hosts::check))
 }
 
 /// Serves the dashboard on `listener` until the process ends.

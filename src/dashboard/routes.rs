@@ -219,11 +219,10 @@ pub async fn trial(
         let attempts = storage.trial_attempts(trial.id).await?;
         let measurements = storage.trial_measurements(trial.id).await?;
         let tails = match trial.log_path.as_deref() {
-            Some(log) => attempts
-                .iter()
-                .rev()
-                .map(|a| (a.attempt, logs::tails(log, trial.number, a.attempt)))
-                .collect(),
+            Some(log) => {
+                let latest_first: Vec<u32> = attempts.iter().rev().map(|a| a.attempt).collect();
+                logs::attempt_tails(log, trial.number, &latest_first).await
+            }
             None => Vec::new(),
         };
         let detail = pages::trial_detail(&name, &trial, &attempts, &measurements, &tails);

@@ -1,9 +1,11 @@
 //! Where the dashboard's data comes from: the database, opened read-only when first needed
 //! (a missing, locked or old database is said on the page and tried again on the next
-//! request), and the studies being looked at, each followed from the rows that changed and
-//! read at most once per [`FRESH_FOR`] however many pages poll it.
+//! request; a SQLite file deleted or replaced since is opened again), and the studies being
+//! looked at, each followed from the rows that changed and read at most once per
+//! [`FRESH_FOR`] however many pages poll it.
 
 use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,8 +21,36 @@ const FRESH_FOR: Duration = Duration::from_millis(500);
 /// The dashboard's view of the database.
 pub struct Source {
     url: StorageUrl,
-    storage: Mutex<Option<Storage>>,
-    studies: Mutex<HashMap<String, Arc<Mutex<Followed>>>>,
+    open: Mutex<Option<Database>>,
+}
+
+/// The database as opened, which file that was, and its studies being looked at.
+#[derive(Clone)]
+struct Database {
+    storage: Storage,
+    file: Option<FileIdentity>,
+    studies: Arc<Mutex<HashMap<String, Arc<Mutex<Followed>>>>>,
+}
+
+/// Which file a path named: a file deleted, or replaced by another at the same path, has
+/// another identity (or none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileIdentity {
+    device: u64,
+    inode: u64,
+}
+
+/// The identity of the SQLite file `url` names now; `None` for PostgreSQL or a path that
+/// names no file.
+async fn database_file(url: &StorageUrl) -> Option<FileIdentity> {
+    let StorageUrl::Sqlite { path, .. } = url else {
+        return None;
+    };
+    let metadata = tokio::fs::metadata(path).await.ok()?;
+    Some(FileIdentity {
+        device: metadata.dev(),
+        inode: metadata.ino(),
+    })
 }
 
 /// A study being looked at, with the figures drawn at its current revision.
@@ -71,26 +101,45 @@ impl Source {
     pub fn new(url: StorageUrl) -> Self {
         Self {
             url,
-            storage: Mutex::new(None),
-            studies: Mutex::new(HashMap::new()),
+            open: Mutex::new(None),
         }
     }
 
-    /// The database, opened read-only (again, if opening failed before).
-    pub async fn storage(&self) -> Result<Storage, StorageError> {
-        let mut storage = self.storage.lock().await;
-        if let Some(open) = storage.as_ref() {
-            return Ok(open.clone());
+    /// The database, opened read-only (again, if opening failed before or its file was
+    /// deleted or replaced since: the studies followed in the old one are forgotten).
+    async fn database(&self) -> Result<Database, StorageError> {
+        let mut open = self.open.lock().await;
+        // Read before opening: a file replaced in between is found at the next request.
+        let file = database_file(&self.url).await;
+        match open.as_ref() {
+            Some(database) if database.file == file => return Ok(database.clone()),
+            Some(_) => {
+                tracing::info!(url = %self.url, "the database file was deleted or replaced: opening it again");
+                *open = None;
+            }
+            None => {}
         }
-        let open = Storage::open_read_only(&self.url).await?;
-        *storage = Some(open.clone());
-        Ok(open)
+        let database = Database {
+            storage: Storage::open_read_only(&self.url).await?,
+            file,
+            studies: Arc::default(),
+        };
+        *open = Some(database.clone());
+        Ok(database)
+    }
+
+    /// The database, opened read-only (again, if opening failed before or its file was
+    /// deleted or replaced since).
+    pub async fn storage(&self) -> Result<Storage, StorageError> {
+        Ok(self.database().await?.storage)
     }
 
     /// The study called `name`, up to date; `None` if the database has no such study.
     pub async fn study(&self, name: &str) -> Result<Option<Arc<Mutex<Followed>>>, StorageError> {
-        let storage = self.storage().await?;
-        let known = self.studies.lock().await.get(name).cloned();
+        let Database {
+            storage, studies, ..
+        } = self.database().await?;
+        let known = studies.lock().await.get(name).cloned();
         let followed = match known {
             Some(followed) => followed,
             None => {
@@ -102,7 +151,7 @@ impl Source {
                     read_at: None,
                     figures: HashMap::new(),
                 }));
-                self.studies
+                studies
                     .lock()
                     .await
                     .entry(name.to_string())

@@ -58,8 +58,14 @@ pub struct Browser {
 impl Browser {
     /// Starts `chromium` with a window `width` wide and opens a blank page.
     pub fn start(chromium: &Path, width: u32) -> Self {
+        Self::start_with(chromium, width, &[])
+    }
+
+    /// [`Browser::start`] with the command-line switches `switches` added.
+    pub fn start_with(chromium: &Path, width: u32, switches: &[&str]) -> Self {
         let profile = tempfile::tempdir().unwrap();
         let mut child = Command::new(chromium)
+            .args(switches)
             .args([
                 "--headless=new",
                 "--no-sandbox",

@@ -67,7 +67,8 @@ pub struct Response {
     pub body: String,
 }
 
-/// A plain HTTP/1.1 GET of `url` (`http://HOST:PORT/PATH`).
+/// A plain HTTP/1.1 GET of `url` (`http://HOST:PORT/PATH`), with `Host: HOST:PORT` unless
+/// `headers` name another.
 pub fn get(url: &str, headers: &[(&str, &str)]) -> Response {
     let rest = url.strip_prefix("http://").expect("an http URL");
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
@@ -76,7 +77,13 @@ pub fn get(url: &str, headers: &[(&str, &str)]) -> Response {
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    let mut request = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        request.push_str(&format!("Host: {host}\r\n"));
+    }
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
