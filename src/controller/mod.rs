@@ -37,7 +37,7 @@ use crate::storage::{
 };
 use crate::study::Study;
 use crate::study::space::Assignment;
-use devices::{GPU_POLL, Waiting};
+use devices::{GPU_POLL, LEASE_CHECK, Waiting};
 use liveness::is_orphan;
 
 /// How often a controller tells the database that its trials are alive.
@@ -248,6 +248,8 @@ pub async fn run(
     let mut blocked = false;
     let mut gpu_poll = tokio::time::interval(GPU_POLL);
     gpu_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut lease_check = tokio::time::interval(LEASE_CHECK);
+    lease_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if !interrupted {
             run.start_waiting(observer).await?;
@@ -383,6 +385,9 @@ pub async fn run(
             // (spent by other controllers of the study).
             _ = gpu_poll.tick(), if waits_for_gpus => {
                 storage.refresh(&mut run.view).await?;
+            }
+            _ = lease_check.tick(), if run.gpus.is_some() && !run.running.is_empty() => {
+                run.check_leases();
             }
             changed = interrupt.changed(), if interrupt_open && urgency != StopRequest::Now => {
                 let request = *interrupt.borrow();
