@@ -178,12 +178,100 @@ fn best_artifact_says_why_when_there_is_no_model() {
     // best trial's model was removed by hand in the rows says so.
     let study = scratch.study("gone.yaml", &saving_study(&name));
     assert_success(&scratch.hptune(&["run", study.to_str().unwrap()]));
+    // Removed outside hptune: the rows say it is there, the folder is not.
+    let printed = scratch.hptune(&["best", &name, "--artifact"]);
+    assert_success(&printed);
+    let best = stdout(&printed).trim().to_string();
+    std::fs::remove_dir_all(&best).unwrap();
+    let out = scratch.hptune(&["best", &name, "--artifact"]);
+    let message = common::assert_exit_says(&out, 1, "the model of the best trial");
+    assert!(
+        message.contains(&format!("is missing: {best} is not a folder")),
+        "{message}"
+    );
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
     scratch.execute("UPDATE trials SET artifact_removed_at = '2026-01-01T00:00:00Z'");
     let out = scratch.hptune(&["best", &name, "--artifact"]);
     let message = common::assert_exit_says(&out, 1, "was removed at 2026-01-01T00:00:00Z");
     assert!(message.contains("the model of the best trial"), "{message}");
     // The default folder is beside the logs, in the working directory.
     assert!(scratch.path("hptune-artifacts").join(&name).is_dir());
+}
+
+/// A study of `goal` whose worker saves `owner` as its "model", then reports as the quadratic
+/// test worker; three trials one at a time, the best one kept.
+fn owned_study(name: &str, goal: &str, owner: &str) -> String {
+    format!(
+        "name: {name}\nobjective: {{metric: loss, goal: {goal}}}\nparameters:\n  - {{id: x, type: double, min: -2, max: 2}}\nalgorithm: random\nseed: 3\nmax_trial_count: 3\nartifacts: {{keep_best: 1}}\ntrial:\n  command: [sh, -c, 'printf %s \"$OWNER\" > \"$HPTUNE_OUTPUT_DIR/model.txt\" && exec \"$0\" \"$@\"', \"{{worker}}\"]\n  env: {{OWNER: {owner}}}\n"
+    )
+}
+
+/// Two databases in one folder, each with a study of one name (`hptune.db` and another, one
+/// `hptune-artifacts/<study>/`): the second study never writes into the first's model folders
+/// nor removes them, its trials saying why they cannot have them, and the first's best model
+/// stays where `best --artifact` says.
+#[test]
+fn a_study_of_another_database_never_writes_into_nor_removes_a_models_folder() {
+    let scratch = Scratch::new();
+    let name = unique_name("twin");
+    let first = scratch.study("first.yaml", &owned_study(&name, "minimize", "first"));
+    assert_success(&scratch.hptune(&["run", first.to_str().unwrap()]));
+    let printed = scratch.hptune(&["best", &name, "--artifact"]);
+    assert_success(&printed);
+    let best = PathBuf::from(stdout(&printed).trim());
+    assert_eq!(
+        std::fs::read_to_string(best.join("model.txt")).unwrap(),
+        "first"
+    );
+
+    // The opposite goal: its best would be the first's worst, and the first's best its own
+    // to remove.
+    let second = scratch.study("second.yaml", &owned_study(&name, "maximize", "second"));
+    let other_database = format!("sqlite://{}", scratch.path("other.db").display());
+    let in_other = |args: &[&str]| {
+        scratch
+            .command(args)
+            .env("HPTUNE_STORAGE", &other_database)
+            .output()
+            .unwrap()
+    };
+    let run = in_other(&["run", second.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read_to_string(best.join("model.txt"))
+            .ok()
+            .as_deref(),
+        Some("first"),
+        "the first study's best model is its own and still there"
+    );
+    // The trial whose folder the first study kept fails, saying whose the folder is; the
+    // others' folders were removed by the first study's keep_best, so they make their own.
+    let listed = in_other(&["trials", &name, "--format", "json"]);
+    assert_success(&listed);
+    let trials: Vec<Value> = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(trials.len(), 3, "{trials:?}");
+    let best_dir = json!(best.display().to_string());
+    for trial in &trials {
+        if trial["artifact_dir"] != best_dir {
+            assert_eq!(trial["state"], "succeeded", "{trial}");
+            continue;
+        }
+        assert_eq!(trial["state"], "failed", "{trial}");
+        let error = trial["error"].as_str().unwrap();
+        assert!(
+            error.contains("exists and was not created by this attempt")
+                && error.contains(&format!("of study '{name}' (id 1, created")),
+            "{error}"
+        );
+    }
+    // Its keep_best leaves the folder of its failed trial alone.
+    let said = common::stderr(&run);
+    assert!(
+        said.contains(&format!("left {} alone", best.display())),
+        "{said}"
+    );
+    let printed = scratch.hptune(&["best", &name, "--artifact"]);
+    assert_success(&printed);
+    assert_eq!(PathBuf::from(stdout(&printed).trim()), best);
 }
 
 #[tokio::test]

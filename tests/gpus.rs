@@ -518,3 +518,84 @@ fn killed_while_its_workers_run(scratch: Scratch) {
         "{trials:?}"
     );
 }
+
+/// A worker that leaves a child running in a session of its own (`setsid`, out of reach of
+/// its process group) and ends: the lease ends with the trial, so the next trial on the
+/// device starts at once instead of waiting for the child, which holds the lock file too.
+#[test]
+fn a_child_the_worker_detached_does_not_keep_its_device_after_the_trial() {
+    let machine = Machine::new(Some(1));
+    // Each worker waits until its child has left its process group (the child writes its
+    // pid from its new session), so that the worker's end, which kills its group, spares it.
+    let child = machine.path("child");
+    let text = format!(
+        "name: detached\nobjective: {{metric: loss, goal: minimize}}\nparameters:\n  - {{id: x, type: double, min: 0, max: 1}}\nalgorithm: random\nmax_trial_count: 2\ntrial:\n  command: [sh, -c, 'setsid sh -c \"echo \\$\\$ > {0}-$HPTUNE_TRIAL_ID; exec sleep 30\" > /dev/null 2>&1 & while [ ! -s {0}-$HPTUNE_TRIAL_ID ]; do sleep 0.05; done; echo loss=1']\n  resources: {{gpus: 1}}\n",
+        child.display()
+    );
+    let study = machine.scratch.study("detached.yaml", &text);
+    let out = machine.run(&study, &[]);
+    let pids: Vec<String> = (0..2)
+        .filter_map(|trial| std::fs::read_to_string(format!("{}-{trial}", child.display())).ok())
+        .collect();
+    for pid in &pids {
+        let _ = kill(Pid::from_raw(pid.trim().parse().unwrap()), Signal::SIGKILL);
+    }
+    assert_success(&out);
+    assert_eq!(pids.len(), 2, "each trial left a child: {pids:?}");
+    let said = stderr(&out);
+    assert!(!said.contains("waiting for GPUs"), "{said}");
+    let trials = machine.scratch.trials("detached");
+    assert!(
+        trials
+            .iter()
+            .all(|t| t["state"] == "succeeded" && t["gpus"] == serde_json::json!(["0"])),
+        "{trials:?}"
+    );
+}
+
+/// The lock folder removed while a trial runs (by hand, or by a cleaner of old files in
+/// `/tmp`): the controller locks its device again on a new file, says so, and a second
+/// controller started then waits for the device instead of handing it out.
+#[test]
+fn a_lock_file_removed_under_a_running_trial_is_locked_again_and_the_device_never_shared() {
+    let machine = Machine::new(Some(1));
+    let long = machine.study("long", 1, 1, "1", 10.0);
+    let first = machine.spawn(&long);
+    machine.wait_for_starts(1);
+    let locks = machine.path("locks");
+    let lock = locks.join(format!("gpu-{}.lock", uuid(0)));
+    assert!(lock.is_file(), "{}", lock.display());
+    std::fs::remove_dir_all(&locks).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !lock.is_file() {
+        assert!(
+            Instant::now() < deadline,
+            "the controller did not lock its device again"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Locked again while its worker runs (it holds the device as a folder until it ends),
+    // not only once the trial has ended and the next is leased.
+    assert!(
+        machine.path("in-use").join(uuid(0)).is_dir(),
+        "the lock file came back only after the trial"
+    );
+    let short = machine.study("short", 1, 1, "1", 0.2);
+    let second = machine.run(&short, &[]);
+    let first = first.wait_with_output().unwrap();
+    assert_success(&first);
+    assert_success(&second);
+    let said = stderr(&first);
+    assert!(
+        said.contains(
+            "GPU 0: its lock file was removed or replaced while a trial held it; locked again"
+        ),
+        "{said}"
+    );
+    assert!(
+        stderr(&second).contains("waiting for GPUs"),
+        "{}",
+        stderr(&second)
+    );
+    machine.assert_no_device_shared();
+}

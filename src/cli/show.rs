@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
+use hptune::controller::is_remote;
 use hptune::sampler::bayes::believed_best;
 use hptune::spec;
 use hptune::storage::{Storage, StudyRecord, TrialRecord, TrialState, best_first, best_trial};
@@ -128,6 +129,12 @@ pub async fn best_artifact(
     if let Some(at) = trial.artifact_removed_at {
         return Err(Failure::Other(format!(
             "study '{}': the model of the best trial, {number}, was removed at {at} ({dir})",
+            record.name
+        )));
+    }
+    if !is_remote(&dir) && !Path::new(&dir).is_dir() {
+        return Err(Failure::Other(format!(
+            "study '{}': the model of the best trial, {number}, is missing: {dir} is not a folder of this machine (removed or moved outside hptune, or written on another machine)",
             record.name
         )));
     }

@@ -1,13 +1,14 @@
 //! The trials' model folders (`artifacts`): each attempt of a trial writes its model into a
 //! folder of its own, and with `keep_best: K` the folders of the trials that can no longer be
-//! among the best K are removed once their rows are final.
+//! among the best K are removed once their rows are final: only folders whose owner file
+//! names the trial (see `executor::ModelFolder`), never another's.
 
 use std::collections::BTreeSet;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
 use super::Run;
-use crate::executor::attempt_stem;
+use crate::executor::{StudyMark, attempt_stem, owner_of};
 use crate::storage::{StorageError, TrialRecord, TrialState, best_first};
 use crate::study::{Goal, Study};
 
@@ -133,12 +134,19 @@ impl Run<'_> {
                 if is_remote(&dir) {
                     continue;
                 }
-                match std::fs::remove_dir_all(&dir) {
-                    Ok(()) => tracing::info!(
+                match remove_model(Path::new(&dir), &self.study_mark, trial.number) {
+                    Ok(Removal::Removed) => tracing::info!(
                         "trial {}: removed its model {dir} (not among the best {keep_best})",
                         trial.number
                     ),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Ok(Removal::Gone) => {}
+                    Ok(Removal::NotOurs(found)) => {
+                        tracing::warn!(
+                            "trial {}: left {dir} alone, although the trial is not among the best {keep_best}: the folder is not this trial's ({found})",
+                            trial.number
+                        );
+                        continue;
+                    }
                     Err(e) => {
                         // Kept on record: tried again when the next trial ends.
                         tracing::warn!(
@@ -155,6 +163,38 @@ impl Run<'_> {
             self.view.update(trial);
         }
         Ok(())
+    }
+}
+
+/// What became of a model folder that `keep_best` removes.
+#[derive(Debug, PartialEq, Eq)]
+enum Removal {
+    /// It was removed.
+    Removed,
+    /// It was not there.
+    Gone,
+    /// It is not the trial's: its owner file names another, or it has none (a folder that
+    /// hptune did not create, or that predates owner files). Left as it is.
+    NotOurs(String),
+}
+
+/// Removes the model folder `dir` of trial `number` of `study`, if its owner file says it is
+/// one of that trial's attempts'.
+fn remove_model(dir: &Path, study: &StudyMark, number: u64) -> std::io::Result<Removal> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Removal::Gone),
+        Err(e) => return Err(e),
+        Ok(_) => {}
+    }
+    match owner_of(dir) {
+        Ok(owner) if owner.is_of_trial(study, number) => {}
+        Ok(owner) => return Ok(Removal::NotOurs(format!("it is {}", owner.describe()))),
+        Err(found) => return Ok(Removal::NotOurs(found)),
+    }
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(Removal::Removed),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Removal::Gone),
+        Err(e) => Err(e),
     }
 }
 
@@ -225,6 +265,45 @@ mod tests {
             numbers(&[removed, without, best], 1, &[]),
             Vec::<u64>::new()
         );
+    }
+
+    #[test]
+    fn only_a_folder_whose_owner_file_names_the_trial_is_removed() {
+        use crate::executor::{FolderOwner, ModelFolder};
+        let root = tempfile::tempdir().unwrap();
+        let study = |created_at: &str| StudyMark {
+            name: "s".into(),
+            id: 1,
+            created_at: created_at.into(),
+        };
+        let made_by = |name: &str, study: StudyMark| {
+            let folder = ModelFolder {
+                path: root.path().join(name),
+                owner: FolderOwner {
+                    study,
+                    trial: 3,
+                    attempt: 2,
+                },
+            };
+            folder.create().unwrap();
+            folder.path
+        };
+        let mine = study("2026-01-01T00:00:00.000Z");
+        let ours = made_by("ours", mine.clone());
+        let theirs = made_by("theirs", study("2026-02-02T00:00:00.000Z"));
+        let bare = root.path().join("bare");
+        std::fs::create_dir(&bare).unwrap();
+        assert_eq!(remove_model(&ours, &mine, 3).unwrap(), Removal::Removed);
+        assert!(!ours.exists());
+        assert_eq!(remove_model(&ours, &mine, 3).unwrap(), Removal::Gone);
+        let kept = |dir: &Path, number| match remove_model(dir, &mine, number).unwrap() {
+            Removal::NotOurs(found) => found,
+            other => panic!("{other:?}"),
+        };
+        assert!(kept(&theirs, 3).contains("created 2026-02-02"));
+        assert!(kept(&made_by("other-trial", mine.clone()), 4).contains("it is trial 3"));
+        assert!(kept(&bare, 3).contains("no .hptune-owner.json"));
+        assert!(theirs.is_dir() && bare.is_dir());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The loop's part in handing out GPUs (`trial.resources.gpus`): a trial's worker starts only
 //! on devices of its own, recorded with its attempt before it starts; a trial taken over from
 //! a controller that is gone keeps the devices recorded with it; a trial that finds no free
-//! devices waits for them, ahead of new trials.
+//! devices waits for them, ahead of new trials; the locks of running trials' devices are
+//! checked while they run.
 
 use std::time::Duration;
 
@@ -12,6 +13,10 @@ use crate::storage::{NextAttempt, StorageError, TrialRecord, TrialState};
 
 /// How often a controller waiting for GPUs locked by other processes looks again.
 pub(super) const GPU_POLL: Duration = Duration::from_secs(1);
+
+/// How often a controller checks that the locks of its running trials' devices still keep
+/// other processes off them (their files removed or replaced).
+pub(super) const LEASE_CHECK: Duration = Duration::from_secs(1);
 
 /// A trial of this controller whose worker waits for free GPUs.
 pub(super) struct Waiting {
@@ -85,6 +90,16 @@ impl Run<'_> {
     pub(super) fn release(&mut self, lease: Option<Lease>) {
         if let (Some(pool), Some(lease)) = (&mut self.gpus, lease) {
             pool.release(lease);
+        }
+    }
+
+    /// Checks the locks of the running trials' devices, taking again those whose files were
+    /// removed or replaced.
+    pub(super) fn check_leases(&mut self) {
+        if let Some(pool) = &self.gpus {
+            for lease in self.running.values_mut().filter_map(|r| r.lease.as_mut()) {
+                pool.check(lease);
+            }
         }
     }
 

@@ -15,7 +15,7 @@ mod liveness;
 mod verdict;
 mod workers;
 
-pub use artifacts::{ArtifactPlan, DEFAULT_ARTIFACTS_DIR, doomed};
+pub use artifacts::{ArtifactPlan, DEFAULT_ARTIFACTS_DIR, doomed, is_remote};
 pub use events::{Progress, RunEvent, RunObserver};
 
 use std::collections::{HashMap, VecDeque};
@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{self, JoinSet};
 
 use crate::executor::process::controller_id;
-use crate::executor::{Executor, StopRequest, WorkerEvent, WorkerOutcome};
+use crate::executor::{Executor, StopRequest, StudyMark, WorkerEvent, WorkerOutcome};
 use crate::gpus::{GpuPlan, GpuPool, Lease};
 use crate::report::Measurement;
 use crate::sampler::{Observation, ProposalContext, Sampler, SamplerError};
@@ -37,7 +37,7 @@ use crate::storage::{
 };
 use crate::study::Study;
 use crate::study::space::Assignment;
-use devices::{GPU_POLL, Waiting};
+use devices::{GPU_POLL, LEASE_CHECK, Waiting};
 use liveness::is_orphan;
 
 /// How often a controller tells the database that its trials are alive.
@@ -164,6 +164,8 @@ struct Run<'a> {
     executor: Arc<dyn Executor>,
     plan: &'a Plan,
     study_id: i64,
+    /// The study as its model folders name it.
+    study_mark: StudyMark,
     owner: String,
     view: StudyView,
     events_tx: mpsc::UnboundedSender<WorkerEvent>,
@@ -202,6 +204,11 @@ pub async fn run(
         executor,
         plan,
         study_id: record.id,
+        study_mark: StudyMark {
+            name: record.name.clone(),
+            id: record.id,
+            created_at: record.created_at.clone(),
+        },
         owner: controller_id(),
         view: StudyView::new(record.id, study.objective.goal),
         events_tx,
@@ -248,6 +255,8 @@ pub async fn run(
     let mut blocked = false;
     let mut gpu_poll = tokio::time::interval(GPU_POLL);
     gpu_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut lease_check = tokio::time::interval(LEASE_CHECK);
+    lease_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if !interrupted {
             run.start_waiting(observer).await?;
@@ -399,6 +408,9 @@ pub async fn run(
             // (spent by other controllers of the study).
             _ = gpu_poll.tick(), if waits_for_gpus => {
                 storage.refresh(&mut run.view).await?;
+            }
+            _ = lease_check.tick(), if run.gpus.is_some() && !run.running.is_empty() => {
+                run.check_leases();
             }
             Some(event) = events.recv() => run.record(event, None).await?,
         }

@@ -11,8 +11,8 @@ use super::liveness::{attempt_began, running_for};
 use super::verdict::{Verdict, feasibility, verdict_on};
 use super::{ControllerError, Run, RunEvent, RunObserver, Running};
 use crate::executor::{
-    AttemptFiles, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
-    command_line, worker_env,
+    AttemptFiles, FolderOwner, ModelFolder, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent,
+    WorkerOutcome, command_line, worker_env,
 };
 use crate::gpus::Lease;
 use crate::report::Measurement;
@@ -43,7 +43,10 @@ impl Run<'_> {
         trial.log_path = Some(job.log_path.display().to_string());
         // A trial taken over keeps the folder recorded when its worker started.
         if trial.artifact_dir.is_none() {
-            trial.artifact_dir = job.output_dir.as_ref().map(|d| d.display().to_string());
+            trial.artifact_dir = job
+                .output_dir
+                .as_ref()
+                .map(|folder| folder.path.display().to_string());
         }
         observer.observe(RunEvent::TrialStarted { trial: &trial }, &self.progress());
         let (stop, stop_rx) = watch::channel(StopRequest::Run);
@@ -81,7 +84,7 @@ impl Run<'_> {
         );
         // A remote worker saves where its engine says; a local one, or a Slurm one on the
         // shared filesystem, in its attempt's folder.
-        let output_dir = match (&study.trial.executor, &trial.artifact_dir) {
+        let path = match (&study.trial.executor, &trial.artifact_dir) {
             (ExecutorSpec::Local | ExecutorSpec::Slurm(_), Some(recorded)) => {
                 Some(PathBuf::from(recorded))
             }
@@ -92,6 +95,14 @@ impl Run<'_> {
             ),
             _ => None,
         };
+        let output_dir = path.map(|path| ModelFolder {
+            path,
+            owner: FolderOwner {
+                study: self.study_mark.clone(),
+                trial: trial.number,
+                attempt: trial.attempt,
+            },
+        });
         TrialJob {
             study: study.name.clone(),
             number: trial.number,
@@ -109,7 +120,7 @@ impl Run<'_> {
                 trial.number,
                 trial.attempt,
                 &files.metrics,
-                output_dir.as_deref(),
+                output_dir.as_ref().map(|folder| folder.path.as_path()),
                 lease.map_or(&[], Lease::devices),
             ),
             output_dir,

@@ -7,6 +7,7 @@
 
 mod follow;
 mod local;
+mod model_folder;
 mod output;
 pub mod process;
 mod remote;
@@ -20,6 +21,7 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
 pub use local::LocalExecutor;
+pub use model_folder::{FolderError, FolderOwner, ModelFolder, OWNER_FILE, StudyMark, owner_of};
 pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study, relay};
 pub use slurm::{RELAY_LOG_DIR_VARIABLE, SlurmEngine, SlurmExecutor};
 
@@ -47,7 +49,7 @@ pub struct TrialJob {
     pub metrics_path: PathBuf,
     /// The attempt's model folder (`HPTUNE_OUTPUT_DIR`), created before a local or Slurm
     /// worker starts; `None` for a remote worker, which saves where its engine says.
-    pub output_dir: Option<PathBuf>,
+    pub output_dir: Option<ModelFolder>,
     /// Wall-clock limit.
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL.
@@ -69,11 +71,11 @@ pub struct TrialJob {
 }
 
 impl TrialJob {
-    /// Creates the attempt's model folder, if it has one, before its worker starts.
+    /// Creates the attempt's model folder, if it has one, before its worker starts: the
+    /// attempt's own, never one that another created ([`ModelFolder::create`]).
     pub fn create_output_dir(&self) -> Result<(), String> {
         match &self.output_dir {
-            Some(dir) => std::fs::create_dir_all(dir)
-                .map_err(|e| format!("cannot create the model folder {}: {e}", dir.display())),
+            Some(folder) => folder.create().map_err(|e| e.to_string()),
             None => Ok(()),
         }
     }

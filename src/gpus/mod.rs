@@ -2,19 +2,19 @@
 //! the controller may hand out ([`find`]), and which of them each running trial holds
 //! ([`GpuPool`]). A trial holds its devices alone: it gets them locked ([`LockDir`]), so that
 //! no other trial of this controller or of another hptune process of the machine gets them
-//! while it runs, and its worker sees only them (`CUDA_VISIBLE_DEVICES`).
+//! while it runs, and its worker sees only them (`CUDA_VISIBLE_DEVICES`); the lease ends with
+//! the trial.
 
 mod detect;
 mod lock;
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::io;
 use std::num::NonZeroUsize;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 
 pub use detect::{Found, Source, find};
-pub use lock::{DEFAULT_LOCK_DIR, LockDir};
+pub use lock::{DEFAULT_LOCK_DIR, HeldLock, LockChange, LockDir};
 
 /// A GPU of the pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +56,7 @@ impl GpuPlan {
 #[derive(Debug)]
 pub struct Lease {
     devices: Vec<Device>,
-    locks: Vec<File>,
+    locks: Vec<HeldLock>,
 }
 
 impl Lease {
@@ -73,7 +73,7 @@ impl Lease {
     /// The open lock files, which the trial's worker inherits: its devices stay locked while
     /// it runs, also if its controller is killed.
     pub fn lock_fds(&self) -> Vec<RawFd> {
-        self.locks.iter().map(AsRawFd::as_raw_fd).collect()
+        self.locks.iter().map(HeldLock::fd).collect()
     }
 }
 
@@ -156,10 +156,30 @@ impl GpuPool {
         lease
     }
 
-    /// Gives a trial's devices back (its worker has ended); their locks close.
+    /// Gives a trial's devices back (its worker has ended): their locks end, also for the
+    /// processes its worker left running.
     pub fn release(&mut self, lease: Lease) {
         for device in &lease.devices {
             self.held.remove(&device.name);
+        }
+        lease.locks.into_iter().for_each(HeldLock::release);
+    }
+
+    /// Checks that the locks of a running trial still keep other processes off its devices
+    /// (see [`HeldLock::check`]), and says so when one had to be taken again or was lost.
+    pub fn check(&self, lease: &mut Lease) {
+        for lock in &mut lease.locks {
+            let name = lock.device().name.clone();
+            match lock.check(&self.plan.locks) {
+                Ok(None) => {}
+                Ok(Some(LockChange::Retaken)) => tracing::warn!(
+                    "GPU {name}: its lock file was removed or replaced while a trial held it; locked again"
+                ),
+                Ok(Some(LockChange::Lost)) => tracing::error!(
+                    "GPU {name}: its lock file was removed or replaced while a trial held it, and another process has locked the new one: it may hand the device out"
+                ),
+                Err(e) => tracing::warn!("GPU {name}: checking its lock: {e}"),
+            }
         }
     }
 

@@ -89,7 +89,7 @@ impl Engine for SlurmEngine {
     /// controller's working directory still writes it where the study's artifacts dir says
     /// (a filesystem the compute nodes share, e.g. the cluster's scratch).
     fn model_output(&self, job: &TrialJob, _name: &str) -> Option<ModelOutput> {
-        let dir = std::path::absolute(job.output_dir.as_ref()?).ok()?;
+        let dir = std::path::absolute(&job.output_dir.as_ref()?.path).ok()?;
         let dir = dir.display().to_string();
         Some(ModelOutput::in_container(dir.clone(), &dir))
     }
