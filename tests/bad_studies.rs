@@ -269,7 +269,12 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
         (
             "an sbatch option hptune sets itself",
             executor("kind: slurm\n    extra_args: [--exclusive, --output=mine.log]"),
-            "study.yaml:30:31: trial.executor.extra_args[1]: hptune sets --output itself",
+            "study.yaml:30:31: trial.executor.extra_args[1]: '--output=mine.log' is sbatch's --output, which hptune sets itself",
+        ),
+        (
+            "an sbatch option hptune sets itself, abbreviated",
+            executor("kind: slurm\n    extra_args: [--exclusive, --arr=0-2]"),
+            "study.yaml:30:31: trial.executor.extra_args[1]: '--arr=0-2' is sbatch's --array, which hptune sets itself",
         ),
         (
             "a word of extra_args that is not an option",

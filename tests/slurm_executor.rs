@@ -167,6 +167,7 @@ impl Counted {
         out
     }
 
+    /// `hptune run` on the study, with the counting `sbatch` first on PATH.
     fn run(&self) -> Command {
         let mut command = self.scratch.command(&["run", self.path.to_str().unwrap()]);
         command.env("PATH", &self.env_path);
@@ -577,9 +578,24 @@ fn an_interrupted_study_cancels_its_jobs() {
 
 #[test]
 fn a_job_whose_id_a_killed_controller_never_recorded_is_found_and_adopted() {
-    let Some(counted) = Counted::new("unrecorded", 1, 1, "2") else {
-        return;
-    };
+    if let Some(counted) = Counted::new("unrecorded", 1, 1, "2") {
+        unrecorded_then_found(&counted, "unrecorded");
+    }
+}
+
+#[test]
+fn a_job_whose_id_was_never_recorded_is_found_from_a_folder_with_spaces() {
+    if test_slurm().is_some() {
+        let scratch = Scratch::named("hptune test ");
+        let counted = Counted::in_scratch(scratch, "unrecorded-spaced", 1, 1, "2", "");
+        unrecorded_then_found(&counted, "unrecorded-spaced");
+    }
+}
+
+/// SIGKILLs the controller of the one-trial study `name` once `sbatch` has submitted its job,
+/// before the job's id is recorded; then runs the study again: the job is found, by its name
+/// and its script, and adopted, not submitted again.
+fn unrecorded_then_found(counted: &Counted, name: &str) {
     let scratch = &counted.scratch;
     std::fs::write(scratch.path("kill-controller"), "").unwrap();
     let first = counted.start().wait().unwrap();
@@ -589,14 +605,137 @@ fn a_job_whose_id_a_killed_controller_never_recorded_is_found_and_adopted() {
     assert_eq!(unrecorded, [[Value::from("running"), Value::Null]]);
 
     let out = counted.finish();
-    let trial = &scratch.trials("unrecorded")[0];
+    let trial = &scratch.trials(name)[0];
     assert_eq!(trial["state"], "succeeded", "{trial}");
     assert_eq!(trial["attempt"], 1, "{trial}");
-    // Found by its name and log path: submitted once, its worker started once.
+    // Found by its name and script: submitted once, its worker started once.
     assert_eq!(lines(&counted.submissions).len(), 1, "{}", stderr(&out));
     assert_eq!(lines(&counted.starts).len(), 1);
     let job = slurm_job(job_id(trial));
-    assert_eq!(job["JobName"], "hptune-unrecorded-0-1");
+    assert_eq!(job["JobName"], format!("hptune-{name}-0-1"));
+}
+
+#[test]
+fn a_recorded_job_id_slurm_gave_to_another_job_is_neither_followed_nor_cancelled() {
+    let Some(counted) = Counted::new("reused", 1, 1, "1") else {
+        return;
+    };
+    let scratch = &counted.scratch;
+    // The controller dies with its job running; the job ends, Slurm forgets it and gives its
+    // id to someone else's job (here: the recorded id is made that of another job).
+    let mut first = counted.start();
+    wait_until("a running job", || {
+        !running_jobs(scratch, "reused").is_empty()
+    });
+    kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
+    first.wait().unwrap();
+    let own = running_jobs(scratch, "reused")[0];
+    Command::new("scancel")
+        .arg(own.to_string())
+        .status()
+        .unwrap();
+    let other = Command::new("sbatch")
+        .args([
+            "--parsable",
+            "--job-name=someone-elses",
+            "--output=/dev/null",
+            "--wrap=sleep 300",
+        ])
+        .output()
+        .unwrap();
+    assert!(other.status.success(), "{}", stderr(&other));
+    let other: u64 = String::from_utf8_lossy(&other.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    scratch.execute(&format!("UPDATE trials SET worker = 'slurm:{other}'"));
+
+    let text = std::fs::read_to_string(&counted.path).unwrap();
+    std::fs::write(
+        &counted.path,
+        text.replace("  env:", "  timeout: 30s\n  env:"),
+    )
+    .unwrap();
+    let out = counted.run().output().unwrap();
+    let still_there = in_queue(other);
+    Command::new("scancel")
+        .arg(other.to_string())
+        .status()
+        .unwrap();
+    assert!(still_there, "hptune cancelled someone else's job {other}");
+    assert_success(&out);
+    // The attempt, whose job nobody watched to its end, ran again as a new one.
+    let trial = &scratch.trials("reused")[0];
+    assert_eq!(trial["state"], "succeeded", "{trial}");
+    assert_eq!(trial["attempt"], 2, "{trial}");
+    assert!(![own, other].contains(&job_id(trial)), "{trial}");
+}
+
+#[test]
+fn a_worker_whose_path_holds_an_equals_sign_runs() {
+    if test_slurm().is_none() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let folder = scratch.path("lr=0.1");
+    std::fs::create_dir(&folder).unwrap();
+    let worker = folder.join("worker");
+    std::fs::copy(common::worker(), &worker).unwrap();
+    let text = study("equals", 1, 1, "{}", "").replace("{worker}", worker.to_str().unwrap());
+    let path = scratch.study("study.yaml", &text);
+    assert_success(&scratch.hptune(&["run", path.to_str().unwrap()]));
+    let trial = &scratch.trials("equals")[0];
+    assert_eq!(trial["state"], "succeeded", "{trial}");
+    assert!((trial["value"].as_f64().unwrap() - expected_loss(trial)).abs() < 1e-9);
+}
+
+#[test]
+fn a_log_folder_whose_name_holds_a_percent_sign_gets_the_jobs_output() {
+    if test_slurm().is_none() {
+        return;
+    }
+    let scratch = Scratch::named("hptune 100%j ");
+    let path = scratch.study("study.yaml", &study("percent", 1, 1, "{}", ""));
+    assert_success(&scratch.hptune(&["run", path.to_str().unwrap()]));
+    let trial = &scratch.trials("percent")[0];
+    assert_eq!(trial["state"], "succeeded", "{trial}");
+    assert!((trial["value"].as_f64().unwrap() - expected_loss(trial)).abs() < 1e-9);
+    let log = std::fs::read_to_string(scratch.path(trial["log_path"].as_str().unwrap()));
+    assert!(log.unwrap().contains("loss="), "{trial}");
+}
+
+#[test]
+fn abbreviations_of_the_options_hptune_sets_are_refused_in_extra_args() {
+    let scratch = Scratch::new();
+    for (arg, expected) in [
+        (
+            "--arr=0-2",
+            "trial.executor.extra_args[1]: '--arr=0-2' is sbatch's --array",
+        ),
+        (
+            "--out=x.log",
+            "trial.executor.extra_args[1]: '--out=x.log' is sbatch's --output",
+        ),
+        (
+            "-Hox.log",
+            "trial.executor.extra_args[1]: '-Hox.log' is sbatch's --output",
+        ),
+    ] {
+        let text = study(
+            "abbreviated",
+            2,
+            1,
+            "{}",
+            &format!(", extra_args: [--exclusive, '{arg}']"),
+        );
+        let path = scratch.study("study.yaml", &text);
+        assert_exit_says(
+            &scratch.hptune(&["run", path.to_str().unwrap()]),
+            2,
+            expected,
+        );
+        assert!(!scratch.path("hptune.db").exists(), "{arg}");
+    }
 }
 
 #[test]

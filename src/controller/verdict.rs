@@ -123,6 +123,10 @@ fn verdict_on_end(
             "timed out after {} (trial.timeout) and was terminated",
             humantime::format_duration(study.trial.timeout.unwrap_or(*left))
         )),
+        WorkerEnd::TimedOutBeforeStart { after, why } => failed(format!(
+            "timed out after {} (trial.timeout) before it ever started: {why}; it was cancelled",
+            humantime::format_duration(study.trial.timeout.unwrap_or(*after))
+        )),
         WorkerEnd::Stopped => match early_stop {
             Some(reason) => Verdict::Final(
                 TrialState::Stopped,

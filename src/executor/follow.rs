@@ -25,6 +25,11 @@ pub(super) trait Worker: Send {
     /// says [`StopRequest::Now`].
     async fn terminate(&mut self, grace: Duration, stop: &mut watch::Receiver<StopRequest>);
 
+    /// Why the worker has not started yet (a job its scheduler still holds), if it has not.
+    async fn never_started(&mut self) -> Option<String> {
+        None
+    }
+
     /// Ends whatever the worker left behind once it ended.
     async fn clean_up(&mut self) {}
 }
@@ -60,7 +65,17 @@ pub(super) async fn follow(
             }
         }
     };
-    if matches!(end, WorkerEnd::TimedOut(_) | WorkerEnd::Stopped) {
+    let end = match end {
+        WorkerEnd::TimedOut(after) => match worker.never_started().await {
+            Some(why) => WorkerEnd::TimedOutBeforeStart { after, why },
+            None => end,
+        },
+        end => end,
+    };
+    if matches!(
+        end,
+        WorkerEnd::TimedOut(_) | WorkerEnd::TimedOutBeforeStart { .. } | WorkerEnd::Stopped
+    ) {
         worker.terminate(job.grace_period, &mut stop).await;
     }
     worker.clean_up().await;

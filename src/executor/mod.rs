@@ -139,6 +139,14 @@ pub enum WorkerEnd {
     Killed(String),
     /// It ran past the timeout and was terminated.
     TimedOut(Duration),
+    /// The timeout passed before it even started (its job held in a queue), and it was
+    /// cancelled.
+    TimedOutBeforeStart {
+        /// The timeout.
+        after: Duration,
+        /// Why it had not started, as its scheduler says.
+        why: String,
+    },
     /// The controller asked it to stop, and it did.
     Stopped,
     /// It could not be started.

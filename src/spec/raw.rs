@@ -292,6 +292,7 @@ pub struct RawSlurm {
     pub constraint: Option<String>,
     pub extra_args: Option<Vec<String>>,
     pub poll_interval: Option<String>,
+    pub outage_limit: Option<String>,
     pub report: Option<String>,
 }
 

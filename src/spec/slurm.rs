@@ -9,6 +9,10 @@ use crate::study::{SlurmReport, SlurmSpec};
 /// How often a Slurm job's state is asked for, when the file does not say.
 const DEFAULT_SLURM_POLL_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long Slurm's controller may fail to answer before a job is given up, when the file
+/// does not say: a restart or a failover (`SlurmctldTimeout`, 2 minutes by default) and more.
+const DEFAULT_OUTAGE_LIMIT: Duration = Duration::from_secs(10 * 60);
+
 /// `sbatch` options that hptune sets itself for each job: `extra_args` may not hold them.
 const OWN_OPTIONS: [(&str, Option<&str>); 7] = [
     ("--parsable", None),
@@ -19,6 +23,9 @@ const OWN_OPTIONS: [(&str, Option<&str>); 7] = [
     ("--wrap", None),
     ("--array", Some("-a")),
 ];
+
+/// `sbatch`'s short options that take no value, which may come before another in one word.
+const SHORT_FLAGS: &str = "hHIkOQsuvVW";
 
 impl Checker<'_> {
     /// Checks a Slurm block; `timeout` (the trial's) is the job's time limit where the block
@@ -60,6 +67,8 @@ impl Checker<'_> {
         }
         let time = self.duration("trial.executor.time", raw.time.as_deref());
         let poll = self.duration("trial.executor.poll_interval", raw.poll_interval.as_deref());
+        let outage_limit =
+            self.duration("trial.executor.outage_limit", raw.outage_limit.as_deref());
         let cpus = match raw.cpus_per_task {
             None => Some(None),
             Some(n) => self
@@ -91,6 +100,7 @@ impl Checker<'_> {
             constraint: raw.constraint.clone(),
             extra_args: raw.extra_args.clone().unwrap_or_default(),
             poll_interval: poll?.unwrap_or(DEFAULT_SLURM_POLL_INTERVAL),
+            outage_limit: outage_limit?.unwrap_or(DEFAULT_OUTAGE_LIMIT),
             report: report?,
         };
         ok.then_some(spec)
@@ -106,23 +116,48 @@ fn is_memory_size(text: &str) -> bool {
         && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// Checks one of `extra_args`: an option of `sbatch`, not one that hptune sets itself.
+/// Checks one of `extra_args`: an option of `sbatch`, not one that hptune sets itself,
+/// written in full or abbreviated (`sbatch` takes any prefix of a long option that names no
+/// other: `--arr` is `--array`), or as a short option, alone or after flags (`-Ho x`).
 fn check_extra_arg(arg: &str) -> Result<(), String> {
-    if !arg.starts_with('-') {
+    let own = |long: &str| {
+        Err(format!(
+            "'{arg}' is sbatch's {long}, which hptune sets itself for each job (its name, its log files, its directory): leave it out"
+        ))
+    };
+    if let Some(long) = arg.strip_prefix("--") {
+        let name = long.split_once('=').map_or(long, |(name, _)| name);
+        if name.is_empty() {
+            return Err(format!(
+                "'{arg}' ends sbatch's options, and the job script must come after them: leave it out"
+            ));
+        }
+        return match OWN_OPTIONS
+            .iter()
+            .find(|(own, _)| own[2..].starts_with(name))
+        {
+            Some((long, _)) => own(long),
+            None => Ok(()),
+        };
+    }
+    let Some(shorts) = arg.strip_prefix('-').filter(|s| !s.is_empty()) else {
         return Err(format!(
             "'{arg}' is not an sbatch option (options start with '-'; write one with its value: --nodelist=n1)"
         ));
+    };
+    for short in shorts.chars() {
+        if let Some((long, _)) = OWN_OPTIONS
+            .iter()
+            .find(|(_, own)| own.is_some_and(|own| own[1..].starts_with(short)))
+        {
+            return own(long);
+        }
+        // What follows an option that takes a value is its value.
+        if !SHORT_FLAGS.contains(short) {
+            break;
+        }
     }
-    let name = arg.split_once('=').map_or(arg, |(name, _)| name);
-    let own = OWN_OPTIONS
-        .iter()
-        .find(|(long, short)| name == *long || short.is_some_and(|short| arg.starts_with(short)));
-    match own {
-        Some((long, _)) => Err(format!(
-            "hptune sets {long} itself for each job (its name, its log files, its directory): leave it out"
-        )),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -156,11 +191,44 @@ mod tests {
             "-D/tmp",
             "--parsable",
             "--array=1-3",
+            // Abbreviated, as sbatch takes them.
+            "--arr=0-2",
+            "--out=x",
+            "--o=x",
+            "--job=j",
+            "--ch=/tmp",
+            "--wr=true",
+            "--err",
+            // After flags that take no value.
+            "-Hox",
+            "-vvD/tmp",
         ] {
             assert!(
                 check_extra_arg(own).unwrap_err().contains("itself"),
                 "{own}"
             );
+        }
+        assert!(
+            check_extra_arg("--arr=0-2")
+                .unwrap_err()
+                .starts_with("'--arr=0-2' is sbatch's --array")
+        );
+        assert!(
+            check_extra_arg("--")
+                .unwrap_err()
+                .contains("ends sbatch's options")
+        );
+        // Options that merely begin like one of hptune's, and values that hold its letters.
+        for other in [
+            "--exclusive",
+            "--part=gpu",
+            "--export=ALL",
+            "--open-mode=append",
+            "-wnode-d",
+            "-t10",
+            "-c4",
+        ] {
+            assert!(check_extra_arg(other).is_ok(), "{other}");
         }
     }
 }

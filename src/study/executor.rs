@@ -215,6 +215,9 @@ pub struct SlurmSpec {
     pub extra_args: Vec<String>,
     /// How often the job's state is asked of Slurm.
     pub poll_interval: Duration,
+    /// How long Slurm's controller may fail to answer (a restart, a failover) before a job
+    /// is given up.
+    pub outage_limit: Duration,
     /// How the job's worker reports to the controller.
     pub report: SlurmReport,
 }

@@ -182,6 +182,17 @@ impl Scratch {
         }
     }
 
+    /// A scratch directory whose name begins with `prefix` (spaces, `%`, `=` and all).
+    pub fn named(prefix: &str) -> Self {
+        Self {
+            dir: tempfile::Builder::new()
+                .prefix(prefix)
+                .tempdir()
+                .expect("a temporary directory"),
+            postgres: None,
+        }
+    }
+
     /// A scratch directory whose commands use this PostgreSQL database.
     pub fn on_postgres(url: &str) -> Self {
         Self {

@@ -12,7 +12,9 @@ use crate::executor::WorkerEnd;
 /// A job as Slurm says it is.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Status {
-    /// Pending, running, or finishing.
+    /// Waiting to start, for this reason of Slurm's (`Resources`, `ReqNodeNotAvail...`).
+    Pending(String),
+    /// Running, or finishing.
     Active,
     /// Requeued by Slurm (preempted, its node lost, or `scontrol requeue`): it would run
     /// again as the same job, over the files of this attempt.
@@ -110,14 +112,7 @@ pub async fn cancel(id: u64, now: bool) -> Result<(), String> {
 /// to `exit_file` (a job that reports through files); a job none of them knows has vanished.
 pub async fn status(id: u64, exit_file: Option<&Path>) -> Result<Status, String> {
     if let Some(job) = show_job(id).await? {
-        let field = |key: &str| job.get(key).map_or("", String::as_str);
-        let restarts = field("Restarts").parse().unwrap_or(0);
-        return Ok(status_of(
-            field("JobState"),
-            field("Reason"),
-            field("ExitCode"),
-            restarts,
-        ));
+        return Ok(job.status());
     }
     if let Some(status) = accounted(id).await {
         return Ok(status);
@@ -129,8 +124,9 @@ pub async fn status(id: u64, exit_file: Option<&Path>) -> Result<Status, String>
     ))
 }
 
-/// The job whose name is `name` and whose output goes to `log_path`, if Slurm knows one.
-pub async fn find(name: &str, log_path: &Path) -> Result<Option<u64>, String> {
+/// The job of this user whose name is `name` and whose batch script is `script`, if Slurm
+/// knows one.
+pub async fn find(name: &str, script: &Path) -> Result<Option<u64>, String> {
     let args = ["--noheader", "--states=all", "--format=%i"].map(String::from);
     let mut args = args.to_vec();
     args.push(format!("--name={name}"));
@@ -138,7 +134,6 @@ pub async fn find(name: &str, log_path: &Path) -> Result<Option<u64>, String> {
     if !printed.success {
         return Err(format!("squeue: {}", printed.error()));
     }
-    let log = log_path.display().to_string();
     for id in printed
         .stdout
         .split_whitespace()
@@ -146,7 +141,7 @@ pub async fn find(name: &str, log_path: &Path) -> Result<Option<u64>, String> {
     {
         if show_job(id)
             .await?
-            .is_some_and(|job| job.get("StdOut") == Some(&log))
+            .is_some_and(|job| job.is(name) && Path::new(job.field("Command")) == script)
         {
             return Ok(Some(id));
         }
@@ -176,13 +171,13 @@ pub fn check_partition(names: &str) -> Result<(), String> {
     }
 }
 
-/// The fields of `scontrol show job --oneliner ID`, or `None` when the controller does
-/// not know the job (it forgets finished jobs after `MinJobAge`).
-async fn show_job(id: u64) -> Result<Option<HashMap<String, String>>, String> {
-    let args = ["show", "job", "--oneliner", &id.to_string()].map(String::from);
+/// Job `id` as `scontrol show job` shows it, or `None` when the controller does not know
+/// the job (it forgets finished jobs after `MinJobAge`).
+pub async fn show_job(id: u64) -> Result<Option<ShownJob>, String> {
+    let args = ["show", "job", &id.to_string()].map(String::from);
     let printed = run("scontrol", &args).await?;
     if printed.success {
-        return Ok(Some(fields(&printed.stdout)));
+        return Ok(Some(ShownJob::parse(&printed.stdout)));
     }
     match printed.stderr.contains("Invalid job id") {
         true => Ok(None),
@@ -190,18 +185,68 @@ async fn show_job(id: u64) -> Result<Option<HashMap<String, String>>, String> {
     }
 }
 
-/// The `Key=Value` fields of `scontrol --oneliner`'s line, the first of each key kept (a
-/// later value, such as the command's path, may hold spaces and `=`).
-fn fields(line: &str) -> HashMap<String, String> {
-    let mut fields = HashMap::new();
-    for word in line.split_whitespace() {
-        if let Some((key, value)) = word.split_once('=') {
-            fields
-                .entry(key.to_string())
-                .or_insert_with(|| value.to_string());
+/// The fields of `scontrol show job` that Slurm prints alone on their line, each value being
+/// the rest of it: paths, which may hold spaces and `=`.
+const WHOLE_LINE_FIELDS: [&str; 5] = ["Command", "WorkDir", "StdErr", "StdIn", "StdOut"];
+
+/// A job as `scontrol show job` (its multi-line form) shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShownJob {
+    fields: HashMap<String, String>,
+}
+
+impl ShownJob {
+    /// Reads what `scontrol show job` printed: `Key=Value` words, the first of each key kept
+    /// (a later one could be part of a path), and the paths of [`WHOLE_LINE_FIELDS`] whole.
+    fn parse(printed: &str) -> Self {
+        let mut fields = HashMap::new();
+        for line in printed.lines() {
+            let line = line.trim_start();
+            let whole = line
+                .split_once('=')
+                .filter(|(key, _)| WHOLE_LINE_FIELDS.contains(key));
+            let pairs: Vec<(&str, &str)> = match whole {
+                Some(pair) => vec![pair],
+                None => line
+                    .split_whitespace()
+                    .filter_map(|word| word.split_once('='))
+                    .collect(),
+            };
+            for (key, value) in pairs {
+                fields
+                    .entry(key.to_string())
+                    .or_insert_with(|| value.to_string());
+            }
         }
+        Self { fields }
     }
-    fields
+
+    /// The value of field `key`; empty where Slurm printed none.
+    pub fn field(&self, key: &str) -> &str {
+        self.fields.get(key).map_or("", String::as_str)
+    }
+
+    /// Whether this is a job of this user named `name`: a job hptune submitted, not another
+    /// that Slurm gave the same id later.
+    pub fn is(&self, name: &str) -> bool {
+        // `UserId=name(uid)`.
+        let uid = self
+            .field("UserId")
+            .rsplit_once('(')
+            .and_then(|(_, uid)| uid.strip_suffix(')')?.parse::<u32>().ok());
+        self.field("JobName") == name && uid == Some(nix::unistd::getuid().as_raw())
+    }
+
+    /// How the job is.
+    fn status(&self) -> Status {
+        let restarts = self.field("Restarts").parse().unwrap_or(0);
+        status_of(
+            self.field("JobState"),
+            self.field("Reason"),
+            self.field("ExitCode"),
+            restarts,
+        )
+    }
 }
 
 /// How job `id` ended, as `sacct` says, where the cluster keeps accounting.
@@ -249,6 +294,7 @@ fn status_of(state: &str, reason: &str, exit: &str, restarts: u32) -> Status {
         "NODE_FAIL" => lost("its node failed"),
         "BOOT_FAIL" => lost("its node failed to boot"),
         "PREEMPTED" => lost("Slurm preempted it"),
+        "PENDING" => Status::Pending(reason.to_string()),
         _ => Status::Active,
     }
 }
@@ -283,12 +329,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scontrol_fields_keep_the_first_value_of_each_key() {
-        let line = "JobId=7 JobName=hptune-s-0-1 JobState=RUNNING Reason=None Restarts=0 ExitCode=0:0 Command=/a b/JobState=X StdOut=/l/trial-0.log";
-        let f = fields(line);
-        assert_eq!(f["JobState"], "RUNNING");
-        assert_eq!(f["StdOut"], "/l/trial-0.log");
-        assert_eq!(f["ExitCode"], "0:0");
+    fn scontrol_fields_keep_paths_whole_and_the_first_value_of_each_key() {
+        let printed = "JobId=7 JobName=hptune-s-0-1\n   UserId=me(1000) GroupId=me(1000)\n   JobState=RUNNING Reason=None Dependency=(null)\n   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0\n   Command=/a b/JobState=X StdOut=/y\n   WorkDir=/w d\n   StdOut=/l d/trial-0.log\n   Power=\n";
+        let job = ShownJob::parse(printed);
+        assert_eq!(job.field("JobState"), "RUNNING");
+        assert_eq!(job.field("Command"), "/a b/JobState=X StdOut=/y");
+        assert_eq!(job.field("WorkDir"), "/w d");
+        assert_eq!(job.field("StdOut"), "/l d/trial-0.log");
+        assert_eq!(job.field("ExitCode"), "0:0");
+        assert_eq!(job.field("Nothing"), "");
+        assert_eq!(job.status(), Status::Active);
+    }
+
+    #[test]
+    fn a_job_is_ours_by_its_name_and_user() {
+        let uid = nix::unistd::getuid().as_raw();
+        let job = |name: &str, uid: u32| {
+            ShownJob::parse(&format!(
+                "JobId=7 JobName={name}\n   UserId=u({uid}) GroupId=g(1)\n"
+            ))
+        };
+        assert!(job("hptune-s-0-1", uid).is("hptune-s-0-1"));
+        assert!(!job("someone-elses", uid).is("hptune-s-0-1"));
+        assert!(!job("hptune-s-0-1", uid + 1).is("hptune-s-0-1"));
     }
 
     #[test]
@@ -328,8 +391,11 @@ mod tests {
         ] {
             assert_eq!(ended(state, exit), end, "{state}");
         }
+        assert_eq!(
+            status_of("PENDING", "ReqNodeNotAvail", "0:0", 0),
+            Status::Pending("ReqNodeNotAvail".into())
+        );
         for active in [
-            "PENDING",
             "RUNNING",
             "COMPLETING",
             "CONFIGURING",

@@ -11,10 +11,14 @@
 //! database.
 //!
 //! The job's id is recorded with the attempt before anything else happens; a controller that
-//! takes the study over adopts the job by that id. A job requeued by Slurm (preempted, its node
-//! lost) is cancelled and its trial retried as a new attempt, so that one attempt is one job.
+//! takes the study over adopts the job by that id, once Slurm says the job of that id is
+//! still the one hptune named. A job requeued by Slurm (preempted, its node lost) is
+//! cancelled and its trial retried as a new attempt, so that one attempt is one job. While
+//! Slurm's controller does not answer, the job is followed through its exit status file and
+//! Slurm asked again, less often each time, for the study's `outage_limit`.
 
 mod commands;
+mod outage;
 mod relayed;
 mod script;
 
@@ -26,6 +30,7 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
 use self::commands::{Status, exit_status_file};
+use self::outage::Outage;
 use self::script::{JobFiles, job_name, job_script, sbatch_args};
 use super::follow::{Worker, follow, hurried};
 use super::output::{Output, wrote_output};
@@ -36,8 +41,6 @@ use super::{
 use crate::study::SlurmSpec;
 pub use relayed::SlurmEngine;
 
-/// Failed polls of a job's state in a row after which the job is given up.
-const FAILED_POLLS: u32 = 5;
 /// How often the exit status file of a running job is looked for.
 const EXIT_STATUS_POLL: Duration = Duration::from_millis(200);
 /// How often Slurm is asked whether a cancelled job, or one whose worker was killed, has
@@ -89,7 +92,7 @@ impl SlurmExecutor {
         })?;
         let work_dir = std::env::current_dir()
             .map_err(|e| format!("cannot tell the directory hptune runs in: {e}"))?;
-        let args = sbatch_args(&self.spec, job, Some(&log_path), &files.script, &work_dir);
+        let args = sbatch_args(&self.spec, job, Some(&log_path), &files.script, &work_dir)?;
         let id = commands::submit(&args, None).await?;
         Ok(SlurmJob::new(id, job, &self.spec))
     }
@@ -103,7 +106,8 @@ impl SlurmExecutor {
         since: std::time::SystemTime,
     ) -> Result<Option<SlurmJob>, String> {
         let log_path = std::path::absolute(&job.log_path).unwrap_or(job.log_path.clone());
-        if let Some(id) = commands::find(&job_name(job), &log_path).await? {
+        let script = JobFiles::of(&log_path).script;
+        if let Some(id) = commands::find(&job_name(job), &script).await? {
             return Ok(Some(SlurmJob::new(id, job, &self.spec)));
         }
         Ok(wrote_output(job, since).then(|| SlurmJob::ended_unwatched(job, &self.spec)))
@@ -119,7 +123,7 @@ impl Executor for SlurmExecutor {
         stop: watch::Receiver<StopRequest>,
     ) -> WorkerOutcome {
         let started = match &job.start {
-            Start::Adopt(handle) => SlurmJob::adopt(handle, &job, &self.spec),
+            Start::Adopt(handle) => SlurmJob::adopt(handle, &job, &self.spec).await,
             Start::Recover { since } => match self.recover(&job, *since).await {
                 Ok(Some(found)) => Ok(found),
                 Ok(None) => self.submit(&job).await,
@@ -173,6 +177,8 @@ struct SlurmJob {
     id: Option<u64>,
     files: JobFiles,
     poll_interval: Duration,
+    /// How long Slurm's controller may fail to answer before the job is given up.
+    outage_limit: Duration,
 }
 
 impl SlurmJob {
@@ -183,8 +189,37 @@ impl SlurmJob {
         }
     }
 
-    fn adopt(handle: &str, job: &TrialJob, spec: &SlurmSpec) -> Result<Self, String> {
-        Ok(Self::new(job_id(handle)?, job, spec))
+    /// The job of `handle`, recorded with the attempt by a controller now gone, once Slurm
+    /// says it is still the job hptune named for the attempt: after Slurm has forgotten it,
+    /// its id may be another job's, which is neither watched nor cancelled. Slurm's
+    /// controller is asked again while it does not answer, for the outage limit.
+    async fn adopt(handle: &str, job: &TrialJob, spec: &SlurmSpec) -> Result<Self, String> {
+        let id = job_id(handle)?;
+        let mut outage = Outage::new(spec.outage_limit, spec.poll_interval);
+        let shown = loop {
+            match commands::show_job(id).await {
+                Ok(shown) => break shown,
+                Err(e) => match outage.failed() {
+                    Some(wait) => {
+                        tracing::warn!("Slurm job {id}: {e}");
+                        tokio::time::sleep(wait).await;
+                    }
+                    None => return Err(outage.given_up(&e)),
+                },
+            }
+        };
+        let name = job_name(job);
+        match shown {
+            Some(shown) if !shown.is(&name) => {
+                tracing::warn!(
+                    "the Slurm job {id} is now '{}' of {}, not hptune's {name}: the attempt is judged by its files",
+                    shown.field("JobName"),
+                    shown.field("UserId"),
+                );
+                Ok(Self::ended_unwatched(job, spec))
+            }
+            _ => Ok(Self::new(id, job, spec)),
+        }
     }
 
     /// The job of an attempt that ended while no controller watched it, and that Slurm no
@@ -194,6 +229,7 @@ impl SlurmJob {
             id: None,
             files: JobFiles::of(&job.log_path),
             poll_interval: spec.poll_interval,
+            outage_limit: spec.outage_limit,
         }
     }
 
@@ -209,25 +245,31 @@ impl SlurmJob {
 
 impl SlurmJob {
     /// Asks Slurm how job `id` is every `interval` until it has ended; a job Slurm requeued
-    /// is cancelled and taken as preempted.
+    /// is cancelled and taken as preempted. While Slurm's controller does not answer, it is
+    /// asked again, less often each time; past the outage limit, the job is cancelled and
+    /// taken as preempted: its trial runs again, the outage not counted against it.
     async fn poll_slurm(&self, id: u64, interval: Duration) -> WorkerEnd {
-        let mut failed_polls = 0;
+        let mut outage = Outage::new(self.outage_limit, interval);
         loop {
-            match commands::status(id, Some(&self.files.exit_status)).await {
-                Ok(Status::Active) => failed_polls = 0,
+            let wait = match commands::status(id, Some(&self.files.exit_status)).await {
+                Ok(Status::Active | Status::Pending(_)) => {
+                    outage.answered();
+                    interval
+                }
                 Ok(Status::Ended(end)) => return end,
                 Ok(Status::Requeued(reason)) => return self.requeued(reason).await,
                 Err(e) => {
-                    failed_polls += 1;
                     tracing::warn!("Slurm job {id}: {e}");
-                    if failed_polls >= FAILED_POLLS {
-                        return WorkerEnd::JobFailed(format!(
-                            "lost track of the Slurm job {id}: {e}"
-                        ));
+                    match outage.failed() {
+                        Some(wait) => wait,
+                        None => {
+                            self.cancel(false).await;
+                            return WorkerEnd::Preempted(outage.given_up(&e));
+                        }
                     }
                 }
-            }
-            tokio::time::sleep(interval).await;
+            };
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -276,6 +318,14 @@ impl Worker for SlurmJob {
                 },
             },
             end = self.poll_slurm(id, self.poll_interval) => end,
+        }
+    }
+
+    /// Slurm's reason for holding the job, where it is still pending.
+    async fn never_started(&mut self) -> Option<String> {
+        match commands::status(self.id?, None).await {
+            Ok(Status::Pending(reason)) => Some(format!("Slurm kept its job pending ({reason})")),
+            _ => None,
         }
     }
 

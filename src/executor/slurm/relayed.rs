@@ -54,7 +54,7 @@ impl Engine for SlurmEngine {
         })?;
         let work_dir = std::env::current_dir()
             .map_err(|e| failed(format!("cannot tell the directory hptune runs in: {e}")))?;
-        let args = sbatch_args(&self.spec, job, None, &script, &work_dir);
+        let args = sbatch_args(&self.spec, job, None, &script, &work_dir).map_err(failed)?;
         let id = commands::submit(&args, Some(&container.storage_url))
             .await
             .map_err(failed)?;
@@ -69,6 +69,7 @@ impl Engine for SlurmEngine {
             .await
             .map_err(RemoteError::Command)?;
         Ok(match status {
+            Status::Pending(_) => JobState::Queued,
             Status::Active => JobState::Running,
             Status::Requeued(reason) => {
                 self.cancel(handle).await?;

@@ -98,10 +98,18 @@ fn header(job: &TrialJob) -> String {
 }
 
 /// The shell command that runs `argv` with `env` added to the environment, each word quoted.
+/// `env` sets the variables (whatever their names), then `sh` execs the program: passed to
+/// `env` itself, a program whose path holds `=` would be taken for one more variable.
 fn command_line(env: &[(String, String)], argv: &[String]) -> Result<String, String> {
     let words = env
         .iter()
         .map(|(name, value)| format!("{name}={value}"))
+        .chain([
+            "sh".to_string(),
+            "-c".into(),
+            r#"exec "$@""#.into(),
+            "sh".into(),
+        ])
         .chain(argv.iter().cloned());
     let mut command = vec!["env --".to_string()];
     for word in words {
@@ -147,6 +155,19 @@ fn slurm_time(limit: Duration) -> String {
 /// job on a node without that directory), named by the job's name (`%x`) and id (`%j`).
 pub const NODE_OUTPUT: &str = "/tmp/%x-%j.out";
 
+/// `path` as `sbatch --output` and `--error` take it: each `%` (which Slurm would read as
+/// the start of a pattern, `%j`) doubled. A path with a backslash is refused: Slurm drops
+/// the backslash (it turns patterns off), so the output would go elsewhere.
+fn output_pattern(path: &Path) -> Result<String, String> {
+    let text = path.display().to_string();
+    match text.contains('\\') {
+        true => Err(format!(
+            "Slurm cannot write a job's output to {text}: it reads a backslash in a path as an escape; run hptune from a folder without one"
+        )),
+        false => Ok(text.replace('%', "%%")),
+    }
+}
+
 /// The arguments of `sbatch` that submit `job`'s `script`, the job running in `work_dir`
 /// (or in `/tmp`, Slurm's fallback, on a node without it) and its output going to the
 /// attempt's log files at `log_path` (absolute) where given, else to [`NODE_OUTPUT`].
@@ -156,15 +177,16 @@ pub fn sbatch_args(
     log_path: Option<&Path>,
     script: &Path,
     work_dir: &Path,
-) -> Vec<String> {
+) -> Result<Vec<String>, String> {
     let mut args = vec![
         "--parsable".to_string(),
         format!("--job-name={}", job_name(job)),
     ];
     match log_path {
         Some(log_path) => {
-            args.push(format!("--output={}", log_path.display()));
-            args.push(format!("--error={}", error_log_path(log_path).display()));
+            args.push(format!("--output={}", output_pattern(log_path)?));
+            let error_log = output_pattern(&error_log_path(log_path))?;
+            args.push(format!("--error={error_log}"));
         }
         None => args.push(format!("--output={NODE_OUTPUT}")),
     }
@@ -189,7 +211,7 @@ pub fn sbatch_args(
     );
     args.extend(spec.extra_args.iter().cloned());
     args.push(script.display().to_string());
-    args
+    Ok(args)
 }
 
 #[cfg(test)]
@@ -271,6 +293,31 @@ mod tests {
     }
 
     #[test]
+    fn a_program_whose_path_holds_an_equals_sign_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("a=b");
+        std::fs::write(&program, "#!/bin/sh\nprintf '%s|%s' \"$1\" \"$X\"\n").unwrap();
+        std::fs::set_permissions(
+            &program,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let program = program.display().to_string();
+        let (out, code, _) = run(&job(&[&program, "c=d"], &[("X", "y=z")], dir.path()));
+        assert_eq!((out.as_str(), code), ("c=d|y=z", Some(0)));
+    }
+
+    #[test]
+    fn output_paths_reach_slurm_without_patterns() {
+        assert_eq!(
+            output_pattern(Path::new("/runs/100%/trial-0.log")).unwrap(),
+            "/runs/100%%/trial-0.log"
+        );
+        let error = output_pattern(Path::new(r"/runs/a\b/trial-0.log")).unwrap_err();
+        assert!(error.contains("backslash"), "{error}");
+    }
+
+    #[test]
     fn a_nul_character_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let job = job(&["w", "a\0b"], &[], dir.path());
@@ -300,7 +347,8 @@ mod tests {
             Some(&job.log_path),
             &files.script,
             Path::new("/w d"),
-        );
+        )
+        .unwrap();
         let log = job.log_path.display().to_string();
         assert_eq!(
             args,
@@ -396,7 +444,8 @@ mod tests {
             None,
             Path::new("/s"),
             Path::new("/w"),
-        );
+        )
+        .unwrap();
         assert_eq!(
             args,
             [
