@@ -168,17 +168,20 @@ def dashboard(build, folder, **popen):
 
 
 def half_open(port, count, request=b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"):
-    """`count` connections that send `request` and nothing more."""
-    held = []
-    for _ in range(count):
+    """Up to `count` connections that send `request` and nothing more (fewer when the
+    server's backlog is full: connecting stops after ten refusals or time-outs in a row)."""
+    held, refused = [], 0
+    while len(held) < count and refused < 10:
         connection = socket.socket()
-        connection.settimeout(2)
+        connection.settimeout(0.5)
         try:
             connection.connect(("127.0.0.1", port))
             connection.sendall(request)
         except OSError:
             connection.close()
+            refused += 1
             continue
+        refused = 0
         held.append(connection)
     return held
 
