@@ -105,6 +105,9 @@ enum Command {
         /// `Authorization: Bearer`).
         #[arg(long, env = "HPTUNE_DASHBOARD_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Read timeout, connection cap and shutdown grace period.
+        #[command(flatten)]
+        limits: hptune_http::Limits,
     },
     /// Draw one figure of a study into an SVG or HTML file.
     Plot {
@@ -377,9 +380,12 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             state,
             format,
         } => show::trials(&open_existing(&url).await?, &study, best, state, format).await,
-        Command::Dashboard { host, port, token } => {
-            dashboard::dashboard(&url, host, port, token).await
-        }
+        Command::Dashboard {
+            host,
+            port,
+            token,
+            limits,
+        } => dashboard::dashboard(&url, host, port, token, &limits).await,
         Command::Plot {
             study,
             kind,
