@@ -462,3 +462,49 @@ fn a_deleted_then_recreated_database_is_read_anew() {
         list.body
     );
 }
+
+#[test]
+fn half_open_connections_are_closed_and_an_authorised_request_is_answered() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    let scratch = Scratch::new();
+    run_study(&scratch, STUDY);
+    let dashboard = Dashboard::start(&scratch, &["--token", "s3cret"]);
+    let address = dashboard.base.trim_start_matches("http://").to_string();
+    // More than the connection cap (256), each stopping in the middle of its headers: those
+    // beyond the cap wait to be accepted until the read timeout (10 s) closes the first.
+    let stalled: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut stream = TcpStream::connect(&address).unwrap();
+            stream
+                .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nAuthor")
+                .unwrap();
+            stream
+        })
+        .collect();
+    let answered = dashboard.get("/api/studies", &[("Authorization", "Bearer s3cret")]);
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let still_open = stalled
+        .iter()
+        .filter(|stream| {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .unwrap();
+            let mut rest = Vec::new();
+            // Closed by the server: the end of the stream, or a reset.
+            let mut reader: &TcpStream = stream;
+            match reader.read_to_end(&mut rest) {
+                Ok(_) => false,
+                Err(e) => e.kind() != std::io::ErrorKind::ConnectionReset,
+            }
+        })
+        .count();
+    assert_eq!(
+        still_open, 0,
+        "connections still open a minute after they stopped sending"
+    );
+}

@@ -10,13 +10,15 @@ use hptune::storage::StorageUrl;
 use super::Failure;
 
 /// Serves the dashboard of the database at `url` on `host:port` (port 0: any free one),
-/// answering to IP addresses, localhost and `allowed` names, printing its address first.
+/// answering to IP addresses, localhost and `allowed` names, printing its address first, within
+/// `limits`.
 pub async fn dashboard(
     url: &StorageUrl,
     host: IpAddr,
     port: u16,
     token: Option<String>,
     allowed: Vec<HostName>,
+    limits: &hptune_http::Limits,
 ) -> Result<ExitCode, Failure> {
     let access = Access::for_host(host, token).map_err(Failure::BadInput)?;
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(host, port))
@@ -47,10 +49,9 @@ pub async fn dashboard(
         eprintln!("warning: no database at {url} yet: the pages say so until a study creates it");
     }
     let router = dashboard::router(url.clone(), access, AllowedHosts::new(allowed));
-    tokio::select! {
-        served = dashboard::serve(listener, router) => served
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(|e| Failure::Other(format!("the dashboard stopped: {e}"))),
-        _ = tokio::signal::ctrl_c() => Ok(ExitCode::SUCCESS),
-    }
+    let interrupted = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    dashboard::serve(listener, router, limits, interrupted).await;
+    Ok(ExitCode::SUCCESS)
 }

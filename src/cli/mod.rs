@@ -110,6 +110,9 @@ enum Command {
         /// so that no other site can point its name at the dashboard (DNS rebinding).
         #[arg(long = "allow-host", value_name = "NAME")]
         allow_host: Vec<hptune::dashboard::HostName>,
+        /// Read timeout, connection cap and shutdown grace period.
+        #[command(flatten)]
+        limits: hptune_http::Limits,
     },
     /// Draw one figure of a study into an SVG or HTML file.
     Plot {
@@ -387,7 +390,8 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             port,
             token,
             allow_host,
-        } => dashboard::dashboard(&url, host, port, token, allow_host).await,
+            limits,
+        } => dashboard::dashboard(&url, host, port, token, allow_host, &limits).await,
         Command::Plot {
             study,
             kind,

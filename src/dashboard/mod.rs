@@ -13,7 +13,6 @@ mod pages;
 mod routes;
 mod source;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -42,11 +41,13 @@ pub fn router(url: StorageUrl, access: Access, hosts: AllowedHosts) -> Router {
         .layer(axum::middleware::from_fn_with_state(hosts, hosts::check))
 }
 
-/// Serves the dashboard on `listener` until the process ends.
-pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await
+/// Serves the dashboard on `listener` within `limits` until `shutdown` resolves, then lets
+/// the pages in flight finish within the grace period.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    limits: &hptune_http::Limits,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    hptune_http::serve(listener, router, limits, shutdown).await;
 }

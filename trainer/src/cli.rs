@@ -170,7 +170,9 @@ pub struct ServeArgs {
         default_value = "/opt/ml/model"
     )]
     pub model_dir: PathBuf,
-    /// Address to listen on.
+    /// Address to listen on: every interface by default, as Vertex AI and SageMaker
+    /// containers must. The server has no authentication: outside such a container, give
+    /// 127.0.0.1 or put it behind something that checks who calls.
     #[arg(long, default_value = "0.0.0.0")]
     pub host: String,
     /// Port [default: AIP_HTTP_PORT, else SAGEMAKER_BIND_TO_PORT, else 8080].
@@ -192,6 +194,13 @@ pub struct ServeArgs {
     /// The most inputs in one request (more get 400).
     #[arg(long, alias = "max_instances", default_value_t = 1024)]
     pub max_instances: usize,
+    /// The most inputs waiting for the model, from every request; a request that would
+    /// queue more gets 503 with Retry-After.
+    #[arg(long, alias = "max_queued_inputs", default_value_t = 4096)]
+    pub max_queued_inputs: usize,
+    /// Read timeout, connection cap and shutdown grace period.
+    #[command(flatten)]
+    pub http: hptune_http::Limits,
 }
 
 /// Where and how a saved model classifies: the flags `predict` and `serve` share.

@@ -4,7 +4,8 @@
 //! the server still serves; SIGTERM must not lose a request it accepted.
 #![cfg(feature = "flex")]
 
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -84,6 +85,11 @@ fn free_port() -> u16 {
 /// Starts `serve` on `model` with Vertex AI's variables and waits until its health route
 /// answers 200.
 async fn start(model: &Path, extra: &[&str]) -> Server {
+    start_logging(model, extra, Stdio::inherit()).await
+}
+
+/// As [`start`], its log (debug lines of the batcher included) to `log`.
+async fn start_logging(model: &Path, extra: &[&str], log: Stdio) -> Server {
     let port = free_port();
     let child = trainer()
         .args([
@@ -100,8 +106,12 @@ async fn start(model: &Path, extra: &[&str]) -> Server {
             "/v1/endpoints/e/deployedModels/m:predict",
         )
         .env("AIP_HEALTH_ROUTE", "/v1/endpoints/e/deployedModels/m")
+        .env(
+            "HPTUNE_TRAINER_LOG",
+            "info,hptune_trainer::serve::batcher=debug",
+        )
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(log)
         .spawn()
         .unwrap();
     let server = Server {
@@ -315,7 +325,7 @@ async fn every_bad_request_gets_a_4xx_that_says_why_and_the_server_serves_on() {
                 serde_json::to_vec(&json!({"instances": vec!["a"; 9]})).unwrap(),
             ),
             400,
-            "9 inputs in one request: at most 8",
+            "more than 8 inputs in one request: at most 8",
         ),
         (
             raw(
@@ -434,4 +444,209 @@ fn nix_kill(pid: u32) {
         .status()
         .unwrap();
     assert!(status.success());
+}
+
+/// The port of a server's base address.
+fn address(server: &Server) -> String {
+    server.base.trim_start_matches("http://").to_string()
+}
+
+/// Connections that send part of a request and then nothing: `headers_only` of them stop in
+/// the middle of the headers, the others in the middle of a body.
+fn half_open(server: &Server, count: usize, headers_only: bool) -> Vec<TcpStream> {
+    (0..count)
+        .map(|_| {
+            let mut stream = TcpStream::connect(address(server)).unwrap();
+            let partial: &[u8] = match headers_only {
+                true => b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Ty",
+                false => b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"instances\": [",
+            };
+            stream.write_all(partial).unwrap();
+            stream
+        })
+        .collect()
+}
+
+/// Whether the server closed `stream` (after answering or not) by `deadline`; `false` if it
+/// is still open then.
+fn closed_by_the_server(mut stream: &TcpStream, deadline: Instant) -> bool {
+    let left = deadline.saturating_duration_since(Instant::now());
+    stream
+        .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+        .unwrap();
+    let mut rest = Vec::new();
+    match stream.read_to_end(&mut rest) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+#[tokio::test]
+async fn half_open_connections_are_closed_and_do_not_hold_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fine_tuned(dir.path());
+    let server = start(&model, &[]).await;
+    // More than the connection cap (256): those beyond it wait to be accepted until the
+    // first are closed by the read timeout (10 s).
+    let mut stalled = half_open(&server, 200, true);
+    stalled.extend(half_open(&server, 100, false));
+    let (status, answer) = post(&server.base, VERTEX, json!({"instances": ["a good one"]})).await;
+    assert_eq!(status, 200, "{answer}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let blocking = tokio::task::spawn_blocking(move || {
+        stalled
+            .iter()
+            .filter(|stream| !closed_by_the_server(stream, deadline))
+            .count()
+    });
+    assert_eq!(
+        blocking.await.unwrap(),
+        0,
+        "connections still open a minute after they stopped sending"
+    );
+    let (status, answer) = post(&server.base, VERTEX, json!({"instances": ["and after"]})).await;
+    assert_eq!(status, 200, "{answer}");
+}
+
+#[tokio::test]
+async fn sigterm_with_stalled_clients_connected_exits_within_the_grace_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fine_tuned(dir.path());
+    let mut server = start(&model, &[]).await;
+    let mut stalled = half_open(&server, 25, true);
+    stalled.extend(half_open(&server, 25, false));
+    nix_kill(server.child.id());
+    // The read timeout (10 s) ends the stalled requests, the grace period (20 s) bounds the
+    // rest: a minute is a hang.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve still runs a minute after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "{status:?}");
+    drop(stalled);
+}
+
+/// A JSON request of `count` texts.
+fn texts(count: usize) -> Value {
+    let texts: Vec<String> = (0..count)
+        .map(|i| format!("cat the weather {i} mat on"))
+        .collect();
+    json!({ "instances": texts })
+}
+
+#[tokio::test]
+async fn the_requests_of_clients_that_have_gone_are_not_computed() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fine_tuned(dir.path());
+    let log = dir.path().join("serve.log");
+    let server = start_logging(
+        &model,
+        &["--max-batch-size", "1"],
+        std::fs::File::create(&log).unwrap().into(),
+    )
+    .await;
+    // Four requests of 1024 texts, each a forward pass a text; their clients go away as soon
+    // as they are sent.
+    let body = serde_json::to_vec(&texts(1024)).unwrap();
+    for _ in 0..4 {
+        let mut stream = TcpStream::connect(address(&server)).unwrap();
+        let head = format!(
+            "POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(&body).unwrap();
+    }
+    let (status, answer) = post(&server.base, VERTEX, json!({"instances": ["a"]})).await;
+    assert_eq!(status, 200, "{answer}");
+    drop(server);
+    let log = std::fs::read_to_string(&log).unwrap();
+    let computed: usize = log
+        .lines()
+        .filter_map(|line| line.split("forward pass: ").nth(1))
+        .map(|rest| rest.split(' ').next().unwrap().parse::<usize>().unwrap())
+        .sum();
+    assert!(
+        computed < 1024,
+        "{computed} inputs computed before the one asked for: the abandoned requests were\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_503_with_retry_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fine_tuned(dir.path());
+    // A forward pass a text: the first requests keep the model busy while the others queue.
+    let server = start(&model, &["--max-batch-size", "1"]).await;
+    let client = reqwest::Client::new();
+    let requests: Vec<_> = (0..10)
+        .map(|_| {
+            let request = client
+                .post(format!("{}/invocations", server.base))
+                .json(&texts(1024));
+            tokio::spawn(async move { request.send().await.unwrap() })
+        })
+        .collect();
+    let mut refused = 0;
+    for request in requests {
+        let response = request.await.unwrap();
+        match response.status().as_u16() {
+            200 => {}
+            503 => {
+                assert_eq!(response.headers()["retry-after"], "1");
+                let body: Value = response.json().await.unwrap();
+                let error = body["error"].as_str().unwrap();
+                assert!(error.starts_with("the server is busy"), "{error}");
+                refused += 1;
+            }
+            other => panic!("{other}: {}", response.text().await.unwrap()),
+        }
+    }
+    // 4096 inputs queue (--max-queued-inputs) behind the 1024 being computed.
+    assert!(refused >= 5, "{refused} of 10 requests refused");
+}
+
+#[tokio::test]
+async fn too_many_instances_are_refused_before_the_body_is_all_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fine_tuned(dir.path());
+    let server = start(&model, &[]).await;
+    let peak = || {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let before = peak();
+    // 2.5 million rows in 5 MB.
+    let response = reqwest::Client::new()
+        .post(format!("{}/invocations", server.base))
+        .header("content-type", "text/csv")
+        .body("a\n".repeat(2_500_000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("more than 1024 inputs in one request"),
+        "{error}"
+    );
+    let grown_mb = (peak() - before) / 1024;
+    assert!(
+        grown_mb < 64,
+        "the server's peak memory grew by {grown_mb} MB for a 5 MB body"
+    );
 }

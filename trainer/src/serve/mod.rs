@@ -1,8 +1,10 @@
 //! `hptune-trainer serve`: a fine-tuned model behind HTTP, as a custom container of Vertex AI
 //! and of SageMaker at once: both services' routes on one port ([`routes`]), the requests
 //! ([`request`]) batched on the model's thread ([`batcher`]), the answers as Hugging Face's
-//! text-classification pipeline gives them ([`predictions`]). SIGTERM (or Ctrl-C) stops
-//! new connections and answers the requests in flight before the process exits.
+//! text-classification pipeline gives them ([`predictions`]), behind the accept loop of
+//! [`hptune_http`] (read timeouts, a cap on connections). SIGTERM (or Ctrl-C) stops new
+//! connections and answers the requests in flight within the grace period; then the process
+//! exits, computing nothing more.
 
 pub mod batcher;
 pub mod predictions;
@@ -10,6 +12,8 @@ pub mod request;
 pub mod routes;
 
 use std::sync::{Arc, OnceLock, mpsc};
+
+use hptune_http::Stopped;
 use std::time::Duration;
 
 use crate::backend::{DeviceChoice, Precision, dispatch};
@@ -88,7 +92,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         });
     }
     let endpoint = Endpoint::resolve(args.port, |name| std::env::var(name).ok())?;
-    let (jobs, queue) = mpsc::channel();
+    let (queue, jobs) = batcher::queue(args.max_queued_inputs);
     let (loaded_tx, loaded_rx) = mpsc::sync_channel(1);
     let task = InferenceTask {
         model_dir: args.model_dir.clone(),
@@ -97,7 +101,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             max_batch_size: args.max_batch_size,
             max_wait: Duration::from_millis(args.max_batch_wait_ms),
         },
-        jobs: queue,
+        jobs,
         loaded: loaded_tx,
     };
     let cpu = args.inference.cpu_backend;
@@ -107,7 +111,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         .map_err(|e| TrainerError::Backend(format!("cannot start the inference thread: {e}")))?;
     let served = Arc::new(Served {
         labels: OnceLock::new(),
-        jobs,
+        queue,
         max_body_bytes: args.max_body_bytes,
         max_instances: args.max_instances,
     });
@@ -131,11 +135,9 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             args.model_dir.display()
         );
         let app = routes::router(&endpoint.routes, served.clone());
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stopped())
-                .await
-        });
+        let limits = args.http.clone();
+        let server =
+            tokio::spawn(async move { hptune_http::serve(listener, app, &limits, stopped()).await });
         let labels = tokio::task::spawn_blocking(move || loaded_rx.recv())
             .await
             .ok()
@@ -148,14 +150,19 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             Some(Err(message)) => return Err(TrainerError::ModelNotFound(message)),
             None => return Err(TrainerError::Backend("the inference thread ended".into())),
         }
-        server
+        match server
             .await
             .map_err(|e| TrainerError::Backend(format!("the server failed: {e}")))?
-            .map_err(|e| TrainerError::Backend(format!("the server failed: {e}")))?;
-        tracing::info!("stopped: every request in flight was answered");
+        {
+            Stopped::Drained => tracing::info!("stopped: every request in flight was answered"),
+            Stopped::Cut(open) => tracing::warn!(
+                "stopped: {open} connections were cut at the end of the grace period; their requests are dropped"
+            ),
+        }
         Ok(())
     });
-    // The server is gone with its queue's sender: the inference thread ends.
+    // The server is gone with its queue's sender: the inference thread drops the requests
+    // whose connection was cut, and ends.
     drop(served);
     drop(runtime);
     match inference.join() {

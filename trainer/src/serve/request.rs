@@ -2,6 +2,9 @@
 //! or Hugging Face's `inputs`, as JSON; or CSV rows) and the parameters. Every refusal says
 //! what is wrong and where in the body.
 
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::classify::TextInput;
@@ -44,42 +47,46 @@ fn bad<T>(message: impl Into<String>) -> Result<T, BadRequest> {
     Err(BadRequest(message.into()))
 }
 
-/// Reads a request of `format` from `body`, with at most `max_inputs` inputs.
+/// Reads a request of `format` from `body`, with at most `max_inputs` inputs: a request
+/// with more is refused as soon as one too many is read, before the rest is.
 pub fn parse(
     body: &[u8],
     format: BodyFormat,
     max_inputs: usize,
 ) -> Result<PredictRequest, BadRequest> {
-    let request = match format {
-        BodyFormat::Json => parse_json(body)?,
-        BodyFormat::Csv => parse_csv(body)?,
-    };
-    if request.inputs.len() > max_inputs {
-        return bad(format!(
-            "{} inputs in one request: at most {max_inputs} (split the request, or start the server with a larger --max-instances)",
-            request.inputs.len()
-        ));
+    match format {
+        BodyFormat::Json => parse_json(body, max_inputs),
+        BodyFormat::Csv => parse_csv(body, max_inputs),
     }
-    Ok(request)
 }
 
-fn parse_json(body: &[u8]) -> Result<PredictRequest, BadRequest> {
+fn too_many(max_inputs: usize) -> BadRequest {
+    BadRequest(format!(
+        "more than {max_inputs} inputs in one request: at most {max_inputs} (split the request, or start the server with a larger --max-instances)"
+    ))
+}
+
+fn not_json(e: serde_json::Error) -> BadRequest {
+    BadRequest(format!(
+        "the body is not valid JSON: {e} (line {}, column {})",
+        e.line(),
+        e.column()
+    ))
+}
+
+fn parse_json(body: &[u8], max_inputs: usize) -> Result<PredictRequest, BadRequest> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return bad("the body is empty: send {\"instances\": [\"a text\", ...]}");
     }
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        BadRequest(format!(
-            "the body is not valid JSON: {e} (line {}, column {})",
-            e.line(),
-            e.column()
-        ))
-    })?;
-    let Value::Object(object) = value else {
+    // Checked whole, but only the fields are taken apart: a list is read one item at a time.
+    let raw: &RawValue = serde_json::from_slice(body).map_err(not_json)?;
+    if !raw.get().starts_with('{') {
         return bad(format!(
             "the body must be a JSON object such as {{\"instances\": [\"a text\"]}}, got {}",
-            kind(&value)
+            raw_kind(raw)
         ));
-    };
+    }
+    let object: BTreeMap<String, &RawValue> = serde_json::from_str(raw.get()).map_err(not_json)?;
     let allowed = ["instances", "inputs", "parameters"];
     if let Some(unknown) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
         return bad(format!(
@@ -88,41 +95,106 @@ fn parse_json(body: &[u8]) -> Result<PredictRequest, BadRequest> {
     }
     let inputs = match (object.get("instances"), object.get("inputs")) {
         (Some(_), Some(_)) => return bad("give \"instances\" or \"inputs\", not both"),
-        (Some(Value::Array(items)), None) => list("instances", items)?,
-        (Some(other), None) => {
-            return bad(format!("instances: must be a list, got {}", kind(other)));
+        (Some(items), None) if items.get().starts_with('[') => {
+            list("instances", items, max_inputs)?
         }
-        (None, Some(Value::Array(items))) => list("inputs", items)?,
-        (None, Some(one)) => vec![input("inputs", one)?],
+        (Some(other), None) => {
+            return bad(format!(
+                "instances: must be a list, got {}",
+                raw_kind(other)
+            ));
+        }
+        (None, Some(items)) if items.get().starts_with('[') => list("inputs", items, max_inputs)?,
+        (None, Some(one)) => vec![input("inputs", &value(one)?)?],
         (None, None) => {
             return bad("the body has no \"instances\": send {\"instances\": [\"a text\", ...]}");
         }
     };
-    let top_k = match object.get("parameters") {
+    let top_k = match object.get("parameters").map(|raw| value(raw)).transpose()? {
         None => TopK::Best,
-        Some(Value::Object(parameters)) => top_k(parameters)?,
+        Some(Value::Object(parameters)) => top_k(&parameters)?,
         Some(other) => {
             return bad(format!(
                 "parameters: must be an object, got {}",
-                kind(other)
+                kind(&other)
             ));
         }
     };
     Ok(PredictRequest { inputs, top_k })
 }
 
-/// The inputs of a list named `field`; an empty list is refused.
-fn list(field: &str, items: &[Value]) -> Result<Vec<TextInput>, BadRequest> {
-    if items.is_empty() {
+/// A field's JSON, already checked, as a value.
+fn value(raw: &RawValue) -> Result<Value, BadRequest> {
+    serde_json::from_str(raw.get()).map_err(not_json)
+}
+
+/// The inputs of the JSON list `items` named `field`, read one at a time: an empty list, or
+/// one of more than `max_inputs`, is refused.
+fn list(field: &str, items: &RawValue, max_inputs: usize) -> Result<Vec<TextInput>, BadRequest> {
+    let mut reader = ListReader {
+        field,
+        max_inputs,
+        refused: None,
+    };
+    let mut deserializer = serde_json::Deserializer::from_str(items.get());
+    let inputs = match serde::de::DeserializeSeed::deserialize(&mut reader, &mut deserializer) {
+        Ok(inputs) => inputs,
+        Err(e) => return Err(reader.refused.take().unwrap_or_else(|| not_json(e))),
+    };
+    if inputs.is_empty() {
         return bad(format!(
             "{field}: the list is empty: give at least one text"
         ));
     }
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| input(&format!("{field}[{i}]"), item))
-        .collect()
+    Ok(inputs)
+}
+
+/// Reads a JSON list of inputs item by item, keeping why it stopped.
+struct ListReader<'a> {
+    field: &'a str,
+    max_inputs: usize,
+    refused: Option<BadRequest>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for &mut ListReader<'_> {
+    type Value = Vec<TextInput>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for &mut ListReader<'_> {
+    type Value = Vec<TextInput>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a list of inputs")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut items: A,
+    ) -> Result<Self::Value, A::Error> {
+        let mut inputs = Vec::new();
+        while let Some(item) = items.next_element::<Value>()? {
+            let read = match inputs.len() < self.max_inputs {
+                true => input(&format!("{}[{}]", self.field, inputs.len()), &item),
+                false => Err(too_many(self.max_inputs)),
+            };
+            match read {
+                Ok(read) => inputs.push(read),
+                Err(refused) => {
+                    let message = refused.0.clone();
+                    self.refused = Some(refused);
+                    return Err(serde::de::Error::custom(message));
+                }
+            }
+        }
+        Ok(inputs)
+    }
 }
 
 /// One input at `path`: a string, or `{"text": ..., "text_pair": ...}`.
@@ -190,13 +262,16 @@ fn top_k(parameters: &Map<String, Value>) -> Result<TopK, BadRequest> {
 }
 
 /// A CSV body: each row a text, or a text and its pair; no header.
-fn parse_csv(body: &[u8]) -> Result<PredictRequest, BadRequest> {
+fn parse_csv(body: &[u8], max_inputs: usize) -> Result<PredictRequest, BadRequest> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
         .from_reader(body);
     let mut inputs = Vec::new();
     for (i, record) in reader.records().enumerate() {
+        if i == max_inputs {
+            return Err(too_many(max_inputs));
+        }
         let line = i + 1;
         let record = record.map_err(|e| BadRequest(format!("CSV row {line}: {e}")))?;
         let input = match record.len() {
@@ -223,6 +298,18 @@ fn parse_csv(body: &[u8]) -> Result<PredictRequest, BadRequest> {
         inputs,
         top_k: TopK::Best,
     })
+}
+
+/// How the JSON value written `raw` is named in messages, from its first character.
+fn raw_kind(raw: &RawValue) -> &'static str {
+    match raw.get().as_bytes().first() {
+        Some(b'{') => "an object",
+        Some(b'[') => "a list",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
+    }
 }
 
 /// How a JSON value is named in messages.
@@ -330,7 +417,7 @@ mod tests {
             ),
             (
                 r#"{"instances": ["a","b","c","d","e"]}"#,
-                "5 inputs in one request: at most 4",
+                "more than 4 inputs in one request: at most 4",
             ),
         ];
         for (body, start) in cases {
@@ -347,6 +434,12 @@ mod tests {
         assert_eq!(request.inputs[1].text, "b, c");
         assert_eq!(request.inputs[1].pair.as_deref(), Some("d"));
         assert!(csv("").unwrap_err().starts_with("the CSV body has no rows"));
+        // Refused at the fifth row: the rest, not even CSV, is never read.
+        assert!(
+            csv("a\nb\nc\nd\ne\n\"unclosed")
+                .unwrap_err()
+                .starts_with("more than 4 inputs in one request: at most 4")
+        );
         assert!(
             csv("a\nb,c,d\n")
                 .unwrap_err()

@@ -2,7 +2,6 @@
 //! (`/invocations`, `/ping`) on one router, every answer JSON, every bad request a 4xx that
 //! says why.
 
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
@@ -14,10 +13,12 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::batcher::Job;
+use super::batcher::{Job, NotQueued, Queue};
 use super::predictions::prediction;
 use super::request::{BodyFormat, PredictRequest, parse};
 use crate::error::TrainerError;
+use hptune_http::BodyReadTimeout;
+use http_body_util::LengthLimitError;
 
 /// The routes of the two services.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +39,7 @@ pub struct Served {
     /// The model's labels, once it is loaded: until then health checks answer 503.
     pub labels: OnceLock<Vec<String>>,
     /// The inference thread's queue.
-    pub jobs: Sender<Job>,
+    pub queue: Queue,
     /// The largest body read, in bytes.
     pub max_body_bytes: usize,
     /// The most inputs in one request.
@@ -67,11 +68,20 @@ pub fn router(routes: &Routes, served: Arc<Served>) -> Router {
 struct Refusal {
     status: StatusCode,
     message: String,
+    /// Seconds after which the client may try again (`Retry-After`).
+    retry_after: Option<u32>,
 }
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(json!({"error": self.message}))).into_response()
+        let mut response =
+            (self.status, axum::Json(json!({"error": self.message}))).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 
@@ -79,6 +89,18 @@ fn refusal(status: StatusCode, message: impl Into<String>) -> Refusal {
     Refusal {
         status,
         message: message.into(),
+        retry_after: None,
+    }
+}
+
+/// The answer while the queue to the model is full: 503, to be tried again in a second.
+fn busy() -> Refusal {
+    Refusal {
+        retry_after: Some(1),
+        ..refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server is busy: its queue of inputs is full (--max-queued-inputs); try again later",
+        )
     }
 }
 
@@ -116,6 +138,10 @@ async fn predict(State(served): State<Arc<Served>>, headers: HeaderMap, body: Bo
         Ok(format) => format,
         Err(refused) => return refused.into_response(),
     };
+    // Refused before the body is read: a full queue would refuse it anyway.
+    if served.queue.is_full() {
+        return busy().into_response();
+    }
     let limit = served.max_body_bytes;
     let too_large = || {
         error(
@@ -132,8 +158,18 @@ async fn predict(State(served): State<Arc<Served>>, headers: HeaderMap, body: Bo
     if declared.is_some_and(|n| n > limit) {
         return too_large();
     }
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        return too_large();
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => bytes,
+        Err(e) if caused_by::<LengthLimitError>(&e) => return too_large(),
+        Err(e) if caused_by::<BodyReadTimeout>(&e) => {
+            return error(StatusCode::REQUEST_TIMEOUT, e.to_string());
+        }
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body could not be read: {e}"),
+            );
+        }
     };
     let request = match parse(&bytes, format, served.max_instances) {
         Ok(request) => request,
@@ -178,6 +214,11 @@ fn body_format(headers: &HeaderMap) -> Result<BodyFormat, Refusal> {
     }
 }
 
+/// Whether `error` or one of its causes is an `E`.
+fn caused_by<E: std::error::Error + 'static>(error: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(error), |e| e.source()).any(|e| e.is::<E>())
+}
+
 /// The probabilities of the request's inputs, from the inference thread.
 async fn classify(served: &Served, request: &PredictRequest) -> Result<Vec<Vec<f32>>, Refusal> {
     let (reply, answer) = oneshot::channel();
@@ -191,7 +232,10 @@ async fn classify(served: &Served, request: &PredictRequest) -> Result<Vec<Vec<f
             "the model is no longer served",
         )
     };
-    served.jobs.send(job).map_err(|_| gone())?;
+    served.queue.push(job).map_err(|refused| match refused {
+        NotQueued::Full => busy(),
+        NotQueued::Closed => gone(),
+    })?;
     match answer.await.map_err(|_| gone())? {
         Ok(probabilities) => Ok(probabilities),
         // The tokenizer refused an input: the input is what is wrong.
