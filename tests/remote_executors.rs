@@ -440,6 +440,75 @@ fn early_stopping_cancels_the_job(api: Api) {
     );
 }
 
+/// One trial on Vertex AI whose engine answers `down_for_polls` state requests with a 503,
+/// under the study's `outage_limit` (`None`: the default).
+fn through_an_outage(down_for_polls: usize, outage_limit: Option<&str>) -> Option<(Cloud, String)> {
+    let script = Script {
+        down_for_polls,
+        ..Script::default()
+    };
+    let cloud = cloud(Api::Vertex, script)?;
+    let name = common::unique_name("remote-outage");
+    let text = STUDY
+        .replace("{name}", &name)
+        .replace("max_trial_count: 6", "max_trial_count: 1")
+        .replace(
+            "{block}",
+            &match outage_limit {
+                Some(limit) => format!("{}    outage_limit: {limit}\n", cloud.block),
+                None => cloud.block.clone(),
+            },
+        );
+    let study = cloud.scratch.study("study.yaml", &text);
+    let out = cloud.run(&study);
+    assert_success(&out);
+    cloud.assert_requests_were_right();
+    Some((cloud, name))
+}
+
+/// The engine's API down for longer than five polls' worth of a request's own tries (each
+/// poll tries 6 times): the job is asked for again, less often each time, and its trial ends
+/// as the job did, on its first attempt, nothing failed or cancelled.
+#[test]
+fn an_engine_that_stops_answering_for_a_while_fails_no_trial() {
+    let Some((cloud, name)) = through_an_outage(40, None) else {
+        return;
+    };
+    let trials = cloud.scratch.trials(&name);
+    assert_eq!(common::states(&trials), ["succeeded"], "{trials:?}");
+    assert_eq!(trials[0]["attempt"].as_i64(), Some(1));
+    assert_eq!(cloud.fake.seen(|s| s.created.clone()), [(0, 1)]);
+    assert!(cloud.fake.seen(|s| s.cancelled.is_empty()));
+    let down = cloud
+        .fake
+        .seen(|s| s.faults.iter().filter(|f| **f == 503).count());
+    assert_eq!(down, 40);
+}
+
+/// Past the study's `outage_limit`, the job is cancelled (never left running unwatched) and
+/// its trial runs again as a new attempt, the outage not counted as a failure.
+#[test]
+fn a_job_whose_engine_stays_down_past_the_outage_limit_runs_again() {
+    let Some((cloud, name)) = through_an_outage(12, Some("1s")) else {
+        return;
+    };
+    let trials = cloud.scratch.trials(&name);
+    assert_eq!(common::states(&trials), ["succeeded"], "{trials:?}");
+    assert_eq!(trials[0]["attempt"].as_i64(), Some(2));
+    assert_eq!(cloud.fake.seen(|s| s.created.clone()), [(0, 1), (0, 2)]);
+    assert_eq!(cloud.fake.seen(|s| s.cancelled.clone()), [(0, 1)]);
+    let attempts = cloud.scratch.query(&format!(
+        "SELECT a.outcome, a.error FROM attempts a JOIN trials t ON t.id = a.trial_id
+         WHERE t.study_id = (SELECT id FROM studies WHERE name = '{name}') ORDER BY a.attempt"
+    ));
+    assert_eq!(attempts[0][0].as_str(), Some("retried"), "{attempts:?}");
+    let error = attempts[0][1].as_str().unwrap_or_default();
+    assert!(
+        error.contains("has not answered for 1s (trial.executor.outage_limit)"),
+        "{error}"
+    );
+}
+
 #[test]
 fn early_stopping_cancels_a_vertex_ai_job() {
     early_stopping_cancels_the_job(Api::Vertex);

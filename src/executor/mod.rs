@@ -8,6 +8,7 @@
 mod follow;
 mod local;
 mod model_folder;
+mod outage;
 mod output;
 pub mod process;
 mod remote;

@@ -18,6 +18,10 @@ use crate::study::{
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
 /// The limit of one request to an engine's API, when the file does not say.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the jobs' service (an engine's API, Slurm's controller) may fail to answer before
+/// a job is given up, when the file does not say: longer than a restart or a failover of
+/// Slurm's controller (`SlurmctldTimeout`, 2 minutes by default).
+pub const DEFAULT_OUTAGE_LIMIT: Duration = Duration::from_secs(10 * 60);
 /// How long Kubernetes keeps a finished Job, when the file does not say.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 
@@ -123,6 +127,8 @@ impl Checker<'_> {
             "trial.executor.request_timeout",
             raw.request_timeout.as_deref(),
         );
+        let outage_limit =
+            self.duration("trial.executor.outage_limit", raw.outage_limit.as_deref());
         Some(RemoteSettings {
             image: image?,
             endpoint: raw
@@ -131,6 +137,7 @@ impl Checker<'_> {
                 .map(|e| e.trim_end_matches('/').to_string()),
             poll_interval: poll?.unwrap_or(DEFAULT_POLL_INTERVAL),
             request_timeout: timeout?.unwrap_or(DEFAULT_REQUEST_TIMEOUT),
+            outage_limit: outage_limit?.unwrap_or(DEFAULT_OUTAGE_LIMIT),
         })
     }
 

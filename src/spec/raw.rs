@@ -243,6 +243,7 @@ pub struct RawRemote {
     pub endpoint: Option<String>,
     pub poll_interval: Option<String>,
     pub request_timeout: Option<String>,
+    pub outage_limit: Option<String>,
 }
 
 /// `kind: vertex`: a Vertex AI CustomJob.

@@ -3,15 +3,12 @@
 use std::time::Duration;
 
 use super::Checker;
+use super::executor::DEFAULT_OUTAGE_LIMIT;
 use super::raw::RawSlurm;
 use crate::study::{SlurmReport, SlurmSpec};
 
 /// How often a Slurm job's state is asked for, when the file does not say.
 const DEFAULT_SLURM_POLL_INTERVAL: Duration = Duration::from_secs(5);
-
-/// How long Slurm's controller may fail to answer before a job is given up, when the file
-/// does not say: a restart or a failover (`SlurmctldTimeout`, 2 minutes by default) and more.
-const DEFAULT_OUTAGE_LIMIT: Duration = Duration::from_secs(10 * 60);
 
 /// `sbatch` options that hptune sets itself for each job: `extra_args` may not hold them.
 const OWN_OPTIONS: [(&str, Option<&str>); 7] = [

@@ -87,6 +87,9 @@ pub struct RemoteSettings {
     pub poll_interval: Duration,
     /// The limit of one request to the engine's API.
     pub request_timeout: Duration,
+    /// How long the engine's API may fail to answer (after each request's own tries) before
+    /// a job is given up.
+    pub outage_limit: Duration,
 }
 
 /// A Vertex AI CustomJob's settings.

@@ -33,6 +33,9 @@ pub struct Script {
     pub throttle_first_create: bool,
     /// Answer the first state request with a 500.
     pub fail_first_poll: bool,
+    /// Answer this many state requests, from the first on, with a 503: the API down for a
+    /// while (an outage longer than the client's own tries of one request).
+    pub down_for_polls: usize,
     /// Answer the Nth state request this late (past the client's timeout).
     pub slow_poll: Option<(usize, Duration)>,
     /// Trials whose first attempt's machine is taken away while it runs.
@@ -81,7 +84,8 @@ pub struct Seen {
     pub requests: Vec<String>,
     /// What was wrong with requests.
     pub problems: Vec<String>,
-    /// Statuses of the fault answers given (429, 500, 400 throttling), and slow answers (0).
+    /// Statuses of the fault answers given (429, 500, 503, 400 throttling), and slow answers
+    /// (0).
     pub faults: Vec<u16>,
     /// Jobs cancelled (or deleted), by trial and attempt.
     pub cancelled: Vec<(u64, u32)>,
@@ -312,6 +316,14 @@ impl State {
             }
             Some("state") => {
                 self.polls += 1;
+                if self.polls <= self.script.down_for_polls {
+                    self.seen.faults.push(503);
+                    return (
+                        503,
+                        json!({"error": {"code": 503, "message": "unavailable"}}),
+                        None,
+                    );
+                }
                 if self.script.fail_first_poll && !self.seen.faults.contains(&500) {
                     self.seen.faults.push(500);
                     return (

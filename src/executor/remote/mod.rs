@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
+use crate::executor::outage::Outage;
 use crate::executor::{
     Executor, LocalExecutor, OUTPUT_VARIABLES, SlurmEngine, SlurmExecutor, Start, StopRequest,
     TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, is_protocol_variable,
@@ -30,10 +31,6 @@ use crate::executor::{
 use crate::storage::{Storage, StorageUrl};
 use crate::study::{ExecutorSpec, SlurmReport};
 pub use http::RemoteError;
-
-/// Polls of a job's state that may fail in a row (each after its own retries) before the
-/// job is given up.
-const FAILED_POLLS: u32 = 5;
 
 /// The state of a job as its engine reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +139,8 @@ pub struct RemoteExecutor {
     storage: Storage,
     storage_url: String,
     poll_interval: Duration,
+    /// How long the engine may fail to answer before a job is given up.
+    outage_limit: Duration,
 }
 
 /// Checks that the jobs of an executor that report through the database can reach it:
@@ -176,12 +175,13 @@ pub fn for_study(
     storage: &Storage,
     url: &StorageUrl,
 ) -> Result<Arc<dyn Executor>, String> {
-    let remote = |poll_interval: Duration, engine: Box<dyn Engine>| {
+    let remote = |poll_interval: Duration, outage_limit: Duration, engine: Box<dyn Engine>| {
         Arc::new(RemoteExecutor {
             engine,
             storage: storage.clone(),
             storage_url: url.secret_url(),
             poll_interval,
+            outage_limit,
         })
     };
     let error = |e: RemoteError| format!("trial.executor: {e}");
@@ -189,19 +189,26 @@ pub fn for_study(
         ExecutorSpec::Local => Arc::new(LocalExecutor),
         ExecutorSpec::Vertex(spec) => remote(
             spec.remote.poll_interval,
+            spec.remote.outage_limit,
             Box::new(vertex::Vertex::new(spec).map_err(error)?),
         ),
         ExecutorSpec::Kubernetes(spec) => remote(
             spec.remote.poll_interval,
+            spec.remote.outage_limit,
             Box::new(kubernetes::Kubernetes::new(spec).map_err(error)?),
         ),
         ExecutorSpec::SageMaker(spec) => remote(
             spec.remote.poll_interval,
+            spec.remote.outage_limit,
             Box::new(sagemaker::SageMaker::new(spec).map_err(error)?),
         ),
         ExecutorSpec::Slurm(spec) => match spec.report {
             SlurmReport::Files => Arc::new(SlurmExecutor::new(spec)?),
-            SlurmReport::Database => remote(spec.poll_interval, Box::new(SlurmEngine::new(spec)?)),
+            SlurmReport::Database => remote(
+                spec.poll_interval,
+                spec.outage_limit,
+                Box::new(SlurmEngine::new(spec)?),
+            ),
         },
     })
 }
@@ -280,25 +287,41 @@ impl RemoteExecutor {
         let deadline = job.timeout.map(|t| Instant::now() + t);
         let mut poll = tokio::time::interval(self.poll_interval);
         let mut seen = job.reported.len();
-        let mut failed_polls = 0;
+        let mut outage = Outage::new(self.outage_limit, self.poll_interval);
+        let mut next_ask = Instant::now();
         let mut stop_open = true;
         let end = loop {
             tokio::select! {
                 _ = poll.tick() => {
                     self.relay_measurements(job, &mut seen, events).await;
-                    match self.engine.state(handle).await {
-                        Ok(JobState::Queued | JobState::Running) => failed_polls = 0,
-                        Ok(JobState::Succeeded) => break WorkerEnd::Exited(0),
-                        Ok(JobState::Failed(reason)) => break WorkerEnd::JobFailed(reason),
-                        Ok(JobState::Preempted(reason)) => break WorkerEnd::Preempted(reason),
-                        Ok(JobState::Cancelled(reason)) => break WorkerEnd::JobFailed(reason),
-                        Ok(JobState::Gone) => break WorkerEnd::Vanished,
-                        Err(e) => {
-                            failed_polls += 1;
-                            if failed_polls >= FAILED_POLLS {
-                                break WorkerEnd::JobFailed(format!("lost track of job {handle}: {e}"));
+                    if Instant::now() < next_ask {
+                        continue;
+                    }
+                    let state = match self.engine.state(handle).await {
+                        Ok(state) => state,
+                        // The engine's outage is not the job's: it is asked again, less often
+                        // each time; past the limit the job is cancelled and its trial runs
+                        // again, as after a preemption.
+                        Err(e) => match outage.failed() {
+                            Some(wait) => {
+                                tracing::warn!("trial {}: job {handle}: {e}", job.number);
+                                next_ask = Instant::now() + wait;
+                                continue;
                             }
-                        }
+                            None => {
+                                self.cancel(job, handle).await;
+                                break WorkerEnd::Preempted(outage.given_up(&format!("the engine of job {handle}"), &e.to_string()));
+                            }
+                        },
+                    };
+                    outage.answered();
+                    match state {
+                        JobState::Queued | JobState::Running => {}
+                        JobState::Succeeded => break WorkerEnd::Exited(0),
+                        JobState::Failed(reason) => break WorkerEnd::JobFailed(reason),
+                        JobState::Preempted(reason) => break WorkerEnd::Preempted(reason),
+                        JobState::Cancelled(reason) => break WorkerEnd::JobFailed(reason),
+                        JobState::Gone => break WorkerEnd::Vanished,
                     }
                 }
                 _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {

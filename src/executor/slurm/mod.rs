@@ -18,7 +18,6 @@
 //! Slurm asked again, less often each time, for the study's `outage_limit`.
 
 mod commands;
-mod outage;
 mod relayed;
 mod script;
 
@@ -30,9 +29,9 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
 use self::commands::{Status, exit_status_file};
-use self::outage::Outage;
 use self::script::{JobFiles, job_name, job_script, sbatch_args};
 use super::follow::{Worker, follow, hurried};
+use super::outage::Outage;
 use super::output::{Output, wrote_output};
 use super::{
     Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, check_program,
@@ -48,6 +47,9 @@ const EXIT_STATUS_POLL: Duration = Duration::from_millis(200);
 const ENDING_POLL: Duration = Duration::from_millis(500);
 /// How long Slurm is given to end a job whose worker was killed, and say why.
 const SLURM_VERDICT: Duration = Duration::from_secs(30);
+
+/// Who does not answer in an outage: the service behind `scontrol`.
+const SLURM_CONTROLLER: &str = "Slurm's controller";
 
 /// Runs workers as Slurm jobs on a cluster whose filesystem this machine shares.
 #[derive(Debug, Clone)]
@@ -204,7 +206,7 @@ impl SlurmJob {
                         tracing::warn!("Slurm job {id}: {e}");
                         tokio::time::sleep(wait).await;
                     }
-                    None => return Err(outage.given_up(&e)),
+                    None => return Err(outage.given_up(SLURM_CONTROLLER, &e)),
                 },
             }
         };
@@ -264,7 +266,7 @@ impl SlurmJob {
                         Some(wait) => wait,
                         None => {
                             self.cancel(false).await;
-                            return WorkerEnd::Preempted(outage.given_up(&e));
+                            return WorkerEnd::Preempted(outage.given_up(SLURM_CONTROLLER, &e));
                         }
                     }
                 }

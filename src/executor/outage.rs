@@ -1,21 +1,22 @@
-//! Slurm's controller not answering (a restart, a failover): its commands fail for a while,
-//! and the jobs run on. hptune asks again, less and less often, for as long as the study's
-//! `outage_limit` allows, and only then gives a job up.
+//! The service that runs the jobs not answering (Slurm's controller restarting or failing
+//! over, a cloud engine's API down): its answers fail for a while, and the jobs run on. hptune
+//! asks again, less and less often, for as long as the study's `outage_limit` allows, and only
+//! then gives a job up.
 
 use std::time::{Duration, Instant};
 
 /// The longest wait between two tries while the controller does not answer.
 const LONGEST_WAIT: Duration = Duration::from_secs(30);
 
-/// An outage of Slurm's controller as one job's watcher sees it: since when its commands
-/// fail, and how long to wait before the next try.
+/// An outage of the jobs' service as one job's watcher sees it: since when its answers fail,
+/// and how long to wait before the next try.
 #[derive(Debug, Clone)]
 pub struct Outage {
-    /// How long the controller may fail to answer before the job is given up.
+    /// How long the service may fail to answer before the job is given up.
     limit: Duration,
     /// The first wait after a failure.
     first_wait: Duration,
-    /// When the failures in a row began; `None` while Slurm answers.
+    /// When the failures in a row began; `None` while the service answers.
     began: Option<Instant>,
     /// The wait before the next try.
     wait: Duration,
@@ -33,19 +34,19 @@ impl Outage {
         }
     }
 
-    /// Slurm answered: the outage, if there was one, is over.
+    /// The service answered: the outage, if there was one, is over.
     pub fn answered(&mut self) {
         if let Some(began) = self.began.take() {
             tracing::info!(
-                "Slurm's controller answers again, after {}",
+                "the jobs' service answers again, after {}",
                 humantime::format_duration(round(began.elapsed()))
             );
         }
         self.wait = self.first_wait;
     }
 
-    /// Slurm did not answer: how long to wait before trying again, or `None` once it has not
-    /// answered for longer than the limit.
+    /// The service did not answer: how long to wait before trying again, or `None` once it
+    /// has not answered for longer than the limit.
     pub fn failed(&mut self) -> Option<Duration> {
         let began = *self.began.get_or_insert_with(Instant::now);
         if began.elapsed() > self.limit {
@@ -56,10 +57,10 @@ impl Outage {
         Some(wait)
     }
 
-    /// The message of a job given up after the controller failed to answer with `error`.
-    pub fn given_up(&self, error: &str) -> String {
+    /// The message of a job given up after `service` failed to answer with `error`.
+    pub fn given_up(&self, service: &str, error: &str) -> String {
         format!(
-            "Slurm's controller has not answered for {} (trial.executor.outage_limit): {error}",
+            "{service} has not answered for {} (trial.executor.outage_limit): {error}",
             humantime::format_duration(round(self.limit))
         )
     }
@@ -81,7 +82,7 @@ mod tests {
         assert_eq!(waits, [5, 10, 20, 30, 30, 30]);
         outage.answered();
         assert_eq!(outage.failed(), Some(Duration::from_secs(5)));
-        assert!(outage.given_up("boom").contains("1h"));
+        assert!(outage.given_up("Slurm's controller", "boom").contains("1h"));
     }
 
     #[test]
