@@ -552,18 +552,33 @@ async fn the_requests_of_clients_that_have_gone_are_not_computed() {
         std::fs::File::create(&log).unwrap().into(),
     )
     .await;
-    // Four requests of 1024 texts, each a forward pass a text; their clients go away as soon
-    // as they are sent.
+    // Four requests of 1024 texts, each a forward pass a text; their clients go away once the
+    // model is computing the first.
     let body = serde_json::to_vec(&texts(1024)).unwrap();
-    for _ in 0..4 {
-        let mut stream = TcpStream::connect(address(&server)).unwrap();
-        let head = format!(
-            "POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            body.len()
+    let abandoned: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut stream = TcpStream::connect(address(&server)).unwrap();
+            let head = format!(
+                "POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes()).unwrap();
+            stream.write_all(&body).unwrap();
+            stream
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("forward pass: ")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the model never started computing"
         );
-        stream.write_all(head.as_bytes()).unwrap();
-        stream.write_all(&body).unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    drop(abandoned);
     let (status, answer) = post(&server.base, VERTEX, json!({"instances": ["a"]})).await;
     assert_eq!(status, 200, "{answer}");
     drop(server);
