@@ -3,6 +3,12 @@
 //! exists already is another's (a study of the same name in another database, a study deleted
 //! and created again) unless its owner file names this very attempt, made by an earlier try
 //! of it. `keep_best` removes only folders whose owner file names the trial it removes.
+//!
+//! The folder appears with its owner file in it or not at all: it is made under a hidden
+//! staging name (`.trial-N.<pid>-<nanoseconds>`), the owner file written and synced, then
+//! renamed into place without replacing anything. A controller killed half-way leaves a
+//! hidden staging folder, never a model folder without its owner, which no try of the attempt
+//! could tell from another's.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -82,25 +88,79 @@ impl ModelFolder {
         if let Some(parent) = self.path.parent() {
             std::fs::create_dir_all(parent).map_err(create_error)?;
         }
-        match std::fs::create_dir(&self.path) {
-            Ok(()) => {
-                let text = serde_json::to_string(&self.owner).expect("an owner serialises");
-                std::fs::write(self.path.join(OWNER_FILE), text).map_err(create_error)
+        if !self.path.exists() {
+            let staging = self.staging_with_owner().map_err(create_error)?;
+            match rename_no_replace(&staging, &self.path) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&staging);
+                    if e.kind() != io::ErrorKind::AlreadyExists {
+                        return Err(create_error(e));
+                    }
+                }
             }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match owner_of(&self.path) {
-                Ok(owner) if owner == self.owner => Ok(()),
-                Ok(owner) => Err(FolderError::NotOurs {
-                    path: self.path.clone(),
-                    found: format!("it is {}", owner.describe()),
-                }),
-                Err(found) => Err(FolderError::NotOurs {
-                    path: self.path.clone(),
-                    found,
-                }),
-            },
-            Err(e) => Err(create_error(e)),
+        }
+        self.check_existing()
+    }
+
+    /// A new staging folder beside the model folder, holding the synced owner file.
+    fn staging_with_owner(&self) -> io::Result<PathBuf> {
+        let name = self.path.file_name().unwrap_or_default().to_string_lossy();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let staging = self
+            .path
+            .with_file_name(format!(".{name}.{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&staging)?;
+        let text = serde_json::to_string(&self.owner).expect("an owner serialises");
+        let mut file = std::fs::File::create(staging.join(OWNER_FILE))?;
+        std::io::Write::write_all(&mut file, text.as_bytes())?;
+        file.sync_all()?;
+        Ok(staging)
+    }
+
+    /// The folder exists: it is this attempt's if its owner file says so.
+    fn check_existing(&self) -> Result<(), FolderError> {
+        match owner_of(&self.path) {
+            Ok(owner) if owner == self.owner => Ok(()),
+            Ok(owner) => Err(FolderError::NotOurs {
+                path: self.path.clone(),
+                found: format!("it is {}", owner.describe()),
+            }),
+            Err(found) => Err(FolderError::NotOurs {
+                path: self.path.clone(),
+                found,
+            }),
         }
     }
+}
+
+/// Renames the folder `from` to `to`, failing with `AlreadyExists` where `to` exists (a plain
+/// rename would replace an empty folder there).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+    use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+    match renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE) {
+        // A filesystem without RENAME_NOREPLACE (older NFS).
+        Err(nix::errno::Errno::EINVAL) => rename_unless_there(from, to),
+        done => done.map_err(io::Error::from),
+    }
+}
+
+/// Renames the folder `from` to `to`, failing with `AlreadyExists` where `to` exists.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+    rename_unless_there(from, to)
+}
+
+/// The rename of a system without an atomic no-replace: `to` checked first.
+fn rename_unless_there(from: &Path, to: &Path) -> io::Result<()> {
+    if to.exists() {
+        return Err(io::ErrorKind::AlreadyExists.into());
+    }
+    std::fs::rename(from, to)
 }
 
 impl FolderOwner {
@@ -175,6 +235,38 @@ mod tests {
                 .owner
                 .is_of_trial(&folder(root.path(), 2, 1).owner.study, 0)
         );
+    }
+
+    #[test]
+    fn a_folder_appears_with_its_owner_file_and_no_staging_folder_is_left() {
+        let root = tempfile::tempdir().unwrap();
+        let mine = folder(root.path(), 1, 1);
+        // What a try killed before its rename leaves: a staging folder, its owner file half
+        // written.
+        let parent = mine.path.parent().unwrap();
+        std::fs::create_dir_all(parent.join(".trial-0.1-2")).unwrap();
+        std::fs::write(parent.join(".trial-0.1-2").join(OWNER_FILE), "{").unwrap();
+        mine.create().unwrap();
+        assert_eq!(owner_of(&mine.path).unwrap(), mine.owner);
+        let mut names: Vec<String> = std::fs::read_dir(parent)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, [".trial-0.1-2", "trial-0"]);
+    }
+
+    #[test]
+    fn an_empty_folder_in_the_way_is_not_replaced() {
+        let root = tempfile::tempdir().unwrap();
+        let mine = folder(root.path(), 1, 1);
+        std::fs::create_dir_all(&mine.path).unwrap();
+        let other = root.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        let refused = rename_no_replace(&other, &mine.path).unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::AlreadyExists);
+        assert!(mine.create().is_err());
+        assert!(std::fs::read_dir(&mine.path).unwrap().next().is_none());
     }
 
     #[test]
