@@ -30,6 +30,7 @@ Parts (all by default):
 """
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -133,6 +134,16 @@ def seconds(value, cap):
     return f">{cap:g} s" if value is None else f"{value:.1f} s"
 
 
+@contextlib.contextmanager
+def ended(process):
+    """Kills `process` when the block ends, however it ends."""
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
 def descriptor_limit(limit):
     def apply():
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
@@ -205,7 +216,7 @@ def dashboard_half_open(build, folder, hold=35.0, count=1500):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, count + 512)), hard))
     process, base, port = dashboard(build, folder, preexec_fn=descriptor_limit(1024))
-    try:
+    with ended(process):
         connections = half_open(port, count)
         time.sleep(hold)
         open_now = still_open(connections)
@@ -216,9 +227,6 @@ def dashboard_half_open(build, folder, hold=35.0, count=1500):
         return [(f"connections still open after {hold:g} s (of {len(connections)})", str(open_now)),
                 ("a request's time with them held", ms(answer, 10)),
                 ("dashboard RSS", f"{rss:.0f} MiB")]
-    finally:
-        process.kill()
-        process.wait()
 
 
 def dashboard_fifo_log(build, folder):
@@ -227,13 +235,10 @@ def dashboard_fifo_log(build, folder):
     log.unlink()
     os.mkfifo(log)
     process, base, _ = dashboard(build, folder)
-    try:
+    with ended(process):
         page = timed_get(base + "/studies/hostile/trials/0", 5)
         after = timed_get(base + "/", 5)
         return [("the trial's page", ms(page, 5)), ("the studies page after it", ms(after, 5))]
-    finally:
-        process.kill()
-        process.wait()
 
 
 # --- serve ------------------------------------------------------------------------------------
@@ -291,20 +296,17 @@ def texts(count, words=17):
 
 def serve_abandoned(build, model):
     process, port = server(build, model)
-    try:
+    with ended(process):
         for _ in range(4):
             abandon(port, texts(256, 120))
         _, lone = post(port, texts(1), timeout=300)
         return [("one text after four abandoned requests of 256", ms(lone, 300)),
                 ("SIGTERM to exit", seconds(exit_seconds(process, 60), 60))]
-    finally:
-        process.kill()
-        process.wait()
 
 
 def serve_flood(build, model, count=400):
     process, port = server(build, model)
-    try:
+    with ended(process):
         body = json.dumps({"instances": ["word " * 800] * 1000}).encode()
         for _ in range(count):
             abandon(port, body, after=0)
@@ -314,28 +316,22 @@ def serve_flood(build, model, count=400):
         return [(f"RSS after {count} abandoned 4 MB requests (peak)", f"{rss:.0f} ({peak:.0f}) MiB"),
                 ("one text after them", ms(lone, 30)),
                 ("SIGTERM to exit", seconds(exit_seconds(process, 30), 30))]
-    finally:
-        process.kill()
-        process.wait()
 
 
 def serve_slow_clients(build, model, count=50):
     process, port = server(build, model)
-    try:
+    with ended(process):
         held = half_open(port, count, b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         time.sleep(1)
         exit_after = exit_seconds(process, 90)
         for connection in held:
             connection.close()
         return [(f"SIGTERM to exit, {count} slow clients connected", seconds(exit_after, 90))]
-    finally:
-        process.kill()
-        process.wait()
 
 
 def serve_big_csv(build, model, clients=20, duration=10.0):
     process, port = server(build, model)
-    try:
+    with ended(process):
         body = b"x\n" * 2_600_000
         status, _ = post(port, body, "text/csv", timeout=60)
         peak = mib(process.pid, "VmHWM")
@@ -358,9 +354,6 @@ def serve_big_csv(build, model, clients=20, duration=10.0):
         return [("a 5 MB CSV of 2.6M rows: answer, peak RSS", f"{status}, {peak:.0f} MiB"),
                 (f"/ping with {clients} such clients, median / max",
                  f"{statistics.median(pings):.0f} / {max(pings):.0f} ms")]
-    finally:
-        process.kill()
-        process.wait()
 
 
 # --- the controller ---------------------------------------------------------------------------
@@ -409,18 +402,15 @@ def soak(build, folder, trials=1000):
     page, base, _ = dashboard(build, folder)
     samples = []  # (seconds, trials ended, controller RSS MiB, page ms)
     start = time.monotonic()
-    try:
+    with ended(page):
         while run.poll() is None:
             rss = mib(run.pid)
             answer = timed_get(base + "/studies/soak", 10)
             with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
-                ended = db.execute("SELECT count(*) FROM trials WHERE finished_at IS NOT NULL"
-                                   ).fetchone()[0]
-            samples.append((time.monotonic() - start, ended, rss, answer or 10_000))
+                finished = db.execute(
+                    "SELECT count(*) FROM trials WHERE finished_at IS NOT NULL").fetchone()[0]
+            samples.append((time.monotonic() - start, finished, rss, answer or 10_000))
             time.sleep(5)
-    finally:
-        page.kill()
-        page.wait()
         run.wait()
     quarter = max(1, len(samples) // 4)
 
