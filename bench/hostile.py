@@ -102,15 +102,20 @@ def timed_get(url, timeout, headers=None):
     return (time.monotonic() - start) * 1000
 
 
-def wait_answering(url, process, limit=300):
+def wait_ready(url, process, limit=300):
+    """Until `url` answers 200 (`serve` answers 503 while its model loads)."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if process.poll() is not None:
             sys.exit(f"{url}: the server exited with {process.returncode}")
-        if timed_get(url, 1) is not None:
-            return
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
         time.sleep(0.2)
-    sys.exit(f"{url} never answered")
+    sys.exit(f"{url} never answered 200")
 
 
 def exit_seconds(process, cap, sig=signal.SIGTERM):
@@ -174,7 +179,7 @@ def dashboard(build, folder, **popen):
         [build.hptune, "--storage", folder / "hptune.db", "dashboard", "--port", str(port)],
         cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **popen)
     base = f"http://127.0.0.1:{port}"
-    wait_answering(base + "/", process)
+    wait_ready(base + "/", process)
     return process, base, port
 
 
@@ -260,7 +265,7 @@ def server(build, model):
     process = subprocess.Popen(
         [build.trainer, "serve", "--model-dir", model, "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_answering(f"http://127.0.0.1:{port}/ping", process)
+    wait_ready(f"http://127.0.0.1:{port}/ping", process)
     return process, port
 
 
@@ -280,12 +285,16 @@ def post(port, body, content_type="application/json", timeout=600):
 
 
 def abandon(port, body, after=0.05):
-    """Sends a whole request and closes the connection `after` seconds later."""
+    """Sends a whole request and closes the connection `after` seconds later (or once the
+    server has refused it)."""
     connection = socket.create_connection(("127.0.0.1", port))
-    connection.sendall(b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                       b"Content-Type: application/json\r\n"
-                       + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    time.sleep(after)
+    try:
+        connection.sendall(b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           b"Content-Type: application/json\r\n"
+                           + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        time.sleep(after)
+    except OSError:
+        pass  # refused before the whole body was sent (503: the queue is full)
     connection.close()
 
 
