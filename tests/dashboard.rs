@@ -183,6 +183,34 @@ fn a_trial_finished_by_a_running_study_appears_without_a_reload() {
     browser.screenshot("live.png");
 }
 
+/// The database is replaced under an open page by one holding another study of the same name,
+/// at the same revision: the page starts over from the new study.
+#[test]
+fn an_open_page_whose_study_was_replaced_shows_the_new_one() {
+    let Some(chromium) = chromium() else { return };
+    let scratch = run_known_study();
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let mut browser = Browser::start(&chromium, 1400);
+    browser.open(&format!("{}/studies/known", dashboard.base));
+    let rows = "document.querySelectorAll('#trial-table tbody tr[data-trial]').length";
+    assert_eq!(browser.eval(rows), json!(40));
+    browser.eval("window.stillTheSamePage = true");
+    for file in ["hptune.db", "hptune.db-wal", "hptune.db-shm"] {
+        let _ = std::fs::remove_file(scratch.path(file));
+    }
+    // Its models too: the new study's trials would not write into the old one's folders.
+    std::fs::remove_dir_all(scratch.path("hptune-artifacts")).unwrap();
+    let study = scratch.study(
+        "again.yaml",
+        &STUDY.replace("max_trial_count: 40", "max_trial_count: 3"),
+    );
+    assert_success(&scratch.hptune(&["run", study.to_str().unwrap()]));
+    browser.wait_for(
+        "the page of the new study",
+        &format!("window.stillTheSamePage === undefined && {rows} === 3"),
+    );
+}
+
 #[test]
 fn a_site_that_points_its_name_at_the_dashboard_reads_nothing() {
     let Some(chromium) = chromium() else { return };

@@ -161,7 +161,8 @@ pub async fn changes(
                 .map(pages::TableRow::from)
                 .collect();
             let summary = (revision > since).then(|| pages::summary_cards(&study));
-            Json(json!({ "revision": revision, "summary": summary, "trials": trials }))
+            let instance = pages::instance(&study.follower.study);
+            Json(json!({ "instance": instance, "revision": revision, "summary": summary, "trials": trials }))
                 .into_response()
         }
         Err(e) => e.json(),

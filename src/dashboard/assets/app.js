@@ -229,9 +229,10 @@
     poll(async () => {
       await refreshFigures();
       const changes = JSON.parse(await fetchText(`/api/studies/${encodeURIComponent(init.study)}/changes?since=${revision}`));
+      // Another study of this name (the database was replaced), or a restarted server, which
+      // counts revisions from 1 again: start over from its page.
+      if (changes.instance !== init.instance || changes.revision < revision) { location.reload(); return; }
       if (changes.revision === revision) return;
-      // A restarted server counts revisions from 1 again: start over from its page.
-      if (changes.revision < revision) { location.reload(); return; }
       revision = changes.revision;
       for (const t of changes.trials) trials.set(t.number, t);
       if (changes.summary) $("#summary").innerHTML = changes.summary;

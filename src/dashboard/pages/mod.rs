@@ -188,6 +188,7 @@ pub fn study_page(study: &mut Followed) -> String {
         metric: &follower.study.metric,
         goal: follower.study.goal.as_str(),
         params: ids,
+        instance: instance(&follower.study),
         revision: follower.revision(),
         trials: follower.trials().map(TableRow::from).collect(),
     };
@@ -227,8 +228,16 @@ struct PageData<'a> {
     metric: &'a str,
     goal: &'a str,
     params: Vec<String>,
+    instance: String,
     revision: u64,
     trials: Vec<TableRow<'a>>,
+}
+
+/// Which study of its name a page shows: its row id and creation time. A database deleted
+/// or replaced under the dashboard may hold another study of the same name, whose revisions
+/// count from 1 again: a page whose instance is not the server's reloads.
+pub fn instance(study: &crate::storage::StudyRecord) -> String {
+    format!("{}@{}", study.id, study.created_at)
 }
 
 /// A trial as the page's table shows, sorts and filters it: a large study's page is mostly
