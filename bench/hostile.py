@@ -50,8 +50,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from serve_load import SENTENCE, fine_tune, wait_ready
+
 ROOT = Path(__file__).resolve().parent.parent
-SENTENCE = "the film is a quiet, funny and moving portrait of a family that never quite fits together"
 
 
 class Build:
@@ -100,22 +101,6 @@ def timed_get(url, timeout, headers=None):
     except (TimeoutError, socket.timeout, OSError):
         return None
     return (time.monotonic() - start) * 1000
-
-
-def wait_ready(url, process, limit=300):
-    """Until `url` answers 200 (`serve` answers 503 while its model loads)."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"{url}: the server exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    sys.exit(f"{url} never answered 200")
 
 
 def exit_seconds(process, cap, sig=signal.SIGTERM):
@@ -252,11 +237,7 @@ def dashboard_fifo_log(build, folder):
 def fine_tuned(build, folder):
     model = folder / "model"
     if not (model / "model.safetensors").exists():
-        data = ROOT / "trainer" / "tests" / "fixtures" / "data"
-        subprocess.run([build.trainer, "--model", ROOT / "models" / "all-MiniLM-L6-v2",
-                        "--train", data / "train.tsv", "--eval", data / "eval.tsv",
-                        "--epochs", "1", "--output-dir", model],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        fine_tune(build.trainer, ROOT / "models" / "all-MiniLM-L6-v2", model)
     return model
 
 
