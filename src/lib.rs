@@ -3,7 +3,7 @@
 //! A study file ([`spec`]) is read into a [`study`]: its objective, search space
 //! ([`study::space`]) and trial template; a [`sampler`] proposes trials; the [`controller`]
 //! runs them as trial workers through an [`executor`] (local ones on GPUs of their own,
-//! [`gpus`]), reads what they report ([`report`]),
+//! [`gpus`]), reads what they report (the worker [`protocol`]),
 //! stops unpromising trials early ([`study::stopping`]) and records everything in
 //! [`storage`]. Inside a remote job, the relay ([`executor::relay`]) runs the worker and
 //! writes what it reports into the storage. The [`dashboard`] and [`plot`] show studies as
@@ -16,7 +16,7 @@ pub mod executor;
 pub mod gpus;
 pub mod importance;
 pub mod plot;
-pub mod report;
+pub mod protocol;
 pub mod sampler;
 pub mod spec;
 pub mod stats;

@@ -6,7 +6,7 @@ use std::path::{Component, Path};
 
 use proptest::prelude::*;
 
-use hptune::report::{LineParser, Measurement, MetricsFileReader, final_value};
+use hptune::protocol::{LineParser, Measurement, MetricsFileReader, final_value};
 use hptune::spec;
 
 const CASES: u32 = 10_000;

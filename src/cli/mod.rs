@@ -165,7 +165,7 @@ enum Command {
         metric: String,
         /// Directory of the worker's log and metrics file (a Slurm job's script sets
         /// HPTUNE_RELAY_LOG_DIR to a folder of its own on its node).
-        #[arg(long, env = hptune::executor::RELAY_LOG_DIR_VARIABLE, default_value = DEFAULT_LOG_DIR)]
+        #[arg(long, env = hptune::protocol::RELAY_LOG_DIR_VARIABLE, default_value = DEFAULT_LOG_DIR)]
         log_dir: PathBuf,
         /// The worker's command line.
         #[arg(last = true, required = true)]

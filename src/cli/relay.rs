@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use tokio::sync::watch;
 
-use hptune::executor::error_log_path;
 use hptune::executor::relay::{RelayError, RelayJob, relay as run_relay};
+use hptune::protocol::error_log_path;
 use hptune::storage::{Storage, StorageUrl};
 
 use super::Failure;

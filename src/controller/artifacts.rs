@@ -8,7 +8,8 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
 use super::Run;
-use crate::executor::{StudyMark, attempt_stem, owner_of};
+use crate::executor::{StudyMark, owner_of};
+use crate::protocol::model_folder;
 use crate::storage::{StorageError, TrialRecord, TrialState, best_first};
 use crate::study::{Goal, Study};
 
@@ -46,7 +47,7 @@ impl ArtifactPlan {
 
     /// The model folder of attempt `attempt` of trial `number` of `study`.
     pub fn attempt_dir(&self, study: &str, number: u64, attempt: u32) -> PathBuf {
-        self.dir.join(study).join(attempt_stem(number, attempt))
+        self.dir.join(model_folder(study, number, attempt))
     }
 }
 

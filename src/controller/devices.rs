@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::{ControllerError, Run, RunEvent, RunObserver};
 use crate::gpus::Lease;
-use crate::report::Measurement;
+use crate::protocol::Measurement;
 use crate::storage::{NextAttempt, StorageError, TrialRecord, TrialState};
 
 /// How often a controller waiting for GPUs locked by other processes looks again.

@@ -29,7 +29,7 @@ use tokio::task::{self, JoinSet};
 use crate::executor::process::controller_id;
 use crate::executor::{Executor, StopRequest, StudyMark, WorkerEvent, WorkerOutcome};
 use crate::gpus::{GpuPlan, GpuPool, Lease};
-use crate::report::Measurement;
+use crate::protocol::Measurement;
 use crate::sampler::{Observation, ProposalContext, Sampler, SamplerError};
 use crate::storage::{
     Budget, Claim, ClaimError, Enqueue, Storage, StorageError, StudyRecord, StudyView, TrialEnd,

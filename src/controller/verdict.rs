@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::executor::{WorkerEnd, WorkerOutcome};
-use crate::report::{self, Measurement, ReportError};
+use crate::protocol::{Measurement, ReportError, final_value};
 use crate::storage::TrialState;
 use crate::study::Study;
 
@@ -29,12 +29,7 @@ pub(super) fn feasibility(
     let finals: BTreeMap<&str, Result<f64, ReportError>> = constraints
         .bounds
         .iter()
-        .map(|c| {
-            (
-                c.metric.as_str(),
-                report::final_value(measurements, &c.metric),
-            )
-        })
+        .map(|c| (c.metric.as_str(), final_value(measurements, &c.metric)))
         .collect();
     let values = constraints.values(|metric| finals.get(metric)?.as_ref().ok().copied());
     // Why a constrained metric has no value: never reported, or reported as NaN or infinite.
@@ -91,7 +86,7 @@ fn verdict_on_end(
     let metric = &study.objective.metric;
     let failed = |message: String| Verdict::Final(TrialState::Failed, None, Some(message));
     let with_output = |message: String| outcome.with_last_output(message);
-    let reported = || report::final_value(measurements, metric);
+    let reported = || final_value(measurements, metric);
     let finished = || match (reported(), &outcome.unreadable) {
         (Ok(value), _) => Verdict::Final(TrialState::Succeeded, Some(value), None),
         // No value, but one the worker meant as a value: say what it printed.

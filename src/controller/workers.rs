@@ -11,11 +11,10 @@ use super::liveness::{attempt_began, running_for};
 use super::verdict::{Verdict, feasibility, verdict_on};
 use super::{ControllerError, Run, RunEvent, RunObserver, Running};
 use crate::executor::{
-    AttemptFiles, FolderOwner, ModelFolder, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent,
-    WorkerOutcome, command_line, worker_env,
+    FolderOwner, ModelFolder, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
 };
 use crate::gpus::Lease;
-use crate::report::Measurement;
+use crate::protocol::{AttemptFiles, Measurement, command_line, worker_env};
 use crate::storage::{NextAttempt, StorageError, TrialEnd, TrialRecord, TrialState};
 use crate::study::ExecutorSpec;
 use crate::study::stopping::Curve;

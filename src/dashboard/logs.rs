@@ -13,7 +13,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::executor::{AttemptFiles, error_log_path};
+use crate::protocol::{AttemptFiles, error_log_path};
 
 /// How much of the end of each log the trial page shows.
 const TAIL_BYTES: u64 = 16 * 1024;

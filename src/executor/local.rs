@@ -23,10 +23,8 @@ use tokio::sync::{mpsc, watch};
 use super::follow::{Worker, follow, hurried};
 use super::output::{Output, wrote_output};
 use super::process::{ProcessId, find_by_environment};
-use super::{
-    Executor, PROTOCOL_VARIABLES, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent,
-    WorkerOutcome, error_log_path,
-};
+use super::{Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome};
+use crate::protocol::{GPUS_VARIABLE, PROTOCOL_VARIABLES, STORAGE_VARIABLE, error_log_path};
 
 /// How often an adopted worker is looked at.
 const POLL: Duration = Duration::from_millis(200);
@@ -110,10 +108,10 @@ impl LocalWorker {
             .args(args)
             // The controller's pool is not the worker's devices: a trial with GPUs gets its
             // own below (job.env), a trial without gets none.
-            .env_remove("HPTUNE_GPUS")
+            .env_remove(GPUS_VARIABLE)
             .envs(job.env.iter().map(|(k, v)| (k, v)))
             // The database URL may hold a password, and workers never write the database.
-            .env_remove("HPTUNE_STORAGE")
+            .env_remove(STORAGE_VARIABLE)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)

@@ -24,12 +24,10 @@ use tokio::sync::{mpsc, watch};
 pub use local::LocalExecutor;
 pub use model_folder::{FolderError, FolderOwner, ModelFolder, OWNER_FILE, StudyMark, owner_of};
 pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study, relay};
-pub use slurm::{RELAY_LOG_DIR_VARIABLE, SlurmEngine, SlurmExecutor};
+pub use slurm::{SlurmEngine, SlurmExecutor};
 
-use crate::gpus::Device;
-use crate::report::Measurement;
-use crate::study::space::{Assignment, Space};
-use crate::study::{TemplatePart, TrialTemplate, template_parts};
+use crate::protocol::Measurement;
+use crate::study::space::Assignment;
 
 /// Everything an executor needs to run one trial.
 #[derive(Debug, Clone)]
@@ -184,43 +182,6 @@ impl WorkerEnd {
     }
 }
 
-/// The files one attempt of a trial writes in a log directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttemptFiles {
-    /// The worker's stdout (its stderr goes beside it: [`error_log_path`]).
-    pub log: PathBuf,
-    /// cloudml-hypertune's metrics file.
-    pub metrics: PathBuf,
-}
-
-impl AttemptFiles {
-    /// The files of attempt `attempt` of trial `number` in `dir`: `trial-N.log` and
-    /// `trial-N.metrics.jsonl`, with `-attempt-A` after `N` from the second attempt on. Each
-    /// attempt's files have names of their own, so that one attempt's output is never taken
-    /// for another's.
-    pub fn in_dir(dir: &Path, number: u64, attempt: u32) -> Self {
-        let stem = attempt_stem(number, attempt);
-        Self {
-            log: dir.join(format!("{stem}.log")),
-            metrics: dir.join(format!("{stem}.metrics.jsonl")),
-        }
-    }
-}
-
-/// The name of an attempt's files and model folder: `trial-N`, with `-attempt-A` after `N`
-/// from the second attempt on.
-pub fn attempt_stem(number: u64, attempt: u32) -> String {
-    match attempt {
-        1 => format!("trial-{number}"),
-        n => format!("trial-{number}-attempt-{n}"),
-    }
-}
-
-/// Where a worker's stderr goes, beside its stdout log.
-pub fn error_log_path(log_path: &Path) -> PathBuf {
-    log_path.with_extension("err")
-}
-
 /// The end of one worker.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerOutcome {
@@ -280,133 +241,6 @@ pub trait Executor: Send + Sync {
     ) -> WorkerOutcome;
 }
 
-/// The worker's command line: the template's command, then its `args` with placeholders
-/// filled in (an argument naming an inactive parameter is left out), or else each active
-/// parameter as `--<id>=<value>` in the order of the study file.
-pub fn command_line(
-    template: &TrialTemplate,
-    space: &Space,
-    study: &str,
-    number: u64,
-    params: &Assignment,
-) -> Vec<String> {
-    let mut argv = template.command.clone();
-    match &template.args {
-        None => argv.extend(
-            space
-                .parameters()
-                .iter()
-                .filter_map(|p| params.get(&p.id).map(|value| format!("--{}={value}", p.id))),
-        ),
-        Some(args) => argv.extend(
-            args.iter()
-                .filter_map(|arg| fill_template(arg, study, number, params)),
-        ),
-    }
-    argv
-}
-
-fn fill_template(template: &str, study: &str, number: u64, params: &Assignment) -> Option<String> {
-    // spec.rs has checked every template, so it splits.
-    let parts = template_parts(template).ok()?;
-    let mut out = String::new();
-    for part in parts {
-        match part {
-            TemplatePart::Text(text) => out.push_str(&text),
-            TemplatePart::Placeholder("trial_id") => out.push_str(&number.to_string()),
-            TemplatePart::Placeholder("study") => out.push_str(study),
-            TemplatePart::Placeholder(id) => out.push_str(&params.get(id)?.to_string()),
-        }
-    }
-    Some(out)
-}
-
-/// The study file's own variables, then those of the worker protocol, then the attempt's
-/// model folder ([`OUTPUT_VARIABLES`]) when it has one, then the trial's devices
-/// ([`DEVICE_VARIABLES`]) when it has GPUs: a worker always sees its own trial (`spec`
-/// refuses a `trial.env` that names a protocol or output variable, or a device variable of
-/// a study with GPUs).
-pub fn worker_env(
-    template: &TrialTemplate,
-    study: &str,
-    number: u64,
-    attempt: u32,
-    metrics_path: &Path,
-    output_dir: Option<&Path>,
-    gpus: &[Device],
-) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = template
-        .env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    env.extend(protocol_env(study, number, attempt, metrics_path));
-    if let Some(dir) = output_dir {
-        let dir = dir.display().to_string();
-        env.extend(OUTPUT_VARIABLES.map(|name| (name.to_string(), dir.clone())));
-    }
-    if !gpus.is_empty() {
-        let list = |id: fn(&Device) -> &str| gpus.iter().map(id).collect::<Vec<_>>().join(",");
-        let [cuda, hptune] = DEVICE_VARIABLES;
-        env.push((cuda.into(), list(Device::cuda_id)));
-        env.push((hptune.into(), list(|d| &d.name)));
-    }
-    env
-}
-
-/// The variables that name the folder a worker saves its model to, its attempt's own: as
-/// hptune names it, and as Vertex AI does for its tuning trials (so a script written for
-/// Vertex AI saves there unchanged).
-pub const OUTPUT_VARIABLES: [&str; 2] = ["HPTUNE_OUTPUT_DIR", "AIP_MODEL_DIR"];
-
-/// The variables that give a trial with GPUs its devices, comma-separated: as CUDA names
-/// them (UUIDs when known), and as hptune names them (recorded with the attempt).
-pub const DEVICE_VARIABLES: [&str; 2] = ["CUDA_VISIBLE_DEVICES", "HPTUNE_GPUS"];
-
-/// The variables of the worker protocol, in the order [`protocol_env`] sets them: study,
-/// trial, attempt, metrics file, and cloudml-hypertune's metrics file and trial.
-pub const PROTOCOL_VARIABLES: [&str; 6] = [
-    "HPTUNE_STUDY",
-    "HPTUNE_TRIAL_ID",
-    "HPTUNE_ATTEMPT",
-    "HPTUNE_METRICS_FILE",
-    "CLOUD_ML_HP_METRIC_FILE",
-    "CLOUD_ML_TRIAL_ID",
-];
-
-/// Whether `name` belongs to the worker protocol, which a study's `trial.env` may not set:
-/// one of [`PROTOCOL_VARIABLES`] or [`OUTPUT_VARIABLES`], or any other `HPTUNE_` name
-/// (`HPTUNE_STORAGE` of remote jobs, `HPTUNE_GPUS` of trials with GPUs, and those the
-/// protocol may add).
-pub fn is_protocol_variable(name: &str) -> bool {
-    name.starts_with("HPTUNE_")
-        || PROTOCOL_VARIABLES.contains(&name)
-        || OUTPUT_VARIABLES.contains(&name)
-}
-
-/// The variables of the worker protocol, named by [`PROTOCOL_VARIABLES`].
-pub fn protocol_env(
-    study: &str,
-    number: u64,
-    attempt: u32,
-    metrics_path: &Path,
-) -> Vec<(String, String)> {
-    let metrics = metrics_path.display().to_string();
-    let values = [
-        study.to_string(),
-        number.to_string(),
-        attempt.to_string(),
-        metrics.clone(),
-        metrics,
-        number.to_string(),
-    ];
-    PROTOCOL_VARIABLES
-        .iter()
-        .map(|name| name.to_string())
-        .zip(values)
-        .collect()
-}
-
 /// Checks that the worker program can be started: an existing executable file when it is a
 /// path, a program on `PATH` otherwise.
 pub fn check_program(program: &str) -> Result<(), String> {
@@ -440,69 +274,6 @@ pub fn check_program(program: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::parse;
-    use crate::study::space::ParamValue;
-
-    const STUDY: &str = r#"
-name: s
-objective: {metric: loss, goal: minimize}
-parameters:
-  - {id: opt, type: categorical, values: [adam, sgd]}
-  - {id: momentum, type: double, min: 0.0, max: 1.0, when: {opt: [sgd]}}
-  - {id: layers, type: integer, min: 1, max: 4}
-algorithm: random
-max_trial_count: 1
-trial:
-  command: [python3, train.py, --fixed]
-"#;
-
-    fn params(momentum: Option<f64>) -> Assignment {
-        let mut p = Assignment::new();
-        p.insert("opt".into(), ParamValue::Str("sgd".into()));
-        p.insert("layers".into(), ParamValue::Int(2));
-        if let Some(m) = momentum {
-            p.insert("momentum".into(), ParamValue::Float(m));
-        }
-        p
-    }
-
-    #[test]
-    fn appends_active_parameters_as_flags_in_file_order() {
-        let study = parse(Path::new("s.yaml"), STUDY).unwrap();
-        let argv = command_line(&study.trial, &study.space, "s", 3, &params(Some(0.5)));
-        assert_eq!(
-            argv,
-            [
-                "python3",
-                "train.py",
-                "--fixed",
-                "--opt=sgd",
-                "--momentum=0.5",
-                "--layers=2"
-            ]
-        );
-    }
-
-    #[test]
-    fn fills_the_args_template_and_drops_inactive_arguments() {
-        let text = STUDY.replace(
-            "--fixed]",
-            "--fixed]\n  args: [--optimizer, '{opt}', '--m={momentum}', 'out/{study}/{trial_id}']",
-        );
-        let study = parse(Path::new("s.yaml"), &text).unwrap();
-        let argv = command_line(&study.trial, &study.space, "s", 3, &params(None));
-        assert_eq!(
-            argv,
-            [
-                "python3",
-                "train.py",
-                "--fixed",
-                "--optimizer",
-                "sgd",
-                "out/s/3"
-            ]
-        );
-    }
 
     #[test]
     fn checks_the_program_before_any_trial() {

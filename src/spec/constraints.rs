@@ -2,7 +2,7 @@
 
 use super::Checker;
 use super::raw::RawConstraint;
-use crate::report::check_metric_name;
+use crate::protocol::check_metric_name;
 use crate::study::{Bound, Constraint, Constraints};
 
 impl Checker<'_> {

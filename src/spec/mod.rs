@@ -21,11 +21,10 @@ mod warm_start;
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::report::check_metric_name;
+use crate::protocol::check_metric_name;
 use crate::study::{Algorithm, Goal, Objective, Study};
 use locate::{Locations, Position};
 use raw::RawStudy;
@@ -34,8 +33,6 @@ use raw::RawStudy;
 pub const DEFAULT_MAX_FAILED_TRIAL_COUNT: u64 = 3;
 /// Further attempts of a trial whose worker was killed from outside, when the file does not say.
 pub const DEFAULT_MAX_RETRIES: u32 = 2;
-/// Time between SIGTERM and SIGKILL when a worker is stopped, when the file does not say.
-pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10);
 
 /// One broken rule of the study file.
 #[derive(Debug, Clone, PartialEq)]
@@ -441,6 +438,8 @@ fn quoted(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     const GOOD: &str = r#"

@@ -5,8 +5,8 @@ use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use super::raw::{Number, RawTrial, RawTrialResources};
-use super::{Checker, DEFAULT_GRACE_PERIOD, quoted};
-use crate::executor::{DEVICE_VARIABLES, is_protocol_variable};
+use super::{Checker, quoted};
+use crate::protocol::{DEFAULT_GRACE_PERIOD, DEVICE_VARIABLES, is_protocol_variable};
 use crate::study::space::Space;
 use crate::study::{ExecutorSpec, TEMPLATE_BUILTINS, TemplatePart, TrialTemplate, template_parts};
 

@@ -392,7 +392,7 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Measurement;
+    use crate::protocol::Measurement;
     use crate::study::Goal;
 
     /// The budget of a study of `max_trial_count` trials (five failures allowed), and the

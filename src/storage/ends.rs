@@ -17,7 +17,7 @@ use sqlx::{Any, Pool, Transaction};
 
 use super::rows::{TrialRecord, TrialState};
 use super::{Dialect, Storage, StorageError, now, query_error, warn_if_slow};
-use crate::report::Measurement;
+use crate::protocol::Measurement;
 
 /// Measurements per insert. An end holds as many as the worker printed since they were last
 /// written (a worker that prints quickly and exits leaves them all to its end); three

@@ -308,7 +308,7 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Measurement;
+    use crate::protocol::Measurement;
     use crate::storage::{Budget, Claim};
 
     #[tokio::test]

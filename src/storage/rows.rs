@@ -8,7 +8,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::StorageError;
-use crate::report::Measurement;
+use crate::protocol::Measurement;
 use crate::sampler::Observation;
 use crate::study::Goal;
 use crate::study::space::Assignment;

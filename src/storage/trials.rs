@@ -10,7 +10,7 @@ use super::rows::{
     AttemptRecord, TrialRecord, TrialState, attempt_columns, enqueued, trial_columns,
 };
 use super::{Storage, StorageError, now, query_error};
-use crate::report::Measurement;
+use crate::protocol::Measurement;
 use crate::study::stopping::Curve;
 
 /// When the next attempt of a retried trial runs.

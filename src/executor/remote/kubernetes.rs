@@ -17,8 +17,9 @@ use serde_json::json;
 
 use super::credentials::kube::KubeAccess;
 use super::http::{Http, RemoteError};
-use super::{Container, Engine, JobState, ModelOutput, STORAGE_VARIABLE};
-use crate::executor::{TrialJob, attempt_stem};
+use super::{Container, Engine, JobState, ModelOutput};
+use crate::executor::TrialJob;
+use crate::protocol::{STORAGE_VARIABLE, model_folder};
 use crate::study::KubernetesSpec;
 
 /// The name of the trial's container in its pod.
@@ -240,7 +241,7 @@ impl Engine for Kubernetes {
     /// `artifacts_volume`: recorded as `pvc://<claim>/<study>/trial-<n>[-attempt-<k>]`.
     fn model_output(&self, job: &TrialJob, _name: &str) -> Option<ModelOutput> {
         let volume = self.spec.artifacts_volume.as_ref()?;
-        let folder = format!("{}/{}", job.study, attempt_stem(job.number, job.attempt));
+        let folder = model_folder(&job.study, job.number, job.attempt);
         Some(ModelOutput::in_container(
             format!("pvc://{}/{folder}", volume.claim),
             &format!("{}/{folder}", volume.mount_path),

@@ -25,9 +25,10 @@ use tokio::time::{Instant, sleep_until};
 
 use crate::executor::outage::Outage;
 use crate::executor::{
-    Executor, LocalExecutor, OUTPUT_VARIABLES, SlurmEngine, SlurmExecutor, Start, StopRequest,
-    TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, is_protocol_variable,
+    Executor, LocalExecutor, SlurmEngine, SlurmExecutor, Start, StopRequest, TrialJob, WorkerEnd,
+    WorkerEvent, WorkerOutcome,
 };
+use crate::protocol::{STORAGE_VARIABLE, is_protocol_variable, output_env, relay_command};
 use crate::storage::{Storage, StorageUrl};
 use crate::study::{ExecutorSpec, SlurmReport};
 pub use http::RemoteError;
@@ -51,9 +52,6 @@ pub enum JobState {
     /// how it ended is lost, and the trial is judged by what its relay recorded.
     Gone,
 }
-
-/// The variable that gives the relay in the job its storage URL.
-pub const STORAGE_VARIABLE: &str = "HPTUNE_STORAGE";
 
 /// What a job runs: the container's command line and environment, and a name for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,14 +80,11 @@ pub struct ModelOutput {
 }
 
 impl ModelOutput {
-    /// Both [`OUTPUT_VARIABLES`] naming `dir`, a folder inside the container.
+    /// Both of the protocol's output variables naming `dir`, a folder inside the container.
     pub(crate) fn in_container(location: String, dir: &str) -> Self {
         Self {
             location,
-            env: OUTPUT_VARIABLES
-                .iter()
-                .map(|name| (name.to_string(), dir.to_string()))
-                .collect(),
+            env: output_env(dir),
         }
     }
 }
@@ -216,23 +211,7 @@ pub fn for_study(
 impl RemoteExecutor {
     /// What the job of `job` runs.
     fn container(&self, job: &TrialJob) -> Container {
-        let mut command: Vec<String> = [
-            "hptune",
-            "relay",
-            "--study",
-            &job.study,
-            "--trial",
-            &job.number.to_string(),
-            "--attempt",
-            &job.attempt.to_string(),
-            "--metric",
-            &job.metric,
-            "--",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        command.extend(job.argv.iter().cloned());
+        let command = relay_command(&job.study, job.number, job.attempt, &job.metric, &job.argv);
         let name = job_name(&job.study, job.number, job.attempt);
         let model = self.engine.model_output(job, &name);
         let env = job

@@ -13,11 +13,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::executor::{
-    AttemptFiles, Executor, LocalExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent,
-    WorkerOutcome, protocol_env,
+    Executor, LocalExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
 };
-use crate::report::{self, Measurement, ReportError};
-use crate::spec::DEFAULT_GRACE_PERIOD;
+use crate::protocol::{
+    AttemptFiles, DEFAULT_GRACE_PERIOD, Measurement, ReportError, final_value, protocol_env,
+};
 use crate::storage::{Storage, StorageError, TrialRecord, TrialState};
 use crate::study::space::Assignment;
 
@@ -193,7 +193,7 @@ fn relay_end(
 ) -> RelayEnd {
     let with_output = |message: String| outcome.with_last_output(message);
     let (exit_code, failure) = match &outcome.end {
-        WorkerEnd::Exited(0) => match report::final_value(measurements, metric) {
+        WorkerEnd::Exited(0) => match final_value(measurements, metric) {
             Err(e @ ReportError::NotFinite { .. }) => {
                 let reason = e.to_string();
                 return RelayEnd {

@@ -10,7 +10,8 @@ use serde_json::json;
 use super::credentials::google::GoogleAuth;
 use super::http::{Http, RemoteError};
 use super::{Container, Engine, JobState, ModelOutput};
-use crate::executor::{OUTPUT_VARIABLES, TrialJob, attempt_stem};
+use crate::executor::TrialJob;
+use crate::protocol::{OUTPUT_VARIABLES, model_folder};
 use crate::study::VertexSpec;
 
 /// gRPC's code UNAVAILABLE, which Vertex gives a job whose machine was preempted.
@@ -95,9 +96,8 @@ impl Vertex {
     fn base_output_directory(&self, job: &TrialJob) -> Option<String> {
         let base = self.spec.base_output_dir.as_ref()?;
         Some(format!(
-            "{base}/{}/{}",
-            job.study,
-            attempt_stem(job.number, job.attempt)
+            "{base}/{}",
+            model_folder(&job.study, job.number, job.attempt)
         ))
     }
 

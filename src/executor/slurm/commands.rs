@@ -8,6 +8,7 @@ use std::path::Path;
 use tokio::process::Command;
 
 use crate::executor::WorkerEnd;
+use crate::protocol::STORAGE_VARIABLE;
 
 /// A job as Slurm says it is.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,8 +63,8 @@ async fn run_with_storage(
     // The database URL may hold a password: only the jobs that report through the database
     // get it.
     match storage_url {
-        Some(url) => command.env("HPTUNE_STORAGE", url),
-        None => command.env_remove("HPTUNE_STORAGE"),
+        Some(url) => command.env(STORAGE_VARIABLE, url),
+        None => command.env_remove(STORAGE_VARIABLE),
     };
     let output = command
         .output()

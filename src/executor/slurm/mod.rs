@@ -21,8 +21,6 @@ mod commands;
 mod relayed;
 mod script;
 
-pub use script::RELAY_LOG_DIR_VARIABLE;
-
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -35,8 +33,8 @@ use super::outage::Outage;
 use super::output::{Output, wrote_output};
 use super::{
     Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome, check_program,
-    error_log_path,
 };
+use crate::protocol::error_log_path;
 use crate::study::SlurmSpec;
 pub use relayed::SlurmEngine;
 

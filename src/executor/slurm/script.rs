@@ -12,7 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::executor::{TrialJob, error_log_path};
+use crate::executor::TrialJob;
+use crate::protocol::{RELAY_LOG_DIR_VARIABLE, error_log_path};
 use crate::study::SlurmSpec;
 
 /// The files of one attempt's job, beside its log.
@@ -39,10 +40,6 @@ impl JobFiles {
 fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
-
-/// The variable that names the folder, on the job's node, of the relay's files (the
-/// worker's log and metrics file) in a job that reports through the database.
-pub const RELAY_LOG_DIR_VARIABLE: &str = "HPTUNE_RELAY_LOG_DIR";
 
 /// The job script of `job`, its files at the (absolute) paths of `files`: it runs the
 /// worker, and writes its exit status where the controller reads it.

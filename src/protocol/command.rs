@@ -1,0 +1,216 @@
+//! The command lines of the protocol: the worker's (its program, then its parameters), and
+//! the relay's that a remote job runs around it.
+
+use crate::study::space::{Assignment, Space};
+use crate::study::{TemplatePart, TrialTemplate, template_parts};
+
+/// The worker's command line: the template's command, then its `args` with placeholders
+/// filled in (an argument naming an inactive parameter is left out), or else each active
+/// parameter as `--<id>=<value>` in the order of the study file.
+pub fn command_line(
+    template: &TrialTemplate,
+    space: &Space,
+    study: &str,
+    number: u64,
+    params: &Assignment,
+) -> Vec<String> {
+    let mut argv = template.command.clone();
+    match &template.args {
+        None => argv.extend(
+            space
+                .parameters()
+                .iter()
+                .filter_map(|p| params.get(&p.id).map(|value| format!("--{}={value}", p.id))),
+        ),
+        Some(args) => argv.extend(
+            args.iter()
+                .filter_map(|arg| fill_template(arg, study, number, params)),
+        ),
+    }
+    argv
+}
+
+fn fill_template(template: &str, study: &str, number: u64, params: &Assignment) -> Option<String> {
+    // spec.rs has checked every template, so it splits.
+    let parts = template_parts(template).ok()?;
+    let mut out = String::new();
+    for part in parts {
+        match part {
+            TemplatePart::Text(text) => out.push_str(&text),
+            TemplatePart::Placeholder("trial_id") => out.push_str(&number.to_string()),
+            TemplatePart::Placeholder("study") => out.push_str(study),
+            TemplatePart::Placeholder(id) => out.push_str(&params.get(id)?.to_string()),
+        }
+    }
+    Some(out)
+}
+
+/// The command a job that reports through the database runs: `hptune relay --study S
+/// --trial N --attempt A --metric M -- <the worker's command line>` (the flags `hptune
+/// relay` reads, `cli/mod.rs`). The relay then runs the worker as a local one.
+pub fn relay_command(
+    study: &str,
+    number: u64,
+    attempt: u32,
+    metric: &str,
+    worker: &[String],
+) -> Vec<String> {
+    let number = number.to_string();
+    let attempt = attempt.to_string();
+    [
+        "hptune",
+        "relay",
+        "--study",
+        study,
+        "--trial",
+        &number,
+        "--attempt",
+        &attempt,
+        "--metric",
+        metric,
+        "--",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .chain(worker.iter().cloned())
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::study::ExecutorSpec;
+    use crate::study::space::{Condition, Domain, ParamValue, Parameter, Scale};
+
+    /// The space of the study these tests run: `opt` in {adam, sgd}, `momentum` in [0, 1]
+    /// when `opt` is sgd, `layers` in 1..=4, in that order.
+    fn space() -> Space {
+        let parameter = |id: &str, domain, condition| Parameter {
+            id: id.into(),
+            domain,
+            condition,
+        };
+        let when_sgd = Condition {
+            requires: BTreeMap::from([("opt".into(), vec![ParamValue::Str("sgd".into())])]),
+        };
+        Space::new(vec![
+            parameter(
+                "opt",
+                Domain::Categorical {
+                    values: vec!["adam".into(), "sgd".into()],
+                },
+                None,
+            ),
+            parameter(
+                "momentum",
+                Domain::Double {
+                    min: 0.0,
+                    max: 1.0,
+                    scale: Scale::Linear,
+                    grid_points: None,
+                },
+                Some(when_sgd),
+            ),
+            parameter(
+                "layers",
+                Domain::Integer {
+                    min: 1,
+                    max: 4,
+                    scale: Scale::Linear,
+                    grid_points: None,
+                },
+                None,
+            ),
+        ])
+    }
+
+    /// The trial template `command: [python3, train.py, --fixed]`, with `args` if given.
+    fn template(args: Option<&[&str]>) -> TrialTemplate {
+        TrialTemplate {
+            command: ["python3", "train.py", "--fixed"]
+                .map(String::from)
+                .to_vec(),
+            args: args.map(|args| args.iter().map(|a| a.to_string()).collect()),
+            env: BTreeMap::new(),
+            timeout: None,
+            grace_period: Duration::from_secs(10),
+            gpus: None,
+            executor: ExecutorSpec::Local,
+        }
+    }
+
+    fn params(momentum: Option<f64>) -> Assignment {
+        let mut p = Assignment::new();
+        p.insert("opt".into(), ParamValue::Str("sgd".into()));
+        p.insert("layers".into(), ParamValue::Int(2));
+        if let Some(m) = momentum {
+            p.insert("momentum".into(), ParamValue::Float(m));
+        }
+        p
+    }
+
+    #[test]
+    fn appends_active_parameters_as_flags_in_file_order() {
+        let argv = command_line(&template(None), &space(), "s", 3, &params(Some(0.5)));
+        assert_eq!(
+            argv,
+            [
+                "python3",
+                "train.py",
+                "--fixed",
+                "--opt=sgd",
+                "--momentum=0.5",
+                "--layers=2"
+            ]
+        );
+    }
+
+    #[test]
+    fn fills_the_args_template_and_drops_inactive_arguments() {
+        let args = [
+            "--optimizer",
+            "{opt}",
+            "--m={momentum}",
+            "out/{study}/{trial_id}",
+        ];
+        let argv = command_line(&template(Some(&args)), &space(), "s", 3, &params(None));
+        assert_eq!(
+            argv,
+            [
+                "python3",
+                "train.py",
+                "--fixed",
+                "--optimizer",
+                "sgd",
+                "out/s/3"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_relay_command_ends_with_the_workers_after_two_dashes() {
+        let worker = ["python3", "train.py", "--lr=0.1"].map(String::from);
+        assert_eq!(
+            relay_command("s", 3, 2, "loss", &worker),
+            [
+                "hptune",
+                "relay",
+                "--study",
+                "s",
+                "--trial",
+                "3",
+                "--attempt",
+                "2",
+                "--metric",
+                "loss",
+                "--",
+                "python3",
+                "train.py",
+                "--lr=0.1"
+            ]
+        );
+    }
+}

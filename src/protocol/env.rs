@@ -1,0 +1,113 @@
+//! The environment of the protocol: each variable a worker (or a relay) is given, named once,
+//! and the worker's environment built from them.
+
+use std::path::Path;
+
+use crate::gpus::Device;
+use crate::study::TrialTemplate;
+
+/// The variables of the worker protocol, in the order [`protocol_env`] sets them: study,
+/// trial, attempt, metrics file, and cloudml-hypertune's metrics file and trial.
+pub const PROTOCOL_VARIABLES: [&str; 6] = [
+    "HPTUNE_STUDY",
+    "HPTUNE_TRIAL_ID",
+    "HPTUNE_ATTEMPT",
+    "HPTUNE_METRICS_FILE",
+    "CLOUD_ML_HP_METRIC_FILE",
+    "CLOUD_ML_TRIAL_ID",
+];
+
+/// The variables that name the folder a worker saves its model to, its attempt's own: as
+/// hptune names it, and as Vertex AI does for its tuning trials (so a script written for
+/// Vertex AI saves there unchanged).
+pub const OUTPUT_VARIABLES: [&str; 2] = ["HPTUNE_OUTPUT_DIR", "AIP_MODEL_DIR"];
+
+/// The variable that lists a trial's devices as CUDA names them (UUIDs when known).
+pub const CUDA_DEVICES_VARIABLE: &str = "CUDA_VISIBLE_DEVICES";
+
+/// The variable that lists a trial's devices as hptune names them (recorded with the
+/// attempt); never passed on to a worker of a trial without GPUs.
+pub const GPUS_VARIABLE: &str = "HPTUNE_GPUS";
+
+/// The variables that give a trial with GPUs its devices, comma-separated: as CUDA names
+/// them, and as hptune does.
+pub const DEVICE_VARIABLES: [&str; 2] = [CUDA_DEVICES_VARIABLE, GPUS_VARIABLE];
+
+/// The variable that gives a relay (in a remote job) its storage URL; never passed on to a
+/// worker, which never needs the database.
+pub const STORAGE_VARIABLE: &str = "HPTUNE_STORAGE";
+
+/// The variable that names the folder, on the job's node, of the relay's files (the
+/// worker's log and metrics file) in a Slurm job that reports through the database.
+pub const RELAY_LOG_DIR_VARIABLE: &str = "HPTUNE_RELAY_LOG_DIR";
+
+/// Whether `name` belongs to the worker protocol, which a study's `trial.env` may not set:
+/// one of [`PROTOCOL_VARIABLES`] or [`OUTPUT_VARIABLES`], or any other `HPTUNE_` name
+/// ([`STORAGE_VARIABLE`], [`GPUS_VARIABLE`], and those the protocol may add).
+pub fn is_protocol_variable(name: &str) -> bool {
+    name.starts_with("HPTUNE_")
+        || PROTOCOL_VARIABLES.contains(&name)
+        || OUTPUT_VARIABLES.contains(&name)
+}
+
+/// The variables of the worker protocol, named by [`PROTOCOL_VARIABLES`].
+pub fn protocol_env(
+    study: &str,
+    number: u64,
+    attempt: u32,
+    metrics_path: &Path,
+) -> Vec<(String, String)> {
+    let metrics = metrics_path.display().to_string();
+    let values = [
+        study.to_string(),
+        number.to_string(),
+        attempt.to_string(),
+        metrics.clone(),
+        metrics,
+        number.to_string(),
+    ];
+    PROTOCOL_VARIABLES
+        .iter()
+        .map(|name| name.to_string())
+        .zip(values)
+        .collect()
+}
+
+/// The study file's own variables, then those of the worker protocol, then the attempt's
+/// model folder ([`OUTPUT_VARIABLES`]) when it has one, then the trial's devices
+/// ([`DEVICE_VARIABLES`]) when it has GPUs: a worker always sees its own trial (`spec`
+/// refuses a `trial.env` that names a protocol or output variable, or a device variable of
+/// a study with GPUs).
+pub fn worker_env(
+    template: &TrialTemplate,
+    study: &str,
+    number: u64,
+    attempt: u32,
+    metrics_path: &Path,
+    output_dir: Option<&Path>,
+    gpus: &[Device],
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = template
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    env.extend(protocol_env(study, number, attempt, metrics_path));
+    if let Some(dir) = output_dir {
+        env.extend(output_env(&dir.display().to_string()));
+    }
+    if !gpus.is_empty() {
+        let list = |id: fn(&Device) -> &str| gpus.iter().map(id).collect::<Vec<_>>().join(",");
+        env.push((CUDA_DEVICES_VARIABLE.into(), list(Device::cuda_id)));
+        env.push((GPUS_VARIABLE.into(), list(|d| &d.name)));
+    }
+    env
+}
+
+/// Both [`OUTPUT_VARIABLES`] naming `dir`, the folder the worker saves its model to.
+pub fn output_env(dir: &str) -> Vec<(String, String)> {
+    OUTPUT_VARIABLES
+        .iter()
+        .map(|name| (name.to_string(), dir.to_string()))
+        .collect()
+}
