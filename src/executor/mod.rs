@@ -4,6 +4,10 @@
 //! each cloud engine (`vertex.rs`, `kubernetes.rs`, `sagemaker.rs`), and Slurm for jobs that
 //! report through the database ([`SlurmEngine`]), is one file implementing `remote::Engine`,
 //! driven by [`RemoteExecutor`].
+//!
+//! What a worker is given and how what it reports is read (its command line, environment,
+//! files and report lines) is the [`crate::protocol`]'s; an executor decides only where and
+//! how the worker runs.
 
 mod follow;
 mod local;

@@ -1,5 +1,5 @@
-//! The worker -> controller metric protocol: the only place that understands what workers
-//! print or write.
+//! What workers say: the only place that understands the lines they print (once
+//! [`LineReader`](super::LineReader) has split them) and the metrics file they write.
 //!
 //! Two local forms are read:
 //! - `key=value` pairs on stdout, Katib style (`step=2 loss=0.3 accuracy=0.91`). A line is a
