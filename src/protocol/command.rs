@@ -83,48 +83,19 @@ mod tests {
 
     use super::*;
     use crate::study::ExecutorSpec;
-    use crate::study::space::{Condition, Domain, ParamValue, Parameter, Scale};
+    use crate::study::space::{Domain, ParamValue, Parameter};
 
-    /// The space of the study these tests run: `opt` in {adam, sgd}, `momentum` in [0, 1]
-    /// when `opt` is sgd, `layers` in 1..=4, in that order.
+    /// A space of the parameters `opt`, `momentum` and `layers`, in that order: the command
+    /// line reads only their ids and order (which parameters are active is the assignment's).
     fn space() -> Space {
-        let parameter = |id: &str, domain, condition| Parameter {
+        let parameter = |id: &str| Parameter {
             id: id.into(),
-            domain,
-            condition,
+            domain: Domain::Categorical {
+                values: vec!["any".into()],
+            },
+            condition: None,
         };
-        let when_sgd = Condition {
-            requires: BTreeMap::from([("opt".into(), vec![ParamValue::Str("sgd".into())])]),
-        };
-        Space::new(vec![
-            parameter(
-                "opt",
-                Domain::Categorical {
-                    values: vec!["adam".into(), "sgd".into()],
-                },
-                None,
-            ),
-            parameter(
-                "momentum",
-                Domain::Double {
-                    min: 0.0,
-                    max: 1.0,
-                    scale: Scale::Linear,
-                    grid_points: None,
-                },
-                Some(when_sgd),
-            ),
-            parameter(
-                "layers",
-                Domain::Integer {
-                    min: 1,
-                    max: 4,
-                    scale: Scale::Linear,
-                    grid_points: None,
-                },
-                None,
-            ),
-        ])
+        Space::new(["opt", "momentum", "layers"].map(parameter).to_vec())
     }
 
     /// The trial template `command: [python3, train.py, --fixed]`, with `args` if given.
