@@ -17,10 +17,16 @@ pub const PROTOCOL_VARIABLES: [&str; 6] = [
     "CLOUD_ML_TRIAL_ID",
 ];
 
-/// The variables that name the folder a worker saves its model to, its attempt's own: as
-/// hptune names it, and as Vertex AI does for its tuning trials (so a script written for
-/// Vertex AI saves there unchanged).
-pub const OUTPUT_VARIABLES: [&str; 2] = ["HPTUNE_OUTPUT_DIR", "AIP_MODEL_DIR"];
+/// The variable that names the folder a worker saves its model to, its attempt's own.
+pub const OUTPUT_DIR_VARIABLE: &str = "HPTUNE_OUTPUT_DIR";
+
+/// The variable that Vertex AI gives its tuning trials for the same folder (so a script
+/// written for Vertex AI saves there unchanged).
+pub const VERTEX_MODEL_DIR_VARIABLE: &str = "AIP_MODEL_DIR";
+
+/// The variables that name the folder a worker saves its model to: as hptune names it, and
+/// as Vertex AI does.
+pub const OUTPUT_VARIABLES: [&str; 2] = [OUTPUT_DIR_VARIABLE, VERTEX_MODEL_DIR_VARIABLE];
 
 /// The variable that lists a trial's devices as CUDA names them (UUIDs when known).
 pub const CUDA_DEVICES_VARIABLE: &str = "CUDA_VISIBLE_DEVICES";

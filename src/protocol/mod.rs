@@ -30,9 +30,9 @@ use std::time::Duration;
 
 pub use command::{command_line, relay_command};
 pub use env::{
-    CUDA_DEVICES_VARIABLE, DEVICE_VARIABLES, GPUS_VARIABLE, OUTPUT_VARIABLES, PROTOCOL_VARIABLES,
-    RELAY_LOG_DIR_VARIABLE, STORAGE_VARIABLE, is_protocol_variable, output_env, protocol_env,
-    worker_env,
+    CUDA_DEVICES_VARIABLE, DEVICE_VARIABLES, GPUS_VARIABLE, OUTPUT_DIR_VARIABLE, OUTPUT_VARIABLES,
+    PROTOCOL_VARIABLES, RELAY_LOG_DIR_VARIABLE, STORAGE_VARIABLE, VERTEX_MODEL_DIR_VARIABLE,
+    is_protocol_variable, output_env, protocol_env, worker_env,
 };
 pub use files::{AttemptFiles, attempt_stem, error_log_path, model_folder};
 pub use lines::LineReader;

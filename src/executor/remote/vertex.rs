@@ -11,7 +11,7 @@ use super::credentials::google::GoogleAuth;
 use super::http::{Http, RemoteError};
 use super::{Container, Engine, JobState, ModelOutput};
 use crate::executor::TrialJob;
-use crate::protocol::{OUTPUT_VARIABLES, model_folder};
+use crate::protocol::{OUTPUT_DIR_VARIABLE, model_folder};
 use crate::study::VertexSpec;
 
 /// gRPC's code UNAVAILABLE, which Vertex gives a job whose machine was preempted.
@@ -178,7 +178,7 @@ impl Engine for Vertex {
         let mounted = location.replacen("gs://", "/gcs/", 1);
         Some(ModelOutput {
             location,
-            env: vec![(OUTPUT_VARIABLES[0].to_string(), mounted)],
+            env: vec![(OUTPUT_DIR_VARIABLE.to_string(), mounted)],
         })
     }
 
