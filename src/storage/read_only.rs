@@ -76,14 +76,17 @@ fn is_missing_table(message: &str) -> bool {
     message.contains("no such table") || message.contains("does not exist")
 }
 
-/// Sets up a reading connection: SQLite refuses every write (`query_only`) and waits at
-/// most a second for a lock; PostgreSQL's session is read-only.
+/// Sets up a reading connection: SQLite refuses every write (`query_only`), waits at most a
+/// second for a lock, and reads the file's header (so that a file that is not a database is
+/// said as the connection opens, as the writer's `journal_mode` does); PostgreSQL's session
+/// is read-only.
 pub(super) async fn prepare(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), sqlx::Error> {
     match dialect {
         Dialect::Sqlite => {
             conn.execute("PRAGMA query_only = ON").await?;
             conn.execute(format!("PRAGMA busy_timeout = {READ_BUSY_TIMEOUT_MS}").as_str())
                 .await?;
+            conn.execute("PRAGMA schema_version").await?;
         }
         Dialect::Postgres => {
             conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
