@@ -218,6 +218,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn too_few_devices_for_one_trial_are_a_shortage_that_lists_them() {
+        let two = NonZeroUsize::new(2).unwrap();
+        let short = plan(two, Some("3")).unwrap_err();
+        assert_eq!(short.to_string(), "--gpus gives 1 (3)");
+        assert_eq!(
+            plan(two, Some("")).unwrap_err().to_string(),
+            "--gpus gives none"
+        );
+        let plan = plan(two, Some("0,GPU-1")).unwrap();
+        assert_eq!(
+            (plan.names(), plan.source),
+            ("0,GPU-1".into(), Source::Given)
+        );
+        assert_eq!(plan.trials_at_once(), 1);
+    }
+
+    #[test]
     fn reads_the_gpus_nvidia_smi_lists_and_skips_their_mig_instances() {
         let output = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5a4f8c2e-9d3b-4e2a-8f1c-0123456789ab)\n\
                       GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-11111111-2222-3333-4444-555555555555)\n  \
