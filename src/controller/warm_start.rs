@@ -163,3 +163,76 @@ fn outside_by_parameter(outside: &[Outside]) -> String {
     let counts: Vec<String> = counts.iter().map(|(id, n)| format!("{id}: {n}")).collect();
     counts.join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::study::Goal;
+    use crate::study::space::ParamValue;
+
+    fn study() -> Study {
+        let yaml = "name: warm\nmax_trial_count: 2\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\nwarm_start: {study: earlier}\nconstraints: [{metric: peak, max: 1}]\ntrial: {command: [w]}\n";
+        crate::spec::parse(std::path::Path::new("warm.yaml"), yaml).unwrap()
+    }
+
+    fn record(study: &Study) -> StudyRecord {
+        StudyRecord {
+            id: 1,
+            name: "earlier".into(),
+            metric: "loss".into(),
+            goal: Goal::Minimize,
+            spec: String::new(),
+            space: serde_json::to_string(&study.space).unwrap(),
+            created_at: String::new(),
+        }
+    }
+
+    /// A succeeded trial of the other study at `x` that reported `peak`.
+    fn trial(number: u64, x: f64, peak: Option<f64>) -> TrialRecord {
+        let mut trial = TrialRecord::in_state(number, TrialState::Succeeded, Some(0.1));
+        trial.params.insert("x".into(), ParamValue::Float(x));
+        trial
+            .constraint_values
+            .extend(peak.map(|p| ("peak".to_string(), p)));
+        trial
+    }
+
+    #[test]
+    fn the_prior_is_judged_by_this_studys_constraints_and_leaves_out_what_lies_outside() {
+        let study = study();
+        let record = record(&study);
+        let other = record.space().unwrap();
+        let mapping = study
+            .warm_start
+            .as_ref()
+            .unwrap()
+            .mapping(&study.space, &other)
+            .unwrap();
+        let mut judged_there = trial(1, 0.2, Some(0.5));
+        judged_there.infeasible = Some("peak 0.5 > 0.1".into());
+        let trials = [
+            trial(0, 0.5, Some(2.0)),
+            judged_there,
+            trial(2, 5.0, Some(0.5)),
+            TrialRecord::for_test(3),
+        ];
+        let prior = prior_of(&study, &record, &trials, &mapping).unwrap();
+        let seen: Vec<(u64, bool)> = prior.iter().map(|o| (o.number, o.feasible)).collect();
+        assert_eq!(seen, [(0, false), (1, true)]);
+
+        let unbounded = [trial(0, 0.5, None)];
+        let refused = prior_of(&study, &record, &unbounded, &mapping).unwrap_err();
+        assert!(
+            matches!(&refused, PriorError::Unrecorded { metric, .. } if metric == "peak"),
+            "{refused}"
+        );
+        let outside = [trial(0, 5.0, Some(0.5))];
+        let refused = prior_of(&study, &record, &outside, &mapping).unwrap_err();
+        assert!(
+            refused.to_string().starts_with(
+                "warm_start: none of the 1 finished trials of study 'earlier' lies in this study's space (outside by x: 1; e.g. x: "
+            ),
+            "{refused}"
+        );
+    }
+}
