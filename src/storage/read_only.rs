@@ -1,8 +1,6 @@
-//! Opening a database only to read it: the dashboard and `hptune plot` look at studies that
-//! a controller may be running, and must never take a write lock, change the schema or
-//! create a file.
-
-use std::path::Path;
+//! Opening a database only to read it: the listing commands, `hptune plot` and the dashboard
+//! look at studies that a controller may be running, and must never take a write lock, change
+//! the schema or create a file.
 
 use sqlx::{AnyConnection, Executor, Row};
 
@@ -20,9 +18,7 @@ impl Storage {
     /// locked for writing), a PostgreSQL session is made read-only. The schema must be the
     /// one this hptune writes: an older or newer one is said, not migrated.
     pub async fn open_read_only(url: &StorageUrl) -> Result<Self, StorageError> {
-        if let StorageUrl::Sqlite { path, .. } = url
-            && !Path::new(path).exists()
-        {
+        if url.is_missing() {
             return Err(StorageError::Missing(url.to_string()));
         }
         let pool = super::connect(url, &url.read_only_connect_string(), Access::Read).await?;
