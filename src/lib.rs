@@ -8,13 +8,14 @@
 //! [`storage`]. Inside a remote job, the relay ([`executor::relay`]) runs the worker and
 //! writes what it reports into the storage. The [`dashboard`] and [`plot`] show studies as
 //! figures; [`importance`] says which parameters matter; [`stats`] holds the summary
-//! statistics they share.
+//! statistics they share. [`ops`] is what each command of the binary does, over all of these.
 
 pub mod controller;
 pub mod dashboard;
 pub mod executor;
 pub mod gpus;
 pub mod importance;
+pub mod ops;
 pub mod plot;
 pub mod protocol;
 pub mod sampler;

@@ -43,9 +43,7 @@ pub async fn dashboard(
     let _ = stdout
         .write_all(banner.as_bytes())
         .and_then(|()| stdout.flush());
-    if let StorageUrl::Sqlite { path, .. } = url
-        && !std::path::Path::new(path).exists()
-    {
+    if url.is_missing() {
         eprintln!("warning: no database at {url} yet: the pages say so until a study creates it");
     }
     let router = dashboard::router(url.clone(), access, AllowedHosts::new(allowed));

@@ -12,14 +12,15 @@ mod table;
 
 use std::fmt;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
 use hptune::controller::ControllerError;
+use hptune::ops::{BestBy, OpsError, WorkerOptions};
 use hptune::spec::SpecError;
-use hptune::storage::{DEFAULT_STORAGE, Storage, StorageError, StorageUrl, TrialState};
+use hptune::storage::{DEFAULT_STORAGE, StorageError, StorageUrl, TrialState};
 use hptune::study::ExecutorKind;
 
 /// Where the workers' log and metrics files go, one folder per study, unless `--log-dir`
@@ -189,6 +190,17 @@ pub struct WorkerArgs {
     pub artifacts: ArtifactsArg,
 }
 
+impl From<WorkerArgs> for WorkerOptions {
+    fn from(args: WorkerArgs) -> Self {
+        WorkerOptions {
+            log_dir: args.log_dir,
+            executor: args.executor,
+            gpus: args.gpus.list,
+            artifacts_dir: args.artifacts.dir,
+        }
+    }
+}
+
 /// The devices of a study with `trial.resources.gpus`.
 #[derive(Debug, clap::Args)]
 pub struct GpusArg {
@@ -234,15 +246,6 @@ impl From<HistoryBy> for hptune::plot::HistoryX {
             HistoryBy::Time => hptune::plot::HistoryX::Time,
         }
     }
-}
-
-/// Which trial `best` names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BestBy {
-    /// The succeeded trial with the best reported value.
-    Observed,
-    /// The succeeded trial whose value the model fitted to all trials believes best.
-    Model,
 }
 
 /// How `best` prints.
@@ -319,6 +322,18 @@ impl From<StorageError> for Failure {
     }
 }
 
+impl From<OpsError> for Failure {
+    fn from(e: OpsError) -> Self {
+        match e {
+            OpsError::BadInput(m) => Failure::BadInput(m),
+            OpsError::Spec(e) => e.into(),
+            OpsError::Storage(e) => e.into(),
+            OpsError::Controller(e) => e.into(),
+            OpsError::Failed(m) => Failure::Other(m),
+        }
+    }
+}
+
 impl From<ControllerError> for Failure {
     fn from(e: ControllerError) -> Self {
         match e {
@@ -353,12 +368,12 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             study,
             workers,
             keep,
-        } => run::run_study(&study, &url, &workers, &keep).await,
+        } => run::run_study(&study, &url, workers.into(), &keep).await,
         Command::Trial {
             study,
             params,
             workers,
-        } => run::run_trial(&study, &url, &params, &workers).await,
+        } => run::run_trial(&study, &url, &params, workers.into()).await,
         Command::Enqueue { study, params } => enqueue::enqueue(&url, &study, &params).await,
         Command::Relay {
             study,
@@ -378,13 +393,13 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             };
             relay::relay(&url, &job).await
         }
-        Command::Studies => show::studies(&open_existing(&url).await?).await,
+        Command::Studies => show::studies(&url).await,
         Command::Trials {
             study,
             best,
             state,
             format,
-        } => show::trials(&open_existing(&url).await?, &study, best, state, format).await,
+        } => show::trials(&url, &study, best, state, format).await,
         Command::Dashboard {
             host,
             port,
@@ -403,24 +418,9 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             format,
             artifact,
             by,
-        } => {
-            let storage = open_existing(&url).await?;
-            match artifact {
-                true => show::best_artifact(&storage, &study, by).await,
-                false => show::best(&storage, &study, format, by).await,
-            }
-        }
+        } => match artifact {
+            true => show::best_artifact(&url, &study, by).await,
+            false => show::best(&url, &study, format, by).await,
+        },
     }
-}
-
-/// Opens a database that must exist already (the listing commands create nothing).
-async fn open_existing(url: &StorageUrl) -> Result<Storage, Failure> {
-    if let StorageUrl::Sqlite { path, .. } = url
-        && !Path::new(path).exists()
-    {
-        return Err(Failure::BadInput(format!(
-            "no database at {url}: run a study first, or name the database with --storage or HPTUNE_STORAGE"
-        )));
-    }
-    Ok(Storage::open(url).await?)
 }

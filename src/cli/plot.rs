@@ -1,39 +1,15 @@
-//! `hptune plot`: draw one figure of a study into a file, the same figure the dashboard shows.
+//! `hptune plot`: one figure of a study into a file ([`ops::plot`]).
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use hptune::plot::{self, HistoryX, Kind, Options, StudyData};
-use hptune::storage::{Storage, StorageUrl, StudyFollower};
+use hptune::ops;
+use hptune::plot::{HistoryX, Kind, Options};
+use hptune::storage::StorageUrl;
 
 use super::Failure;
 
-/// The file formats `--out` may name, by extension.
-enum Format {
-    Svg,
-    Png,
-    Html,
-}
-
-impl Format {
-    fn of(path: &Path) -> Result<Self, Failure> {
-        let extension = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase);
-        match extension.as_deref() {
-            Some("svg") => Ok(Format::Svg),
-            Some("html" | "htm") => Ok(Format::Html),
-            Some("png") => Ok(Format::Png),
-            _ => Err(Failure::BadInput(format!(
-                "--out {}: name a .svg, .png or .html file",
-                path.display()
-            ))),
-        }
-    }
-}
-
-/// Draws figure `kind` of `study` (in the database at `url`, opened read-only) into `out`.
+/// Draws figure `kind` of `study` into `out` and says so.
 pub async fn plot(
     url: &StorageUrl,
     study: &str,
@@ -41,24 +17,7 @@ pub async fn plot(
     history_x: HistoryX,
     out: &Path,
 ) -> Result<ExitCode, Failure> {
-    let format = Format::of(out)?;
-    let storage = Storage::open_read_only(url).await?;
-    let record = super::show::find(&storage, study).await?;
-    let mut follower = StudyFollower::new(record);
-    storage.follow(&mut follower).await?;
-    let data = StudyData::new(&follower).map_err(Failure::Other)?;
-    let figure = plot::draw(kind, &data, &Options { history_x });
-    let bytes = match format {
-        Format::Svg => plot::standalone_svg(&figure).into_bytes(),
-        Format::Png => plot::png::render(&plot::standalone_svg(&figure)).map_err(Failure::Other)?,
-        Format::Html => plot::standalone_html(
-            &format!("{} · {}", follower.study.name, kind.title()),
-            &figure,
-        )
-        .into_bytes(),
-    };
-    std::fs::write(out, bytes)
-        .map_err(|e| Failure::Other(format!("cannot write {}: {e}", out.display())))?;
+    ops::plot(url, study, kind, &Options { history_x }, out).await?;
     println!("wrote {}", out.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -1,26 +1,23 @@
-//! `hptune studies`, `trials` and `best`: read the database and print.
+//! `hptune studies`, `trials` and `best`: what [`hptune::ops`] reads, printed.
 
 use std::io::{ErrorKind, Write};
-use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::json;
 
-use hptune::controller::is_remote;
-use hptune::sampler::bayes::believed_best;
-use hptune::spec;
-use hptune::storage::{Storage, StudyRecord, TrialRecord, TrialState, best_first, best_trial};
-use hptune::study::space::{ParamValue, Space};
+use hptune::ops::{self, Best, BestBy};
+use hptune::storage::{StorageUrl, StudyRecord, TrialRecord, TrialState};
+use hptune::study::space::ParamValue;
 
 use super::table;
-use super::{BestBy, BestFormat, Failure, TrialsFormat};
+use super::{BestFormat, Failure, TrialsFormat};
 
 /// Longest error shown in a table cell; JSON and CSV carry it whole.
 const ERROR_CELL: usize = 100;
 
 /// Prints every study with its trials by state and best value.
-pub async fn studies(storage: &Storage) -> Result<ExitCode, Failure> {
-    let summaries = storage.list_studies().await?;
+pub async fn studies(url: &StorageUrl) -> Result<ExitCode, Failure> {
+    let summaries = ops::studies(url).await?;
     let rows: Vec<Vec<String>> = summaries
         .iter()
         .map(|s| {
@@ -59,100 +56,39 @@ pub async fn studies(storage: &Storage) -> Result<ExitCode, Failure> {
 
 /// Prints the trials of a study, filtered.
 pub async fn trials(
-    storage: &Storage,
+    url: &StorageUrl,
     study: &str,
     best: Option<usize>,
     state: Option<TrialState>,
     format: TrialsFormat,
 ) -> Result<ExitCode, Failure> {
-    let record = find(storage, study).await?;
-    let mut trials = storage.trials(record.id).await?;
-    if let Some(state) = state {
-        trials.retain(|t| t.state == state);
-    }
-    if let Some(n) = best {
-        trials = best_first(&trials, record.goal, n);
-    }
+    let (record, trials) = ops::trials(url, study, best, state).await?;
     print_trials(&trials, &record, format)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// The best trial of a study, by what was observed or by what the model believes, with the
-/// model's value of it in the second case; a study without a succeeded trial is a failure.
-async fn find_best(
-    storage: &Storage,
-    study: &str,
-    by: BestBy,
-) -> Result<(StudyRecord, TrialRecord, Option<f64>), Failure> {
-    let record = find(storage, study).await?;
-    let trials = storage.trials(record.id).await?;
-    let (trial, model_value) = match by {
-        BestBy::Observed => (best_trial(&trials, record.goal), None),
-        BestBy::Model => {
-            let history: Vec<_> = trials.iter().filter_map(TrialRecord::observation).collect();
-            let believed =
-                believed_best(&stored_space(&record)?, record.goal, &history).map_err(|e| {
-                    Failure::Other(format!(
-                        "the model of study '{}' cannot be fitted: {e}",
-                        record.name
-                    ))
-                })?;
-            match believed {
-                Some(b) => (trials.iter().find(|t| t.number == b.number), Some(b.value)),
-                None => (None, None),
-            }
-        }
-    };
-    match trial {
-        Some(trial) => Ok((record, trial.clone(), model_value)),
-        None => Err(Failure::Other(format!(
-            "study '{}' has no succeeded feasible trial yet",
-            record.name
-        ))),
-    }
-}
-
 /// Prints the folder of the best trial's model.
-pub async fn best_artifact(
-    storage: &Storage,
-    study: &str,
-    by: BestBy,
-) -> Result<ExitCode, Failure> {
-    let (record, trial, _) = find_best(storage, study, by).await?;
-    let number = trial.number;
-    let Some(dir) = trial.artifact_dir else {
-        return Err(Failure::Other(format!(
-            "study '{}': the best trial, {number}, has no model recorded (it ran without one: a Vertex AI study without base_output_dir, a Kubernetes one without artifacts_volume, or an hptune before model folders)",
-            record.name
-        )));
-    };
-    if let Some(at) = trial.artifact_removed_at {
-        return Err(Failure::Other(format!(
-            "study '{}': the model of the best trial, {number}, was removed at {at} ({dir})",
-            record.name
-        )));
-    }
-    if !is_remote(&dir) && !Path::new(&dir).is_dir() {
-        return Err(Failure::Other(format!(
-            "study '{}': the model of the best trial, {number}, is missing: {dir} is not a folder of this machine (removed or moved outside hptune, or written on another machine)",
-            record.name
-        )));
-    }
+pub async fn best_artifact(url: &StorageUrl, study: &str, by: BestBy) -> Result<ExitCode, Failure> {
+    let dir = ops::best_artifact(url, study, by).await?;
     output(&format!("{dir}\n"))?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Prints the best trial's parameters: the best observed, or the one the model believes best.
 pub async fn best(
-    storage: &Storage,
+    url: &StorageUrl,
     study: &str,
     format: BestFormat,
     by: BestBy,
 ) -> Result<ExitCode, Failure> {
-    let (record, trial, model_value) = find_best(storage, study, by).await?;
+    let Best {
+        study: record,
+        trial,
+        model_value,
+    } = ops::best(url, study, by).await?;
     match format {
         BestFormat::Flags => {
-            let space = stored_space(&record)?;
+            let space = record.space()?;
             let flags: Vec<String> = space
                 .parameters()
                 .iter()
@@ -187,7 +123,7 @@ pub fn print_trials(
     study: &StudyRecord,
     format: TrialsFormat,
 ) -> Result<(), Failure> {
-    let space = stored_space(study)?;
+    let space = study.space()?;
     let ids: Vec<&str> = space.parameters().iter().map(|p| p.id.as_str()).collect();
     let value = |t: &TrialRecord| t.value.map(|v| v.to_string()).unwrap_or_default();
     let param =
@@ -299,46 +235,4 @@ fn shorten(text: &str) -> String {
     }
     let cut: String = text.chars().take(ERROR_CELL - 1).collect();
     format!("{cut}…")
-}
-
-/// The space stored with the study, as its last run wrote it.
-pub(super) fn stored_space(study: &StudyRecord) -> Result<Space, Failure> {
-    serde_json::from_str(&study.space).map_err(|e| {
-        Failure::Other(format!(
-            "the stored search space of study '{}' does not read back: {e}",
-            study.name
-        ))
-    })
-}
-
-/// Whether `path` names a study file rather than a study.
-pub(super) fn is_study_file(path: &Path) -> bool {
-    path.is_file() && path.extension().is_some_and(|e| e == "yaml" || e == "yml")
-}
-
-/// The study named `name`, or the study of the study file `name`.
-pub(super) async fn find(storage: &Storage, name: &str) -> Result<StudyRecord, Failure> {
-    let path = Path::new(name);
-    let name = if is_study_file(path) {
-        spec::load_name(path)?
-    } else {
-        name.to_string()
-    };
-    if let Some(record) = storage.find_study(&name).await? {
-        return Ok(record);
-    }
-    let known: Vec<String> = storage
-        .list_studies()
-        .await?
-        .into_iter()
-        .map(|s| s.study.name)
-        .collect();
-    Err(Failure::BadInput(format!(
-        "no study named '{name}' in this database (studies: {})",
-        if known.is_empty() {
-            "none".into()
-        } else {
-            known.join(", ")
-        }
-    )))
 }

@@ -13,10 +13,12 @@ mod devices;
 mod events;
 mod liveness;
 mod verdict;
+mod warm_start;
 mod workers;
 
 pub use artifacts::{ArtifactPlan, DEFAULT_ARTIFACTS_DIR, doomed, is_remote};
 pub use events::{Progress, RunEvent, RunObserver};
+pub use warm_start::{PriorError, warm_start_prior};
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};

@@ -78,7 +78,10 @@ impl Followed {
         if !missing.is_empty() {
             let data = match StudyData::new(&self.follower) {
                 Ok(data) => data,
-                Err(e) => return kinds.iter().map(|_| Err(e.clone())).collect(),
+                Err(e) => {
+                    let e = e.to_string();
+                    return kinds.iter().map(|_| Err(e.clone())).collect();
+                }
             };
             let drawn: Vec<(Kind, Arc<str>)> = missing
                 .par_iter()

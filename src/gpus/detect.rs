@@ -2,10 +2,12 @@
 //! `CUDA_VISIBLE_DEVICES`, else the GPUs `nvidia-smi -L` lists.
 
 use std::fmt;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::Device;
+use super::{DEFAULT_LOCK_DIR, Device, GpuPlan, LockDir};
 
 /// How long `nvidia-smi -L` may take: it hangs with a driver that does.
 const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(30);
@@ -38,6 +40,59 @@ pub struct Found {
     pub devices: Vec<Device>,
     /// Where they came from.
     pub source: Source,
+}
+
+/// Why a study's trials cannot have the GPUs they ask for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Shortage {
+    /// No list could be read: a list given by hand is wrong, or `nvidia-smi` failed.
+    #[error("{0}")]
+    NotFound(String),
+    /// Fewer devices than one trial holds.
+    #[error("{from} gives {}", listed(devices))]
+    TooFew {
+        /// Where the devices came from.
+        from: Source,
+        /// The devices found.
+        devices: Vec<Device>,
+    },
+}
+
+/// The devices of a study whose trials hold `per_trial` each, found as [`find`] does (with
+/// the controller's `CUDA_VISIBLE_DEVICES`), locked in the folder `HPTUNE_GPU_LOCKS` names,
+/// else [`DEFAULT_LOCK_DIR`]; too few to run one trial is a [`Shortage`].
+pub fn plan(per_trial: NonZeroUsize, given: Option<&str>) -> Result<GpuPlan, Shortage> {
+    let cuda_visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let found = find(given, cuda_visible.as_deref()).map_err(Shortage::NotFound)?;
+    if found.devices.len() < per_trial.get() {
+        return Err(Shortage::TooFew {
+            from: found.source,
+            devices: found.devices,
+        });
+    }
+    let locks = std::env::var_os("HPTUNE_GPU_LOCKS")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_LOCK_DIR), PathBuf::from);
+    Ok(GpuPlan {
+        per_trial,
+        devices: found.devices,
+        source: found.source,
+        locks: LockDir::new(&locks),
+    })
+}
+
+/// The devices' names, as given: `0,1,2,3`.
+pub(super) fn names(devices: &[Device]) -> String {
+    let names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+    names.join(",")
+}
+
+/// How many devices were found, and which: `none`, `2 (0,1)`.
+fn listed(devices: &[Device]) -> String {
+    match devices.len() {
+        0 => "none".to_string(),
+        count => format!("{count} ({})", names(devices)),
+    }
 }
 
 /// Finds the devices of the pool: `given` (the value of `--gpus` or `HPTUNE_GPUS`) if any,
@@ -161,6 +216,23 @@ fn parse_nvidia_smi(output: &str) -> Vec<Device> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn too_few_devices_for_one_trial_are_a_shortage_that_lists_them() {
+        let two = NonZeroUsize::new(2).unwrap();
+        let short = plan(two, Some("3")).unwrap_err();
+        assert_eq!(short.to_string(), "--gpus gives 1 (3)");
+        assert_eq!(
+            plan(two, Some("")).unwrap_err().to_string(),
+            "--gpus gives none"
+        );
+        let plan = plan(two, Some("0,GPU-1")).unwrap();
+        assert_eq!(
+            (plan.names(), plan.source),
+            ("0,GPU-1".into(), Source::Given)
+        );
+        assert_eq!(plan.trials_at_once(), 1);
+    }
 
     #[test]
     fn reads_the_gpus_nvidia_smi_lists_and_skips_their_mig_instances() {

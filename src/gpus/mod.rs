@@ -13,7 +13,7 @@ use std::io;
 use std::num::NonZeroUsize;
 use std::os::fd::RawFd;
 
-pub use detect::{Found, Source, find};
+pub use detect::{Found, Shortage, Source, find, plan};
 pub use lock::{DEFAULT_LOCK_DIR, HeldLock, LockChange, LockDir};
 
 /// A GPU of the pool.
@@ -41,6 +41,8 @@ pub struct GpuPlan {
     pub per_trial: NonZeroUsize,
     /// The devices this controller may hand out.
     pub devices: Vec<Device>,
+    /// Where the devices came from.
+    pub source: Source,
     /// Where the devices' locks are.
     pub locks: LockDir,
 }
@@ -49,6 +51,11 @@ impl GpuPlan {
     /// How many trials the devices hold at once.
     pub fn trials_at_once(&self) -> usize {
         self.devices.len() / self.per_trial
+    }
+
+    /// The devices' names, as given: `0,1,2,3`.
+    pub fn names(&self) -> String {
+        detect::names(&self.devices)
     }
 }
 
@@ -208,6 +215,7 @@ mod tests {
                     uuid: None,
                 })
                 .collect(),
+            source: Source::Given,
             locks: LockDir::new(dir),
         })
     }

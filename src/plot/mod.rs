@@ -19,7 +19,7 @@ mod timeline;
 
 use std::str::FromStr;
 
-use crate::storage::{StudyFollower, TrialRecord, TrialState};
+use crate::storage::{StorageError, StudyFollower, TrialRecord, TrialState};
 use crate::study::Goal;
 use crate::study::space::{ParamValue, Space};
 
@@ -133,13 +133,8 @@ pub struct StudyData<'a> {
 
 impl<'a> StudyData<'a> {
     /// The data of a followed study; fails if its stored search space does not read back.
-    pub fn new(follower: &'a StudyFollower) -> Result<Self, String> {
-        let space = serde_json::from_str(&follower.study.space).map_err(|e| {
-            format!(
-                "the stored search space of study '{}' does not read back: {e}",
-                follower.study.name
-            )
-        })?;
+    pub fn new(follower: &'a StudyFollower) -> Result<Self, StorageError> {
+        let space = follower.study.space()?;
         Ok(StudyData { follower, space })
     }
 

@@ -170,6 +170,14 @@ impl Dialect {
             StorageUrl::Postgres(_) => Dialect::Postgres,
         }
     }
+
+    /// The migrations of this hptune's schema, in the database's types.
+    fn migrator(self) -> sqlx::migrate::Migrator {
+        match self {
+            Dialect::Sqlite => sqlx::migrate!("./migrations/sqlite"),
+            Dialect::Postgres => sqlx::migrate!("./migrations/postgres"),
+        }
+    }
 }
 
 impl Storage {
@@ -193,40 +201,19 @@ impl Storage {
     }
 
     async fn open_once(url: &StorageUrl) -> Result<Self, StorageError> {
-        let options = connect_options(url, &url.connect_string())?;
-        let open_error = |source| StorageError::Open {
-            url: url.to_string(),
-            source,
-        };
         let dialect = Dialect::of(url);
-        // sqlx's pool tries a refused connection or a failed set-up again until its acquire
-        // timeout, logging each try, and then says only that it timed out: one connection
-        // first says at once what is wrong.
-        connect_once(&options, dialect).await.map_err(open_error)?;
-        let pool = AnyPoolOptions::new()
-            // SQLite: one connection, so its page cache stays valid (another connection's
-            // write would make it read the changed pages again) and one thread stays warm;
-            // there is a single writer anyway.
-            .max_connections(match dialect {
-                Dialect::Sqlite => 1,
-                Dialect::Postgres => 4,
-            })
-            // An unreachable server fails in seconds; SQLite waits for its lock inside a
-            // connection (busy_timeout), not here.
-            .acquire_timeout(CONNECT_TIMEOUT)
-            // A ping before each use guards against a server that dropped the connection;
-            // an embedded SQLite file has no such server, and the ping is a round trip to the
-            // connection's thread for every statement.
-            .test_before_acquire(dialect == Dialect::Postgres)
-            .after_connect(move |conn, _meta| Box::pin(prepare(conn, dialect)))
-            .connect_with(options)
-            .await
-            .map_err(open_error)?;
-        let migrator = match dialect {
-            Dialect::Sqlite => sqlx::migrate!("./migrations/sqlite"),
-            Dialect::Postgres => sqlx::migrate!("./migrations/postgres"),
-        };
-        migrate(&pool, &migrator).await.map_err(open_error)?;
+        let pool = connect(url, &url.connect_string(), Access::Write).await?;
+        let migrator = dialect.migrator();
+        migrate(&pool, &migrator).await.map_err(|e| match e {
+            Migration::Newer(applied) => StorageError::Schema {
+                url: url.to_string(),
+                problem: newer_schema(applied, &migrator),
+            },
+            Migration::Failed(source) => StorageError::Open {
+                url: url.to_string(),
+                source,
+            },
+        })?;
         Ok(Self { pool, dialect })
     }
 
@@ -353,17 +340,73 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// the others adopt its trials.
 const IDLE_IN_TRANSACTION_TIMEOUT: &str = "60s";
 
-/// Sets up a new connection: SQLite's journal, durability, foreign keys and lock wait;
-/// PostgreSQL's limit on a session idle inside a transaction.
-async fn prepare(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), sqlx::Error> {
-    match dialect {
-        Dialect::Sqlite => {
+/// What a handle may do to the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Read and write, the schema brought up to date: controllers, `enqueue`, the relay.
+    Write,
+    /// Read only, the schema checked and never changed: the listing commands, `plot`, the
+    /// dashboard ([`read_only`]).
+    Read,
+}
+
+/// Opens a pool on the database at `url` (`connect_string`, as the driver takes it) for
+/// `access`. sqlx's pool tries a refused connection or a failed set-up again until its
+/// acquire timeout, logging each try, and then says only that it timed out: one connection
+/// first says at once what is wrong.
+async fn connect(
+    url: &StorageUrl,
+    connect_string: &str,
+    access: Access,
+) -> Result<AnyPool, StorageError> {
+    let options = connect_options(url, connect_string)?;
+    let open_error = |source| StorageError::Open {
+        url: url.to_string(),
+        source,
+    };
+    let dialect = Dialect::of(url);
+    connect_once(&options, dialect, access)
+        .await
+        .map_err(open_error)?;
+    AnyPoolOptions::new()
+        // SQLite: one writing connection, so its page cache stays valid (another connection's
+        // write would make it read the changed pages again) and one thread stays warm; there
+        // is a single writer anyway.
+        .max_connections(match (dialect, access) {
+            (Dialect::Sqlite, Access::Write) => 1,
+            (Dialect::Sqlite, Access::Read) => 2,
+            (Dialect::Postgres, _) => 4,
+        })
+        // An unreachable server fails in seconds; SQLite waits for its lock inside a
+        // connection (busy_timeout), not here.
+        .acquire_timeout(CONNECT_TIMEOUT)
+        // A ping before each use guards against a server that dropped the connection; an
+        // embedded SQLite file has no such server, and the ping is a round trip to the
+        // connection's thread for every statement.
+        .test_before_acquire(dialect == Dialect::Postgres)
+        .after_connect(move |conn, _meta| Box::pin(prepare(conn, dialect, access)))
+        .connect_with(options)
+        .await
+        .map_err(open_error)
+}
+
+/// Sets up a new connection: to write, SQLite's journal, durability, foreign keys and lock
+/// wait, PostgreSQL's limit on a session idle inside a transaction; to read,
+/// [`read_only::prepare`].
+async fn prepare(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    access: Access,
+) -> Result<(), sqlx::Error> {
+    match (access, dialect) {
+        (Access::Read, _) => read_only::prepare(conn, dialect).await?,
+        (Access::Write, Dialect::Sqlite) => {
             conn.execute("PRAGMA journal_mode = WAL").await?;
             conn.execute("PRAGMA synchronous = NORMAL").await?;
             conn.execute("PRAGMA foreign_keys = ON").await?;
             conn.execute("PRAGMA busy_timeout = 30000").await?;
         }
-        Dialect::Postgres => {
+        (Access::Write, Dialect::Postgres) => {
             let limit = format!(
                 "SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT}'"
             );
@@ -384,10 +427,14 @@ fn is_locked(error: &sqlx::Error) -> bool {
 
 /// Opens and sets up one connection, and closes it: fails at once where the pool would try
 /// again (a refused connection, a file that is not a database).
-async fn connect_once(options: &AnyConnectOptions, dialect: Dialect) -> Result<(), sqlx::Error> {
+async fn connect_once(
+    options: &AnyConnectOptions,
+    dialect: Dialect,
+    access: Access,
+) -> Result<(), sqlx::Error> {
     let attempt = async {
         let mut conn = AnyConnection::connect_with(options).await?;
-        prepare(&mut conn, dialect).await?;
+        prepare(&mut conn, dialect, access).await?;
         conn.close().await
     };
     tokio::time::timeout(CONNECT_TIMEOUT, attempt)
@@ -415,34 +462,50 @@ fn cause(error: &sqlx::Error) -> String {
     }
 }
 
+/// Why the schema could not be brought up to date.
+enum Migration {
+    /// The database holds a migration of this version, which this hptune does not know.
+    Newer(i64),
+    /// The migrator failed.
+    Failed(sqlx::Error),
+}
+
 /// Brings the schema up to date. Controllers started together race to migrate a new
 /// database, and SQLite gives the migrator no lock (PostgreSQL's takes an advisory lock): the
 /// loser sees the winner's tables, waits, and finds the migrations applied on its next try. A
 /// schema newer than this binary's is not a race: it is said at once.
-async fn migrate(pool: &AnyPool, migrator: &sqlx::migrate::Migrator) -> Result<(), sqlx::Error> {
+async fn migrate(pool: &AnyPool, migrator: &sqlx::migrate::Migrator) -> Result<(), Migration> {
     const TRIES: u32 = 20;
     let mut tries = 0;
     loop {
         match migrator.run(pool).await {
             Ok(()) => return Ok(()),
             Err(sqlx::migrate::MigrateError::VersionMissing(version)) => {
-                return Err(sqlx::Error::Configuration(
-                    format!(
-                        "its schema is at version {version}, which this hptune does not know \
-                         (it knows up to {}): it was written by a newer hptune; use that one",
-                        migrator.iter().map(|m| m.version).max().unwrap_or_default()
-                    )
-                    .into(),
-                ));
+                return Err(Migration::Newer(version));
             }
             Err(_) if tries + 1 < TRIES => {
                 tries += 1;
                 let pause = 50 + u64::from(std::process::id() % 100) + 25 * u64::from(tries);
                 tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(Migration::Failed(e.into())),
         }
     }
+}
+
+/// The newest migration `migrator` knows.
+fn newest_known(migrator: &sqlx::migrate::Migrator) -> i64 {
+    migrator.iter().map(|m| m.version).max().unwrap_or_default()
+}
+
+/// What is wrong with a database whose schema is at `version`, past what `migrator` knows:
+/// the same words whether it was to be written or read.
+fn newer_schema(version: i64, migrator: &sqlx::migrate::Migrator) -> String {
+    format!(
+        "was written by a newer hptune: its schema is at version {version}, which this hptune \
+         does not know (it knows up to {}); use that one",
+        newest_known(migrator)
+    )
 }
 
 /// The `n` best succeeded feasible trials of `trials` for `goal`, best first.

@@ -1,13 +1,12 @@
-//! Opening a database only to read it: the dashboard and `hptune plot` look at studies that
-//! a controller may be running, and must never take a write lock, change the schema or
-//! create a file.
+//! Opening a database only to read it: the listing commands, `hptune plot` and the dashboard
+//! look at studies that a controller may be running, and must never take a write lock, change
+//! the schema or create a file.
 
-use std::path::Path;
-
-use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyConnection, Executor, Row};
 
-use super::{Dialect, Storage, StorageError, StorageUrl, query_error};
+use super::{
+    Access, Dialect, Storage, StorageError, StorageUrl, newer_schema, newest_known, query_error,
+};
 
 /// How long a read waits for a lock another connection holds before it says the database
 /// is locked: short, so a page says so rather than hang.
@@ -19,39 +18,21 @@ impl Storage {
     /// locked for writing), a PostgreSQL session is made read-only. The schema must be the
     /// one this hptune writes: an older or newer one is said, not migrated.
     pub async fn open_read_only(url: &StorageUrl) -> Result<Self, StorageError> {
-        if let StorageUrl::Sqlite { path, .. } = url
-            && !Path::new(path).exists()
-        {
+        if url.is_missing() {
             return Err(StorageError::Missing(url.to_string()));
         }
-        let options = super::connect_options(url, &url.read_only_connect_string())?;
-        let open_error = |source| StorageError::Open {
-            url: url.to_string(),
-            source,
+        let pool = super::connect(url, &url.read_only_connect_string(), Access::Read).await?;
+        let storage = Self {
+            pool,
+            dialect: Dialect::of(url),
         };
-        let dialect = Dialect::of(url);
-        let pool = AnyPoolOptions::new()
-            .max_connections(2)
-            .acquire_timeout(super::CONNECT_TIMEOUT)
-            .test_before_acquire(dialect == Dialect::Postgres)
-            .after_connect(move |conn, _meta| Box::pin(prepare_read_only(conn, dialect)))
-            .connect_with(options)
-            .await
-            .map_err(open_error)?;
-        let storage = Self { pool, dialect };
         storage.check_schema(url).await?;
         Ok(storage)
     }
 
     /// Checks that the database holds exactly the migrations this hptune knows.
     async fn check_schema(&self, url: &StorageUrl) -> Result<(), StorageError> {
-        let known: Vec<i64> = match self.dialect {
-            Dialect::Sqlite => sqlx::migrate!("./migrations/sqlite"),
-            Dialect::Postgres => sqlx::migrate!("./migrations/postgres"),
-        }
-        .iter()
-        .map(|m| m.version)
-        .collect();
+        let migrator = self.dialect.migrator();
         let applied = sqlx::query("SELECT version FROM _sqlx_migrations ORDER BY version")
             .fetch_all(&self.pool)
             .await;
@@ -71,18 +52,15 @@ impl Storage {
             }
             Err(e) => return Err(query_error("reading the schema version")(e)),
         };
-        let (newest_known, newest_applied) = (known.last().copied(), applied.last().copied());
-        match newest_applied.cmp(&newest_known) {
+        let newest_applied = applied.last().copied().unwrap_or_default();
+        let known = newest_known(&migrator);
+        match newest_applied.cmp(&known) {
             std::cmp::Ordering::Less => Err(schema_error(format!(
-                "has an older schema (version {}, this hptune writes {}): run `hptune studies` or a study on it with this hptune once to bring it up to date",
-                newest_applied.unwrap_or_default(),
-                newest_known.unwrap_or_default()
+                "has an older schema (version {newest_applied}, this hptune writes {known}): run a study on it (or `hptune enqueue`) with this hptune once to bring it up to date"
             ))),
-            std::cmp::Ordering::Greater => Err(schema_error(format!(
-                "has a newer schema (version {}, this hptune knows up to {}): it was written by a newer hptune; use that one",
-                newest_applied.unwrap_or_default(),
-                newest_known.unwrap_or_default()
-            ))),
+            std::cmp::Ordering::Greater => {
+                Err(schema_error(newer_schema(newest_applied, &migrator)))
+            }
             std::cmp::Ordering::Equal => Ok(()),
         }
     }
@@ -94,14 +72,17 @@ fn is_missing_table(message: &str) -> bool {
     message.contains("no such table") || message.contains("does not exist")
 }
 
-/// Sets up a reading connection: SQLite refuses every write (`query_only`) and waits at
-/// most a second for a lock; PostgreSQL's session is read-only.
-async fn prepare_read_only(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), sqlx::Error> {
+/// Sets up a reading connection: SQLite refuses every write (`query_only`), waits at most a
+/// second for a lock, and reads the file's header (so that a file that is not a database is
+/// said as the connection opens, as the writer's `journal_mode` does); PostgreSQL's session
+/// is read-only.
+pub(super) async fn prepare(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), sqlx::Error> {
     match dialect {
         Dialect::Sqlite => {
             conn.execute("PRAGMA query_only = ON").await?;
             conn.execute(format!("PRAGMA busy_timeout = {READ_BUSY_TIMEOUT_MS}").as_str())
                 .await?;
+            conn.execute("PRAGMA schema_version").await?;
         }
         Dialect::Postgres => {
             conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")

@@ -11,7 +11,7 @@ use super::StorageError;
 use crate::protocol::Measurement;
 use crate::sampler::Observation;
 use crate::study::Goal;
-use crate::study::space::Assignment;
+use crate::study::space::{Assignment, Space};
 
 /// The columns of a trial, in the order [`TrialRecord::from_row`] reads them.
 macro_rules! trial_columns {
@@ -246,6 +246,13 @@ impl StudyRecord {
             spec: row.try_get("spec").map_err(corrupt)?,
             space: row.try_get("space").map_err(corrupt)?,
             created_at: row.try_get("created_at").map_err(corrupt)?,
+        })
+    }
+
+    /// Its search space, as its last run stored it.
+    pub fn space(&self) -> Result<Space, StorageError> {
+        serde_json::from_str(&self.space).map_err(|e| {
+            StorageError::Corrupt(format!("the search space of study '{}': {e}", self.name))
         })
     }
 }

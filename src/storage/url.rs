@@ -104,6 +104,12 @@ impl StorageUrl {
         Ok(url)
     }
 
+    /// Whether this names a SQLite file that does not exist (yet): there is no database to
+    /// read.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, StorageUrl::Sqlite { path, .. } if !std::path::Path::new(path).exists())
+    }
+
     /// The URL as written, password included: only for a remote job's `HPTUNE_STORAGE`,
     /// never for a message or a log (`Display` masks the password).
     pub fn secret_url(&self) -> String {

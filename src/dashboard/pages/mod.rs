@@ -179,10 +179,11 @@ pub fn study_page(study: &mut Followed) -> String {
         );
     }
     let follower = &study.follower;
-    let ids: Vec<String> =
-        serde_json::from_str::<crate::study::space::Space>(&follower.study.space)
-            .map(|s| s.parameters().iter().map(|p| p.id.clone()).collect())
-            .unwrap_or_default();
+    let ids: Vec<String> = follower
+        .study
+        .space()
+        .map(|s| s.parameters().iter().map(|p| p.id.clone()).collect())
+        .unwrap_or_default();
     let init = PageData {
         study: &name,
         metric: &follower.study.metric,
