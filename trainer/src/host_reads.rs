@@ -39,16 +39,36 @@ pub fn count() -> u64 {
     READS.get()
 }
 
-/// The reads of one stretch of work (an epoch's training steps, an evaluation).
+/// The CPU time (user and system, every thread) this process has used, in seconds.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct it is given and reads nothing else.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// The reads of one stretch of work (an epoch's training steps, an evaluation), with the
+/// wall-clock and CPU time it took: on a GPU, CPU time close to wall time says the host, not
+/// the device, sets the pace.
 #[derive(Debug, Clone, Copy)]
 pub struct Tally {
     start: u64,
+    started: std::time::Instant,
+    cpu_start: f64,
 }
 
 impl Tally {
     /// Starts counting from now.
     pub fn start() -> Self {
-        Tally { start: count() }
+        Tally {
+            start: count(),
+            started: std::time::Instant::now(),
+            cpu_start: cpu_seconds(),
+        }
     }
 
     /// The reads since [`Tally::start`].
@@ -56,13 +76,17 @@ impl Tally {
         count() - self.start
     }
 
-    /// Logs the reads since [`Tally::start`] of `what` (e.g. "epoch 1/3") over `steps` steps, at
-    /// debug level; returns the count.
+    /// Logs the reads since [`Tally::start`] of `what` (e.g. "epoch 1/3 training") over `steps`
+    /// steps, and the wall-clock and process CPU milliseconds per step, at debug level; returns
+    /// the reads.
     pub fn log(&self, what: &str, steps: usize) -> u64 {
         let reads = self.reads();
+        let per_step = |total: f64| total / steps.max(1) as f64;
         tracing::debug!(
-            "{what}: {reads} host reads in {steps} steps, {:.3} per step",
-            reads as f64 / steps.max(1) as f64
+            "{what}: {reads} host reads in {steps} steps, {:.3} per step; {:.2} ms wall, {:.2} ms host CPU per step",
+            per_step(reads as f64),
+            per_step(1e3 * self.started.elapsed().as_secs_f64()),
+            per_step(1e3 * (cpu_seconds() - self.cpu_start)),
         );
         reads
     }
