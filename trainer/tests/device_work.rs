@@ -20,6 +20,22 @@ fn run(args: &[&str], log: &str) -> Output {
         .unwrap()
 }
 
+/// Trains the tiny test model on the fixture's data with `extra` flags.
+fn train(extra: &[&str], log: &str) -> Output {
+    let model = fixtures().join("tiny-bert");
+    let data = fixtures().join("data");
+    let mut args = vec![
+        "--model".to_string(),
+        model.display().to_string(),
+        "--train".to_string(),
+        data.join("train.tsv").display().to_string(),
+        "--eval".to_string(),
+        data.join("eval.tsv").display().to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    run(&args.iter().map(String::as_str).collect::<Vec<_>>(), log)
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -43,21 +59,8 @@ fn tallies(log: &str) -> Vec<(String, u64, u64)> {
 
 #[test]
 fn training_steps_read_the_loss_only_when_it_is_reported_and_evaluation_reads_twice() {
-    let model = fixtures().join("tiny-bert");
-    let data = fixtures().join("data");
-    let output = run(
-        &[
-            "--model",
-            model.to_str().unwrap(),
-            "--train",
-            data.join("train.tsv").to_str().unwrap(),
-            "--eval",
-            data.join("eval.tsv").to_str().unwrap(),
-            "--batch-size",
-            "4",
-            "--epochs",
-            "2",
-        ],
+    let output = train(
+        &["--batch-size", "4", "--epochs", "2"],
         "info,hptune_trainer::host_reads=debug",
     );
     let log = text(&output.stderr);
@@ -82,19 +85,7 @@ fn training_steps_read_the_loss_only_when_it_is_reported_and_evaluation_reads_tw
 
 #[test]
 fn host_reads_are_not_logged_at_the_default_level() {
-    let model = fixtures().join("tiny-bert");
-    let data = fixtures().join("data");
-    let output = run(
-        &[
-            "--model",
-            model.to_str().unwrap(),
-            "--train",
-            data.join("train.tsv").to_str().unwrap(),
-            "--epochs",
-            "1",
-        ],
-        "info",
-    );
+    let output = train(&["--epochs", "1"], "info");
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(tallies(&text(&output.stderr)).is_empty());
 }
