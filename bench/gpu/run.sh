@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# hptune-trainer (f32, bf16) against PyTorch eager (f32, bf16 autocast) on a GPU, MiniLM- and
-# bert-base-sized models, batch 32, sequences 128 and 512: one table of training samples/s,
-# step time, peak GPU memory and the loss after the same 50 steps (bench/gpu/run.py).
-# Needs python3 with torch and transformers, and bench/gpu/dist/hptune-trainer-cuda.tar.xz
-# (bench/gpu/pack.sh, on a machine with Rust). Usage: bench/gpu/run.sh [run.py flags]
-#   e.g. bench/gpu/run.sh --models minilm --seqs 128; a CPU dry run: --device cpu --tiny --binary B --vocab V
+# The GPU diagnosis (bench/gpu/run.py): PyTorch eager f32 (IEEE and TF32 matrix products) and bf16
+# autocast against hptune-trainer f32 and bf16, each with an empty kernel cache (warm-cache) and a
+# warm one, cubecl's autotune at minimal and balanced; MiniLM-sized, sequence 128, batch 32 by
+# default. One table (samples/s, step time, peak GPU memory, loss after 50 steps, cold and first
+# step, host syncs, kernels, host and GPU time per step, GPU utilisation) and raw logs under
+# $OUT/gpu-diagnosis, within --budget seconds (500). Needs python3 with torch and transformers, and
+# bench/gpu/dist/hptune-trainer-cuda.tar.xz (bench/gpu/pack.sh, on a machine with Rust).
+# Usage: bench/gpu/run.sh [run.py flags], e.g. --models minilm,bert-base; a CPU dry run:
+#   bench/gpu/run.sh --device cpu --tiny --package bench/gpu/dist/hptune-trainer-flex.tar.xz
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 python="${PYTHON:-python3}"

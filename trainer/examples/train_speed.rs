@@ -11,6 +11,7 @@ use hptune_trainer::backend::{
     BackendTask, CpuBackend, DeviceChoice, Precision, TrainBackend, dispatch,
 };
 use hptune_trainer::config::BertConfig;
+use hptune_trainer::kernel_cache::AutotuneLevel;
 use hptune_trainer::model::{ModelInput, cross_entropy};
 use hptune_trainer::optim::{AdamWSettings, GroupedAdamW};
 use hptune_trainer::pretrained::load_classifier;
@@ -89,7 +90,13 @@ fn main() {
         seq: arg(2, "128").parse().expect("SEQ is a number"),
         steps: arg(3, "3").parse().expect("STEPS is a number"),
     };
-    match dispatch(DeviceChoice::Cpu, backend, Precision::F32, speed) {
+    match dispatch(
+        DeviceChoice::Cpu,
+        backend,
+        Precision::F32,
+        AutotuneLevel::default(),
+        speed,
+    ) {
         Ok((samples_per_s, step_s)) => println!(
             "backend=burn-{} samples_per_s={samples_per_s:.2} step_s={step_s:.3} peak_rss_mib={:.0}",
             arg(4, "flex"),

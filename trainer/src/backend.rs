@@ -6,6 +6,7 @@ use burn::backend::Autodiff;
 use burn::tensor::backend::AutodiffBackend;
 
 use crate::error::{Result, TrainerError};
+use crate::kernel_cache::AutotuneLevel;
 use crate::model::FusedOps;
 
 /// Where to compute.
@@ -101,7 +102,8 @@ fn keep_freed_memory() {
     }
 }
 
-/// Runs `task` on the backend for `device` (and, on the CPU, `cpu`) computing in `precision`.
+/// Runs `task` on the backend for `device` (and, on the CPU, `cpu`) computing in `precision`;
+/// on a GPU, cubecl autotunes at level `autotune` (the CPU backends do not autotune).
 ///
 /// The CPU backends compute in f32 only: another precision there is an error rather than a
 /// silent f32 run, so that a study never compares runs that did not do what they said.
@@ -109,6 +111,7 @@ pub fn dispatch<T: BackendTask>(
     device: DeviceChoice,
     cpu: CpuBackend,
     precision: Precision,
+    #[cfg_attr(not(feature = "cuda"), expect(unused_variables))] autotune: AutotuneLevel,
     task: T,
 ) -> Result<T::Output> {
     let device_name = match device {
@@ -140,7 +143,7 @@ pub fn dispatch<T: BackendTask>(
     match (device, cpu) {
         #[cfg(feature = "cuda")]
         (DeviceChoice::Cuda(index), _) => {
-            crate::kernel_cache::configure();
+            crate::kernel_cache::configure(index, autotune);
             let device = burn::backend::cuda::CudaDevice::new(index);
             match precision {
                 Precision::F32 => task.run::<Autodiff<burn::backend::Cuda<f32>>>(device),

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::backend::{CpuBackend, Precision};
 use crate::batch::BatchOrder;
 use crate::data::Column;
+use crate::kernel_cache::AutotuneLevel;
 use crate::metrics::Metric;
 
 /// hptune's trial worker: fine-tunes a BERT-family checkpoint for text classification and
@@ -20,7 +21,7 @@ use crate::metrics::Metric;
     args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
-    /// `predict`, or nothing to train.
+    /// `predict`, `serve`, `warm-cache`, or nothing to train.
     #[command(subcommand)]
     pub command: Option<Command>,
     /// Training flags (when no subcommand is given).
@@ -36,6 +37,10 @@ pub enum Command {
     /// Serve a fine-tuned model over HTTP: Vertex AI's and SageMaker's prediction and health
     /// routes on one port.
     Serve(ServeArgs),
+    /// Compile and autotune the GPU kernels of one training step and one evaluation at these
+    /// shapes into the kernel cache, so that the trials of a study that follow start warm (on
+    /// the CPU, which caches nothing, it runs the step and says so); prints one line.
+    WarmCache(WarmCacheArgs),
 }
 
 /// Flags of a training run.
@@ -85,6 +90,10 @@ pub struct TrainArgs {
     /// optimiser keeps f32 master weights and moments); the CPU computes in f32.
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: Precision,
+    /// How hard cubecl searches for the fastest GPU kernel of each new shape (CUDA only;
+    /// results are kept in the kernel cache).
+    #[arg(long, value_enum, default_value = "balanced")]
+    pub autotune: AutotuneLevel,
     /// How rows are batched each epoch: shuffled; length-grouped (shuffled, then sorted by
     /// length within mega-batches of up to 50 batches, fewer on small data, as transformers'
     /// group_by_length: less padding); sequential (the file's order, unshuffled).
@@ -138,6 +147,40 @@ pub struct TrainArgs {
     /// Fraction of the training data held out for evaluation when --eval is not given.
     #[arg(long, alias = "eval_split", default_value_t = 0.1)]
     pub eval_split: f64,
+}
+
+/// Flags of `warm-cache`: the shapes of the trials to come.
+#[derive(Debug, Args, Clone)]
+pub struct WarmCacheArgs {
+    /// Checkpoint folder or hub id, as for training (only its config.json is read).
+    #[arg(long, env = "HPTUNE_TRAINER_MODEL")]
+    pub model: String,
+    /// Tokens per text of the trials (their --max-seq-len).
+    #[arg(
+        long,
+        alias = "max-seq-len",
+        alias = "max_seq_len",
+        default_value_t = 128
+    )]
+    pub seq: usize,
+    /// Training batch size of the trials (their --batch-size).
+    #[arg(long, alias = "batch-size", alias = "batch_size", default_value_t = 8)]
+    pub batch: usize,
+    /// Evaluation batch size of the trials (their --eval-batch-size).
+    #[arg(long, alias = "eval_batch_size", default_value_t = 64)]
+    pub eval_batch_size: usize,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cuda")]
+    pub device: String,
+    /// burn CPU backend, when --device is cpu.
+    #[arg(long, alias = "cpu_backend", value_enum, default_value = "flex")]
+    pub cpu_backend: CpuBackend,
+    /// Float type of the trials (their --precision).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: Precision,
+    /// cubecl's autotune level of the trials (their --autotune).
+    #[arg(long, value_enum, default_value = "balanced")]
+    pub autotune: AutotuneLevel,
 }
 
 /// Flags of `predict`.

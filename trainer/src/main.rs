@@ -27,9 +27,14 @@ fn main() -> ExitCode {
             Ok(())
         }),
         (Some(Command::Serve(args)), _) => hptune_trainer::serve::serve(args),
+        (Some(Command::WarmCache(args)), _) => {
+            hptune_trainer::warm::warm_cache(args).map(|warmed| println!("warm-cache: {warmed}"))
+        }
         (None, Some(args)) => run::train(args).map(|_| ()),
         (None, None) => {
-            eprintln!("hptune-trainer: give training flags (see --help), `predict` or `serve`");
+            eprintln!(
+                "hptune-trainer: give training flags (see --help), `predict`, `serve` or `warm-cache`"
+            );
             return ExitCode::from(2);
         }
     };

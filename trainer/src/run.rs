@@ -10,6 +10,7 @@ use crate::config::BertConfig;
 use crate::data::{ColumnSpec, LabelMap, read_examples, stratified_split};
 use crate::error::{Result, TrainerError};
 use crate::hub::resolve_model_dir;
+use crate::kernel_cache::AutotuneLevel;
 use crate::metrics::EvalMetrics;
 use crate::optim::AdamWSettings;
 use crate::pretrained::{load_classifier, save_checkpoint};
@@ -32,7 +33,13 @@ pub struct Prediction {
 pub fn train(args: &TrainArgs) -> Result<EvalMetrics> {
     validate(args)?;
     let device: DeviceChoice = args.device.parse()?;
-    dispatch(device, args.cpu_backend, args.precision, TrainTask(args))
+    dispatch(
+        device,
+        args.cpu_backend,
+        args.precision,
+        args.autotune,
+        TrainTask(args),
+    )
 }
 
 /// Classifies texts with a fine-tuned checkpoint folder.
@@ -42,6 +49,7 @@ pub fn predict(args: &PredictArgs) -> Result<Vec<Prediction>> {
         device,
         args.inference.cpu_backend,
         Precision::F32,
+        AutotuneLevel::default(),
         PredictTask(args),
     )
 }

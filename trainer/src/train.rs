@@ -4,13 +4,14 @@
 use std::io::Write;
 
 use burn::module::AutodiffModule;
-use burn::tensor::{ElementConversion, Tensor, activation::softmax};
+use burn::tensor::{Tensor, activation::softmax, backend::Backend};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::TrainBackend;
 use crate::batch::{BatchOrder, EncodedExample, PaddedBatch, collate, epoch_batches};
 use crate::error::{Result, TrainerError};
+use crate::host_reads::{self, Tally};
 use crate::metrics::EvalMetrics;
 use crate::model::{BertClassifier, FusedOps, cross_entropy};
 use crate::optim::{AdamWSettings, GroupedAdamW, LinearSchedule};
@@ -74,6 +75,7 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
             &mut rng,
         );
         let mut progress = EpochProgress::start(epoch, settings.epochs, batches_per_epoch);
+        let reads = Tally::start();
         // Padding runs on a thread of its own, a few batches ahead of the training step; when
         // the step stops early (an error), the dropped receiver ends that thread.
         model = std::thread::scope(|scope| -> Result<BertClassifier<B>> {
@@ -87,28 +89,27 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
                     }
                 }
             });
+            let mut losses = PendingLosses::default();
             for (index, padded) in receiver.into_iter().enumerate() {
                 let rows = padded.batch;
                 let (input, labels) = padded.to_device::<B>(device);
                 let loss = cross_entropy(model.forward(input), labels);
-                let loss_value = loss.clone().into_scalar().elem::<f64>();
                 step += 1;
-                if !loss_value.is_finite() {
-                    return Err(TrainerError::Diverged {
-                        epoch,
-                        step,
-                        value: loss_value,
-                    });
-                }
+                losses.push(loss.clone().inner(), step);
                 // The schedule advances on a skipped f16 step too, as it does in PyTorch's
                 // loop (`scaler.step(optimizer)`, then `scheduler.step()`).
                 let grads = optimizer.scale_loss(loss).backward();
                 model = optimizer.step(schedule.rate(step - 1), model, grads).0;
-                progress.batch_done(index + 1, rows, loss_value);
+                progress.batch_done(index + 1, rows, || losses.read(epoch))?;
             }
             Ok(model)
         })?;
         let throughput = progress.finish();
+        reads.log(
+            &format!("epoch {epoch}/{} training", settings.epochs),
+            batches_per_epoch,
+        );
+        let reads = Tally::start();
         let metrics = evaluate(
             &model.valid(),
             eval,
@@ -117,6 +118,10 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
             pad_id,
             device,
         )?;
+        reads.log(
+            &format!("epoch {epoch}/{} evaluation", settings.epochs),
+            eval.len().div_ceil(settings.eval_batch_size),
+        );
         tracing::info!(
             "epoch {epoch}/{}: {throughput:.1} training samples/s; eval loss {:.4}, accuracy {:.4}",
             settings.epochs,
@@ -141,6 +146,48 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
     Ok((model, last))
 }
 
+/// The training losses of the steps since the loss was last read, kept on the device.
+struct PendingLosses<B: Backend> {
+    losses: Vec<Tensor<B, 1>>,
+    /// The step of the last loss pushed.
+    last_step: usize,
+}
+
+impl<B: Backend> Default for PendingLosses<B> {
+    fn default() -> Self {
+        PendingLosses {
+            losses: Vec::new(),
+            last_step: 0,
+        }
+    }
+}
+
+impl<B: Backend> PendingLosses<B> {
+    /// Keeps the loss of training step `step`.
+    fn push(&mut self, loss: Tensor<B, 1>, step: usize) {
+        self.losses.push(loss);
+        self.last_step = step;
+    }
+
+    /// Reads the kept losses in one read and forgets them; returns the last one, or
+    /// [`TrainerError::Diverged`] naming the first step of epoch `epoch` whose loss is not finite.
+    fn read(&mut self, epoch: usize) -> Result<f64> {
+        let kept = std::mem::take(&mut self.losses);
+        let first_step = self.last_step + 1 - kept.len();
+        let values = host_reads::read::<f64, _, 1, _>(Tensor::cat(kept, 0), "the training loss")?;
+        if let Some((offset, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(TrainerError::Diverged {
+                epoch,
+                step: first_step + offset,
+                value,
+            });
+        }
+        values.last().copied().ok_or_else(|| {
+            TrainerError::Backend("no training loss to read: no step ran".to_string())
+        })
+    }
+}
+
 /// Loss, accuracy, macro-F1 and MCC of `model` on `data`.
 pub fn evaluate<B: FusedOps>(
     model: &BertClassifier<B>,
@@ -155,23 +202,30 @@ pub fn evaluate<B: FusedOps>(
     order.sort_by_key(|&i| data[i].ids.len());
     let mut predicted = Vec::with_capacity(data.len());
     let mut gold = Vec::with_capacity(data.len());
-    let mut loss_sum = 0.0;
+    // Losses and predictions stay on the device until the last batch: two reads in all.
+    let mut losses = Vec::new();
+    let mut argmaxes = Vec::new();
+    let mut rows = Vec::new();
     for chunk in order.chunks(batch_size.max(1)) {
         let items: Vec<&EncodedExample> = chunk.iter().map(|&i| &data[i]).collect();
         let (input, labels) = collate::<B>(&items, pad_id, device);
         let logits = model.forward(input);
-        let loss = cross_entropy(logits.clone(), labels)
-            .into_scalar()
-            .elem::<f64>();
-        loss_sum += loss * items.len() as f64;
-        let argmax = logits.argmax(1).into_data();
-        let argmax: Vec<i64> = argmax.convert::<i64>().to_vec().map_err(|e| {
-            TrainerError::Backend(format!(
-                "cannot read predictions back from the device: {e:?}"
-            ))
-        })?;
-        predicted.extend(argmax.into_iter().map(|p| p as usize));
+        losses.push(cross_entropy(logits.clone(), labels));
+        argmaxes.push(logits.argmax(1));
+        rows.push(items.len());
         gold.extend(items.iter().map(|e| e.label));
+    }
+    let mut loss_sum = 0.0;
+    if !losses.is_empty() {
+        let losses =
+            host_reads::read::<f64, _, 1, _>(Tensor::cat(losses, 0), "the evaluation loss")?;
+        loss_sum = losses
+            .iter()
+            .zip(&rows)
+            .map(|(loss, &n)| loss * n as f64)
+            .sum();
+        let argmax = host_reads::read::<i64, _, 2, _>(Tensor::cat(argmaxes, 0), "predictions")?;
+        predicted.extend(argmax.into_iter().map(|p| p as usize));
     }
     Ok(EvalMetrics::compute(
         &predicted,
@@ -195,11 +249,7 @@ pub fn predict_probabilities<B: FusedOps>(
         let (input, _) = collate::<B>(&items, pad_id, device);
         let probs: Tensor<B, 2> = softmax(model.forward(input), 1);
         let [rows, classes] = probs.dims();
-        let values: Vec<f32> = probs.into_data().convert::<f32>().to_vec().map_err(|e| {
-            TrainerError::Backend(format!(
-                "cannot read probabilities back from the device: {e:?}"
-            ))
-        })?;
+        let values = host_reads::read::<f32, _, 2, _>(probs, "probabilities")?;
         out.extend((0..rows).map(|r| values[r * classes..(r + 1) * classes].to_vec()));
     }
     Ok(out)

@@ -19,6 +19,7 @@ use std::time::Duration;
 use crate::backend::{DeviceChoice, Precision, dispatch};
 use crate::cli::ServeArgs;
 use crate::error::{Result, TrainerError};
+use crate::kernel_cache::AutotuneLevel;
 use batcher::{Batching, InferenceTask};
 use routes::{Routes, Served};
 
@@ -107,7 +108,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     let cpu = args.inference.cpu_backend;
     let inference = std::thread::Builder::new()
         .name("inference".into())
-        .spawn(move || dispatch(device, cpu, Precision::F32, task))
+        .spawn(move || dispatch(device, cpu, Precision::F32, AutotuneLevel::default(), task))
         .map_err(|e| TrainerError::Backend(format!("cannot start the inference thread: {e}")))?;
     let served = Arc::new(Served {
         labels: OnceLock::new(),
