@@ -23,53 +23,22 @@ mod data;
 pub mod design;
 pub mod encoding;
 pub mod feasibility;
-pub mod fit;
-pub mod gp;
-mod kernel;
-mod lbfgs;
-pub mod log_ei;
 pub mod search;
 pub mod trust;
-mod warp;
 
 pub use believed::{Believed, believed_best};
-
-/// From this many parameters on, a study affords few trials per parameter and its values
-/// spread mostly with the objective's trend over the space: the expected improvement is
-/// maximised over the whole cube, not a trust region (whose box of side 0.8 is 1 % of the
-/// cube in 20 dimensions), and the values are warped only where some are outliers
-/// (`warp::has_outliers`), since compressing the far values of a skewed spread flattens that
-/// trend. Measured in 20 to 50 dimensions, where every function does as well as or better
-/// than with the trust region and the warp (Ackley, a 30-parameter mixed space; Levy by far);
-/// in 2-6 dimensions those two win (docs/bayes.md), and no benchmark lies between. Parameters
-/// are counted as the space declares them, conditional ones included.
-pub const MANY_PARAMETERS: usize = 10;
-
-/// Whether `space` has [`MANY_PARAMETERS`] or more.
-fn has_many_parameters(space: &Space) -> bool {
-    space.dimension() >= MANY_PARAMETERS
-}
-
-/// The central finite difference of `f` at `x` along coordinate `d`, for tests of gradients.
-#[cfg(test)]
-fn central_difference(f: impl Fn(&[f64]) -> f64, x: &[f64], d: usize) -> f64 {
-    let h = 1e-6;
-    let (mut up, mut down) = (x.to_vec(), x.to_vec());
-    up[d] += h;
-    down[d] -= h;
-    (f(&up) - f(&down)) / (2.0 * h)
-}
+pub use design::MANY_PARAMETERS;
 
 use super::{Observation, ProposalContext, Sampler, SamplerError};
-use crate::study::space::{Assignment, Space};
+use crate::gp::{Gp, GpError, stream};
+use crate::study::space::Assignment;
 use acquisition::Acquisition;
 use anchor::Anchors;
 use data::TrainingData;
-use design::{initial_design_size, sobol_point};
+use design::{has_many_parameters, initial_design_size, sobol_point};
 use encoding::Encoding;
 use feasibility::Feasibility;
-use gp::{Gp, GpError};
-use search::{propose, stream};
+use search::propose;
 use trust::Region;
 
 /// Proposes trials by Bayesian optimisation with a Gaussian process. Given the same seed and
