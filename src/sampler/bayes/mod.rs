@@ -2,9 +2,10 @@
 //! space, and each trial where the expected improvement over the best value is highest.
 //!
 //! The first trials follow a space-filling design ([`design`]); after that every proposal
-//! comes from the model: features of each finished trial ([`encoding`]), hyperparameters
-//! fitted by maximum a posteriori ([`fit`]), the posterior ([`gp`]), and log expected
-//! improvement ([`log_ei`]) maximised over a trust region around the best point ([`trust`])
+//! comes from the model ([`crate::gp`]): features of each finished trial ([`encoding`]),
+//! hyperparameters fitted by maximum a posteriori ([`fit`](crate::gp::fit)), the posterior
+//! ([`Gp`]), and log expected improvement ([`log_ei`](crate::gp::log_ei)) maximised over a
+//! trust region around the best point ([`trust`])
 //! that shrinks while proposals fail to improve ([`search`]). Trials still running are drawn
 //! from the posterior, and the improvement must beat the values drawn for them as well
 //! ([`acquisition`]), so that parallel proposals spread out. Failed trials count as the worst
