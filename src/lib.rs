@@ -13,6 +13,7 @@
 pub mod controller;
 pub mod dashboard;
 pub mod executor;
+pub mod gp;
 pub mod gpus;
 pub mod importance;
 pub mod ops;

@@ -7,8 +7,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use super::data::TrainingData;
 use super::encoding::Encoding;
-use super::fit::{fit, refit};
-use super::gp::Hyperparameters;
+use crate::gp::{Hyperparameters, fit, refit};
 use crate::sampler::Observation;
 use crate::study::Goal;
 use crate::study::space::ParamValue;

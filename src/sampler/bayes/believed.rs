@@ -5,7 +5,7 @@
 use super::anchor::Anchors;
 use super::data::TrainingData;
 use super::encoding::Encoding;
-use super::gp::{Gp, GpError};
+use crate::gp::{Gp, GpError};
 use crate::sampler::Observation;
 use crate::study::Goal;
 use crate::study::space::Space;

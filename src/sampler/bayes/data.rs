@@ -1,9 +1,9 @@
 //! The finished trials as the model sees them: features, standardised and warped values
 //! (larger is better, failed trials at the worst value), the incumbents.
 
+use super::design::has_many_parameters;
 use super::encoding::Encoding;
-use super::search;
-use super::warp::{YeoJohnson, has_outliers};
+use crate::gp::{YeoJohnson, has_outliers};
 use crate::sampler::Observation;
 use crate::study::Goal;
 
@@ -11,6 +11,8 @@ use crate::study::Goal;
 /// are kept, which bounds the time of a proposal (cubic in this number) and makes the model
 /// local where the search has converged.
 pub const MAX_MODEL_POINTS: usize = 128;
+/// How many of the best trials are incumbents: the search starts from each of them.
+pub const INCUMBENTS: usize = 3;
 
 /// The finished trials as the model sees them.
 pub struct TrainingData {
@@ -48,7 +50,7 @@ impl TrainingData {
         // With many parameters a warp is for outliers among the values trials gave: the
         // failed trials, all at the worst value, would make a pile that puts every other
         // value far out.
-        let may_warp = !super::has_many_parameters(encoding.space())
+        let may_warp = !has_many_parameters(encoding.space())
             || has_outliers(values.iter().flatten().copied().collect());
         let output = OutputMap::fitted(goal, &raw, may_warp);
         let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();
@@ -62,7 +64,7 @@ impl TrainingData {
             let feasible = |i: usize| history[i].feasible;
             feasible(b).cmp(&feasible(a)).then(y[b].total_cmp(&y[a]))
         });
-        let best: Vec<usize> = ranked.iter().take(search::INCUMBENTS).copied().collect();
+        let best: Vec<usize> = ranked.iter().take(INCUMBENTS).copied().collect();
         let incumbents = best
             .iter()
             .map(|&i| encoding.unit(&history[i].params))
@@ -114,7 +116,7 @@ pub(super) fn moments(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
 /// The map from a trial's value to the model's: larger made better, standardised (mean 0,
 /// variance 1), warped by a Yeo-Johnson transform fitted to the standardised values, and
 /// standardised again. Each step is monotone increasing, so the order of the trials is kept.
-/// With [many parameters](super::MANY_PARAMETERS) the warp is fitted only where some value a
+/// With [many parameters](super::design::MANY_PARAMETERS) the warp is fitted only where some value a
 /// trial gave is an outlier ([`has_outliers`]); otherwise it is the identity.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OutputMap {

@@ -4,7 +4,7 @@
 //! value shared by every point where it is inactive, so it explains no difference between
 //! them; the parent's own feature tells the branches apart.
 
-use super::fit::LengthSharing;
+use crate::gp::LengthSharing;
 use crate::study::space::{Assignment, Domain, ParamValue, Space};
 
 /// The feature of an inactive numeric parameter: the middle of its range.

@@ -9,9 +9,7 @@
 
 use super::data::{MAX_MODEL_POINTS, moments, nearest};
 use super::encoding::Encoding;
-use super::fit::{LengthSharing, fit};
-use super::gp::{Gp, GpError, Prediction};
-use super::log_ei::log_cdf;
+use crate::gp::{Gp, GpError, LengthSharing, Prediction, fit, log_cdf};
 use crate::sampler::Observation;
 use crate::study::Constraints;
 
@@ -141,9 +139,8 @@ impl Feasibility {
 mod tests {
     use std::collections::BTreeMap;
 
-    use super::super::central_difference;
-    use super::super::gp::Hyperparameters;
     use super::*;
+    use crate::gp::{Hyperparameters, central_difference};
     use crate::study::space::{Assignment, ParamValue, Space, unit_double};
     use crate::study::{Bound, Constraint};
 

@@ -1,5 +1,5 @@
 //! Maximising the acquisition over a region, the trust region ([`super::trust`]) or, with
-//! [many parameters](super::MANY_PARAMETERS), the whole cube: many quasi-random
+//! [many parameters](super::design::MANY_PARAMETERS), the whole cube: many quasi-random
 //! candidates over the region plus perturbations of the best points so far, each rounded to
 //! an allowed point before it is scored; then the best few climb: L-BFGS along their
 //! continuous coordinates, inside the region, and one discrete step at a time (a categorical
@@ -7,22 +7,21 @@
 //! again. In a study with constraints a region with nothing worth a trial left is searched
 //! again as the whole cube ([`propose`]).
 
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
 use super::acquisition::Acquisition;
+use super::data::INCUMBENTS;
 use super::design::sobol_point;
 use super::encoding::Encoding;
-use super::lbfgs::minimize;
 use super::trust::Region;
+use crate::gp::{minimize, normal};
 
 /// Quasi-random candidates over the whole cube.
 const GLOBAL_CANDIDATES: u64 = 1024;
 /// Perturbed copies of each of the best points.
 const LOCAL_CANDIDATES: usize = 128;
-/// How many of the best points are perturbed.
-pub const INCUMBENTS: usize = 3;
 /// Standard deviation of a perturbation, in unit coordinates.
 const LOCAL_SPREAD: f64 = 0.05;
 /// Candidates refined by gradient.
@@ -244,24 +243,10 @@ fn refine(
     }
 }
 
-/// A standard normal draw (Box-Muller).
-pub fn normal(rng: &mut ChaCha8Rng) -> f64 {
-    let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
-    let v: f64 = rng.random();
-    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-}
-
-/// A random stream for trial `number` of a study with `seed`.
-pub fn stream(seed: u64, number: u64) -> ChaCha8Rng {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    rng.set_stream(number);
-    rng
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::gp::{Gp, Hyperparameters};
     use super::*;
+    use crate::gp::{Gp, Hyperparameters, stream};
     use crate::study::space::{Domain, ParamValue, Parameter, Space, unit_double};
 
     /// A GP of `y` at `x` with these length scales, unit signal variance and `noise`.

@@ -158,7 +158,7 @@ fn golden_section_maximum(f: impl Fn(f64) -> f64, (mut lo, mut hi): (f64, f64)) 
 #[cfg(test)]
 mod tests {
     use super::super::central_difference;
-    use super::super::search::{normal, stream};
+    use super::super::random::{normal, stream};
     use super::*;
 
     const POWERS: [f64; 7] = [-1.5, 0.0, 0.5, 1.0, 1.7, 2.0, 3.0];

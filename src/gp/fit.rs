@@ -13,8 +13,8 @@ use std::f64::consts::{LN_2, PI};
 use nalgebra::{DMatrix, DVector};
 use rayon::prelude::*;
 
-use super::gp::{GpError, Hyperparameters, factor, inverse_from_factor};
 use super::lbfgs::minimize;
+use super::model::{GpError, Hyperparameters, factor, inverse_from_factor};
 
 /// Noise variance always present (in standardised units), to keep the matrix well
 /// conditioned; the fitted noise comes on top. It is small, as it sets how finely the model
@@ -328,8 +328,8 @@ fn search(
 
 #[cfg(test)]
 mod tests {
-    use super::super::gp::covariance;
-    use super::super::search::{normal, stream};
+    use super::super::model::covariance;
+    use super::super::random::{normal, stream};
     use super::*;
     use rand::Rng;
 

@@ -9,7 +9,7 @@
 
 use std::f64::consts::{FRAC_1_SQRT_2, PI};
 
-use super::gp::Prediction;
+use super::model::Prediction;
 
 /// Below this `z`, `h` comes from the continued fraction.
 const TAIL: f64 = -5.0;
