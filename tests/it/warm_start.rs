@@ -1,7 +1,7 @@
 //! `warm_start: {study: NAME}` end to end: a study informed by another's finished trials
 //! proposes from them at once, and they count toward nothing of its own.
 
-mod common;
+use crate::common;
 
 use common::{Scratch, assert_exit_says, assert_success};
 

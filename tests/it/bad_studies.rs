@@ -1,7 +1,7 @@
 //! Malformed study files: each is refused before anything runs, with exit code 2 and a
 //! message that names the file, the place and the field, and never a panic.
 
-mod common;
+use crate::common;
 
 use common::{Scratch, assert_success, stderr, stdout};
 

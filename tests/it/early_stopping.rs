@@ -1,7 +1,7 @@
 //! Early stopping end to end: workers report scripted learning curves, one trial at a time,
 //! and each rule stops exactly the trials computed by hand (in the comments).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,21 +1,17 @@
 //! Studies on the real Slurm cluster of the tests (`scripts/start-slurm.sh`) while the cluster
 //! itself fails: its controller restarted mid-trial, its one node drained. These tests take
-//! the whole cluster away from every other job, so they live in a test binary of their own
-//! (cargo runs test binaries one after another) and take turns within it ([`CLUSTER`]); each
+//! the whole cluster away from every other job, so each holds it alone
+//! ([`common::slurm_alone`]) while the other Slurm tests of this binary hold it shared; each
 //! puts the cluster back as it found it, even when it fails. Skipped where no cluster
 //! answers, unless `HPTUNE_TEST_SLURM=required`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{Scratch, assert_exit_says, assert_success, expected_loss, test_slurm};
-
-/// Held by a test while it has the cluster to itself.
-static CLUSTER: Mutex<()> = Mutex::new(());
 
 /// A study of one quadratic trial whose worker sleeps `{sleep}` seconds, as a Slurm job;
 /// `{trial}` is more of the `trial` block.
@@ -173,10 +169,10 @@ impl Drop for NodeDrained {
 
 #[test]
 fn a_controller_restart_mid_trial_neither_fails_the_trial_nor_leaves_its_job_unwatched() {
+    let _cluster = common::slurm_alone();
     if test_slurm().is_none() {
         return;
     }
-    let _cluster = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let scratch = Scratch::new();
     // The worker runs on through the controller's outage, longer than the ~90 s that five
     // failing `scontrol` calls take (each waits ~18 s for a controller that is not there).
@@ -218,10 +214,10 @@ fn a_controller_restart_mid_trial_neither_fails_the_trial_nor_leaves_its_job_unw
 
 #[test]
 fn a_job_pending_on_a_drained_node_times_out_saying_it_never_started() {
+    let _cluster = common::slurm_alone();
     if test_slurm().is_none() {
         return;
     }
-    let _cluster = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let _drained = NodeDrained::drain();
     let scratch = Scratch::new();
     let path = scratch.study("study.yaml", &study("drained", 1, "  timeout: 3s\n"));

@@ -4,7 +4,7 @@
 //! that points its name at the dashboard reads nothing.
 //! Screenshots of each page go to target/dashboard-screenshots/ (printed).
 
-mod common;
+use crate::common;
 
 use common::browser::{Browser, chromium};
 use common::dashboard::{Dashboard, wait_until};

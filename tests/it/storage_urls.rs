@@ -2,7 +2,7 @@
 //! of `run`, `studies` and `relay`), a database that cannot be opened says why at once, and
 //! SQLite's query parameters (`mode=ro`) are honoured.
 
-mod common;
+use crate::common;
 
 use common::{Scratch, assert_exit_says, assert_success, stderr, stdout};
 

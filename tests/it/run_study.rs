@@ -1,7 +1,7 @@
 //! `hptune run` end to end: the real binary on real study files, a real worker process per
 //! trial, and the SQLite database checked afterwards.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

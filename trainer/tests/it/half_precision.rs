@@ -2,10 +2,10 @@
 //! burn-flex (which holds bf16 tensors, though the trainer trains in f32 on the CPU): the logits,
 //! and the loss before and after one AdamW step, against transformers' f32 fixture within
 //! bf16's precision, and the f32 master weights keeping updates too small for a bf16 weight.
-//! One test in this binary: it sets the process's default float type of the CPU device.
+//! Run in a process of its own: it sets the process's default float type of the CPU device.
 #![cfg(feature = "flex")]
 
-mod common;
+use crate::common;
 
 use burn::backend::Flex;
 use burn::tensor::backend::set_default_float_dtype;
@@ -15,6 +15,9 @@ use common::{Fixture, values};
 
 #[test]
 fn bf16_follows_transformers_f32_within_its_precision_and_keeps_updates_below_its_resolution() {
+    if !common::runs_in_own_process() {
+        return;
+    }
     set_default_float_dtype::<Flex>(&Default::default(), DType::BF16).unwrap();
     let fixture = Fixture::load();
     let number = |key: &str| fixture.number(key);

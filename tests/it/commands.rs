@@ -1,6 +1,6 @@
 //! The commands that read and extend a study: `trial`, `trials`, `best`, `studies`.
 
-mod common;
+use crate::common;
 
 use common::{Scratch, assert_success, expected_loss, stderr, stdout};
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! sampler's proposals; bad configurations refused with exit 2 naming the parameter; a
 //! queue of thousands run by workers that end at once, stopped by a signal at once.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

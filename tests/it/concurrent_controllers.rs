@@ -1,7 +1,7 @@
 //! Several `hptune run` processes on one study cooperate: each trial number is taken once,
 //! the budget is shared exactly, and no "database is locked" reaches the user.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::process::{Child, Output, Stdio};

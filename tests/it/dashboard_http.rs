@@ -3,7 +3,7 @@
 //! failed trials, a database that is missing, locked, replaced or from an older schema, a log
 //! that is not a file, and requests that make no sense.
 
-mod common;
+use crate::common;
 
 use common::dashboard::{Dashboard, wait_until};
 use common::{Scratch, assert_exit_says, assert_success};

@@ -3,7 +3,7 @@
 //! request and runs each job's container command here, so that `hptune relay` really writes
 //! the measurements into PostgreSQL. Skipped without HPTUNE_TEST_POSTGRES.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,7 +1,8 @@
-//! The tiny test model's fixture for the half-precision tests, each in a binary of its own
+//! The tiny test model's fixture for the half-precision tests, each in a process of its own
 //! (burn sets the default float type of the CPU device once per process).
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Int, Tensor};
@@ -13,6 +14,41 @@ use hptune_trainer::pretrained::load_classifier;
 use hptune_trainer::tokenize::TextTokenizer;
 
 pub type B = Autodiff<Flex>;
+
+/// Names the test a process of this binary was started for (by [`runs_in_own_process`]).
+const OWN_PROCESS: &str = "HPTUNE_TRAINER_TEST_OWN_PROCESS";
+
+/// Whether the calling test is to run here: true in a process of this test binary started
+/// for it alone. Otherwise, false once such a process has run the test, and passed; it
+/// fails the test (with the process's output) if the test failed there. For a test that
+/// changes what is set once per process (burn's default float type of the CPU device),
+/// which the other tests in this process use or set too.
+pub fn runs_in_own_process() -> bool {
+    // libtest runs each test in a thread named after it, as `--exact` takes it.
+    let test = std::thread::current()
+        .name()
+        .expect("a test thread is named after its test")
+        .to_string();
+    if std::env::var_os(OWN_PROCESS).is_some_and(|name| name == test.as_str()) {
+        return true;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([&test, "--exact", "--nocapture"])
+        .env(OWN_PROCESS, &test)
+        .output()
+        .expect("the test binary runs");
+    eprint!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ran = String::from_utf8_lossy(&out.stdout).contains("test result: ok. 1 passed;");
+    assert!(
+        out.status.success() && ran,
+        "{test} failed in its own process"
+    );
+    false
+}
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")

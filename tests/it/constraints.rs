@@ -2,7 +2,7 @@
 //! a constrained metric beside the objective, the trials recorded as infeasible and never
 //! named best, on SQLite and (with `HPTUNE_TEST_POSTGRES`) PostgreSQL.
 
-mod common;
+use crate::common;
 
 use common::dashboard::Dashboard;
 use common::{Scratch, assert_exit_says, assert_success, stdout};

@@ -1,7 +1,7 @@
 //! `algorithm: bayesian` end to end: the real binary, the Gaussian-process sampler proposing
 //! through the controller with parallel trials, a worker process per trial.
 
-mod common;
+use crate::common;
 
 use common::{Scratch, assert_success};
 

@@ -1,9 +1,10 @@
 //! `executor: {kind: slurm}` against a real Slurm cluster (`scripts/start-slurm.sh`: one
 //! machine, four fake GPUs): every trial attempt is one `sbatch` job, its output read through
 //! the filesystem the job shares with the controller. Skipped where no cluster answers,
-//! unless `HPTUNE_TEST_SLURM=required`.
+//! unless `HPTUNE_TEST_SLURM=required`. Each test holds the cluster shared
+//! ([`common::slurm_shared`]): the tests of `slurm_faults` never take it down under one.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::process::ExitStatusExt;
@@ -254,6 +255,7 @@ fn noting_worker(scratch: &Scratch, note: &str, notes: &Path) -> PathBuf {
 
 #[test]
 fn a_study_runs_to_completion_as_slurm_jobs_on_distinct_gpus() {
+    let _cluster = common::slurm_shared();
     let Some(partition) = test_slurm() else {
         return;
     };
@@ -350,6 +352,7 @@ fn a_study_runs_to_completion_as_slurm_jobs_on_distinct_gpus() {
 
 #[test]
 fn parameters_and_environment_reach_the_job_whatever_they_hold() {
+    let _cluster = common::slurm_shared();
     if test_slurm().is_none() {
         return;
     }
@@ -385,6 +388,7 @@ trial:
 
 #[test]
 fn a_failing_job_is_recorded_failed_with_its_error() {
+    let _cluster = common::slurm_shared();
     let Some((scratch, out)) = run_on_slurm(&study("failing", 1, 1, "{MODE: fail}", "")) else {
         return;
     };
@@ -408,6 +412,7 @@ fn assert_failed_with_the_workers_error(scratch: &Scratch, out: &Output, study: 
 
 #[test]
 fn a_trial_that_times_out_has_its_job_cancelled() {
+    let _cluster = common::slurm_shared();
     let text = study("slow", 1, 1, "{SLEEP: '600'}", "")
         .replace("  env:", "  timeout: 2s\n  grace_period: 30s\n  env:");
     let Some((scratch, out)) = run_on_slurm(&text) else {
@@ -421,6 +426,7 @@ fn a_trial_that_times_out_has_its_job_cancelled() {
 
 #[test]
 fn an_early_stopped_trial_has_its_job_cancelled() {
+    let _cluster = common::slurm_shared();
     if test_slurm().is_some() {
         early_stopped(&Scratch::new(), "stopping", "");
     }
@@ -428,6 +434,7 @@ fn an_early_stopped_trial_has_its_job_cancelled() {
 
 #[test]
 fn an_early_stopped_trial_that_reports_through_the_database_has_its_job_cancelled() {
+    let _cluster = common::slurm_shared();
     if let (Some(_), Some(url)) = (test_slurm(), common::test_postgres()) {
         let name = common::unique_name("stopping-db");
         early_stopped(&Scratch::on_postgres(&url), &name, ", report: database");
@@ -501,6 +508,7 @@ fn running_jobs(scratch: &Scratch, name: &str) -> Vec<u64> {
 
 #[test]
 fn a_controller_killed_mid_study_adopts_its_jobs_and_submits_none_twice() {
+    let _cluster = common::slurm_shared();
     if let Some(counted) = Counted::new("adopted", 6, 3, "3") {
         killed_mid_study_then_run_again(&counted, "adopted");
     }
@@ -508,6 +516,7 @@ fn a_controller_killed_mid_study_adopts_its_jobs_and_submits_none_twice() {
 
 #[test]
 fn a_controller_killed_mid_study_adopts_its_jobs_that_report_through_the_database() {
+    let _cluster = common::slurm_shared();
     let (Some(_), Some(url)) = (test_slurm(), common::test_postgres()) else {
         return;
     };
@@ -560,6 +569,7 @@ fn killed_mid_study_then_run_again(counted: &Counted, name: &str) {
 
 #[test]
 fn an_interrupted_study_cancels_its_jobs() {
+    let _cluster = common::slurm_shared();
     let Some(counted) = Counted::new("interrupted", 4, 2, "600") else {
         return;
     };
@@ -578,6 +588,7 @@ fn an_interrupted_study_cancels_its_jobs() {
 
 #[test]
 fn a_job_whose_id_a_killed_controller_never_recorded_is_found_and_adopted() {
+    let _cluster = common::slurm_shared();
     if let Some(counted) = Counted::new("unrecorded", 1, 1, "2") {
         unrecorded_then_found(&counted, "unrecorded");
     }
@@ -585,6 +596,7 @@ fn a_job_whose_id_a_killed_controller_never_recorded_is_found_and_adopted() {
 
 #[test]
 fn a_job_whose_id_was_never_recorded_is_found_from_a_folder_with_spaces() {
+    let _cluster = common::slurm_shared();
     if test_slurm().is_some() {
         let scratch = Scratch::named("hptune test ");
         let counted = Counted::in_scratch(scratch, "unrecorded-spaced", 1, 1, "2", "");
@@ -617,6 +629,7 @@ fn unrecorded_then_found(counted: &Counted, name: &str) {
 
 #[test]
 fn a_recorded_job_id_slurm_gave_to_another_job_is_neither_followed_nor_cancelled() {
+    let _cluster = common::slurm_shared();
     let Some(counted) = Counted::new("reused", 1, 1, "1") else {
         return;
     };
@@ -673,6 +686,7 @@ fn a_recorded_job_id_slurm_gave_to_another_job_is_neither_followed_nor_cancelled
 
 #[test]
 fn a_worker_whose_path_holds_an_equals_sign_runs() {
+    let _cluster = common::slurm_shared();
     if test_slurm().is_none() {
         return;
     }
@@ -691,6 +705,7 @@ fn a_worker_whose_path_holds_an_equals_sign_runs() {
 
 #[test]
 fn a_log_folder_whose_name_holds_a_percent_sign_gets_the_jobs_output() {
+    let _cluster = common::slurm_shared();
     if test_slurm().is_none() {
         return;
     }
@@ -706,6 +721,7 @@ fn a_log_folder_whose_name_holds_a_percent_sign_gets_the_jobs_output() {
 
 #[test]
 fn abbreviations_of_the_options_hptune_sets_are_refused_in_extra_args() {
+    let _cluster = common::slurm_shared();
     let scratch = Scratch::new();
     for (arg, expected) in [
         (
@@ -740,6 +756,7 @@ fn abbreviations_of_the_options_hptune_sets_are_refused_in_extra_args() {
 
 #[test]
 fn a_job_requeued_by_slurm_is_retried_as_a_new_attempt() {
+    let _cluster = common::slurm_shared();
     if let Some(counted) = Counted::new("requeued", 1, 1, "3") {
         requeued_then_retried(&counted, "requeued");
     }
@@ -747,6 +764,7 @@ fn a_job_requeued_by_slurm_is_retried_as_a_new_attempt() {
 
 #[test]
 fn a_requeued_job_that_reports_through_the_database_is_retried_as_a_new_attempt() {
+    let _cluster = common::slurm_shared();
     let (Some(_), Some(url)) = (test_slurm(), common::test_postgres()) else {
         return;
     };
@@ -785,6 +803,7 @@ fn requeued_then_retried(counted: &Counted, name: &str) {
 
 #[test]
 fn one_trial_by_hand_runs_as_a_slurm_job() {
+    let _cluster = common::slurm_shared();
     if test_slurm().is_none() {
         return;
     }
@@ -808,6 +827,7 @@ fn one_trial_by_hand_runs_as_a_slurm_job() {
 
 #[test]
 fn an_unknown_partition_is_refused_before_anything_runs() {
+    let _cluster = common::slurm_shared();
     let text = study("nowhere", 2, 1, "{}", ", partition: no-such-partition");
     let Some((scratch, out)) = run_on_slurm(&text) else {
         return;
@@ -822,6 +842,7 @@ fn an_unknown_partition_is_refused_before_anything_runs() {
 
 #[test]
 fn a_job_sbatch_refuses_fails_its_trial_with_sbatchs_reason() {
+    let _cluster = common::slurm_shared();
     // More GPUs than any node has.
     let Some((scratch, out)) = run_on_slurm(&study("greedy", 2, 1, "{}", ", gpus: 64")) else {
         return;
@@ -839,6 +860,7 @@ fn a_job_sbatch_refuses_fails_its_trial_with_sbatchs_reason() {
 
 #[test]
 fn without_sbatch_on_path_the_study_is_refused_before_anything_runs() {
+    let _cluster = common::slurm_shared();
     let scratch = Scratch::new();
     let path = scratch.study("study.yaml", &study("no-sbatch", 2, 1, "{}", ""));
     let out = scratch
@@ -852,6 +874,7 @@ fn without_sbatch_on_path_the_study_is_refused_before_anything_runs() {
 
 #[test]
 fn a_slurm_study_runs_here_with_executor_local() {
+    let _cluster = common::slurm_shared();
     let scratch = Scratch::new();
     let path = scratch.study("study.yaml", &study("here", 2, 1, "{}", ""));
     // The study's Slurm block is set aside: its workers are local processes.
@@ -905,6 +928,7 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn jobs_that_report_through_the_database_need_no_shared_log_folder() {
+    let _cluster = common::slurm_shared();
     let (Some(partition), Some(url)) = (test_slurm(), common::test_postgres()) else {
         return;
     };
@@ -990,6 +1014,7 @@ fn jobs_that_report_through_the_database_need_no_shared_log_folder() {
 
 #[test]
 fn a_failing_job_that_reports_through_the_database_is_recorded_with_its_error() {
+    let _cluster = common::slurm_shared();
     let (Some(_), Some(url)) = (test_slurm(), common::test_postgres()) else {
         return;
     };
@@ -1005,6 +1030,7 @@ fn a_failing_job_that_reports_through_the_database_is_recorded_with_its_error() 
 
 #[test]
 fn reporting_through_the_database_is_refused_without_one() {
+    let _cluster = common::slurm_shared();
     let scratch = Scratch::new();
     for (report, expected) in [
         (
@@ -1087,6 +1113,7 @@ trial:
 
 #[test]
 fn a_job_over_its_memory_fails_its_trial_out_of_memory() {
+    let _cluster = common::slurm_shared();
     if test_slurm().is_none() || !memory_is_enforced() {
         return;
     }
@@ -1095,6 +1122,7 @@ fn a_job_over_its_memory_fails_its_trial_out_of_memory() {
 
 #[test]
 fn a_job_over_its_memory_that_reports_through_the_database_fails_out_of_memory() {
+    let _cluster = common::slurm_shared();
     let (Some(_), Some(url)) = (test_slurm(), common::test_postgres()) else {
         return;
     };
@@ -1163,6 +1191,7 @@ fn assert_preempted_job_is_retried(scratch: &Scratch, partition: &str, report: &
 
 #[test]
 fn a_job_preempted_by_a_more_urgent_one_is_retried_as_a_new_attempt() {
+    let _cluster = common::slurm_shared();
     if let Some(partition) = test_slurm() {
         assert_preempted_job_is_retried(&Scratch::new(), &partition, "files");
     }
@@ -1170,6 +1199,7 @@ fn a_job_preempted_by_a_more_urgent_one_is_retried_as_a_new_attempt() {
 
 #[test]
 fn a_preempted_job_that_reports_through_the_database_is_retried_as_a_new_attempt() {
+    let _cluster = common::slurm_shared();
     if let (Some(partition), Some(url)) = (test_slurm(), common::test_postgres()) {
         assert_preempted_job_is_retried(&Scratch::on_postgres(&url), &partition, "database");
     }

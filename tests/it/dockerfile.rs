@@ -5,7 +5,7 @@
 //! `RUN` that writes `/usr/local/bin/serve` is run here, into a folder standing for
 //! `/usr/local/bin`, beside the real `hptune-trainer`, and the command is run from there.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! PNG, HTML), the PNG decoded and looked into (its size, the plot's colours, its labels),
 //! and the wrong `--out` refused with a message that names it.
 
-mod common;
+use crate::common;
 
 use common::{Scratch, assert_exit_says, assert_success};
 

@@ -3,7 +3,7 @@
 //! hundreds of megabytes without a break is cut, a value that is not a number is named, and
 //! a terminal's control sequences are shown escaped, never obeyed.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

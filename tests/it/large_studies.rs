@@ -5,7 +5,7 @@
 //! megabytes, and a regression that enumerates or reads without bound fails here instead of
 //! taking the machine's memory.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

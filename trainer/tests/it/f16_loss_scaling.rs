@@ -2,10 +2,10 @@
 //! (which holds f16 tensors, though the trainer trains in f32 on the CPU): the logits within
 //! f16's precision of transformers' f32, and the loss scale keeping gradients that underflow to
 //! zero without it.
-//! One test in this binary: it sets the process's default float type of the CPU device.
+//! Run in a process of its own: it sets the process's default float type of the CPU device.
 #![cfg(feature = "flex")]
 
-mod common;
+use crate::common;
 
 use burn::backend::Flex;
 use burn::tensor::backend::set_default_float_dtype;
@@ -23,6 +23,9 @@ fn nonzero_share(grad: Tensor<Flex, 2>) -> f64 {
 
 #[test]
 fn f16_loss_scaling_keeps_gradients_that_underflow_to_zero_without_it() {
+    if !common::runs_in_own_process() {
+        return;
+    }
     set_default_float_dtype::<Flex>(&Default::default(), DType::F16).unwrap();
     let fixture = Fixture::load();
     // The loss times 3e-7: its gradients are as small as those of a model that nearly fits its

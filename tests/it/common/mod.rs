@@ -1,6 +1,5 @@
 //! Helpers of the end-to-end tests: a scratch directory with a database, study files written
 //! into it, and the real `hptune` binary run on them.
-#![allow(dead_code)] // each test file uses its own part of these helpers
 
 pub mod browser;
 pub mod dashboard;
@@ -8,6 +7,7 @@ pub mod fake_cloud;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde_json::Value;
 
@@ -163,6 +163,24 @@ pub fn test_slurm() -> Option<String> {
         eprintln!("skipped: {why}");
     }
     default
+}
+
+/// The Slurm cluster of the tests, taken in turns: the tests that run jobs on it hold it
+/// shared, the tests that stop its controller or drain its node hold it alone. All run in
+/// one process (this test binary), in parallel threads.
+static SLURM: RwLock<()> = RwLock::new(());
+
+/// Holds the Slurm cluster beside the other tests that run jobs on it, until dropped: no
+/// test takes the cluster down meanwhile. Taken once per test, first, before
+/// [`test_slurm`] asks the cluster anything.
+pub fn slurm_shared() -> RwLockReadGuard<'static, ()> {
+    SLURM.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Holds the Slurm cluster alone until dropped, for a test that takes it away from every
+/// other job (stops its controller, drains its node).
+pub fn slurm_alone() -> RwLockWriteGuard<'static, ()> {
+    SLURM.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A study name no earlier run used: a PostgreSQL database outlives the tests.

@@ -3,7 +3,7 @@
 //! trials outside the best (never a pinned one), the rows say so, `hptune best --artifact`
 //! names the best model, and `hptune-trainer serve` on it answers as `predict` does.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

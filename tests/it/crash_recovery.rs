@@ -1,7 +1,7 @@
 //! A controller killed at any moment loses nothing: SIGKILL `hptune run` at random moments
 //! (seeded), start it again, and at the end check every invariant of the study.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::process::Stdio;

@@ -4,7 +4,7 @@
 //! handed to two running workers is seen by the second, whatever the timing; and it logs what
 //! it was given, and how many devices all workers held as it started.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
