@@ -11,6 +11,7 @@ mod common;
 
 mod binary;
 mod data_formats;
+mod device_work;
 mod f16_loss_scaling;
 mod half_precision;
 mod loading;

@@ -36,6 +36,14 @@ fn train(extra: &[&str], log: &str) -> Output {
     run(&args.iter().map(String::as_str).collect::<Vec<_>>(), log)
 }
 
+/// `warm-cache` of the tiny test model with `extra` flags.
+fn warm_cache(extra: &[&str], log: &str) -> Output {
+    let model = fixtures().join("tiny-bert");
+    let mut args = vec!["warm-cache", "--model", model.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    run(&args, log)
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -92,12 +100,8 @@ fn host_reads_are_not_logged_at_the_default_level() {
 
 #[test]
 fn warm_cache_on_the_cpu_runs_a_step_and_says_there_is_nothing_to_cache() {
-    let model = fixtures().join("tiny-bert");
-    let output = run(
+    let output = warm_cache(
         &[
-            "warm-cache",
-            "--model",
-            model.to_str().unwrap(),
             "--device",
             "cpu",
             "--seq",
@@ -137,19 +141,7 @@ fn warm_cache_on_the_cpu_runs_a_step_and_says_there_is_nothing_to_cache() {
 
 #[test]
 fn warm_cache_refuses_a_sequence_longer_than_the_models_positions() {
-    let model = fixtures().join("tiny-bert");
-    let output = run(
-        &[
-            "warm-cache",
-            "--model",
-            model.to_str().unwrap(),
-            "--device",
-            "cpu",
-            "--seq",
-            "65",
-        ],
-        "info",
-    );
+    let output = warm_cache(&["--device", "cpu", "--seq", "65"], "info");
     assert_eq!(output.status.code(), Some(2));
     let message = text(&output.stderr);
     assert!(
@@ -162,8 +154,7 @@ fn warm_cache_refuses_a_sequence_longer_than_the_models_positions() {
 #[cfg(not(feature = "cuda"))]
 #[test]
 fn warm_cache_on_cuda_without_the_cuda_build_says_how_to_build_it() {
-    let model = fixtures().join("tiny-bert");
-    let output = run(&["warm-cache", "--model", model.to_str().unwrap()], "info");
+    let output = warm_cache(&[], "info");
     assert_eq!(output.status.code(), Some(2));
     let message = text(&output.stderr);
     assert!(message.contains("--features cuda"), "{message}");
