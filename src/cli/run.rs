@@ -12,8 +12,8 @@ use hptune::executor::{Executor, StopRequest, check_program, check_storage, for_
 use hptune::gpus::{self, DEFAULT_LOCK_DIR, GpuPlan, LockDir};
 use hptune::sampler::{self, ManualSampler, Observation};
 use hptune::spec;
-use hptune::storage::{Storage, StorageUrl, TrialState, best_first};
-use hptune::study::{ExecutorKind, ExecutorSpec, Outside, Study};
+use hptune::storage::{Queue, Storage, StorageUrl, TrialState, best_first};
+use hptune::study::{Budget, ExecutorKind, ExecutorSpec, Outside, Study};
 
 use super::progress::Display;
 use super::table::printable;
@@ -70,14 +70,13 @@ pub async fn run_trial(
     let storage = Storage::open(url).await?;
     let executor = executor(&study, &storage, url, path)?;
     let plan = Plan {
-        max_trial_count: None,
+        budget: Budget::UNLIMITED,
         parallel_trial_count: 1,
-        max_failed_trial_count: u64::MAX,
         max_retries: study.max_retries,
         log_dir: log_dir.to_path_buf(),
         gpus,
         artifacts: artifact_plan(&study, log_dir, &workers.artifacts)?,
-        run_enqueued: false,
+        queue: Queue::Leave,
         prior: Vec::new(),
     };
     let mut sampler = ManualSampler::new(params);

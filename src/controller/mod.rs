@@ -32,10 +32,10 @@ use crate::gpus::{GpuPlan, GpuPool, Lease};
 use crate::report::Measurement;
 use crate::sampler::{Observation, ProposalContext, Sampler, SamplerError};
 use crate::storage::{
-    Budget, Claim, ClaimError, Enqueue, Storage, StorageError, StudyRecord, StudyView, TrialEnd,
+    Claim, ClaimError, ClaimRules, Enqueue, Queue, Storage, StorageError, StudyRecord, StudyView, TrialEnd,
     TrialRecord, TrialState,
 };
-use crate::study::Study;
+use crate::study::{Budget, Study};
 use crate::study::space::Assignment;
 use devices::{GPU_POLL, LEASE_CHECK, Waiting};
 use liveness::is_orphan;
@@ -69,12 +69,10 @@ impl From<ClaimError<SamplerError>> for ControllerError {
 /// Limits of one run of the loop.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// Trials in all, counting those of earlier runs; `None`: until the sampler is exhausted.
-    pub max_trial_count: Option<u64>,
+    /// Trials in all, counting those of earlier runs, and failed trials allowed.
+    pub budget: Budget,
     /// Trials this controller runs at once.
     pub parallel_trial_count: usize,
-    /// Failed trials (of all runs) after which no new trial starts.
-    pub max_failed_trial_count: u64,
     /// Further attempts of a trial whose worker was killed from outside.
     pub max_retries: u32,
     /// Directory of the workers' log and metrics files.
@@ -85,7 +83,7 @@ pub struct Plan {
     pub artifacts: ArtifactPlan,
     /// Whether the study's enqueued trials run (first); a trial run by hand runs only its
     /// own parameters.
-    pub run_enqueued: bool,
+    pub queue: Queue,
     /// Finished trials of the study's `warm_start` study, for the sampler's model.
     pub prior: Vec<Observation>,
 }
@@ -94,23 +92,21 @@ impl Plan {
     /// The limits a study file sets.
     pub fn for_study(study: &Study, log_dir: &Path) -> Self {
         Self {
-            max_trial_count: study.max_trial_count,
+            budget: study.budget,
             parallel_trial_count: study.parallel_trial_count,
-            max_failed_trial_count: study.max_failed_trial_count,
             max_retries: study.max_retries,
             log_dir: log_dir.to_path_buf(),
             gpus: None,
             artifacts: ArtifactPlan::for_study(study, log_dir),
-            run_enqueued: true,
+            queue: Queue::RunFirst,
             prior: Vec::new(),
         }
     }
 
-    fn budget(&self) -> Budget {
-        Budget {
-            max_trial_count: self.max_trial_count,
-            max_failed_trial_count: self.max_failed_trial_count,
-            run_enqueued: self.run_enqueued,
+    fn claim_rules(&self) -> ClaimRules {
+        ClaimRules {
+            budget: self.budget,
+            queue: self.queue,
         }
     }
 }
@@ -222,7 +218,7 @@ pub async fn run(
         ended_at_pruning: 0,
     };
     // The study file's configurations to run first, the first time it runs with them.
-    if plan.run_enqueued {
+    if plan.queue == Queue::RunFirst {
         storage
             .enqueue(record.id, &study.initial_trials, Enqueue::Initial)
             .await?;
@@ -294,7 +290,7 @@ pub async fn run(
             let claims = storage
                 .claim_trials(
                     &mut run.view,
-                    plan.budget(),
+                    plan.claim_rules(),
                     &run.owner,
                     slots,
                     &mut run.ends,
@@ -421,7 +417,7 @@ pub async fn run(
     let progress = run.progress();
     let end = if interrupted {
         StudyEnd::Interrupted
-    } else if failures || (progress.failed as u64) >= plan.max_failed_trial_count {
+    } else if failures || plan.budget.too_many_failures(progress.failed) {
         StudyEnd::TooManyFailures {
             failed: progress.failed,
             last_error: trials
@@ -463,7 +459,7 @@ impl Run<'_> {
             limited_by_gpus: gpus
                 .filter(|gpus| gpus.trials_at_once() < self.plan.parallel_trial_count)
                 .map(|gpus| gpus.devices.len()),
-            ..Progress::of(&self.view, self.plan.max_trial_count)
+            ..Progress::of(&self.view, self.plan.budget.max_trial_count)
         }
     }
 }

@@ -14,18 +14,25 @@ use super::ends::{Script, TrialEnd};
 use super::rows::{TrialRecord, TrialState, enqueued, trial_columns};
 use super::view::StudyView;
 use super::{Dialect, Storage, StorageError, now, query_error};
+use crate::study::Budget;
 use crate::study::space::Assignment;
 
-/// The limits a claim checks.
+/// What becomes of a study's enqueued trials when a controller claims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budget {
-    /// Trials in all; `None`: no limit.
-    pub max_trial_count: Option<u64>,
-    /// Failed trials after which no trial is claimed.
-    pub max_failed_trial_count: u64,
-    /// Whether enqueued trials are claimed before new ones are proposed (a study's run; not
-    /// a trial run by hand, which runs its own parameters).
-    pub run_enqueued: bool,
+pub enum Queue {
+    /// They are claimed before new trials are proposed (a study's run).
+    RunFirst,
+    /// They wait for another run (a trial run by hand runs its own parameters).
+    Leave,
+}
+
+/// What a claim checks: the study's budget, and whether its enqueued trials run first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimRules {
+    /// Trials in all and failed trials allowed.
+    pub budget: Budget,
+    /// Whether enqueued trials are claimed first.
+    pub queue: Queue,
 }
 
 /// What [`Storage::claim_trials`] did, trial by trial.
@@ -97,27 +104,24 @@ enum Decision {
     Not(Claim),
 }
 
-/// Checks the failures on `view`, takes the next enqueued trial if the budget runs them and
+/// Checks the failures on `view`, takes the next enqueued trial if the rules run them and
 /// there is one, else checks the budget with the `planned` trials (proposed in this claim,
 /// not yet in the view) counted and asks `propose` for the next number's parameters.
 fn decide<E>(
     view: &StudyView,
-    budget: Budget,
+    rules: ClaimRules,
     planned: &[Assignment],
     propose: &mut impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
 ) -> Result<Decision, E> {
-    if view.count(TrialState::Failed) as u64 >= budget.max_failed_trial_count {
+    if rules.budget.too_many_failures(view.count(TrialState::Failed)) {
         return Ok(Decision::Not(Claim::TooManyFailures));
     }
-    if budget.run_enqueued
+    if rules.queue == Queue::RunFirst
         && let Some(trial) = view.next_enqueued()
     {
         return Ok(Decision::Enqueued(trial.id));
     }
-    if budget
-        .max_trial_count
-        .is_some_and(|max| (view.trial_count() + planned.len()) as u64 >= max)
-    {
+    if !rules.budget.has_room(view.trial_count() + planned.len()) {
         return Ok(Decision::Not(Claim::BudgetSpent));
     }
     let number = view.next_number() + planned.len() as u64;
@@ -228,7 +232,7 @@ impl Storage {
     pub async fn claim_trials<E>(
         &self,
         view: &mut StudyView,
-        budget: Budget,
+        rules: ClaimRules,
         owner: &str,
         slots: usize,
         ends: &mut Vec<TrialEnd>,
@@ -238,7 +242,7 @@ impl Storage {
             // The parameters of the trials numbered from the view's next number on.
             let mut planned: Vec<Assignment> = Vec::new();
             while planned.len() < slots {
-                match decide(view, budget, &planned, &mut propose) {
+                match decide(view, rules, &planned, &mut propose) {
                     Ok(Decision::Run(_, params)) => planned.push(params),
                     _ => break,
                 }
@@ -254,7 +258,7 @@ impl Storage {
             }
         }
         let claim = self
-            .claim_locked(view, budget, owner, ends, propose)
+            .claim_locked(view, rules, owner, ends, propose)
             .await?;
         Ok(vec![claim])
     }
@@ -263,7 +267,7 @@ impl Storage {
     async fn claim_locked<E>(
         &self,
         view: &mut StudyView,
-        budget: Budget,
+        rules: ClaimRules,
         owner: &str,
         ends: &mut Vec<TrialEnd>,
         mut propose: impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
@@ -274,7 +278,7 @@ impl Storage {
         let rows = changed_rows(&mut *tx, view).await?;
         view.absorb(&rows)?;
         let (number, params) = loop {
-            match decide(view, budget, &[], &mut propose) {
+            match decide(view, rules, &[], &mut propose) {
                 Ok(Decision::Run(number, params)) => break (number, params),
                 Ok(Decision::Enqueued(id)) => match start_enqueued(&mut tx, id, owner).await? {
                     Taken::Started(trial) => {
@@ -397,11 +401,13 @@ mod tests {
 
     /// The budget of a study of `max_trial_count` trials (five failures allowed), and the
     /// empty views of two controllers of it.
-    fn two_controllers(id: i64, max_trial_count: u64) -> (Budget, StudyView, StudyView) {
-        let budget = Budget {
-            max_trial_count: Some(max_trial_count),
-            max_failed_trial_count: 5,
-            run_enqueued: true,
+    fn two_controllers(id: i64, max_trial_count: u64) -> (ClaimRules, StudyView, StudyView) {
+        let budget = ClaimRules {
+            budget: Budget {
+                max_trial_count: Some(max_trial_count),
+                max_failed_trial_count: 5,
+            },
+            queue: Queue::RunFirst,
         };
         let view = || StudyView::new(id, Goal::Minimize);
         (budget, view(), view())

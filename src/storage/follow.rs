@@ -309,7 +309,8 @@ impl Storage {
 mod tests {
     use super::*;
     use crate::report::Measurement;
-    use crate::storage::{Budget, Claim};
+    use crate::storage::{Claim, ClaimRules, Queue};
+    use crate::study::Budget;
 
     #[tokio::test]
     async fn a_follower_reads_again_only_what_changed_and_counts_revisions() {
@@ -323,10 +324,12 @@ mod tests {
         let claims = storage
             .claim_trials(
                 &mut view,
-                Budget {
-                    max_trial_count: Some(10),
-                    max_failed_trial_count: 10,
-                    run_enqueued: true,
+                ClaimRules {
+                    budget: Budget {
+                        max_trial_count: Some(10),
+                        max_failed_trial_count: 10,
+                    },
+                    queue: Queue::RunFirst,
                 },
                 "me",
                 2,

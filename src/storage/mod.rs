@@ -26,7 +26,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 
 use crate::study::{Goal, Study};
-pub use claim::{Budget, Claim, ClaimError};
+pub use claim::{Claim, ClaimError, ClaimRules, Queue};
 pub use ends::TrialEnd;
 pub use enqueue::Enqueue;
 pub use follow::StudyFollower;
