@@ -32,11 +32,11 @@ use crate::gpus::{GpuPlan, GpuPool, Lease};
 use crate::report::Measurement;
 use crate::sampler::{Observation, ProposalContext, Sampler, SamplerError};
 use crate::storage::{
-    Claim, ClaimError, ClaimRules, Enqueue, Queue, Storage, StorageError, StudyRecord, StudyView, TrialEnd,
-    TrialRecord, TrialState,
+    Claim, ClaimError, ClaimRules, Enqueue, Queue, Storage, StorageError, StudyRecord, StudyView,
+    TrialEnd, TrialRecord, TrialState,
 };
-use crate::study::{Budget, Study};
 use crate::study::space::Assignment;
+use crate::study::{Budget, Study};
 use devices::{GPU_POLL, LEASE_CHECK, Waiting};
 use liveness::is_orphan;
 

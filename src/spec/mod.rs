@@ -475,7 +475,10 @@ trial:
         assert_eq!(study.space.dimension(), 4);
         assert_eq!(study.algorithm, Algorithm::Random);
         assert_eq!(study.parallel_trial_count, 2);
-        assert_eq!(study.budget.max_failed_trial_count, DEFAULT_MAX_FAILED_TRIAL_COUNT);
+        assert_eq!(
+            study.budget.max_failed_trial_count,
+            DEFAULT_MAX_FAILED_TRIAL_COUNT
+        );
         assert_eq!(study.trial.timeout, Some(Duration::from_secs(1800)));
     }
 

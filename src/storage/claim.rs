@@ -113,7 +113,10 @@ fn decide<E>(
     planned: &[Assignment],
     propose: &mut impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
 ) -> Result<Decision, E> {
-    if rules.budget.too_many_failures(view.count(TrialState::Failed)) {
+    if rules
+        .budget
+        .too_many_failures(view.count(TrialState::Failed))
+    {
         return Ok(Decision::Not(Claim::TooManyFailures));
     }
     if rules.queue == Queue::RunFirst
@@ -257,9 +260,7 @@ impl Storage {
                 }
             }
         }
-        let claim = self
-            .claim_locked(view, rules, owner, ends, propose)
-            .await?;
+        let claim = self.claim_locked(view, rules, owner, ends, propose).await?;
         Ok(vec![claim])
     }
 
