@@ -63,7 +63,7 @@ mod tests {
     use sqlx::Row;
 
     use super::*;
-    use crate::storage::{Storage, StorageUrl, StudyView};
+    use crate::storage::{Storage, StudyView};
     use TrialState::{Failed, Pending, Running, Stopped, Succeeded};
 
     /// Trials by number: state, feasible, value. The lowest and the highest values belong to
@@ -184,16 +184,10 @@ mod tests {
 
     #[tokio::test]
     async fn the_sql_and_the_rust_agree_on_the_best_trial_in_postgres() {
-        let Some(url) = std::env::var("HPTUNE_TEST_POSTGRES")
-            .ok()
-            .filter(|u| !u.is_empty())
-        else {
-            eprintln!("skipped: HPTUNE_TEST_POSTGRES is not set");
+        let Some(url) = crate::storage::test_postgres() else {
             return;
         };
-        let storage = Storage::open(&StorageUrl::parse(&url).unwrap())
-            .await
-            .unwrap();
+        let storage = Storage::open(&url).await.unwrap();
         let run = std::process::id();
         sql_and_rust_agree(&storage, &format!("best-min-{run}"), Goal::Minimize).await;
         sql_and_rust_agree(&storage, &format!("best-max-{run}"), Goal::Maximize).await;

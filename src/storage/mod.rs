@@ -447,6 +447,19 @@ async fn migrate(pool: &AnyPool, migrator: &sqlx::migrate::Migrator) -> Result<(
     }
 }
 
+/// The PostgreSQL server of the tests (`HPTUNE_TEST_POSTGRES`); `None`, said as a skip, when
+/// there is none.
+#[cfg(test)]
+pub(crate) fn test_postgres() -> Option<StorageUrl> {
+    let url = std::env::var("HPTUNE_TEST_POSTGRES")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if url.is_none() {
+        eprintln!("skipped: HPTUNE_TEST_POSTGRES is not set");
+    }
+    url.map(|url| StorageUrl::parse(&url).unwrap())
+}
+
 /// A study of one double parameter and at most `max_trial_count` trials, in a new SQLite file
 /// (kept while the returned directory lives), for the storage's tests.
 #[cfg(test)]
