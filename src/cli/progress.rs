@@ -21,7 +21,7 @@ impl Display {
     /// A display for `study`: a bar if stderr is a terminal.
     pub fn new(study: &Study) -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = match study.max_trial_count {
+            let bar = match study.budget.max_trial_count {
                 Some(n) => ProgressBar::new(n),
                 None => ProgressBar::no_length(),
             };

@@ -147,12 +147,9 @@ impl Run<'_> {
         };
         let view = &self.view;
         let trials: usize = TrialState::ALL.iter().map(|s| view.count(*s)).sum();
-        let budget_left = self
-            .plan
-            .max_trial_count
-            .is_none_or(|max| (trials as u64) < max);
-        let failures_left =
-            (view.count(TrialState::Failed) as u64) < self.plan.max_failed_trial_count;
+        let budget = &self.plan.budget;
+        let budget_left = budget.has_room(trials);
+        let failures_left = !budget.too_many_failures(view.count(TrialState::Failed));
         budget_left && failures_left && pool.not_held() >= pool.plan().per_trial.get()
     }
 }

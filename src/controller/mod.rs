@@ -12,6 +12,7 @@ mod artifacts;
 mod devices;
 mod events;
 mod liveness;
+mod steps;
 mod verdict;
 mod warm_start;
 mod workers;
@@ -32,15 +33,14 @@ use crate::executor::process::controller_id;
 use crate::executor::{Executor, StopRequest, StudyMark, WorkerEvent, WorkerOutcome};
 use crate::gpus::{GpuPlan, GpuPool, Lease};
 use crate::protocol::Measurement;
-use crate::sampler::{Observation, ProposalContext, Sampler, SamplerError};
+use crate::sampler::{Observation, Sampler, SamplerError};
 use crate::storage::{
-    Budget, Claim, ClaimError, Enqueue, Storage, StorageError, StudyRecord, StudyView, TrialEnd,
-    TrialRecord, TrialState,
+    ClaimError, ClaimRules, Queue, Storage, StorageError, StudyRecord, StudyView, TrialEnd,
+    TrialRecord,
 };
-use crate::study::Study;
-use crate::study::space::Assignment;
+use crate::study::{Budget, Study};
 use devices::{GPU_POLL, LEASE_CHECK, Waiting};
-use liveness::is_orphan;
+use steps::Phase;
 
 /// How often a controller tells the database that its trials are alive.
 const HEARTBEAT: Duration = Duration::from_secs(10);
@@ -71,12 +71,10 @@ impl From<ClaimError<SamplerError>> for ControllerError {
 /// Limits of one run of the loop.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// Trials in all, counting those of earlier runs; `None`: until the sampler is exhausted.
-    pub max_trial_count: Option<u64>,
+    /// Trials in all, counting those of earlier runs, and failed trials allowed.
+    pub budget: Budget,
     /// Trials this controller runs at once.
     pub parallel_trial_count: usize,
-    /// Failed trials (of all runs) after which no new trial starts.
-    pub max_failed_trial_count: u64,
     /// Further attempts of a trial whose worker was killed from outside.
     pub max_retries: u32,
     /// Directory of the workers' log and metrics files.
@@ -87,7 +85,7 @@ pub struct Plan {
     pub artifacts: ArtifactPlan,
     /// Whether the study's enqueued trials run (first); a trial run by hand runs only its
     /// own parameters.
-    pub run_enqueued: bool,
+    pub queue: Queue,
     /// Finished trials of the study's `warm_start` study, for the sampler's model.
     pub prior: Vec<Observation>,
 }
@@ -96,23 +94,21 @@ impl Plan {
     /// The limits a study file sets.
     pub fn for_study(study: &Study, log_dir: &Path) -> Self {
         Self {
-            max_trial_count: study.max_trial_count,
+            budget: study.budget,
             parallel_trial_count: study.parallel_trial_count,
-            max_failed_trial_count: study.max_failed_trial_count,
             max_retries: study.max_retries,
             log_dir: log_dir.to_path_buf(),
             gpus: None,
             artifacts: ArtifactPlan::for_study(study, log_dir),
-            run_enqueued: true,
+            queue: Queue::RunFirst,
             prior: Vec::new(),
         }
     }
 
-    fn budget(&self) -> Budget {
-        Budget {
-            max_trial_count: self.max_trial_count,
-            max_failed_trial_count: self.max_failed_trial_count,
-            run_enqueued: self.run_enqueued,
+    fn claim_rules(&self) -> ClaimRules {
+        ClaimRules {
+            budget: self.budget,
+            queue: self.queue,
         }
     }
 }
@@ -196,7 +192,7 @@ pub async fn run(
     sampler: &mut dyn Sampler,
     plan: &Plan,
     observer: &mut dyn RunObserver,
-    mut interrupt: watch::Receiver<StopRequest>,
+    interrupt: watch::Receiver<StopRequest>,
 ) -> Result<RunSummary, ControllerError> {
     let record = storage.ensure_study(study).await?;
     let (events_tx, mut events) = mpsc::unbounded_channel();
@@ -223,189 +219,43 @@ pub async fn run(
         waiting: VecDeque::new(),
         ended_at_pruning: 0,
     };
-    // The study file's configurations to run first, the first time it runs with them.
-    if plan.run_enqueued {
-        storage
-            .enqueue(record.id, &study.initial_trials, Enqueue::Initial)
-            .await?;
-    }
-    storage.refresh(&mut run.view).await?;
-    run.pin_models().await?;
-    let adopted = storage
-        .adopt_orphans(record.id, &run.owner, is_orphan)
-        .await?;
-    let finished = run.view.trials().filter(|t| t.state.is_finished()).count();
-    if finished > 0 || !adopted.is_empty() {
-        observer.observe(
-            RunEvent::Resumed {
-                finished,
-                adopted: adopted.len(),
-            },
-            &run.progress(),
-        );
-    }
-    run.adopt(adopted, observer).await?;
-
-    let mut exhausted = false;
-    let mut failures = false;
-    // How urgently the user asked to stop: Run until the first Ctrl-C, Now after the second.
-    let mut urgency = *interrupt.borrow();
-    let mut interrupted = urgency != StopRequest::Run;
-    let mut interrupt_open = true;
+    run.resume(observer).await?;
+    let mut phase = Phase::at_start(*interrupt.borrow());
+    // `None` once the sender is gone: no request can come any more.
+    let mut interrupt = Some(interrupt);
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
-    // Whether new trials wait for GPUs that other processes hold, and how often to look.
-    let mut blocked = false;
+    // How often to look whether devices that other processes hold are free.
     let mut gpu_poll = tokio::time::interval(GPU_POLL);
     gpu_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut lease_check = tokio::time::interval(LEASE_CHECK);
     lease_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        if !interrupted {
-            run.start_waiting(observer).await?;
-        }
-        let was_blocked = std::mem::take(&mut blocked);
-        'claiming: while !interrupted
-            && !exhausted
-            && !failures
-            && run.running.len() + run.waiting.len() < plan.parallel_trial_count
-        {
-            let propose = |number, view: &StudyView, claimed: &[Assignment]| {
-                let mut running = view.unfinished_params();
-                running.extend_from_slice(claimed);
-                sampler.propose(&ProposalContext {
-                    space: &study.space,
-                    goal: study.objective.goal,
-                    constraints: &study.constraints,
-                    number,
-                    history: view.history(),
-                    prior: &plan.prior,
-                    running: &running,
-                    parallel: plan.parallel_trial_count,
-                })
-            };
-            let mut slots = plan.parallel_trial_count - run.running.len() - run.waiting.len();
-            // With GPUs, as many trials as there are free devices for.
-            let mut leases = run.leases(slots)?.into_iter();
-            if run.gpus.is_some() {
-                slots = leases.len();
-                if slots == 0 {
-                    blocked = run.blocked_by_others();
-                    break 'claiming;
-                }
-            }
-            let claims = storage
-                .claim_trials(
-                    &mut run.view,
-                    plan.budget(),
-                    &run.owner,
-                    slots,
-                    &mut run.ends,
-                    propose,
-                )
-                .await?;
-            let mut more = true;
-            for claim in claims {
-                match claim {
-                    Claim::Started(trial) => match leases.next() {
-                        Some(lease) => run.launch_on(*trial, None, lease, observer).await?,
-                        None => run.launch(*trial, None, None, observer),
-                    },
-                    Claim::BudgetSpent => more = false,
-                    Claim::Exhausted => {
-                        exhausted = true;
-                        more = false;
-                    }
-                    Claim::TooManyFailures => {
-                        failures = true;
-                        more = false;
-                    }
-                }
-            }
-            for unused in leases {
-                run.release(Some(unused));
-            }
-            if !more {
-                break 'claiming;
-            }
-        }
-        if blocked && !was_blocked {
-            observer.observe(RunEvent::WaitingForGpus, &run.progress());
-        }
-        // The ends no claim took are written before the loop waits or leaves; then the
-        // models that can no longer be among the best go.
-        storage.finish_trials(&mut run.ends).await?;
-        run.prune_artifacts().await?;
-        let waits_for_gpus = !interrupted && (blocked || !run.waiting.is_empty());
+        phase = run.fill_slots(phase, sampler, observer).await?;
+        run.write_ends().await?;
+        let waits_for_gpus = run.waits_for_gpus(phase);
         if run.running.is_empty() && !waits_for_gpus {
-            // Before leaving, adopt what a controller that died meanwhile left running; or,
-            // stopped by the user, hand back a trial retried while its workers stopped.
-            let orphans = match interrupted {
-                true => {
-                    run.hand_back_waiting(observer).await?;
-                    Vec::new()
-                }
-                false => {
-                    storage
-                        .adopt_orphans(run.study_id, &run.owner, is_orphan)
-                        .await?
-                }
-            };
-            if orphans.is_empty() {
-                break;
+            if run.adopt_before_leaving(phase, observer).await? {
+                continue;
             }
-            run.adopt(orphans, observer).await?;
-            continue;
+            break;
         }
         tokio::select! {
             // In this order: the user's interrupt first, so that workers that end without
             // pause (and the claims that replace them) never hold it back; a worker's end
             // next, so that its last measurements, still in the channel, are written with its
-            // end in one round trip (below) rather than one by one; events last, so that a
-            // worker reporting without pause holds back neither the heartbeat nor an
-            // interrupt.
+            // end in one round trip rather than one by one; events last, so that a worker
+            // reporting without pause holds back neither the heartbeat nor an interrupt.
             biased;
-            changed = interrupt.changed(), if interrupt_open && urgency != StopRequest::Now => {
-                let request = *interrupt.borrow();
-                if changed.is_err() {
-                    interrupt_open = false;
-                } else if request > urgency {
-                    urgency = request;
-                    interrupted = true;
-                    observer.observe(RunEvent::Stopping { now: request == StopRequest::Now }, &run.progress());
-                    for r in run.running.values() {
-                        let _ = r.stop.send(request);
-                    }
-                    run.hand_back_waiting(observer).await?;
+            request = next_request(&mut interrupt), if interrupt.is_some() && phase.urgency() != StopRequest::Now => {
+                match request {
+                    Some(request) => phase = run.stop(request, phase, observer).await?,
+                    None => interrupt = None,
                 }
             }
             Some(joined) = run.workers.join_next_with_id() => {
-                // Every worker that has ended by now is recorded before the next proposal:
-                // trials of equal length end together, and a proposal made while the others'
-                // results wait unread would treat them as still running.
-                let mut next = Some(joined);
-                while let Some(joined) = next {
-                    let outcome = run.outcome(joined);
-                    // Events the worker sent before it ended come first.
-                    while let Ok(event) = events.try_recv() {
-                        run.record(event, Some(outcome.trial_id)).await?;
-                    }
-                    run.settle(outcome, interrupted, observer).await?;
-                    next = run.workers.try_join_next_with_id();
-                }
+                run.handle_ends(joined, &mut events, phase, observer).await?;
             }
-            _ = heartbeat.tick() => {
-                // Fewer rows than running workers: another controller took some over while
-                // this one was stopped, and watches their workers now.
-                if storage.heartbeat(&run.owner).await? < run.running.len() as u64 {
-                    return Err(StorageError::TakenOver.into());
-                }
-                run.save_handles().await?;
-                // A controller of the same study may have died meanwhile.
-                if !interrupted {
-                    let orphans = storage.adopt_orphans(run.study_id, &run.owner, is_orphan).await?;
-                    run.adopt(orphans, observer).await?;
-                }
-            }
+            _ = heartbeat.tick() => run.beat(phase, observer).await?,
             // Devices that other processes hold may be free now; so may the study's budget
             // (spent by other controllers of the study).
             _ = gpu_poll.tick(), if waits_for_gpus => {
@@ -417,31 +267,14 @@ pub async fn run(
             Some(event) = events.recv() => run.record(event, None).await?,
         }
     }
+    run.summarise(record, phase).await
+}
 
-    storage.refresh(&mut run.view).await?;
-    let trials: Vec<TrialRecord> = run.view.trials().cloned().collect();
-    let progress = run.progress();
-    let end = if interrupted {
-        StudyEnd::Interrupted
-    } else if failures || (progress.failed as u64) >= plan.max_failed_trial_count {
-        StudyEnd::TooManyFailures {
-            failed: progress.failed,
-            last_error: trials
-                .iter()
-                .filter(|t| t.state == TrialState::Failed)
-                .max_by_key(|t| t.finished_at.clone())
-                .and_then(|t| t.error.clone()),
-        }
-    } else if exhausted {
-        StudyEnd::Exhausted
-    } else {
-        StudyEnd::BudgetSpent
-    };
-    Ok(RunSummary {
-        study: record,
-        end,
-        trials,
-    })
+/// The user's next request to stop; `None` when the sender is gone.
+async fn next_request(interrupt: &mut Option<watch::Receiver<StopRequest>>) -> Option<StopRequest> {
+    let interrupt = interrupt.as_mut()?;
+    interrupt.changed().await.ok()?;
+    Some(*interrupt.borrow())
 }
 
 impl Run<'_> {
@@ -465,7 +298,7 @@ impl Run<'_> {
             limited_by_gpus: gpus
                 .filter(|gpus| gpus.trials_at_once() < self.plan.parallel_trial_count)
                 .map(|gpus| gpus.devices.len()),
-            ..Progress::of(&self.view, self.plan.max_trial_count)
+            ..Progress::of(&self.view, self.plan.budget.max_trial_count)
         }
     }
 }

@@ -15,8 +15,8 @@ use crate::executor::{Executor, StopRequest, check_program, check_storage, for_s
 use crate::gpus::{self, GpuPlan};
 use crate::sampler::{self, ManualSampler, Sampler};
 use crate::spec;
-use crate::storage::{Storage, StorageUrl};
-use crate::study::{ExecutorKind, ExecutorSpec, Study};
+use crate::storage::{Queue, Storage, StorageUrl};
+use crate::study::{Budget, ExecutorKind, ExecutorSpec, Study};
 
 /// Where the workers of `run` and `trial` run, and where their files go.
 #[derive(Debug, Clone, Default)]
@@ -117,14 +117,13 @@ pub async fn prepare_trial(
     let storage = Storage::open(url).await?;
     let executor = executor(&study, &storage, url, path)?;
     let plan = Plan {
-        max_trial_count: None,
+        budget: Budget::UNLIMITED,
         parallel_trial_count: 1,
-        max_failed_trial_count: u64::MAX,
         max_retries: study.max_retries,
         log_dir: options.log_dir.clone(),
         gpus,
         artifacts: artifact_plan(&study, options)?,
-        run_enqueued: false,
+        queue: Queue::Leave,
         prior: Vec::new(),
     };
     Ok(Prepared {

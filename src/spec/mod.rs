@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::protocol::check_metric_name;
-use crate::study::{Algorithm, Goal, Objective, Study};
+use crate::study::{Algorithm, Budget, Goal, Objective, Study};
 use locate::{Locations, Position};
 use raw::RawStudy;
 
@@ -356,9 +356,11 @@ impl Checker<'_> {
             },
             space: space?,
             algorithm: algorithm?,
-            max_trial_count,
+            budget: Budget {
+                max_trial_count,
+                max_failed_trial_count: max_failed_trial_count? as u64,
+            },
             parallel_trial_count: parallel_trial_count? as usize,
-            max_failed_trial_count: max_failed_trial_count? as u64,
             max_retries: max_retries?.min(u32::MAX as i64) as u32,
             seed: raw.seed.unwrap_or(0),
             early_stopping: early_stopping?,
@@ -472,7 +474,10 @@ trial:
         assert_eq!(study.space.dimension(), 4);
         assert_eq!(study.algorithm, Algorithm::Random);
         assert_eq!(study.parallel_trial_count, 2);
-        assert_eq!(study.max_failed_trial_count, DEFAULT_MAX_FAILED_TRIAL_COUNT);
+        assert_eq!(
+            study.budget.max_failed_trial_count,
+            DEFAULT_MAX_FAILED_TRIAL_COUNT
+        );
         assert_eq!(study.trial.timeout, Some(Duration::from_secs(1800)));
     }
 

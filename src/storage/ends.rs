@@ -338,14 +338,17 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::{Budget, Claim, StudyView};
+    use crate::storage::{Claim, ClaimRules, Queue, StudyView};
+    use crate::study::Budget;
     use crate::study::space::Assignment;
 
     async fn claim(storage: &Storage, view: &mut StudyView) -> TrialRecord {
-        let budget = Budget {
-            max_trial_count: None,
-            max_failed_trial_count: 1,
-            run_enqueued: true,
+        let budget = ClaimRules {
+            budget: Budget {
+                max_trial_count: None,
+                max_failed_trial_count: 1,
+            },
+            queue: Queue::RunFirst,
         };
         let claimed = storage
             .claim_trials(view, budget, "me", 1, &mut Vec::new(), |_, _, _| {

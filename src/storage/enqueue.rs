@@ -78,7 +78,8 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::{Budget, Claim, StorageUrl, StudyView};
+    use crate::storage::{Claim, ClaimRules, Queue, StorageUrl, StudyView};
+    use crate::study::Budget;
     use crate::study::Goal;
     use crate::study::space::ParamValue;
 
@@ -91,10 +92,12 @@ mod tests {
     async fn claim_all(url: StorageUrl, id: i64, owner: String) -> Vec<TrialRecord> {
         let storage = Storage::open(&url).await.unwrap();
         let mut view = StudyView::new(id, Goal::Minimize);
-        let budget = Budget {
-            max_trial_count: Some(6),
-            max_failed_trial_count: 1,
-            run_enqueued: true,
+        let budget = ClaimRules {
+            budget: Budget {
+                max_trial_count: Some(6),
+                max_failed_trial_count: 1,
+            },
+            queue: Queue::RunFirst,
         };
         let mut started = Vec::new();
         loop {
@@ -188,10 +191,12 @@ mod tests {
             .unwrap();
         let mut view = StudyView::new(id, Goal::Minimize);
         // A trial run by hand runs its own parameters, not the queue's.
-        let by_hand = Budget {
-            max_trial_count: None,
-            max_failed_trial_count: 1,
-            run_enqueued: false,
+        let by_hand = ClaimRules {
+            budget: Budget {
+                max_trial_count: None,
+                max_failed_trial_count: 1,
+            },
+            queue: Queue::Leave,
         };
         let claims = storage
             .claim_trials(&mut view, by_hand, "me", 1, &mut Vec::new(), |_, _, _| {
@@ -204,10 +209,12 @@ mod tests {
         };
         assert_eq!((trial.number, trial.params["x"].as_f64()), (3, Some(0.7)));
         // The study's budget of 2 is spent by the trials already there, yet the queue runs.
-        let budget = Budget {
-            max_trial_count: Some(2),
-            run_enqueued: true,
-            ..by_hand
+        let budget = ClaimRules {
+            budget: Budget {
+                max_trial_count: Some(2),
+                ..by_hand.budget
+            },
+            queue: Queue::RunFirst,
         };
         let mut numbers = Vec::new();
         loop {

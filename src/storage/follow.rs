@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use sqlx::Row;
 
+use super::best::result_value;
 use super::rows::{AttemptRecord, MeasurementRecord, StudyOverview, StudyRecord, attempt_columns};
 use super::trials::TrialIds;
 use super::{Storage, StorageError, StudyView, TrialRecord, TrialState, query_error};
@@ -259,13 +260,14 @@ impl Storage {
     /// counted by the database.
     pub async fn study_overviews(&self) -> Result<Vec<StudyOverview>, StorageError> {
         let studies = self.study_records().await?;
-        let counts = sqlx::query(
-            "SELECT study_id, state, COUNT(*) AS n,
-                    MIN(CASE WHEN infeasible IS NULL THEN value END) AS low,
-                    MAX(CASE WHEN infeasible IS NULL THEN value END) AS high,
-                    MAX(COALESCE(finished_at, started_at, created_at)) AS last
-             FROM trials GROUP BY study_id, state",
-        )
+        let counts = sqlx::query(concat!(
+            "SELECT study_id, state, COUNT(*) AS n, MIN(",
+            result_value!(),
+            ") AS low, MAX(",
+            result_value!(),
+            ") AS high, MAX(COALESCE(finished_at, started_at, created_at)) AS last
+                 FROM trials GROUP BY study_id, state"
+        ))
         .fetch_all(&self.pool)
         .await
         .map_err(query_error("counting trials"))?;
@@ -290,14 +292,13 @@ impl Storage {
                 overview.counts[index.unwrap_or(0)] = n as usize;
                 let last: Option<String> = count.try_get("last").map_err(corrupt)?;
                 overview.last_activity = overview.last_activity.max(last);
-                if state == TrialState::Succeeded {
-                    let low: Option<f64> = count.try_get("low").map_err(corrupt)?;
-                    let high: Option<f64> = count.try_get("high").map_err(corrupt)?;
-                    overview.best = match overview.study.goal {
-                        crate::study::Goal::Minimize => low,
-                        crate::study::Goal::Maximize => high,
-                    };
+                // Only the succeeded trials' group has results.
+                let best: Option<f64> = match overview.study.goal {
+                    crate::study::Goal::Minimize => count.try_get("low"),
+                    crate::study::Goal::Maximize => count.try_get("high"),
                 }
+                .map_err(corrupt)?;
+                overview.best = overview.best.or(best);
             }
             overviews.push(overview);
         }
@@ -309,7 +310,8 @@ impl Storage {
 mod tests {
     use super::*;
     use crate::protocol::Measurement;
-    use crate::storage::{Budget, Claim};
+    use crate::storage::{Claim, ClaimRules, Queue};
+    use crate::study::Budget;
 
     #[tokio::test]
     async fn a_follower_reads_again_only_what_changed_and_counts_revisions() {
@@ -323,10 +325,12 @@ mod tests {
         let claims = storage
             .claim_trials(
                 &mut view,
-                Budget {
-                    max_trial_count: Some(10),
-                    max_failed_trial_count: 10,
-                    run_enqueued: true,
+                ClaimRules {
+                    budget: Budget {
+                        max_trial_count: Some(10),
+                        max_failed_trial_count: 10,
+                    },
+                    queue: Queue::RunFirst,
                 },
                 "me",
                 2,

@@ -7,6 +7,7 @@
 //! heartbeats ([`relayed`]).
 
 mod artifacts;
+mod best;
 mod claim;
 mod ends;
 mod enqueue;
@@ -25,8 +26,9 @@ use chrono::{SecondsFormat, Utc};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 
-use crate::study::{Goal, Study};
-pub use claim::{Budget, Claim, ClaimError};
+use crate::study::Study;
+pub use best::{best_first, best_trial};
+pub use claim::{Claim, ClaimError, ClaimRules, Queue};
 pub use ends::TrialEnd;
 pub use enqueue::Enqueue;
 pub use follow::StudyFollower;
@@ -508,31 +510,17 @@ fn newer_schema(version: i64, migrator: &sqlx::migrate::Migrator) -> String {
     )
 }
 
-/// The `n` best succeeded feasible trials of `trials` for `goal`, best first.
-pub fn best_first(trials: &[TrialRecord], goal: Goal, n: usize) -> Vec<TrialRecord> {
-    let mut succeeded: Vec<&TrialRecord> = succeeded(trials).collect();
-    succeeded.sort_by(|a, b| ranking(goal, a, b));
-    succeeded.into_iter().take(n).cloned().collect()
-}
-
-/// The best succeeded feasible trial of `trials` for `goal`, if any.
-pub fn best_trial(trials: &[TrialRecord], goal: Goal) -> Option<&TrialRecord> {
-    succeeded(trials).min_by(|a, b| ranking(goal, a, b))
-}
-
-fn succeeded(trials: &[TrialRecord]) -> impl Iterator<Item = &TrialRecord> {
-    trials.iter().filter(|t| t.result().is_some())
-}
-
-/// Which of two succeeded trials ranks first: the better value, and of equal values the
-/// lower number.
-fn ranking(goal: Goal, a: &TrialRecord, b: &TrialRecord) -> std::cmp::Ordering {
-    let (a_value, b_value) = (a.value.unwrap_or_default(), b.value.unwrap_or_default());
-    let order = match goal {
-        Goal::Maximize => b_value.total_cmp(&a_value),
-        Goal::Minimize => a_value.total_cmp(&b_value),
-    };
-    order.then(a.number.cmp(&b.number))
+/// The PostgreSQL server of the tests (`HPTUNE_TEST_POSTGRES`); `None`, said as a skip, when
+/// there is none.
+#[cfg(test)]
+pub(crate) fn test_postgres() -> Option<StorageUrl> {
+    let url = std::env::var("HPTUNE_TEST_POSTGRES")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if url.is_none() {
+        eprintln!("skipped: HPTUNE_TEST_POSTGRES is not set");
+    }
+    url.map(|url| StorageUrl::parse(&url).unwrap())
 }
 
 /// A study of one double parameter and at most `max_trial_count` trials, in a new SQLite file

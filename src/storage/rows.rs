@@ -213,7 +213,7 @@ impl StudySummary {
                 .position(|s| *s == trial.state)
                 .unwrap_or(0)] += 1;
         }
-        let best = super::best_trial(trials, study.goal).and_then(|t| t.value);
+        let best = super::best_trial(trials, study.goal).and_then(TrialRecord::result);
         Self {
             study,
             counts,
@@ -262,13 +262,6 @@ impl TrialRecord {
     /// a trial handed back by an interrupted controller has started); in SQL, `enqueued!()`.
     pub fn is_enqueued(&self) -> bool {
         self.state == TrialState::Pending && self.owner.is_none() && self.started_at.is_none()
-    }
-
-    /// Its value as a result of the study: only a succeeded, feasible trial has one, and only
-    /// such a trial can be the best.
-    pub fn result(&self) -> Option<f64> {
-        self.value
-            .filter(|_| self.state == TrialState::Succeeded && self.infeasible.is_none())
     }
 
     /// The trial as a sampler sees it once it has ended (its value only if it succeeded);

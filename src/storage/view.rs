@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use sqlx::any::AnyRow;
 
 use super::StorageError;
+use super::best::ranking;
 use super::rows::{TrialRecord, TrialState};
 use crate::sampler::Observation;
 use crate::study::Goal;
@@ -170,7 +171,9 @@ impl StudyView {
         }
         if newly_finished && let Some(observation) = trial.observation() {
             if let Some(v) = trial.result()
-                && self.best.is_none_or(|(_, best)| self.goal.better(v, best))
+                && self
+                    .best
+                    .is_none_or(|best| ranking(self.goal, (trial.number, v), best).is_lt())
             {
                 self.best = Some((trial.number, v));
             }

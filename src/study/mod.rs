@@ -90,6 +90,35 @@ pub struct Artifacts {
     pub keep_best: Option<NonZeroUsize>,
 }
 
+/// How many trials a study runs, and how many of them may fail: the limits every claim of a
+/// trial checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Trials in all (finished or not, across reruns); for grid search at most the grid size;
+    /// `None`: until the sampler is exhausted.
+    pub max_trial_count: Option<u64>,
+    /// Failed trials (of all runs) after which no new trial starts.
+    pub max_failed_trial_count: u64,
+}
+
+impl Budget {
+    /// No limit: trials until the sampler is exhausted, however many fail.
+    pub const UNLIMITED: Budget = Budget {
+        max_trial_count: None,
+        max_failed_trial_count: u64::MAX,
+    };
+
+    /// Whether a study of `trials` trials may have another.
+    pub fn has_room(&self, trials: usize) -> bool {
+        self.max_trial_count.is_none_or(|max| (trials as u64) < max)
+    }
+
+    /// Whether `failed` failed trials stop the study.
+    pub fn too_many_failures(&self, failed: usize) -> bool {
+        failed as u64 >= self.max_failed_trial_count
+    }
+}
+
 /// A validated study.
 #[derive(Debug, Clone)]
 pub struct Study {
@@ -101,12 +130,10 @@ pub struct Study {
     pub space: Space,
     /// How trials are proposed.
     pub algorithm: Algorithm,
-    /// Trials in all (finished or not, across reruns); for grid search at most the grid size.
-    pub max_trial_count: Option<u64>,
+    /// Trials in all and failed trials allowed.
+    pub budget: Budget,
     /// Trials running at once.
     pub parallel_trial_count: usize,
-    /// Failed trials after which the study stops.
-    pub max_failed_trial_count: u64,
     /// Further attempts of a trial whose worker was killed from outside (preempted, out of
     /// memory, its controller gone with it); failures of the worker's own code are not retried.
     pub max_retries: u32,
