@@ -7,7 +7,7 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use super::dense::dense;
 use super::dropout::{Dropout, DropoutConfig};
-use super::fused::{FusedOps, masked_softmax, matmul, matmul_like};
+use crate::fused::{FusedOps, masked_softmax, matmul, matmul_like};
 use super::init::linear;
 use super::layer_norm::LayerNorm;
 

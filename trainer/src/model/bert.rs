@@ -8,7 +8,7 @@ use burn::tensor::{FloatDType, Int, Tensor, activation::tanh, backend::Backend};
 use super::attention::AttentionConfig;
 use super::embeddings::{Embeddings, EmbeddingsConfig};
 use super::encoder::{EncoderLayer, EncoderLayerConfig};
-use super::fused::FusedOps;
+use crate::fused::FusedOps;
 use super::init::linear;
 use crate::config::BertConfig;
 

@@ -5,7 +5,7 @@ use burn::module::Module;
 use burn::tensor::{DType, Int, Tensor, activation::log_softmax, backend::Backend};
 
 use super::bert::{BertModel, BertModelConfig};
-use super::fused::{FusedOps, in_dtype};
+use crate::fused::{FusedOps, in_dtype};
 use super::head::{ClassificationHead, ClassificationHeadConfig};
 
 /// The classifier's parts.

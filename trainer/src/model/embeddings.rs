@@ -6,7 +6,7 @@ use burn::nn::{Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{Int, Tensor, backend::Backend};
 
 use super::dropout::{Dropout, DropoutConfig};
-use super::fused::{FusedOps, embedding};
+use crate::fused::{FusedOps, embedding};
 use super::layer_norm::LayerNorm;
 
 /// Sizes of the embedding tables.

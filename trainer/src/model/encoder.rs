@@ -8,7 +8,7 @@ use burn::tensor::{Tensor, backend::Backend};
 use super::attention::{Attention, AttentionConfig};
 use super::dense::dense;
 use super::dropout::{Dropout, DropoutConfig};
-use super::fused::{FusedOps, gelu};
+use crate::fused::{FusedOps, gelu};
 use super::init::linear;
 use super::layer_norm::LayerNorm;
 

@@ -6,7 +6,7 @@ use burn::nn::Linear;
 use burn::tensor::{Tensor, backend::Backend};
 
 use super::dropout::{Dropout, DropoutConfig};
-use super::fused::FusedOps;
+use crate::fused::FusedOps;
 use super::init::linear;
 
 /// Size and dropout of the classification head.
