@@ -1,4 +1,4 @@
-//! Speed of the trainer's matrix products on the CPU (`model::fused::matmul`: OpenBLAS when the
+//! Speed of the trainer's matrix products on the CPU (`fused::matmul`: OpenBLAS when the
 //! system has it, burn-flex's own with `HPTUNE_BLAS=none`) at the shapes of a MiniLM training
 //! step (batch 32, sequence 128: 4,096 token rows, width 384, feed-forward 1,536, 12 heads of
 //! 32), plain and with either operand transposed as the backward pass multiplies them.
@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use burn::tensor::{Distribution, Tensor};
-use hptune_trainer::model::fused::matmul;
+use hptune_trainer::fused::matmul;
 
 type B = burn::backend::Flex;
 

@@ -2,7 +2,7 @@
 //! hptune's worker protocol.
 //!
 //! The parts, each in its own module: [`config`] (the checkpoint's config.json), [`model`]
-//! (the network), [`checkpoint`] (safetensors in and out, with the key map), [`tokenize`],
+//! (the network), [`fused`] (its heavy ops and the optimiser's as single ops, with their kernels), [`checkpoint`] (safetensors in and out, with the key map), [`tokenize`],
 //! [`data`] (files and labels), [`batch`] (batch order and padding), [`optim`] (AdamW groups, clipping,
 //! schedule), [`loss_scale`] (f16's dynamic loss scale), [`train`] (the loop and evaluation), [`metrics`], [`report`] (the protocol),
 //! [`backend`] (device and precision choice), [`kernel_cache`] (where GPU kernels are cached), [`host_reads`] (device-to-host reads, counted), [`warm`] (`warm-cache`: one step's kernels compiled ahead), [`blas`] (the system's BLAS for CPU products), [`hub`] (hub ids: cache and download), [`pretrained`]
@@ -17,6 +17,7 @@ pub mod cli;
 pub mod config;
 pub mod data;
 pub mod error;
+pub mod fused;
 pub mod host_reads;
 pub mod hub;
 pub mod kernel_cache;

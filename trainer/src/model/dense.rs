@@ -9,7 +9,7 @@
 use burn::nn::Linear;
 use burn::tensor::Tensor;
 
-use super::fused::{FusedOps, matmul};
+use crate::fused::{FusedOps, matmul};
 
 /// `layer` applied to the last dimension of `input`.
 pub(crate) fn dense<B: FusedOps>(layer: &Linear<B>, input: Tensor<B, 3>) -> Tensor<B, 3> {

@@ -6,7 +6,7 @@ use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Tensor, backend::Backend};
 
-use super::fused::{FusedOps, layer_norm};
+use crate::fused::{FusedOps, layer_norm};
 
 /// `(x - mean) / sqrt(var + epsilon) * gamma + beta` over the last dimension.
 #[derive(Module, Debug)]

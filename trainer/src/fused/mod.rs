@@ -19,6 +19,7 @@ mod gelu;
 #[cfg(feature = "flex")]
 mod kernels;
 mod layer_norm;
+pub mod mask;
 mod matmul;
 #[cfg(feature = "flex")]
 mod output;
@@ -96,11 +97,11 @@ pub trait FusedOps: Backend {
         Self::float_matmul(lhs, rhs)
     }
 
-    /// Dropout with the keep-mask of `(seed, call)` (see [`crate::model::dropout`]): each
+    /// Dropout with the keep-mask of `(seed, call)` (see [`mask`]): each
     /// element zeroed with probability `prob`, the others scaled by `1 / (1 - prob)`. The same
     /// arguments give the same mask, so applied to a gradient it is the op's backward pass.
     fn dropout(tensor: FloatTensor<Self>, prob: f64, seed: u64, call: u64) -> FloatTensor<Self> {
-        crate::model::dropout::composed::<Self>(tensor, prob, seed, call)
+        mask::composed::<Self>(tensor, prob, seed, call)
     }
 
     /// One AdamW update of `param` from its gradient and its moments (`None` before the first

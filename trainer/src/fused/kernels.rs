@@ -11,7 +11,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use crate::model::dropout::{CHUNK, GAMMA, chunk_key, keep_threshold, mix};
+use super::mask::{CHUNK, GAMMA, chunk_key, keep_threshold, mix};
 
 /// An output element: each kernel writes every element of its outputs without reading them
 /// first, so outputs are not zeroed before (for a tensor of a training step, zeroing is a pass

@@ -1,5 +1,5 @@
 //! Dropout as one autodiff op that keeps nothing for its backward pass: the mask of a call is
-//! a function of `(seed, call)` (see [`crate::model::dropout`]), so the backward pass draws it
+//! a function of `(seed, call)` (see [`super::mask`]), so the backward pass draws it
 //! again and applies it to the gradient, `dx = dy * mask / (1 - p)`: the op is its own
 //! derivative.
 //!
@@ -60,8 +60,8 @@ pub(super) mod flex {
     use burn::tensor::ops::FloatTensor;
 
     use super::super::kernels;
+    use super::super::mask::composed;
     use super::super::output::filled;
-    use crate::model::dropout::composed;
 
     /// Dropout of `tensor` with the mask of `(seed, call)`.
     pub fn dropout(
@@ -88,8 +88,8 @@ mod tests {
     use burn::tensor::{Tensor, TensorPrimitive};
 
     use super::super::dropout;
+    use super::super::mask::{CHUNK, composed};
     use super::super::test_util::{sample, value_and_grad};
-    use crate::model::dropout::{CHUNK, composed};
 
     type B = Autodiff<Flex>;
 
