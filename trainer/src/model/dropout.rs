@@ -28,9 +28,9 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Distribution, Tensor};
 
-use crate::fused::{self, FusedOps};
 #[cfg(doc)]
 use crate::fused::mask::CHUNK;
+use crate::fused::{self, FusedOps};
 
 static SEED: AtomicU64 = AtomicU64::new(0);
 static CALLS: AtomicU64 = AtomicU64::new(0);
