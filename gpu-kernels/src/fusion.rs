@@ -143,8 +143,9 @@ impl<B: FusionBackend + GpuFusedOps> GpuFusedOps for Fusion<B> {
 
     fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         let out = like(&tensor);
-        let [output] =
-            register::<B, _, 1, 1>("hptune_gelu", [tensor], [out], |[tensor]| [B::gelu_erf(tensor)]);
+        let [output] = register::<B, _, 1, 1>("hptune_gelu", [tensor], [out], |[tensor]| {
+            [B::gelu_erf(tensor)]
+        });
         output
     }
 

@@ -14,8 +14,8 @@ use burn::tensor::{
 
 use crate::backend::TrainBackend;
 use crate::checkpoint::walk::PathStack;
-use crate::loss_scale::DynamicLossScale;
 use crate::fused::{AdamWStep, in_dtype};
+use crate::loss_scale::DynamicLossScale;
 use crate::model::{BertClassifier, FusedOps};
 
 /// AdamW's settings (PyTorch's / Hugging Face's defaults apart from the rate).

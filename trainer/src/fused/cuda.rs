@@ -3,8 +3,8 @@
 //! are the CubeCL kernels of hptune-gpu-kernels, each registered as one op of burn's fusion
 //! stream; matrix products, dropout, embeddings and the squared norm stay burn's.
 
-use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorData;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::ops::FloatTensorOps;
 use hptune_gpu_kernels::{AdamW, Fusion, FusionBackend, GpuFusedOps};
 

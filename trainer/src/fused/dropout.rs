@@ -60,8 +60,8 @@ pub(super) mod flex {
     use burn::tensor::ops::FloatTensor;
 
     use super::super::kernels;
-    use super::super::output::filled;
     use super::super::mask::composed;
+    use super::super::output::filled;
 
     /// Dropout of `tensor` with the mask of `(seed, call)`.
     pub fn dropout(
@@ -88,8 +88,8 @@ mod tests {
     use burn::tensor::{Tensor, TensorPrimitive};
 
     use super::super::dropout;
-    use super::super::test_util::{sample, value_and_grad};
     use super::super::mask::{CHUNK, composed};
+    use super::super::test_util::{sample, value_and_grad};
 
     type B = Autodiff<Flex>;
 

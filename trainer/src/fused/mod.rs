@@ -11,7 +11,8 @@
 //! backend's own. Those are burn's ops (or compositions of them), except on burn-flex, where
 //! each has a kernel of its own (`kernels.rs`; matrix products by the system's BLAS,
 //! [`crate::blas`]), and on burn's CUDA backend, where softmax, LayerNorm, GELU and AdamW are
-//! CubeCL kernels (`cuda.rs`, kernels in hptune-gpu-kernels, `gpu-kernels/`). The gradients are computed on `[rows, width]` views (see `rows.rs`).
+//! CubeCL kernels (`cuda.rs`; the kernels are hptune-gpu-kernels', in `gpu-kernels/`). The
+//! gradients are computed on `[rows, width]` views (see `rows.rs`).
 
 mod adamw;
 #[cfg(feature = "cuda")]

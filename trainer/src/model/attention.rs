@@ -7,9 +7,9 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use super::dense::dense;
 use super::dropout::{Dropout, DropoutConfig};
-use crate::fused::{FusedOps, masked_softmax, matmul, matmul_like};
 use super::init::linear;
 use super::layer_norm::LayerNorm;
+use crate::fused::{FusedOps, masked_softmax, matmul, matmul_like};
 
 /// Sizes and dropout of one attention block.
 #[derive(Config, Debug)]

@@ -8,9 +8,9 @@ use burn::tensor::{FloatDType, Int, Tensor, activation::tanh, backend::Backend};
 use super::attention::AttentionConfig;
 use super::embeddings::{Embeddings, EmbeddingsConfig};
 use super::encoder::{EncoderLayer, EncoderLayerConfig};
-use crate::fused::FusedOps;
 use super::init::linear;
 use crate::config::BertConfig;
+use crate::fused::FusedOps;
 
 /// The encoder's parts, derived from a checkpoint's `config.json`.
 #[derive(Config, Debug)]

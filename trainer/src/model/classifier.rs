@@ -5,8 +5,8 @@ use burn::module::Module;
 use burn::tensor::{DType, Int, Tensor, activation::log_softmax, backend::Backend};
 
 use super::bert::{BertModel, BertModelConfig};
-use crate::fused::{FusedOps, in_dtype};
 use super::head::{ClassificationHead, ClassificationHeadConfig};
+use crate::fused::{FusedOps, in_dtype};
 
 /// The classifier's parts.
 #[derive(Config, Debug)]

@@ -6,8 +6,8 @@ use burn::nn::{Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{Int, Tensor, backend::Backend};
 
 use super::dropout::{Dropout, DropoutConfig};
-use crate::fused::{FusedOps, embedding};
 use super::layer_norm::LayerNorm;
+use crate::fused::{FusedOps, embedding};
 
 /// Sizes of the embedding tables.
 #[derive(Config, Debug)]

@@ -8,9 +8,9 @@ use burn::tensor::{Tensor, backend::Backend};
 use super::attention::{Attention, AttentionConfig};
 use super::dense::dense;
 use super::dropout::{Dropout, DropoutConfig};
-use crate::fused::{FusedOps, gelu};
 use super::init::linear;
 use super::layer_norm::LayerNorm;
+use crate::fused::{FusedOps, gelu};
 
 /// Sizes and dropout of one encoder layer.
 #[derive(Config, Debug)]

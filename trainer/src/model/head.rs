@@ -6,8 +6,8 @@ use burn::nn::Linear;
 use burn::tensor::{Tensor, backend::Backend};
 
 use super::dropout::{Dropout, DropoutConfig};
-use crate::fused::FusedOps;
 use super::init::linear;
+use crate::fused::FusedOps;
 
 /// Size and dropout of the classification head.
 #[derive(Config, Debug)]

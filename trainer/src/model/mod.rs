@@ -13,11 +13,11 @@ pub mod head;
 mod init;
 pub mod layer_norm;
 
+pub use crate::fused::FusedOps;
 pub use attention::{Attention, AttentionConfig, AttentionOutput, SelfAttention};
 pub use bert::{BertModel, BertModelConfig, Encoder, Pooler};
 pub use classifier::{BertClassifier, BertClassifierConfig, ModelInput, cross_entropy};
 pub use embeddings::{Embeddings, EmbeddingsConfig};
 pub use encoder::{EncoderLayer, EncoderLayerConfig, Intermediate, Output};
-pub use crate::fused::FusedOps;
 pub use head::{ClassificationHead, ClassificationHeadConfig};
 pub use layer_norm::LayerNorm;
