@@ -13,6 +13,9 @@ use burn::tensor::{Distribution, Tensor, TensorData, TensorPrimitive, activation
 use hptune_gpu_kernels::{AdamW, GpuFusedOps, GradClip};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
+/// burn's wgpu backend with its default element types.
+type Gpu = Wgpu<f32, i32, u32>;
+
 /// The software GPU, or `None` (after saying so) when this machine has no Vulkan driver.
 fn gpu() -> Option<WgpuDevice> {
     let device = WgpuDevice::Cpu;
@@ -108,11 +111,11 @@ fn masked_softmax_and_its_backward_match_burns_composition() {
         let dot = (g.clone() * expected.clone()).sum_dim(3);
         let expected_grad = expected.clone() * (g - dot);
 
-        let probs = Wgpu::masked_softmax(
+        let probs = Gpu::masked_softmax(
             primitive(tensor::<Wgpu, 4>(&scores, shape, &gpu)),
             primitive(tensor::<Wgpu, 4>(&bias, [batch, 1, 1, seq], &gpu)),
         );
-        let input_grad = Wgpu::softmax_backward(
+        let input_grad = Gpu::softmax_backward(
             probs.clone(),
             primitive(tensor::<Wgpu, 4>(&grad, shape, &gpu)),
         );
@@ -134,7 +137,7 @@ fn softmax_of_infinite_scores_is_nan_where_burns_is() {
     ];
     let flex = Default::default();
     let expected = activation::softmax(tensor::<Flex, 2>(&scores, [3, 2], &flex), 1);
-    let probs = Wgpu::masked_softmax(
+    let probs = Gpu::masked_softmax(
         primitive(tensor::<Wgpu, 2>(&scores, [3, 2], &gpu)),
         primitive(tensor::<Wgpu, 2>(&[0.0, 0.0], [1, 2], &gpu)),
     );
@@ -184,13 +187,13 @@ fn layer_norm_and_its_backward_match_burns_autodiff() {
             1e-12,
         );
 
-        let [out, n_gpu, r_gpu] = Wgpu::layer_norm_rows(
+        let [out, n_gpu, r_gpu] = Gpu::layer_norm_rows(
             primitive(tensor::<Wgpu, 2>(&x, [rows, width], &gpu)),
             primitive(tensor::<Wgpu, 1>(&gamma, [width], &gpu)),
             primitive(tensor::<Wgpu, 1>(&beta, [width], &gpu)),
             1e-12,
         );
-        let [dx, dgamma, dbeta] = Wgpu::layer_norm_rows_backward(
+        let [dx, dgamma, dbeta] = Gpu::layer_norm_rows_backward(
             primitive(tensor::<Wgpu, 2>(&grad, [rows, width], &gpu)),
             n_gpu.clone(),
             r_gpu.clone(),
@@ -220,7 +223,7 @@ fn layer_norm_and_its_backward_match_burns_autodiff() {
 #[test]
 fn layer_norm_of_no_rows_is_empty_and_its_parameter_gradients_zero() {
     let Some(gpu) = gpu() else { return };
-    let [out, _, inv_std] = Wgpu::layer_norm_rows(
+    let [out, _, inv_std] = Gpu::layer_norm_rows(
         primitive(Tensor::<Wgpu, 2>::zeros([0, 5], &gpu)),
         primitive(Tensor::<Wgpu, 1>::ones([5], &gpu)),
         primitive(Tensor::<Wgpu, 1>::zeros([5], &gpu)),
@@ -228,7 +231,7 @@ fn layer_norm_of_no_rows_is_empty_and_its_parameter_gradients_zero() {
     );
     assert!(read::<Wgpu, 2>(out).is_empty());
     assert!(read::<Wgpu, 2>(inv_std).is_empty());
-    let [dx, dgamma, dbeta] = Wgpu::layer_norm_rows_backward(
+    let [dx, dgamma, dbeta] = Gpu::layer_norm_rows_backward(
         primitive(Tensor::<Wgpu, 2>::zeros([0, 5], &gpu)),
         primitive(Tensor::<Wgpu, 2>::zeros([0, 5], &gpu)),
         primitive(Tensor::<Wgpu, 2>::zeros([0, 1], &gpu)),
@@ -257,8 +260,8 @@ fn gelu_and_its_backward_match_burns_autodiff() {
             .sum()
             .backward();
 
-        let y = Wgpu::gelu_erf(primitive(tensor::<Wgpu, 2>(&x, shape, &gpu)));
-        let dx = Wgpu::gelu_erf_backward(
+        let y = Gpu::gelu_erf(primitive(tensor::<Wgpu, 2>(&x, shape, &gpu)));
+        let dx = Gpu::gelu_erf_backward(
             primitive(tensor::<Wgpu, 2>(&x, shape, &gpu)),
             primitive(tensor::<Wgpu, 2>(&grad, shape, &gpu)),
         );
@@ -305,7 +308,7 @@ fn adamw_reference(
 fn grad_factor_clips_unscales_and_marks_infinite_gradients() {
     let Some(gpu) = gpu() else { return };
     let factor = |total: f32, max_norm, loss_scale| {
-        read::<Wgpu, 1>(Wgpu::grad_factor(
+        read::<Wgpu, 1>(Gpu::grad_factor(
             primitive(tensor::<Wgpu, 1>(&[total], [1], &gpu)),
             GradClip {
                 max_norm,
@@ -347,19 +350,19 @@ fn adamw_matches_burns_composition_and_skips_on_nan() {
         let t = |values: &[f32]| primitive(tensor::<Wgpu, 1>(values, [n], &gpu));
         let factor = || primitive(tensor::<Wgpu, 1>(&[0.25, 4.0], [2], &gpu));
 
-        let updated = Wgpu::adamw(t(&param), t(&grad), Some((t(&m), t(&v))), factor(), &step);
+        let updated = Gpu::adamw(t(&param), t(&grad), Some((t(&m), t(&v))), factor(), &step);
         let expected = adamw_reference(&param, &grad, Some((&m, &v)), 0.25, &step);
         for (actual, expected) in updated.into_iter().zip(&expected) {
             assert_close(&read::<Wgpu, 1>(actual), expected, 1e-5);
         }
-        let first = Wgpu::adamw(t(&param), t(&grad), None, factor(), &step);
+        let first = Gpu::adamw(t(&param), t(&grad), None, factor(), &step);
         let expected = adamw_reference(&param, &grad, None, 0.25, &step);
         for (actual, expected) in first.into_iter().zip(&expected) {
             assert_close(&read::<Wgpu, 1>(actual), expected, 1e-5);
         }
         let skip = primitive(tensor::<Wgpu, 1>(&[f32::NAN, f32::INFINITY], [2], &gpu));
         let [p, first_moment, second] =
-            Wgpu::adamw(t(&param), t(&grad), Some((t(&m), t(&v))), skip, &step);
+            Gpu::adamw(t(&param), t(&grad), Some((t(&m), t(&v))), skip, &step);
         assert_eq!(read::<Wgpu, 1>(p), param);
         assert_eq!(read::<Wgpu, 1>(first_moment), m);
         assert_eq!(read::<Wgpu, 1>(second), v);
@@ -382,7 +385,7 @@ fn adamw_updates_in_place_only_what_nothing_else_holds() {
     let before = values(kept.clone());
     let grad = primitive(Tensor::<Wgpu, 1>::ones([257], &gpu));
     let factor = primitive(tensor::<Wgpu, 1>(&[1.0, 1.0], [2], &gpu));
-    let [updated, _, _] = Wgpu::adamw(primitive(param), grad, None, factor, &step);
+    let [updated, _, _] = Gpu::adamw(primitive(param), grad, None, factor, &step);
     // A clone was held: it keeps its values; the update is p - lr * sign(g).
     assert_eq!(values(kept), before);
     let expected: Vec<f32> = before.iter().map(|p| p - 0.1).collect();
