@@ -12,35 +12,24 @@ use burn_cubecl::cubecl::prelude::*;
 /// Units of a row kernel's cube (a power of two: the reductions halve it).
 pub(crate) const BLOCK: usize = 128;
 
-/// The sum over the cube's units of each unit's `value`, returned to every unit.
+/// The sum (`max` false) or the maximum (`max` true) over the cube's units of each unit's
+/// `value`, returned to every unit.
 #[cube]
-fn cube_sum(value: f32, shared: &mut SharedMemory<f32>) -> f32 {
+fn cube_reduce(value: f32, shared: &mut SharedMemory<f32>, #[comptime] max: bool) -> f32 {
     let unit = UNIT_POS as usize;
     shared[unit] = value;
     sync_cube();
-    let mut stride = BLOCK / 2;
+    // A runtime variable: `BLOCK / 2` alone is a comptime constant, which the loop cannot halve
+    // (CubeCL panics while expanding the kernel, and the launch writes nothing).
+    let mut stride = (BLOCK / 2).runtime();
     while stride > 0 {
         if unit < stride {
-            shared[unit] += shared[unit + stride];
-        }
-        sync_cube();
-        stride /= 2;
-    }
-    let total = shared[0];
-    sync_cube();
-    total
-}
-
-/// The maximum over the cube's units of each unit's `value`, returned to every unit.
-#[cube]
-fn cube_max(value: f32, shared: &mut SharedMemory<f32>) -> f32 {
-    let unit = UNIT_POS as usize;
-    shared[unit] = value;
-    sync_cube();
-    let mut stride = BLOCK / 2;
-    while stride > 0 {
-        if unit < stride {
-            shared[unit] = f32::max(shared[unit], shared[unit + stride]);
+            let other = shared[unit + stride];
+            if max {
+                shared[unit] = f32::max(shared[unit], other);
+            } else {
+                shared[unit] += other;
+            }
         }
         sync_cube();
         stride /= 2;
@@ -78,7 +67,7 @@ pub(crate) fn layer_norm(
         sum += input[start + i];
         i += BLOCK;
     }
-    let mean = cube_sum(sum, &mut shared) / f32::cast_from(width);
+    let mean = cube_reduce(sum, &mut shared, false) / f32::cast_from(width);
     let mut squares = 0.0f32;
     let mut j = unit;
     while j < width {
@@ -86,7 +75,7 @@ pub(crate) fn layer_norm(
         squares += centered * centered;
         j += BLOCK;
     }
-    let variance = cube_sum(squares, &mut shared) / f32::cast_from(width);
+    let variance = cube_reduce(squares, &mut shared, false) / f32::cast_from(width);
     let r = 1.0f32 / f32::sqrt(variance + epsilon);
     let mut k = unit;
     while k < width {
@@ -129,8 +118,8 @@ pub(crate) fn layer_norm_backward(
         i += BLOCK;
     }
     let count = f32::cast_from(width);
-    let mean_g = cube_sum(sum_g, &mut shared) / count;
-    let mean_gn = cube_sum(sum_gn, &mut shared) / count;
+    let mean_g = cube_reduce(sum_g, &mut shared, false) / count;
+    let mean_gn = cube_reduce(sum_gn, &mut shared, false) / count;
     let r = inv_std[row];
     let mut k = unit;
     while k < width {
@@ -186,13 +175,15 @@ pub(crate) fn masked_softmax(
     let bias_start = (row / rows_per_bias) * width;
     let unit = UNIT_POS as usize;
     let mut shared = SharedMemory::<f32>::new(BLOCK);
-    let mut max = f32::new(f32::NEG_INFINITY);
+    // The lowest finite value, not -inf: WGSL has no literal for infinities or NaN. A row of
+    // -inf still gets NaN (`exp(-inf) = 0` everywhere, `0 / 0`), as burn's softmax does.
+    let mut max = f32::min_value();
     let mut i = unit;
     while i < width {
         max = f32::max(max, scores[start + i] + bias[bias_start + i]);
         i += BLOCK;
     }
-    let row_max = cube_max(max, &mut shared);
+    let row_max = cube_reduce(max, &mut shared, true);
     let mut sum = 0.0f32;
     let mut j = unit;
     while j < width {
@@ -201,7 +192,7 @@ pub(crate) fn masked_softmax(
         sum += e;
         j += BLOCK;
     }
-    let scale = 1.0f32 / cube_sum(sum, &mut shared);
+    let scale = 1.0f32 / cube_reduce(sum, &mut shared, false);
     let mut k = unit;
     while k < width {
         output[start + k] = output[start + k] * scale;
@@ -232,7 +223,7 @@ pub(crate) fn softmax_backward(
         dot += grad[start + i] * output[start + i];
         i += BLOCK;
     }
-    let total = cube_sum(dot, &mut shared);
+    let total = cube_reduce(dot, &mut shared, false);
     let mut k = unit;
     while k < width {
         let y = output[start + k];
@@ -290,7 +281,10 @@ pub(crate) fn grad_factor(
         }
         let mut scale = clip / loss_scale;
         if f32::is_nan(norm) || f32::is_inf(norm) {
-            scale = f32::new(f32::NAN);
+            // NaN from the norm's bits with the quiet-NaN pattern set: WGSL has no NaN literal
+            // (nor a constant expression giving one), and arithmetic such as `inf * 0` may be
+            // folded to 0 by the driver.
+            scale = f32::reinterpret(u32::reinterpret(norm) | 0x7fc0_0000u32);
         }
         factor[0] = scale;
         factor[1] = norm;

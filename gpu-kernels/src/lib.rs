@@ -119,8 +119,7 @@ where
         let bias_rows = bias.shape().num_elements() / width.max(1);
         assert!(
             bias.shape()[bias.shape().num_dims() - 1] == width
-                && bias_rows > 0
-                && rows % bias_rows == 0,
+                && (rows * width == 0 || (bias_rows > 0 && rows % bias_rows == 0)),
             "masked_softmax: bias {:?} does not broadcast to scores {shape:?}",
             bias.shape()
         );
