@@ -1,17 +1,48 @@
 //! [`FusedOps`] on burn's CUDA backend (and any other [`Fusion`] backend over burn's CubeCL
-//! backends): GELU (forward and backward) and the AdamW update are the CubeCL kernels of
-//! hptune-gpu-kernels, each registered as one op of burn's fusion stream. Its softmax and
-//! LayerNorm kernels fail their tests on lavapipe (outputs zero), so they are not used yet;
-//! matrix products, softmax, LayerNorm, dropout, embeddings and the squared norm stay burn's.
+//! backends): attention's masked softmax and its backward, LayerNorm forward and backward, GELU
+//! forward and backward and the AdamW update are the CubeCL kernels of hptune-gpu-kernels, each
+//! registered as one op of burn's fusion stream; matrix products, dropout, embeddings and the
+//! squared norm stay burn's.
 
 use burn::tensor::TensorData;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::ops::FloatTensorOps;
 use hptune_gpu_kernels::{AdamW, Fusion, FusionBackend, GpuFusedOps};
 
+use super::layer_norm::{LayerNormGrads, Normalized};
 use super::{AdamWStep, FusedOps, Updated};
 
 impl<B: FusionBackend + GpuFusedOps> FusedOps for Fusion<B> {
+    fn masked_softmax(scores: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        <Self as GpuFusedOps>::masked_softmax(scores, bias)
+    }
+
+    fn softmax_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        <Self as GpuFusedOps>::softmax_backward(output, grad)
+    }
+
+    fn layer_norm_rows(
+        rows: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> Normalized<Self> {
+        let [output, normalized, inv_std] =
+            <Self as GpuFusedOps>::layer_norm_rows(rows, gamma, beta, epsilon);
+        (output, normalized, inv_std)
+    }
+
+    fn layer_norm_rows_backward(
+        grad: FloatTensor<Self>,
+        normalized: FloatTensor<Self>,
+        inv_std: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+    ) -> LayerNormGrads<Self> {
+        let [input_grad, gamma_grad, beta_grad] =
+            <Self as GpuFusedOps>::layer_norm_rows_backward(grad, normalized, inv_std, gamma);
+        (input_grad, gamma_grad, beta_grad)
+    }
+
     fn gelu_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         <Self as GpuFusedOps>::gelu_erf(tensor)
     }

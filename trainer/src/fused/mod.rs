@@ -10,8 +10,9 @@
 //! inner backend's ops; on the inner backends themselves (evaluation, prediction) it is the
 //! backend's own. Those are burn's ops (or compositions of them), except on burn-flex, where
 //! each has a kernel of its own (`kernels.rs`; matrix products by the system's BLAS,
-//! [`crate::blas`]), and on burn's CUDA backend, where GELU and AdamW are
-//! CubeCL kernels (`cuda.rs`; the kernels are hptune-gpu-kernels', in `gpu-kernels/`). The
+//! [`crate::blas`]), and on burn's CUDA backend, where the masked softmax, LayerNorm, GELU
+//! (each with its backward pass) and AdamW are CubeCL kernels (`cuda.rs`; the kernels are
+//! hptune-gpu-kernels', in `gpu-kernels/`). The
 //! gradients are computed on `[rows, width]` views (see `rows.rs`).
 
 mod adamw;
