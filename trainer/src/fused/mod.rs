@@ -10,9 +10,14 @@
 //! inner backend's ops; on the inner backends themselves (evaluation, prediction) it is the
 //! backend's own. Those are burn's ops (or compositions of them), except on burn-flex, where
 //! each has a kernel of its own (`kernels.rs`; matrix products by the system's BLAS,
-//! [`crate::blas`]). The gradients are computed on `[rows, width]` views (see `rows.rs`).
+//! [`crate::blas`]), and on burn's CUDA backend, where the masked softmax, LayerNorm, GELU
+//! (each with its backward pass) and AdamW are CubeCL kernels (`cuda.rs`; the kernels are
+//! hptune-gpu-kernels', in `gpu-kernels/`). The
+//! gradients are computed on `[rows, width]` views (see `rows.rs`).
 
 mod adamw;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod dropout;
 mod embedding;
 mod gelu;
@@ -253,12 +258,6 @@ impl FusedOps for burn::backend::Flex {
 impl FusedOps for burn::backend::NdArray {}
 #[cfg(feature = "candle")]
 impl FusedOps for burn::backend::Candle {}
-#[cfg(feature = "cuda")]
-impl FusedOps for burn::backend::Cuda<f32> {}
-#[cfg(feature = "cuda")]
-impl FusedOps for burn::backend::Cuda<half::bf16> {}
-#[cfg(feature = "cuda")]
-impl FusedOps for burn::backend::Cuda<half::f16> {}
 
 /// `tensor` in `dtype` (no op when it is in it already).
 pub(crate) fn in_dtype<B: Backend, const D: usize>(
