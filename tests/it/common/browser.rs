@@ -113,6 +113,13 @@ impl Browser {
 
     /// Sends one DevTools command (to the page, once attached) and returns its result.
     pub fn call(&mut self, method: &str, params: Value) -> Value {
+        self.try_call(method, params)
+            .unwrap_or_else(|reply| panic!("{method}: {reply}"))
+    }
+
+    /// Sends DevTools command `method` and returns its result, or the whole reply when it is
+    /// an error.
+    fn try_call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         self.next_id += 1;
         let id = self.next_id;
         let mut message = json!({"id": id, "method": method, "params": params});
@@ -128,8 +135,10 @@ impl Browser {
             };
             let reply: Value = serde_json::from_str(text.as_str()).expect("DevTools speaks JSON");
             if reply["id"] == json!(id) {
-                assert!(reply.get("error").is_none(), "{method}: {reply}");
-                return reply["result"].clone();
+                return match reply.get("error") {
+                    Some(_) => Err(reply),
+                    None => Ok(reply["result"].clone()),
+                };
             }
         }
     }
@@ -145,23 +154,36 @@ impl Browser {
 
     /// The value of JavaScript `expression` in the page (promises awaited).
     pub fn eval(&mut self, expression: &str) -> Value {
-        let result = self.call(
+        self.try_eval(expression)
+            .unwrap_or_else(|reply| panic!("Runtime.evaluate: {reply}"))
+    }
+
+    /// [`Browser::eval`], or DevTools' error reply (as when the page navigates meanwhile).
+    fn try_eval(&mut self, expression: &str) -> Result<Value, Value> {
+        let result = self.try_call(
             "Runtime.evaluate",
             json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
-        );
+        )?;
         assert!(
             result.get("exceptionDetails").is_none(),
             "{expression}: {}",
             result["exceptionDetails"]
         );
-        result["result"]["value"].clone()
+        Ok(result["result"]["value"].clone())
     }
 
     /// Waits until JavaScript `condition` is true in the page (checked every 50 ms; after a
-    /// minute the test fails saying `what`: a guard against a hang, not a timing).
+    /// minute the test fails saying `what`: a guard against a hang, not a timing). A check
+    /// that meets the page navigating (a reload the test waits for) is a "not yet".
     pub fn wait_for(&mut self, what: &str, condition: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while self.eval(&format!("!!({condition})")) != json!(true) {
+        loop {
+            match self.try_eval(&format!("!!({condition})")) {
+                Ok(Value::Bool(true)) => return,
+                Ok(_) => {}
+                Err(reply) if navigating(&reply) => {}
+                Err(reply) => panic!("Runtime.evaluate: {reply}"),
+            }
             assert!(Instant::now() < deadline, "gave up waiting for {what}");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -194,4 +216,17 @@ impl Drop for Browser {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether DevTools' error `reply` says the page went away under the command: it navigated
+/// (or reloaded) and the document the command was for is gone.
+fn navigating(reply: &Value) -> bool {
+    let message = reply["error"]["message"].as_str().unwrap_or_default();
+    [
+        "navigated or closed",
+        "context was destroyed",
+        "Cannot find context",
+    ]
+    .iter()
+    .any(|sign| message.contains(sign))
 }
