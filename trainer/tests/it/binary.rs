@@ -2,12 +2,8 @@
 //! the metrics file, the saved checkpoint and `predict` on it, and errors.
 #![cfg(feature = "flex")]
 
-use std::path::{Path, PathBuf};
+use crate::common::fixtures;
 use std::process::{Command, Output};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
 
 fn trainer() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hptune-trainer"));

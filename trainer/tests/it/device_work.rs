@@ -2,12 +2,8 @@
 //! training step (the log under target `hptune_trainer::host_reads`) and `warm-cache`.
 #![cfg(feature = "flex")]
 
-use std::path::{Path, PathBuf};
+use crate::common::fixtures;
 use std::process::{Command, Output};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
 
 fn run(args: &[&str], log: &str) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hptune-trainer"))

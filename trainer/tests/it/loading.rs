@@ -3,14 +3,11 @@
 //! unreachable endpoint, and a checkpoint whose head has another number of labels than the data.
 #![cfg(feature = "flex")]
 
+use crate::common::fixtures;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
 
 /// The trainer for one epoch, kept away from any real hub or cache.
 fn trainer(model: &str, home: &Path) -> Command {

@@ -2,7 +2,8 @@
 //! against fixtures recorded by `tests/fixtures/make_fixtures.py`.
 #![cfg(feature = "flex")]
 
-use std::path::{Path, PathBuf};
+use crate::common::fixtures;
+use std::path::Path;
 
 use burn::backend::{Autodiff, Flex};
 use burn::module::AutodiffModule;
@@ -35,10 +36,6 @@ struct Fixture {
     loss_before: f64,
     grad_norm: f64,
     loss_after: f64,
-}
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
 /// Checks tokens, logits and one training step of the checkpoint in `dir` against `fixture`.

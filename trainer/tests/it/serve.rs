@@ -4,6 +4,7 @@
 //! the server still serves; SIGTERM must not lose a request it accepted.
 #![cfg(feature = "flex")]
 
+use crate::common::fixtures;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -11,10 +12,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
 
 fn trainer() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hptune-trainer"));

@@ -50,7 +50,8 @@ pub fn runs_in_own_process() -> bool {
     false
 }
 
-fn fixtures() -> PathBuf {
+/// The trainer's test fixtures: tiny-bert, its data, checkpoints in other formats.
+pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
