@@ -11,6 +11,7 @@
 mod artifacts;
 mod devices;
 mod events;
+mod leases;
 mod liveness;
 mod steps;
 mod verdict;
@@ -19,6 +20,7 @@ mod workers;
 
 pub use artifacts::{ArtifactPlan, DEFAULT_ARTIFACTS_DIR, doomed, is_remote};
 pub use events::{Progress, RunEvent, RunObserver};
+pub use leases::reclaim_expired_leases;
 pub use warm_start::{PriorError, warm_start_prior};
 
 use std::collections::{HashMap, VecDeque};

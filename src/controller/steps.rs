@@ -6,10 +6,14 @@ use tokio::sync::mpsc;
 use tokio::task::{self, JoinError};
 
 use super::liveness::is_orphan;
-use super::{ControllerError, Run, RunEvent, RunObserver, RunSummary, StudyEnd};
+use super::{
+    ControllerError, Run, RunEvent, RunObserver, RunSummary, StudyEnd, reclaim_expired_leases,
+};
 use crate::executor::{StopRequest, WorkerEvent, WorkerOutcome};
 use crate::sampler::{ProposalContext, Sampler};
-use crate::storage::{Claim, Enqueue, Queue, StorageError, StudyRecord, StudyView, TrialState};
+use crate::storage::{
+    Claim, Enqueue, Holder, Queue, StorageError, StudyRecord, StudyView, TrialRecord, TrialState,
+};
 use crate::study::space::Assignment;
 
 /// Where the loop of a study stands: whether it starts new trials, and if not, why.
@@ -66,10 +70,7 @@ impl Run<'_> {
         }
         self.storage.refresh(&mut self.view).await?;
         self.pin_models().await?;
-        let adopted = self
-            .storage
-            .adopt_orphans(self.study_id, &self.owner, is_orphan)
-            .await?;
+        let adopted = self.take_orphans().await?;
         let finished = self.view.trials().filter(|t| t.state.is_finished()).count();
         if finished > 0 || !adopted.is_empty() {
             observer.observe(
@@ -136,7 +137,7 @@ impl Run<'_> {
                 .claim_trials(
                     &mut self.view,
                     plan.claim_rules(),
-                    &self.owner,
+                    Holder::controller(&self.owner),
                     slots,
                     &mut self.ends,
                     propose,
@@ -150,7 +151,7 @@ impl Run<'_> {
                         Some(lease) => self.launch_on(*trial, None, lease, observer).await?,
                         None => self.launch(*trial, None, None, observer),
                     },
-                    Claim::BudgetSpent => {}
+                    Claim::BudgetSpent | Claim::AllLeased => {}
                     Claim::Exhausted => phase = Phase::Exhausted,
                     Claim::TooManyFailures => phase = Phase::TooManyFailures,
                 }
@@ -193,10 +194,7 @@ impl Run<'_> {
             self.hand_back_waiting(observer).await?;
             return Ok(false);
         }
-        let orphans = self
-            .storage
-            .adopt_orphans(self.study_id, &self.owner, is_orphan)
-            .await?;
+        let orphans = self.take_orphans().await?;
         if orphans.is_empty() {
             return Ok(false);
         }
@@ -261,13 +259,19 @@ impl Run<'_> {
         }
         self.save_handles().await?;
         if !phase.is_stopping() {
-            let orphans = self
-                .storage
-                .adopt_orphans(self.study_id, &self.owner, is_orphan)
-                .await?;
+            let orphans = self.take_orphans().await?;
             self.adopt(orphans, observer).await?;
         }
         Ok(())
+    }
+
+    /// Takes back the trials whose client's lease has ended, then takes over the trials of
+    /// controllers that are gone and those handed back.
+    async fn take_orphans(&self) -> Result<Vec<TrialRecord>, StorageError> {
+        reclaim_expired_leases(self.study, self.storage, self.study_id).await?;
+        self.storage
+            .adopt_orphans(self.study_id, &self.owner, is_orphan)
+            .await
     }
 
     /// Why the loop ended, in `phase`, and every trial of the study `record`, read again.

@@ -12,6 +12,7 @@ mod claim;
 mod ends;
 mod enqueue;
 mod follow;
+mod leases;
 mod read_only;
 mod relayed;
 mod rows;
@@ -28,7 +29,7 @@ use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 
 use crate::study::Study;
 pub use best::{best_first, best_trial};
-pub use claim::{Claim, ClaimError, ClaimRules, Queue};
+pub use claim::{CLIENT, Claim, ClaimError, ClaimRules, ClientLease, Holder, Queue};
 pub use ends::TrialEnd;
 pub use enqueue::Enqueue;
 pub use follow::StudyFollower;
