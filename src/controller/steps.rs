@@ -7,14 +7,14 @@ use tokio::task::{self, JoinError};
 
 use super::liveness::is_orphan;
 use super::{
-    ControllerError, Run, RunEvent, RunObserver, RunSummary, StudyEnd, reclaim_expired_leases,
+    ControllerError, Run, RunEvent, RunObserver, RunSummary, StudyEnd, proposer,
+    reclaim_expired_leases,
 };
 use crate::executor::{StopRequest, WorkerEvent, WorkerOutcome};
-use crate::sampler::{ProposalContext, Sampler};
+use crate::sampler::Sampler;
 use crate::storage::{
-    Claim, Enqueue, Holder, Queue, StorageError, StudyRecord, StudyView, TrialRecord, TrialState,
+    Claim, Enqueue, Holder, Queue, StorageError, StudyRecord, TrialRecord, TrialState,
 };
-use crate::study::space::Assignment;
 
 /// Where the loop of a study stands: whether it starts new trials, and if not, why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,20 +106,7 @@ impl Run<'_> {
         while phase == Phase::Claiming
             && self.running.len() + self.waiting.len() < plan.parallel_trial_count
         {
-            let propose = |number, view: &StudyView, claimed: &[Assignment]| {
-                let mut running = view.unfinished_params();
-                running.extend_from_slice(claimed);
-                sampler.propose(&ProposalContext {
-                    space: &study.space,
-                    goal: study.objective.goal,
-                    constraints: &study.constraints,
-                    number,
-                    history: view.history(),
-                    prior: &plan.prior,
-                    running: &running,
-                    parallel: plan.parallel_trial_count,
-                })
-            };
+            let propose = proposer(study, &plan.prior, plan.parallel_trial_count, &mut *sampler);
             let mut slots = plan.parallel_trial_count - self.running.len() - self.waiting.len();
             // With GPUs, as many trials as there are free devices for.
             let mut leases = self.leases(slots)?.into_iter();
