@@ -311,6 +311,25 @@ impl Storage {
         rows.iter().map(TrialRecord::from_row).collect()
     }
 
+    /// The trial numbered `number` of a study, if it has one.
+    pub async fn trial(
+        &self,
+        study_id: i64,
+        number: u64,
+    ) -> Result<Option<TrialRecord>, StorageError> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            trial_columns!(),
+            " FROM trials WHERE study_id = $1 AND number = $2"
+        ))
+        .bind(study_id)
+        .bind(i64::try_from(number).unwrap_or(i64::MAX))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error("reading a trial"))?;
+        row.as_ref().map(TrialRecord::from_row).transpose()
+    }
+
     /// Closes the pool, flushing the WAL.
     pub async fn close(&self) {
         self.pool.close().await;
