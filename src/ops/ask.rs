@@ -15,10 +15,10 @@ use crate::storage::{
 use crate::study::Study;
 
 /// The shortest lease `ask` grants.
-pub const SHORTEST_LEASE: Duration = Duration::from_secs(1);
+const SHORTEST_LEASE: Duration = Duration::from_secs(1);
 
 /// The longest lease `ask` grants (a year): a longer one would be a trial never given back.
-pub const LONGEST_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
+const LONGEST_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// What `hptune ask` claimed.
 #[derive(Debug, Clone)]

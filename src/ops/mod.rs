@@ -13,7 +13,7 @@ mod tell;
 
 use std::path::Path;
 
-pub use ask::{Asked, LONGEST_LEASE, SHORTEST_LEASE, ask};
+pub use ask::{Asked, ask};
 pub use enqueue::enqueue;
 pub use plot::plot;
 pub use read::{Best, BestBy, best, best_artifact, studies, trials};

@@ -17,7 +17,10 @@ pub(super) fn ends_after(seconds: i64) -> String {
 
 impl Storage {
     /// The study's running trials whose client's lease has ended, by number.
-    pub async fn expired_leases(&self, study_id: i64) -> Result<Vec<TrialRecord>, StorageError> {
+    pub(crate) async fn expired_leases(
+        &self,
+        study_id: i64,
+    ) -> Result<Vec<TrialRecord>, StorageError> {
         let rows = sqlx::query(concat!(
             "SELECT ",
             trial_columns!(),
@@ -36,7 +39,7 @@ impl Storage {
     /// its lease for its length, as one step; returns the trial as it now is. Fails with
     /// [`StorageError::TakenOver`], recording nothing, when the lease has ended (or the trial
     /// is no longer the client's running attempt).
-    pub async fn renew_lease(
+    pub(crate) async fn renew_lease(
         &self,
         trial: &TrialRecord,
         measurements: &[Measurement],
