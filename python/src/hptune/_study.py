@@ -12,6 +12,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, U
 from hptune._binary import HptuneError, run_command
 from hptune._worker import ParamValue, as_float, number_text
 
+# The exit code of `tell --step` when the stopping rule stopped the trial.
+_STOPPED = 3
+# The exit code of `ask` when every parallel slot of the study is leased.
+_SLOTS_FULL = 4
+# The exit code of `ask` when there is no trial left to claim (the budget spent).
+_NONE_LEFT = 1
+
 #: What an objective returns: the objective's value.
 Objective = Callable[["Trial"], float]
 
@@ -66,10 +73,11 @@ class Study:
         return run_command([*args, *storage], self.binary, accept).json()
 
     def ask(self) -> Trial:
-        """Claims the study's next trial and returns it.
+        """Claims the study's next trial (creating the study on the first ask) and returns it.
 
         Raises:
-            HptuneError: the budget is spent (exit code 1), or the study file is bad (2).
+            HptuneError: no trial left to claim, the budget spent (exit code 1); the study
+                file is bad (2); every parallel slot of the study is leased (4).
         """
         lease = [] if self.lease is None else ["--lease", self.lease]
         (record,) = self._run(["ask", self.path, "--format", "json", *lease])
@@ -83,33 +91,31 @@ class Study:
         metrics: Optional[Dict[str, float]] = None,
         fail: Optional[str] = None,
     ) -> None:
-        """Records a trial's end: its final ``value`` of the objective, or its final
-        ``metrics`` by name (the objective among them, constrained metrics beside it),
-        or that it failed, with the reason ``fail``. Exactly one of them.
+        """Records a trial's end: its final ``value`` of the objective and, or, its final
+        ``metrics`` by name (the objective, constrained metrics); or that it failed, with
+        the reason ``fail``. A NaN or infinite objective fails the trial, with the reason.
 
         Raises:
-            ValueError: none of them, or more than one.
-            HptuneError: an unknown trial, a trial already told, a metric the study does
-                not have, a NaN (exit code 2).
+            ValueError: neither a result nor ``fail``, or both.
+            HptuneError: an unknown trial, a trial already told or not asked, a metric the
+                study does not have (exit code 2); a trial whose lease ended (1).
         """
-        given = [value is not None, metrics is not None, fail is not None]
-        if sum(given) != 1:
-            raise ValueError("tell() takes exactly one of value, metrics= and fail=")
-        args = ["tell", self.path, str(_number(trial)), "--format", "json"]
-        if value is not None:
-            args += ["--value", number_text(value, "the value")]
-        elif metrics is not None:
-            for name, metric in metrics.items():
-                args += ["--metric", f"{name}={number_text(metric, f'the metric {name!r}')}"]
-        else:
-            args += ["--fail", str(fail)]
-        self._run(args)
+        result = value is not None or metrics is not None
+        if result == (fail is not None):
+            raise ValueError("tell() takes a value or metrics=, or else fail=")
+        args = ["tell", self.path, str(_number(trial)), *_result_flags(value, metrics)]
+        if fail is not None:
+            args += ["--fail", fail]
+        self._run([*args, "--format", "json"])
 
     def _tell_step(self, trial: Trial, value: float, step: int) -> bool:
-        result = self._run(
-            ["tell", self.path, str(trial.number), "--value", number_text(value, "the value"), "--step", str(step), "--format", "json"],
-        )
-        return bool(result["stop"])
+        """Records an intermediate value; whether the stopping rule stopped the trial
+        (exit code 3, with the answer in the JSON either way)."""
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"step must be an int, not {type(step).__name__}")
+        args = ["tell", self.path, str(trial.number), *_result_flags(value, None), "--step", str(step)]
+        answer = self._run([*args, "--format", "json"], accept=(0, _STOPPED))
+        return bool(answer["stop"])
 
     def best(self) -> Dict[str, Any]:
         """The best trial: ``number``, ``value`` and ``params`` among its fields (what
@@ -161,19 +167,33 @@ class Study:
 
         def loop() -> None:
             while take():
-                try:
-                    trial = self.ask()
-                except HptuneError as err:
-                    if err.exit_code == 1:  # the budget is spent
-                        stop.set()
-                        return
-                    raise
+                trial = self._ask_waiting(stop)
+                if trial is None:
+                    return
                 self._run_one(objective, trial, catch, stop)
 
         with ThreadPoolExecutor(max_workers=n_jobs) as pool:
             futures = [pool.submit(loop) for _ in range(n_jobs)]
         for future in futures:
             future.result()
+
+    def _ask_waiting(self, stop: threading.Event) -> Optional[Trial]:
+        """The next trial, waiting while every parallel slot of the study is leased (to
+        other clients, or to more threads than it allows); ``None`` once there is none
+        left to claim, which stops the other threads too."""
+        wait = 0.05
+        while not stop.is_set():
+            try:
+                return self.ask()
+            except HptuneError as err:
+                if err.exit_code == _NONE_LEFT:
+                    stop.set()
+                    return None
+                if err.exit_code != _SLOTS_FULL:
+                    raise
+            stop.wait(wait)
+            wait = min(wait * 2, 1.0)
+        return None
 
     def _run_one(
         self,
@@ -184,7 +204,7 @@ class Study:
     ) -> None:
         stopped = _Stopped(trial)
         try:
-            value = objective(stopped)
+            value = as_float(objective(stopped), "the objective's return value")
         except BaseException as err:
             reason = "".join(traceback.format_exception_only(type(err), err)).strip()
             self.tell(trial, fail=f"the objective raised {reason}")
@@ -193,7 +213,7 @@ class Study:
             stop.set()
             raise
         if not stopped.was_stopped:
-            self.tell(trial, as_float(value, "the objective's return value"))
+            self.tell(trial, value)
 
 
 class _Stopped(Trial):
@@ -208,6 +228,14 @@ class _Stopped(Trial):
         stop = super().report(value, step)
         self.was_stopped = self.was_stopped or stop
         return stop
+
+
+def _result_flags(value: Optional[float], metrics: Optional[Dict[str, float]]) -> List[str]:
+    """The flags of ``tell`` that give a result: ``--value V``, ``--metric NAME=V`` ..."""
+    flags = [] if value is None else ["--value", number_text(value, "the value")]
+    for name, metric in (metrics or {}).items():
+        flags += ["--metric", f"{name}={number_text(metric, f'the metric {name!r}')}"]
+    return flags
 
 
 def _number(trial: Union[Trial, int]) -> int:
