@@ -28,6 +28,7 @@ import sysconfig
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "python"
@@ -88,10 +89,10 @@ def run_version(binary: Path) -> str:
         out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as err:
         sys.exit(f"build-wheel: cannot run {binary} --version: {err}")
-    return out.split()[-1]
+    return str(out.split()[-1])
 
 
-def metadata(project: dict) -> str:
+def metadata(project: dict[str, Any]) -> str:
     """The METADATA of the wheel (core metadata 2.1), from python/pyproject.toml."""
     lines = [
         "Metadata-Version: 2.1",
@@ -103,7 +104,7 @@ def metadata(project: dict) -> str:
         *(f"Classifier: {c}" for c in project.get("classifiers", [])),
         "Description-Content-Type: text/markdown",
     ]
-    readme = (PACKAGE / project["readme"]).read_text()
+    readme = (PACKAGE / str(project["readme"])).read_text()
     return "\n".join(lines) + "\n\n" + readme
 
 
