@@ -4,14 +4,14 @@
 # target/python-tests/venv, installs pytest (from PyPI) and the wheel there, and runs pytest
 # with that environment's Python, so the tests import the package and run the binary as a
 # user of the wheel would. Idempotent: each run starts from a fresh environment.
-# Usage: scripts/test-python.sh [BINARY]   (default: target/debug/hptune, which
+# Usage: scripts/test-python.sh [BINARY [PYTEST ARGS...]]   (default: target/debug/hptune, which
 # `cargo test --workspace` builds)
 # Without Python 3.11 or its venv module it says the tests are skipped and exits 0;
 # HPTUNE_TEST_PYTHON=required makes that a failure.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-binary="$(realpath "${1:-$repo_root/target/debug/hptune}")"
+binary="$(realpath -m "${1:-$repo_root/target/debug/hptune}")"
 python="${PYTHON:-python3}"
 work="$repo_root/target/python-tests"
 
