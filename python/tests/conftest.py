@@ -33,9 +33,18 @@ def loss_of(params: dict) -> float:
     return params["lr"] * params["layers"] + (1.0 if params["opt"] == "sgd" else 0.5)
 
 
-def write_study(folder: Path, name: str, trials: int, python: str = sys.executable, parallel: int = 2) -> Path:
+def write_study(
+    folder: Path,
+    name: str,
+    trials: int,
+    python: str = sys.executable,
+    parallel: int = 2,
+    algorithm: str = "random",
+    extra: str = "",
+) -> Path:
     """A study file in ``folder`` whose worker is ``WORKER`` run by ``python``: a log-scaled
-    double, an integer and a categorical parameter, the loss minimized, ``trials`` trials."""
+    double, an integer and a categorical parameter, the loss minimized, ``trials`` trials,
+    and the lines ``extra`` (an ``early_stopping`` block)."""
     (folder / "worker.py").write_text(WORKER)
     study = folder / f"{name}.yaml"
     study.write_text(textwrap.dedent(f"""\
@@ -45,14 +54,14 @@ def write_study(folder: Path, name: str, trials: int, python: str = sys.executab
           - {{id: lr, type: double, min: 0.001, max: 1.0, scale: log}}
           - {{id: layers, type: integer, min: 1, max: 4}}
           - {{id: opt, type: categorical, values: [sgd, adam]}}
-        algorithm: random
+        algorithm: {algorithm}
         max_trial_count: {trials}
         parallel_trial_count: {parallel}
         seed: 11
         trial:
           command: [{json.dumps(python)}, worker.py]
           timeout: 1m
-        """))
+        """) + extra)
     return study
 
 
