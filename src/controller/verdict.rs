@@ -7,9 +7,26 @@ use crate::executor::{WorkerEnd, WorkerOutcome};
 use crate::protocol::{Measurement, ReportError, final_value};
 use crate::storage::TrialState;
 use crate::study::Study;
+use crate::study::stopping::Curve;
+
+/// The learning curve of trial `number` in `measurements`: its finite values of `metric` that
+/// have a step, by step.
+pub(super) fn curve(number: u64, measurements: &[Measurement], metric: &str) -> Curve {
+    let mut points: Vec<(i64, f64)> = measurements
+        .iter()
+        .filter(|m| m.metric == metric && m.value.is_finite())
+        .filter_map(|m| Some((m.step?, m.value)))
+        .collect();
+    points.sort_by_key(|p| p.0);
+    Curve {
+        number,
+        points,
+        succeeded: false,
+    }
+}
 
 /// The last finite value reported of `metric`, with or without a step.
-fn last_value(measurements: &[Measurement], metric: &str) -> Option<f64> {
+pub(super) fn last_value(measurements: &[Measurement], metric: &str) -> Option<f64> {
     measurements
         .iter()
         .rev()

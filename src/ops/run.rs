@@ -136,7 +136,7 @@ pub async fn prepare_trial(
 }
 
 /// A refused `warm_start` of the study file `path`: bad input, said of the file.
-fn refused_warm_start(path: &Path, e: PriorError) -> OpsError {
+pub(super) fn refused_warm_start(path: &Path, e: PriorError) -> OpsError {
     match e {
         PriorError::Storage(e) => OpsError::Storage(e),
         e => OpsError::BadInput(format!("{}: {e}", path.display())),
@@ -146,7 +146,7 @@ fn refused_warm_start(path: &Path, e: PriorError) -> OpsError {
 /// Reads the study file and checks what can be checked before anything runs: a local
 /// worker's program, a remote executor's storage. `executor` (`--executor`) replaces the
 /// study's executor: local always, another engine if the file configures it.
-fn load_checked(
+pub(super) fn load_checked(
     path: &Path,
     url: &StorageUrl,
     executor: Option<ExecutorKind>,

@@ -12,6 +12,7 @@ mod claim;
 mod ends;
 mod enqueue;
 mod follow;
+mod leases;
 mod read_only;
 mod relayed;
 mod rows;
@@ -28,7 +29,7 @@ use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 
 use crate::study::Study;
 pub use best::{best_first, best_trial};
-pub use claim::{Claim, ClaimError, ClaimRules, Queue};
+pub use claim::{CLIENT, Claim, ClaimError, ClaimRules, ClientLease, Holder, Queue};
 pub use ends::TrialEnd;
 pub use enqueue::Enqueue;
 pub use follow::StudyFollower;
@@ -308,6 +309,25 @@ impl Storage {
         .await
         .map_err(query_error("reading trials"))?;
         rows.iter().map(TrialRecord::from_row).collect()
+    }
+
+    /// The trial numbered `number` of a study, if it has one.
+    pub async fn trial(
+        &self,
+        study_id: i64,
+        number: u64,
+    ) -> Result<Option<TrialRecord>, StorageError> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            trial_columns!(),
+            " FROM trials WHERE study_id = $1 AND number = $2"
+        ))
+        .bind(study_id)
+        .bind(i64::try_from(number).unwrap_or(i64::MAX))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error("reading a trial"))?;
+        row.as_ref().map(TrialRecord::from_row).transpose()
     }
 
     /// Closes the pool, flushing the WAL.

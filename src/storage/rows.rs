@@ -16,7 +16,7 @@ use crate::study::space::{Assignment, Space};
 /// The columns of a trial, in the order [`TrialRecord::from_row`] reads them.
 macro_rules! trial_columns {
     () => {
-        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus, artifact_dir, artifact_removed_at, constraint_values, infeasible"
+        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus, artifact_dir, artifact_removed_at, constraint_values, infeasible, lease_expires_at, lease_seconds"
     };
 }
 pub(crate) use trial_columns;
@@ -28,6 +28,14 @@ macro_rules! enqueued {
     };
 }
 pub(crate) use enqueued;
+
+/// The SQL test of a trial handed back (see [`TrialRecord::is_handed_back`]), for `concat!`.
+macro_rules! handed_back {
+    () => {
+        "(state = 'pending' AND owner IS NULL AND started_at IS NOT NULL)"
+    };
+}
+pub(crate) use handed_back;
 
 /// The columns of a study, in the order [`StudyRecord::from_row`] reads them.
 macro_rules! study_columns {
@@ -154,6 +162,11 @@ pub struct TrialRecord {
     /// Why it is infeasible (it broke a constraint, or failed with `failed_as_infeasible`);
     /// `None` when it is feasible. An infeasible trial is never the best.
     pub infeasible: Option<String>,
+    /// When the lease of the ask/tell client holding it ends (`hptune ask`); `None` for a
+    /// controller's trial, kept alive by heartbeats instead.
+    pub lease_expires_at: Option<String>,
+    /// The length of that lease in seconds, for which each intermediate result renews it.
+    pub lease_seconds: Option<u64>,
 }
 
 #[cfg(test)]
@@ -179,6 +192,8 @@ impl TrialRecord {
             artifact_removed_at: None,
             constraint_values: BTreeMap::new(),
             infeasible: None,
+            lease_expires_at: None,
+            lease_seconds: None,
         }
     }
 
@@ -264,6 +279,12 @@ impl TrialRecord {
         self.state == TrialState::Pending && self.owner.is_none() && self.started_at.is_none()
     }
 
+    /// Whether its next attempt waits, handed back (`pending` with no owner, started before:
+    /// a lease ended, or a controller was interrupted); in SQL, `handed_back!()`.
+    pub fn is_handed_back(&self) -> bool {
+        self.state == TrialState::Pending && self.owner.is_none() && self.started_at.is_some()
+    }
+
     /// The trial as a sampler sees it once it has ended (its value only if it succeeded);
     /// `None` while it has not ended.
     pub fn observation(&self) -> Option<Observation> {
@@ -314,6 +335,11 @@ impl TrialRecord {
                 None => BTreeMap::new(),
             },
             infeasible: row.try_get("infeasible").map_err(corrupt)?,
+            lease_expires_at: row.try_get("lease_expires_at").map_err(corrupt)?,
+            lease_seconds: row
+                .try_get::<Option<i64>, _>("lease_seconds")
+                .map_err(corrupt)?
+                .map(|s| s.max(0) as u64),
         })
     }
 }

@@ -193,8 +193,9 @@ impl Storage {
     }
 
     /// Takes over the running trials of a study whose controller is gone (`is_orphan` says so
-    /// from the owner and the last heartbeat), and the ones an interrupted controller handed
-    /// back; returns them, now owned by `owner`. Enqueued trials are not taken here: claims
+    /// from the owner and the last heartbeat), and the ones handed back (by an interrupted
+    /// controller, or a client's lease that ended); returns them, now owned by `owner`. A
+    /// trial a client holds is never taken while its lease runs, whatever its heartbeat. Enqueued trials are not taken here: claims
     /// take them one by one ([`super::enqueue`]).
     pub async fn adopt_orphans(
         &self,
@@ -208,7 +209,7 @@ impl Storage {
             "SELECT ",
             trial_columns!(),
             ", heartbeat_at FROM trials WHERE study_id = $1 AND state IN ('pending', 'running')
-             AND NOT ",
+             AND lease_expires_at IS NULL AND NOT ",
             enqueued!(),
             " ORDER BY number"
         ))
@@ -282,7 +283,8 @@ impl Storage {
         // The next attempt's GPUs are recorded when its worker is about to start.
         let moved_on = sqlx::query(
             "UPDATE trials SET attempt = $1, worker = NULL, started_at = $2, heartbeat_at = $3,
-             state = $4, owner = $5, gpus = NULL, artifact_dir = NULL
+             state = $4, owner = $5, gpus = NULL, artifact_dir = NULL, lease_expires_at = NULL,
+             lease_seconds = NULL
              WHERE id = $6 AND owner = $7 AND attempt = $8 AND state = 'running'",
         )
         .bind(next as i64)
@@ -322,6 +324,8 @@ impl Storage {
         retried.owner = owner;
         retried.gpus = Vec::new();
         retried.artifact_dir = None;
+        retried.lease_expires_at = None;
+        retried.lease_seconds = None;
         Ok(retried)
     }
 }

@@ -10,6 +10,7 @@
 mod common;
 
 mod artifacts;
+mod ask_tell;
 mod bad_studies;
 mod bayes_study;
 mod commands;

@@ -89,11 +89,18 @@ async fn a_claim_on_a_stale_view_reads_what_another_controller_did() {
                 view.update(end.trial.clone());
             }
             let claimed = storage
-                .claim_trials(view, budget, "me", 1, &mut ends, |number, view, claimed| {
-                    assert!(claimed.is_empty());
-                    seen.push((number, view.history().len(), view.unfinished_params().len()));
-                    Ok::<_, ()>(Some(Assignment::default()))
-                })
+                .claim_trials(
+                    view,
+                    budget,
+                    Holder::controller("me"),
+                    1,
+                    &mut ends,
+                    |number, view, claimed| {
+                        assert!(claimed.is_empty());
+                        seen.push((number, view.history().len(), view.unfinished_params().len()));
+                        Ok::<_, ()>(Some(Assignment::default()))
+                    },
+                )
                 .await
                 .unwrap();
             assert!(ends.is_empty(), "the claim writes every end");
@@ -204,7 +211,7 @@ async fn a_claim_of_several_slots_inserts_them_in_one_call_or_none() {
             .claim_trials(
                 view,
                 budget,
-                "me",
+                Holder::controller("me"),
                 slots,
                 &mut ends,
                 |number, view, claimed| {
