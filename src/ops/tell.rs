@@ -170,7 +170,7 @@ async fn held_trial(
             "study '{name}' has no trial {number}"
         )));
     };
-    if ended {
+    if ended || trial.is_handed_back() {
         return Err(lease_ended(StorageError::TakenOver, record, number));
     }
     let state = trial.state.as_str();
@@ -179,9 +179,6 @@ async fn held_trial(
             format!("it has ended already ({state}): a trial is told one final result")
         }
         _ if trial.is_enqueued() => "it is enqueued: `hptune ask` claims it first".into(),
-        _ if trial.is_handed_back() => {
-            "it waits for its next attempt: `hptune ask` claims it first".into()
-        }
         Some(owner) if trial.lease_expires_at.is_none() => {
             format!("a controller runs it ({owner}): its worker reports its results")
         }
@@ -197,7 +194,7 @@ async fn held_trial(
 fn lease_ended(e: StorageError, record: &StudyRecord, number: u64) -> OpsError {
     match e {
         StorageError::TakenOver => OpsError::Failed(format!(
-            "the lease of trial {number} of study '{}' has ended: the trial went back to the study, and this result is not recorded",
+            "the lease of trial {number} of study '{}' has ended: the trial went back to the study (it waits for its next attempt, or runs it), and this result is not recorded",
             record.name
         )),
         e => e.into(),

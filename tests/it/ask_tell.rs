@@ -178,6 +178,9 @@ fn a_lease_that_ends_gives_its_trial_back_to_the_next_ask() {
     // Too late: the tell itself takes the trial back, and records nothing.
     let out = tell(&scratch, "lapse", 0, &["--value", "1.5"]);
     assert_exit_says(&out, 1, "the lease of trial 0 of study 'lapse' has ended");
+    // And once it was taken back, waiting for its next attempt.
+    let out = tell(&scratch, "lapse", 0, &["--value", "1.5"]);
+    assert_exit_says(&out, 1, "it waits for its next attempt");
     let trial = &scratch.trials("lapse")[0];
     assert_eq!(trial["state"], "pending");
     assert_eq!(trial["attempt"], 2);

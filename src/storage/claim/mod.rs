@@ -191,23 +191,16 @@ async fn start_waiting(
 ) -> Result<Taken, StorageError> {
     let doing = "starting a waiting trial";
     let at = now();
-    let start = match waits {
-        Waits::Enqueued => concat!(
-            "UPDATE trials SET state = 'running', owner = $1, started_at = $2, heartbeat_at = $2,
-             lease_expires_at = $4, lease_seconds = $5 WHERE id = $3 AND ",
-            enqueued!(),
-            " RETURNING ",
-            trial_columns!()
-        ),
-        Waits::HandedBack => concat!(
-            "UPDATE trials SET state = 'running', owner = $1, started_at = $2, heartbeat_at = $2,
-             lease_expires_at = $4, lease_seconds = $5 WHERE id = $3 AND ",
-            handed_back!(),
-            " RETURNING ",
-            trial_columns!()
-        ),
+    let waiting = match waits {
+        Waits::Enqueued => enqueued!(),
+        Waits::HandedBack => handed_back!(),
     };
-    let started = sqlx::query(start)
+    let start = format!(
+        "UPDATE trials SET state = 'running', owner = $1, started_at = $2, heartbeat_at = $2,
+         lease_expires_at = $4, lease_seconds = $5 WHERE id = $3 AND {waiting} RETURNING {}",
+        trial_columns!()
+    );
+    let started = sqlx::query(&start)
         .bind(holder.owner)
         .bind(&at)
         .bind(id)
