@@ -13,7 +13,7 @@ use crate::study::stopping::Curve;
 
 /// How a client ends a trial it holds.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ClientVerdict {
+pub(crate) enum ClientVerdict {
     /// Its final result: it succeeds with the objective's final value, or fails when that is
     /// missing or not a finite number.
     Final,
@@ -26,7 +26,7 @@ pub enum ClientVerdict {
 /// The end of `trial`, held by a client, as `verdict` says, its attempt having reported
 /// `measurements` (all of them), of which `unsaved` are not recorded yet; its constraints
 /// judged as a worker's trial's.
-pub fn client_end(
+pub(crate) fn client_end(
     study: &Study,
     trial: TrialRecord,
     measurements: &[Measurement],
@@ -54,7 +54,7 @@ pub fn client_end(
 /// Why the study's early-stopping rule stops trial `number`, whose attempt reported
 /// `measurements`, given the learning curves of the study's trials (`curves`); `None` to let it
 /// go on, or when the study has no rule.
-pub fn early_stop(
+pub(crate) fn early_stop(
     study: &Study,
     number: u64,
     measurements: &[Measurement],
@@ -70,7 +70,7 @@ pub fn early_stop(
 /// goes back to the study as an interrupted attempt, its next attempt waiting (handed back)
 /// while `max_retries` allows, else it fails. A trial another process took back first is
 /// left to it. Returns how many this call took back.
-pub async fn reclaim_expired_leases(
+pub(crate) async fn reclaim_expired_leases(
     study: &Study,
     storage: &Storage,
     study_id: i64,

@@ -18,10 +18,10 @@ mod verdict;
 mod warm_start;
 mod workers;
 
-pub use artifacts::{ArtifactPlan, DEFAULT_ARTIFACTS_DIR, doomed, is_remote};
+pub(crate) use artifacts::{ArtifactPlan, is_remote};
 pub use events::{Progress, RunEvent, RunObserver};
-pub use leases::{ClientVerdict, client_end, early_stop, reclaim_expired_leases};
-pub use warm_start::{PriorError, warm_start_prior};
+pub(crate) use leases::{ClientVerdict, client_end, early_stop, reclaim_expired_leases};
+pub(crate) use warm_start::{PriorError, warm_start_prior};
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -85,17 +85,17 @@ pub struct Plan {
     /// The GPUs the trials get, for a study with `trial.resources.gpus`.
     pub gpus: Option<GpuPlan>,
     /// Where the trials' models go and which are kept.
-    pub artifacts: ArtifactPlan,
+    pub(crate) artifacts: ArtifactPlan,
     /// Whether the study's enqueued trials run (first); a trial run by hand runs only its
     /// own parameters.
-    pub queue: Queue,
+    pub(crate) queue: Queue,
     /// Finished trials of the study's `warm_start` study, for the sampler's model.
     pub prior: Vec<Observation>,
 }
 
 impl Plan {
     /// The limits a study file sets.
-    pub fn for_study(study: &Study, log_dir: &Path) -> Self {
+    pub(crate) fn for_study(study: &Study, log_dir: &Path) -> Self {
         Self {
             budget: study.budget,
             parallel_trial_count: study.parallel_trial_count,
@@ -188,7 +188,7 @@ struct Run<'a> {
 }
 
 /// Runs (or continues) `study` until its plan says to stop.
-pub async fn run(
+pub(crate) async fn run(
     study: &Study,
     storage: &Storage,
     executor: Arc<dyn Executor>,
@@ -276,7 +276,7 @@ pub async fn run(
 /// What a claim asks `sampler` for `study`: the parameters of trial `number`, given the
 /// claim's view (its finished trials; as running, its unfinished ones and the trials the claim
 /// took before `number`), the warm-start `prior`, and `parallel` trials run at once.
-pub fn proposer<'a>(
+pub(crate) fn proposer<'a>(
     study: &'a Study,
     prior: &'a [Observation],
     parallel: usize,

@@ -63,7 +63,7 @@ pub enum TrialState {
 
 impl TrialState {
     /// Every state, in life order.
-    pub const ALL: [TrialState; 5] = [
+    pub(crate) const ALL: [TrialState; 5] = [
         TrialState::Pending,
         TrialState::Running,
         TrialState::Succeeded,
@@ -83,7 +83,7 @@ impl TrialState {
     }
 
     /// Whether the trial is over.
-    pub fn is_finished(self) -> bool {
+    pub(crate) fn is_finished(self) -> bool {
         matches!(
             self,
             TrialState::Succeeded | TrialState::Failed | TrialState::Stopped
@@ -220,7 +220,7 @@ pub struct StudySummary {
 
 impl StudySummary {
     /// Summarises `trials` of `study`.
-    pub fn new(study: StudyRecord, trials: &[TrialRecord]) -> Self {
+    pub(crate) fn new(study: StudyRecord, trials: &[TrialRecord]) -> Self {
         let mut counts = [0; 5];
         for trial in trials {
             counts[TrialState::ALL
@@ -275,7 +275,7 @@ impl StudyRecord {
 impl TrialRecord {
     /// Whether it waits to run first, enqueued (`pending` with no owner and never started;
     /// a trial handed back by an interrupted controller has started); in SQL, `enqueued!()`.
-    pub fn is_enqueued(&self) -> bool {
+    pub(crate) fn is_enqueued(&self) -> bool {
         self.state == TrialState::Pending && self.owner.is_none() && self.started_at.is_none()
     }
 
@@ -287,7 +287,7 @@ impl TrialRecord {
 
     /// The trial as a sampler sees it once it has ended (its value only if it succeeded);
     /// `None` while it has not ended.
-    pub fn observation(&self) -> Option<Observation> {
+    pub(crate) fn observation(&self) -> Option<Observation> {
         self.state.is_finished().then(|| Observation {
             number: self.number,
             params: self.params.clone(),
@@ -354,7 +354,7 @@ pub(super) fn measurement_from_row(row: &AnyRow) -> Result<Measurement, StorageE
 
 /// One attempt of a trial as stored: a retry after an infrastructure failure is a new one.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AttemptRecord {
+pub(crate) struct AttemptRecord {
     /// The trial's number.
     pub number: u64,
     /// The attempt, from 1.
@@ -409,7 +409,7 @@ impl AttemptRecord {
 
 /// One measurement as stored, with the attempt that reported it and when.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MeasurementRecord {
+pub(crate) struct MeasurementRecord {
     /// The attempt that reported it.
     pub attempt: u32,
     /// Training step or epoch; `None` for a final report.
@@ -425,7 +425,7 @@ pub struct MeasurementRecord {
 /// A study with what its list shows: trials by state, best value, last activity; counted by
 /// the database, so that the list costs no trial rows.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StudyOverview {
+pub(crate) struct StudyOverview {
     /// The study.
     pub study: StudyRecord,
     /// Trials by state, in the order of [`TrialState::ALL`].
@@ -438,7 +438,7 @@ pub struct StudyOverview {
 
 impl StudyOverview {
     /// Number of trials in `state`.
-    pub fn count(&self, state: TrialState) -> usize {
+    pub(crate) fn count(&self, state: TrialState) -> usize {
         TrialState::ALL
             .iter()
             .position(|s| *s == state)
@@ -446,7 +446,7 @@ impl StudyOverview {
     }
 
     /// Number of trials.
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.counts.iter().sum()
     }
 }

@@ -25,7 +25,7 @@ use changes::changed_rows;
 
 /// What becomes of a study's enqueued trials when a controller claims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Queue {
+pub(crate) enum Queue {
     /// They are claimed before new trials are proposed (a study's run).
     RunFirst,
     /// They wait for another run (a trial run by hand runs its own parameters).
@@ -34,7 +34,7 @@ pub enum Queue {
 
 /// What a claim checks: the study's budget, and whether its enqueued trials run first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClaimRules {
+pub(crate) struct ClaimRules {
     /// Trials in all and failed trials allowed.
     pub budget: Budget,
     /// Whether enqueued trials are claimed first.
@@ -43,7 +43,7 @@ pub struct ClaimRules {
 
 /// Who holds the trials a claim starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Holder<'a> {
+pub(crate) struct Holder<'a> {
     /// The owner recorded with them: a controller's `host:pid@start`, or [`CLIENT`].
     pub owner: &'a str,
     /// A client's lease; `None` for a controller, whose heartbeats keep its trials.
@@ -52,14 +52,14 @@ pub struct Holder<'a> {
 
 impl<'a> Holder<'a> {
     /// The controller `owner`.
-    pub fn controller(owner: &'a str) -> Self {
+    pub(crate) fn controller(owner: &'a str) -> Self {
         Holder { owner, lease: None }
     }
 }
 
 impl Holder<'static> {
     /// An ask/tell client, under `lease`.
-    pub fn client(lease: ClientLease) -> Self {
+    pub(crate) fn client(lease: ClientLease) -> Self {
         Holder {
             owner: CLIENT,
             lease: Some(lease),
@@ -68,11 +68,11 @@ impl Holder<'static> {
 }
 
 /// The owner recorded with the trials ask/tell clients hold.
-pub const CLIENT: &str = "client";
+pub(crate) const CLIENT: &str = "client";
 
 /// The terms on which an ask/tell client (`hptune ask`) holds trials.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientLease {
+pub(crate) struct ClientLease {
     /// How long a lease runs before the trial goes back to the study, renewed by each
     /// intermediate result.
     pub length: Duration,
@@ -82,19 +82,19 @@ pub struct ClientLease {
 
 impl ClientLease {
     /// When a lease that starts (or is renewed) now ends, as stored.
-    pub fn expires(&self) -> String {
+    pub(crate) fn expires(&self) -> String {
         ends_after(self.seconds())
     }
 
     /// The length in whole seconds, as stored.
-    pub fn seconds(&self) -> i64 {
+    pub(crate) fn seconds(&self) -> i64 {
         i64::try_from(self.length.as_secs()).unwrap_or(i64::MAX)
     }
 }
 
 /// What [`Storage::claim_trials`] did, trial by trial.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Claim {
+pub(crate) enum Claim {
     /// A new trial, running, owned by the claiming controller.
     Started(Box<TrialRecord>),
     /// `max_trial_count` trials exist.
@@ -242,7 +242,7 @@ pub(super) fn params_json(params: &Assignment) -> String {
 /// Why a claim failed: the database, or the proposal of the trial's parameters (`E`, the
 /// proposer's error).
 #[derive(Debug)]
-pub enum ClaimError<E> {
+pub(crate) enum ClaimError<E> {
     /// The database failed.
     Storage(StorageError),
     /// The proposal failed.
@@ -272,7 +272,7 @@ impl Storage {
     /// study (or the study ends) does the claim take the lock, read the changes and decide
     /// again: a lone controller pays one round trip for the trials that ended and the ones
     /// that replace them, instead of four per trial.
-    pub async fn claim_trials<E>(
+    pub(crate) async fn claim_trials<E>(
         &self,
         view: &mut StudyView,
         rules: ClaimRules,
