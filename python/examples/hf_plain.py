@@ -1,0 +1,54 @@
+"""A Hugging Face transformers training loop that fine-tunes all-MiniLM-L6-v2 for sentiment on
+the repository's SST-2 sample: hf_plain.py at fixed hyperparameters, hf_tuned.py the same loop
+tuned by hptune (`diff hf_plain.py hf_tuned.py`: the parameters from the trial, the accuracy
+reported), run by `hptune run python/examples/hf-sst2.yaml` from the repository root. Needs
+scripts/fetch-model.sh and `pip install torch transformers` (and the hptune wheel)."""
+
+import csv
+
+import torch
+from torch.utils.data import DataLoader
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, get_linear_schedule_with_warmup
+
+MODEL = "models/all-MiniLM-L6-v2"
+learning_rate = 5e-5
+batch_size = 32
+weight_decay = 0.01
+epochs = 2
+
+torch.manual_seed(0)
+tokenizer = AutoTokenizer.from_pretrained(MODEL)
+model = AutoModelForSequenceClassification.from_pretrained(MODEL, num_labels=2)
+
+
+def loader(path: str, shuffle: bool) -> DataLoader:
+    """The sentences and labels of a TSV file, tokenized batch by batch."""
+    with open(path, newline="") as f:
+        rows = [(r["sentence"], int(r["label"])) for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+    def collate(items):
+        batch = tokenizer([text for text, _ in items], padding=True, truncation=True, max_length=64, return_tensors="pt")
+        batch["labels"] = torch.tensor([label for _, label in items])
+        return batch
+
+    return DataLoader(rows, batch_size=batch_size, shuffle=shuffle, collate_fn=collate)
+
+
+train, dev = loader("samples/sst2/train.tsv", shuffle=True), loader("samples/sst2/dev.tsv", shuffle=False)
+optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
+steps = epochs * len(train)
+scheduler = get_linear_schedule_with_warmup(optimizer, steps // 10, steps)
+
+for epoch in range(epochs):
+    model.train()
+    for batch in train:
+        model(**batch).loss.backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+    model.eval()
+    with torch.no_grad():
+        correct = sum((model(**b).logits.argmax(-1) == b["labels"]).sum().item() for b in dev)
+    accuracy = correct / len(dev.dataset)
+    print(f"epoch {epoch}: accuracy {accuracy:.4f}")
+print(f"accuracy {accuracy:.4f}")
