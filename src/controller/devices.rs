@@ -140,7 +140,7 @@ impl Run<'_> {
     }
 
     /// Whether new trials wait for devices that other processes hold: none could be leased,
-    /// the study still has trials to run, and enough of the pool is not this controller's.
+    /// the study still has trials to run, and this controller's trials leave room for one.
     pub(super) fn blocked_by_others(&self) -> bool {
         let Some(pool) = &self.gpus else {
             return false;
@@ -150,6 +150,6 @@ impl Run<'_> {
         let budget = &self.plan.budget;
         let budget_left = budget.has_room(trials);
         let failures_left = !budget.too_many_failures(view.count(TrialState::Failed));
-        budget_left && failures_left && pool.not_held() >= pool.plan().per_trial.get()
+        budget_left && failures_left && pool.has_room()
     }
 }
