@@ -18,12 +18,14 @@
 //! What a worker says: `key=value` lines on stdout, split where a line ends
 //! ([`LineReader`]) and read by [`LineParser`], and the lines of cloudml-hypertune's metrics
 //! file ([`MetricsFileReader`]); both give [`Measurement`]s, of which [`final_value`] picks
-//! the trial's value.
+//! the trial's value; an error on stderr that says it ran out of device memory
+//! ([`out_of_memory_line`]) fails the trial as such.
 
 mod command;
 mod env;
 mod files;
 mod lines;
+mod out_of_memory;
 mod report;
 
 use std::time::Duration;
@@ -37,6 +39,7 @@ pub use env::{
 };
 pub use files::{AttemptFiles, attempt_stem, error_log_path, model_folder};
 pub use lines::LineReader;
+pub use out_of_memory::out_of_memory_line;
 pub use report::{
     LineParser, Measurement, MetricsFileReader, ReportError, check_metric_name, final_value,
 };
