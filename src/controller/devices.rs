@@ -54,7 +54,7 @@ impl Run<'_> {
         }
     }
 
-    /// Records `lease`'s devices with the trial's attempt, then starts its worker on them.
+    /// Records `lease`'s devices (and slot) with the trial's attempt, then starts its worker on them.
     pub(super) async fn launch_on(
         &mut self,
         mut trial: TrialRecord,
@@ -63,11 +63,13 @@ impl Run<'_> {
         observer: &mut dyn RunObserver,
     ) -> Result<(), ControllerError> {
         let names = lease.names();
-        if let Err(e) = self.storage.set_gpus(&trial, &names).await {
+        let slot = lease.slot().map(u32::from);
+        if let Err(e) = self.storage.set_gpus(&trial, &names, slot).await {
             self.release(Some(lease));
             return Err(e.into());
         }
         trial.gpus = names;
+        trial.gpu_slot = slot;
         self.launch(trial, recovered, Some(lease), observer);
         Ok(())
     }

@@ -43,6 +43,15 @@ impl fmt::Display for Share {
     }
 }
 
+/// Where an attempt ran, as `hptune trials` and the dashboard show it: its devices as
+/// `HPTUNE_GPUS` names them (`0,1`), and its slot on a device it shared (`0 slot 2`).
+pub fn placement(gpus: &str, slot: Option<u32>) -> String {
+    match slot {
+        Some(slot) => format!("{gpus} slot {slot}"),
+        None => gpus.to_string(),
+    }
+}
+
 /// A GPU of the pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {

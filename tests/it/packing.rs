@@ -234,7 +234,13 @@ fn twenty_four_quarter_gpu_trials_on_two_devices_run_eight_at_once_four_a_device
             serde_json::json!([start.hptune_gpus]),
             "{trial}"
         );
+        assert!(
+            trial["gpu_slot"].as_u64().is_some_and(|slot| slot < 4),
+            "{trial}"
+        );
     }
+    let listed = common::stdout(&host.scratch.hptune(&["trials", &name]));
+    assert!(listed.contains(" slot 3"), "{listed}");
     host.assert_all_succeeded(&name, 24);
     host.assert_no_lock_held();
 }
