@@ -67,7 +67,11 @@ struct Trials<'a> {
 
 impl Host {
     fn new() -> Self {
-        let scratch = Scratch::new();
+        Self::on(Scratch::new())
+    }
+
+    /// The host of `scratch` (and its database).
+    fn on(scratch: Scratch) -> Self {
         let bin = scratch.path("bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::create_dir_all(scratch.path("in-use")).unwrap();
@@ -188,8 +192,18 @@ fn quarter_cap() -> u64 {
 }
 
 #[test]
-fn twenty_four_quarter_gpu_trials_on_two_devices_run_eight_at_once_four_a_device() {
-    let host = Host::new();
+fn twenty_four_quarter_gpu_trials_on_two_devices_run_eight_at_once_four_a_device_on_sqlite() {
+    twenty_four_quarter_gpu_trials(Host::new());
+}
+
+#[test]
+fn twenty_four_quarter_gpu_trials_on_two_devices_run_eight_at_once_four_a_device_on_postgres() {
+    if let Some(url) = common::test_postgres() {
+        twenty_four_quarter_gpu_trials(Host::on(Scratch::on_postgres(&url)));
+    }
+}
+
+fn twenty_four_quarter_gpu_trials(host: Host) {
     let name = common::unique_name("quarters");
     let trials = Trials {
         name: &name,
