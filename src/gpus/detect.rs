@@ -85,10 +85,10 @@ pub fn plan(
         Share::Whole(_) => Isolation::Alone,
         Share::Fraction(_) => Isolation::TimeShared,
     };
-    if isolation == Isolation::TimeShared || memory_cap.is_some() {
-        if let Err(e) = device_memory(&mut found.devices) {
-            tracing::debug!("the devices' memory is not known: {e}");
-        }
+    if (isolation == Isolation::TimeShared || memory_cap.is_some())
+        && let Err(e) = device_memory(&mut found.devices)
+    {
+        tracing::debug!("the devices' memory is not known: {e}");
     }
     let locks = std::env::var_os("HPTUNE_GPU_LOCKS")
         .filter(|dir| !dir.is_empty())

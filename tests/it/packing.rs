@@ -1,15 +1,17 @@
-//! Several trials on one GPU (`trial.resources.gpus: 1/K`) on a machine without any: the
-//! devices are named by `HPTUNE_GPUS`, a fake `nvidia-smi` first on PATH says their memory,
+//! Several trials on one GPU (`trial.resources.gpus: 1/K`) on a machine without any (the
+//! machine of `gpus.rs`): the devices are named by `HPTUNE_GPUS`, a fake `nvidia-smi` first on
+//! PATH says their memory,
 //! and a fake `nvidia-cuda-mps-control` stands for MPS where a test wants it. Each worker
 //! (`fixtures/workers/shared_gpu.sh`) holds a file in its device's folder while it runs and
 //! logs what it was given and how many trials, of which studies, its device and all devices
 //! held as it started.
 
 use crate::common;
+use crate::gpus::{DEVICE_MIB, Machine, Trials};
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output};
 use std::time::Duration;
 
 use common::{Scratch, assert_exit_says, assert_success, stderr};
@@ -17,28 +19,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use rand::{Rng, SeedableRng};
 
-/// The memory the fake `nvidia-smi` gives each device, in MiB (an H100's).
-const DEVICE_MIB: u64 = 81559;
-
-const STUDY: &str = r#"
-name: {name}
-objective: {metric: loss, goal: minimize}
-parameters:
-  - {id: x, type: double, min: 0.0, max: 1.0}
-algorithm: random
-max_trial_count: {trials}
-parallel_trial_count: {parallel}
-trial:
-  command: [{worker}]
-  env: {IN_USE: '{in_use}', GPU_LOG: '{log}', SLEEP: '{sleep}', OUT_OF_MEMORY: '{oom}'}
-  resources: {resources}
-"#;
-
-/// A scratch directory standing for a machine with devices 0 and 1: a fake `nvidia-smi`
-/// that says their memory, a lock folder of its own, the files the workers write.
+/// A machine of `gpus.rs` with devices 0 and 1, named to `hptune` by `HPTUNE_GPUS`.
 struct Host {
-    scratch: Scratch,
-    bin: PathBuf,
+    machine: Machine,
 }
 
 /// What one worker saw as it started.
@@ -56,15 +39,6 @@ struct Start {
     studies_on_device: String,
 }
 
-/// A study of this host: its trials, and what each asks.
-struct Trials<'a> {
-    name: &'a str,
-    count: u64,
-    parallel: u64,
-    resources: &'a str,
-    sleep: f64,
-}
-
 impl Host {
     fn new() -> Self {
         Self::on(Scratch::new())
@@ -72,91 +46,42 @@ impl Host {
 
     /// The host of `scratch` (and its database).
     fn on(scratch: Scratch) -> Self {
-        let bin = scratch.path("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        std::fs::create_dir_all(scratch.path("in-use")).unwrap();
-        let host = Self { scratch, bin };
-        host.program(
-            "nvidia-smi",
-            &format!(
-                "case \"$*\" in *--query-gpu*) echo '0, GPU-a0, {DEVICE_MIB}'; echo '1, GPU-a1, {DEVICE_MIB}';; *) exit 9;; esac\n"
-            ),
-        );
-        host
-    }
-
-    /// Puts a shell script named `name` on this host's PATH.
-    fn program(&self, name: &str, body: &str) {
-        let path = self.bin.join(name);
-        std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        Self {
+            machine: Machine::on(scratch, Some(2)).giving("0,1"),
+        }
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.scratch.path(name)
+        self.machine.path(name)
     }
 
     /// Writes the study file of `trials`, whose trial `oom`, if any, runs out of memory.
     fn study(&self, trials: &Trials, oom: Option<u64>) -> PathBuf {
-        let worker =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/workers/shared_gpu.sh");
-        let text = STUDY
-            .replace("{name}", trials.name)
-            .replace("{trials}", &trials.count.to_string())
-            .replace("{parallel}", &trials.parallel.to_string())
-            .replace("{worker}", worker.to_str().unwrap())
-            .replace("{in_use}", self.path("in-use").to_str().unwrap())
-            .replace("{log}", self.path("gpu-log").to_str().unwrap())
-            .replace("{sleep}", &trials.sleep.to_string())
-            .replace("{oom}", &oom.map(|n| n.to_string()).unwrap_or_default())
-            .replace("{resources}", trials.resources);
-        self.scratch.study(&format!("{}.yaml", trials.name), &text)
-    }
-
-    /// `hptune run STUDY` on this host's devices 0 and 1, its PATH first.
-    fn run_command(&self, study: &Path) -> Command {
-        let mut command = self.scratch.command(&["run", study.to_str().unwrap()]);
-        let path = std::env::var("PATH").unwrap_or_default();
-        command
-            .env("PATH", format!("{}:{path}", self.bin.display()))
-            .env("HPTUNE_GPU_LOCKS", self.path("locks"))
-            .env("HPTUNE_GPUS", "0,1")
-            .env_remove("CUDA_VISIBLE_DEVICES");
-        command
+        let oom = oom.map(|n| n.to_string()).unwrap_or_default();
+        let env = format!(", OUT_OF_MEMORY: '{oom}'");
+        self.machine.study_of(trials, "shared_gpu.sh", &env)
     }
 
     fn run(&self, study: &Path) -> Output {
-        self.run_command(study).output().unwrap()
-    }
-
-    fn spawn(&self, study: &Path) -> Child {
-        self.run_command(study)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        self.machine.run(study, &[])
     }
 
     /// What each worker saw as it started, in order.
     fn starts(&self) -> Vec<Start> {
-        let log = std::fs::read_to_string(self.path("gpu-log")).unwrap_or_default();
-        log.lines()
-            .map(|line| {
-                let f: Vec<&str> = line.split(' ').collect();
-                assert_eq!(f.len(), 11, "{line}");
-                Start {
-                    study: f[0].into(),
-                    trial: f[1].parse().unwrap(),
-                    cuda_visible_devices: f[3].into(),
-                    hptune_gpus: f[4].into(),
-                    gpu_memory: f[5].into(),
-                    mps_threads: f[6].into(),
-                    mps_memory: f[7].into(),
-                    on_device: f[8].parse().unwrap(),
-                    on_all: f[9].parse().unwrap(),
-                    studies_on_device: f[10].into(),
-                }
+        self.machine
+            .log("gpu-log", 11)
+            .into_iter()
+            .map(|f| Start {
+                study: f[0].clone(),
+                trial: f[1].parse().unwrap(),
+                cuda_visible_devices: f[3].clone(),
+                hptune_gpus: f[4].clone(),
+                gpu_memory: f[5].clone(),
+                mps_threads: f[6].clone(),
+                mps_memory: f[7].clone(),
+                on_device: f[8].parse().unwrap(),
+                on_all: f[9].parse().unwrap(),
+                studies_on_device: f[10].clone(),
             })
             .collect()
     }
@@ -177,7 +102,7 @@ impl Host {
 
     /// Fails the test unless every trial of `study` succeeded.
     fn assert_all_succeeded(&self, study: &str, count: usize) {
-        let trials = self.scratch.trials(study);
+        let trials = self.machine.scratch.trials(study);
         assert_eq!(trials.len(), count, "{trials:?}");
         assert!(
             trials.iter().all(|t| t["state"] == "succeeded"),
@@ -205,13 +130,7 @@ fn twenty_four_quarter_gpu_trials_on_two_devices_run_eight_at_once_four_a_device
 
 fn twenty_four_quarter_gpu_trials(host: Host) {
     let name = common::unique_name("quarters");
-    let trials = Trials {
-        name: &name,
-        count: 24,
-        parallel: 16,
-        resources: "{gpus: 0.25}",
-        sleep: 1.5,
-    };
+    let trials = Trials::new(&name, 24, 16, "{gpus: 0.25}", 1.5);
     let out = host.run(&host.study(&trials, None));
     assert_success(&out);
     let said = stderr(&out);
@@ -241,7 +160,7 @@ fn twenty_four_quarter_gpu_trials(host: Host) {
     let most_on_a_device = starts.iter().map(|s| s.on_device).max().unwrap();
     let most_at_once = starts.iter().map(|s| s.on_all).max().unwrap();
     assert_eq!((most_on_a_device, most_at_once), (4, 8), "{starts:?}");
-    for trial in host.scratch.trials(&name) {
+    for trial in host.machine.scratch.trials(&name) {
         let start = starts.iter().find(|s| s.trial == trial["number"]).unwrap();
         assert_eq!(
             trial["gpus"],
@@ -253,7 +172,7 @@ fn twenty_four_quarter_gpu_trials(host: Host) {
             "{trial}"
         );
     }
-    let listed = common::stdout(&host.scratch.hptune(&["trials", &name]));
+    let listed = common::stdout(&host.machine.scratch.hptune(&["trials", &name]));
     assert!(listed.contains(" slot 3"), "{listed}");
     host.assert_all_succeeded(&name, 24);
     host.assert_no_lock_held();
@@ -266,30 +185,12 @@ fn twenty_four_quarter_gpu_trials(host: Host) {
 fn sigkilled_controllers_beside_another_never_double_book_or_leak_a_slot() {
     let host = Host::new();
     let (killed, steady) = (common::unique_name("killed"), common::unique_name("steady"));
-    let killed_study = host.study(
-        &Trials {
-            name: &killed,
-            count: 20,
-            parallel: 8,
-            resources: "{gpus: 0.25}",
-            sleep: 0.7,
-        },
-        None,
-    );
-    let steady_study = host.study(
-        &Trials {
-            name: &steady,
-            count: 16,
-            parallel: 8,
-            resources: "{gpus: 0.25}",
-            sleep: 0.5,
-        },
-        None,
-    );
-    let other = host.spawn(&steady_study);
+    let killed_study = host.study(&Trials::new(&killed, 20, 8, "{gpus: 0.25}", 0.7), None);
+    let steady_study = host.study(&Trials::new(&steady, 16, 8, "{gpus: 0.25}", 0.5), None);
+    let other = host.machine.spawn(&steady_study);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(34);
     for _ in 0..10 {
-        let mut controller = host.spawn(&killed_study);
+        let mut controller = host.machine.spawn(&killed_study);
         std::thread::sleep(Duration::from_millis(rng.random_range(50..1200)));
         kill(Pid::from_raw(controller.id() as i32), Signal::SIGKILL).unwrap();
         controller.wait().unwrap();
@@ -319,14 +220,8 @@ fn a_device_holds_one_share_at_a_time_and_no_share_beside_a_whole_gpu() {
         .iter()
         .zip(shapes)
         .map(|(name, (resources, count))| {
-            let trials = Trials {
-                name,
-                count,
-                parallel: 8,
-                resources,
-                sleep: 0.8,
-            };
-            host.spawn(&host.study(&trials, None))
+            let trials = Trials::new(name, count, 8, resources, 0.8);
+            host.machine.spawn(&host.study(&trials, None))
         })
         .collect();
     for controller in controllers {
@@ -367,13 +262,7 @@ fn shares_that_are_not_one_kth_of_a_gpu_and_caps_above_the_device_exit_2_naming_
         ),
     ] {
         let name = common::unique_name("bad");
-        let trials = Trials {
-            name: &name,
-            count: 1,
-            parallel: 1,
-            resources,
-            sleep: 0.0,
-        };
+        let trials = Trials::new(&name, 1, 1, resources, 0.0);
         let message = assert_exit_says(&host.run(&host.study(&trials, None)), 2, says);
         if !resources.contains("gpu_memory") {
             assert!(
@@ -391,7 +280,7 @@ fn shares_that_are_not_one_kth_of_a_gpu_and_caps_above_the_device_exit_2_naming_
 fn fake_mps(host: &Host) -> PathBuf {
     let calls = host.path("mps-calls");
     let running = host.path("mps-running");
-    host.program(
+    host.machine.program(
         "nvidia-cuda-mps-control",
         &format!(
             "calls='{}'; running='{}'\n\
@@ -413,13 +302,7 @@ fn with_mps_each_trial_gets_its_cap_and_share_and_a_daemon_hptune_started_is_sto
     let host = Host::new();
     let running = fake_mps(&host);
     let name = common::unique_name("mps");
-    let trials = Trials {
-        name: &name,
-        count: 4,
-        parallel: 4,
-        resources: "{gpus: 0.25, gpu_memory: 8GiB}",
-        sleep: 0.2,
-    };
+    let trials = Trials::new(&name, 4, 4, "{gpus: 0.25, gpu_memory: 8GiB}", 0.2);
     let study = host.study(&trials, None);
     let out = host.run(&study);
     assert_success(&out);
@@ -459,15 +342,9 @@ fn with_mps_each_trial_gets_its_cap_and_share_and_a_daemon_hptune_started_is_sto
 fn a_trial_out_of_device_memory_fails_alone_and_is_not_retried() {
     let host = Host::new();
     let name = common::unique_name("oom");
-    let trials = Trials {
-        name: &name,
-        count: 4,
-        parallel: 4,
-        resources: "{gpus: 0.5}",
-        sleep: 0.5,
-    };
+    let trials = Trials::new(&name, 4, 4, "{gpus: 0.5}", 0.5);
     host.run(&host.study(&trials, Some(2)));
-    let trials = host.scratch.trials(&name);
+    let trials = host.machine.scratch.trials(&name);
     for trial in &trials {
         if trial["number"] == 2 {
             assert_eq!(trial["state"], "failed", "{trial}");
