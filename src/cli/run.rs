@@ -8,7 +8,6 @@ use tokio::sync::watch;
 
 use hptune::controller::{RunSummary, StudyEnd};
 use hptune::executor::StopRequest;
-use hptune::gpus::{GpuPlan, Isolation, Share, format_bytes};
 use hptune::ops::{self, Prepared, WorkerOptions};
 use hptune::storage::{StorageUrl, TrialState, best_first};
 
@@ -60,26 +59,6 @@ pub async fn run_trial(
     })
 }
 
-/// What caps each trial's device memory: `memory cap per trial: 20 GiB (GPU 0), ...`, or
-/// that none does for trials that share devices of unknown memory.
-fn memory_caps(gpus: &GpuPlan) -> Option<String> {
-    let caps: Vec<String> = gpus
-        .devices
-        .iter()
-        .filter_map(|d| {
-            gpus.cap_on(d)
-                .map(|cap| format!("{} (GPU {})", format_bytes(cap), d.name))
-        })
-        .collect();
-    match gpus.share {
-        Share::Fraction(_) if caps.len() < gpus.devices.len() => Some(
-            "memory cap per trial: none (the devices' memory is not known: nvidia-smi did not say it; give trial.resources.gpu_memory)".into(),
-        ),
-        _ if caps.is_empty() => None,
-        _ => Some(format!("memory cap per trial: {}", caps.join(", "))),
-    }
-}
-
 /// Says which GPUs the trials share, then runs the controller with a display, stopping
 /// workers on Ctrl-C or SIGTERM.
 async fn supervise(prepared: Prepared) -> Result<RunSummary, Failure> {
@@ -94,11 +73,8 @@ async fn supervise(prepared: Prepared) -> Result<RunSummary, Failure> {
             gpus.share,
             if at_once == 1 { "" } else { "s" }
         );
-        if let Some(caps) = memory_caps(gpus) {
-            eprintln!("{caps}");
-        }
-        if gpus.isolation != Isolation::Alone {
-            eprintln!("isolation: {}", gpus.isolation);
+        for line in [gpus.memory_caps(), gpus.isolation()].into_iter().flatten() {
+            eprintln!("{line}");
         }
     }
     let (interrupt_tx, interrupt) = watch::channel(StopRequest::Run);

@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
-use hptune::gpus::placement;
 use hptune::ops::{self, Best, BestBy};
 use hptune::storage::{StorageUrl, StudyRecord, TrialRecord, TrialState};
 use hptune::study::space::ParamValue;
@@ -133,7 +132,7 @@ pub fn print_trials(
     let gpus = trials.iter().any(|t| !t.gpus.is_empty());
     let with_gpus = |row: &mut Vec<String>, t: &TrialRecord| {
         if gpus {
-            row.push(placement(&t.gpus.join(","), t.gpu_slot));
+            row.push(t.placement());
         }
     };
     match format {

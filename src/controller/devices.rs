@@ -41,7 +41,7 @@ impl Run<'_> {
         };
         if recovered.is_some() && !trial.gpus.is_empty() {
             // Recorded before its worker started: the worker may be running on them.
-            let lease = pool.keep(&trial.gpus);
+            let lease = pool.keep(&trial.gpus, trial.gpu_slot);
             self.launch(trial, recovered, Some(lease), observer);
             return Ok(());
         }

@@ -31,14 +31,14 @@ use super::{Device, MAX_SHARE};
 
 /// The lock folder when `HPTUNE_GPU_LOCKS` does not name one: one for the whole machine, as
 /// its GPUs are, whoever runs hptune; out of reach of age-based cleaners.
-pub const DEFAULT_LOCK_DIR: &str = "/run/lock/hptune-gpu-locks";
+pub(crate) const DEFAULT_LOCK_DIR: &str = "/run/lock/hptune-gpu-locks";
 
 /// How many times a lock is tried again when its file is replaced while it is being taken.
 const REPLACED_TRIES: usize = 3;
 
 /// The folder of the devices' lock files.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockDir {
+pub(crate) struct LockDir {
     path: PathBuf,
 }
 
@@ -53,7 +53,7 @@ enum Hold {
 
 /// One of a device's locks, held by this process on its open lock file.
 #[derive(Debug)]
-pub struct HeldLock {
+pub(crate) struct HeldLock {
     device: Device,
     path: PathBuf,
     hold: Hold,
@@ -64,7 +64,7 @@ pub struct HeldLock {
 
 /// What a check of a held lock found changed.
 #[derive(Debug, PartialEq, Eq)]
-pub enum LockChange {
+pub(crate) enum LockChange {
     /// Its file had vanished or been replaced, and the lock is now held on the file there.
     Retaken,
     /// Its file had vanished or been replaced, and another process holds the lock on the
@@ -74,7 +74,7 @@ pub enum LockChange {
 
 impl LockDir {
     /// The lock folder at `path` (created when first used).
-    pub fn new(path: &Path) -> Self {
+    pub(crate) fn new(path: &Path) -> Self {
         Self {
             path: path.to_path_buf(),
         }
@@ -100,7 +100,7 @@ impl LockDir {
 
     /// Locks `device` whole for this process: the held lock, or `None` when another process
     /// (or a worker it left running) holds it, whole or a slot of it.
-    pub fn try_lock(&self, device: &Device) -> io::Result<Option<HeldLock>> {
+    pub(crate) fn try_lock(&self, device: &Device) -> io::Result<Option<HeldLock>> {
         self.create()?;
         self.try_hold(device, &self.file_of(device), Hold::Exclusive)
     }
@@ -109,7 +109,7 @@ impl LockDir {
     /// free first, and the locks held (those of [`LockDir::try_lock_share`], then the
     /// slot's); `None` when the device is not free for the share or its `share` slots are
     /// taken.
-    pub fn try_lock_slot(
+    pub(crate) fn try_lock_slot(
         &self,
         device: &Device,
         share: u8,
@@ -127,9 +127,20 @@ impl LockDir {
         Ok(None)
     }
 
+    /// Locks slot `slot` of `device` (the recorded slot of a trial taken over): `None` when
+    /// another open file (its worker's) holds it.
+    pub(crate) fn try_lock_slot_at(
+        &self,
+        device: &Device,
+        slot: u8,
+    ) -> io::Result<Option<HeldLock>> {
+        self.create()?;
+        self.try_hold(device, &self.slot_file(device, slot), Hold::Exclusive)
+    }
+
     /// How many of the `share` slots of `device` trials hold now, whichever process runs
     /// them (a slot is looked at by locking it for an instant).
-    pub fn slots_held(&self, device: &Device, share: u8) -> io::Result<usize> {
+    pub(crate) fn slots_held(&self, device: &Device, share: u8) -> io::Result<usize> {
         self.create()?;
         let mut held = 0;
         for slot in 0..share {
@@ -144,7 +155,11 @@ impl LockDir {
     /// Locks `device` for trials that hold `1/share` of it, without a slot: the device's
     /// file and the share's, both shared; `None` when a whole-GPU trial holds the device or
     /// trials of another share run on it.
-    pub fn try_lock_share(&self, device: &Device, share: u8) -> io::Result<Option<Vec<HeldLock>>> {
+    pub(crate) fn try_lock_share(
+        &self,
+        device: &Device,
+        share: u8,
+    ) -> io::Result<Option<Vec<HeldLock>>> {
         self.create()?;
         let Some(whole) = self.try_hold(device, &self.file_of(device), Hold::Shared)? else {
             return Ok(None);
@@ -258,12 +273,12 @@ fn open(path: &Path) -> io::Result<File> {
 
 impl HeldLock {
     /// The device locked.
-    pub fn device(&self) -> &Device {
+    pub(crate) fn device(&self) -> &Device {
         &self.device
     }
 
     /// The open lock file's descriptor, for a worker to inherit.
-    pub fn fd(&self) -> RawFd {
+    pub(crate) fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
 
@@ -286,7 +301,7 @@ impl HeldLock {
     /// old file, which the trial's worker may hold too, no longer keeps anyone off). Returns
     /// what changed since the last check: `None` when the lock is held as it was, or is
     /// still lost.
-    pub fn check(&mut self, dir: &LockDir) -> io::Result<Option<LockChange>> {
+    pub(crate) fn check(&mut self, dir: &LockDir) -> io::Result<Option<LockChange>> {
         if self.is_current()? {
             return Ok(None);
         }
@@ -306,7 +321,7 @@ impl HeldLock {
 
     /// Ends the lock, for every process that holds its file: the trial has ended, and a
     /// child its worker left running (which inherited the file) does not keep the device.
-    pub fn release(self) {
+    pub(crate) fn release(self) {
         if let Err(e) = self.file.unlock() {
             tracing::warn!(
                 "GPU {}: unlocking {}: {e}",

@@ -21,7 +21,7 @@ const UNITS: [(&str, u64); 9] = [
 
 /// Reads a memory size: a whole number of bytes, or a number with a unit (`16GiB`, `1.5GB`,
 /// `512MiB`; binary `KiB`..`TiB`, decimal `kB`..`TB`). An error says what is wrong.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let (number, scale) = UNITS
         .iter()
@@ -42,7 +42,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 
 /// Writes a number of bytes in the largest binary unit that holds it whole or to a tenth:
 /// `16 GiB`, `4.5 GiB`, `512 MiB`.
-pub fn format_bytes(bytes: u64) -> String {
+pub(crate) fn format_bytes(bytes: u64) -> String {
     for (unit, scale) in UNITS.iter().filter(|(unit, _)| unit.ends_with("iB")) {
         if bytes >= *scale {
             let value = bytes as f64 / *scale as f64;
@@ -56,7 +56,7 @@ pub fn format_bytes(bytes: u64) -> String {
 /// Fills in the memory of `devices` as `nvidia-smi --query-gpu` reports it, matching each by
 /// UUID, else by index; a device it does not list (or an `nvidia-smi` that fails or is not
 /// there) keeps its memory unknown. Returns why nothing was learnt, if so.
-pub fn device_memory(devices: &mut [Device]) -> Result<(), String> {
+pub(crate) fn device_memory(devices: &mut [Device]) -> Result<(), String> {
     let mut query = Command::new("nvidia-smi");
     query.args([
         "--query-gpu=index,uuid,memory.total",

@@ -16,13 +16,13 @@ use std::io;
 use std::num::NonZeroUsize;
 use std::os::fd::RawFd;
 
-pub use detect::{Found, Shortage, Source, find, plan};
-pub use lock::{DEFAULT_LOCK_DIR, HeldLock, LockChange, LockDir};
-pub use memory::{device_memory, format_bytes, parse_bytes};
-pub use mps::{Isolation, Mps};
+pub(crate) use detect::{Source, plan};
+pub(crate) use lock::{DEFAULT_LOCK_DIR, HeldLock, LockChange, LockDir};
+pub(crate) use memory::{device_memory, format_bytes, parse_bytes};
+pub(crate) use mps::{Isolation, Mps};
 
 /// The most trials one device may hold (`gpus: 1/16`).
-pub const MAX_SHARE: u8 = 16;
+pub(crate) const MAX_SHARE: u8 = 16;
 
 /// What each trial of a study holds (`trial.resources.gpus`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +45,7 @@ impl fmt::Display for Share {
 
 /// Where an attempt ran, as `hptune trials` and the dashboard show it: its devices as
 /// `HPTUNE_GPUS` names them (`0,1`), and its slot on a device it shared (`0 slot 2`).
-pub fn placement(gpus: &str, slot: Option<u32>) -> String {
+pub(crate) fn placement(gpus: &str, slot: Option<u32>) -> String {
     match slot {
         Some(slot) => format!("{gpus} slot {slot}"),
         None => gpus.to_string(),
@@ -54,7 +54,7 @@ pub fn placement(gpus: &str, slot: Option<u32>) -> String {
 
 /// A GPU of the pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Device {
+pub(crate) struct Device {
     /// How hptune names it: its index (as `nvidia-smi` or the list given numbers it) or the
     /// UUID it was given as; recorded with the attempt and exported as `HPTUNE_GPUS`.
     pub name: String,
@@ -68,7 +68,7 @@ pub struct Device {
 impl Device {
     /// How `CUDA_VISIBLE_DEVICES` names it: its UUID when known, which is the same device
     /// whatever order CUDA numbers the GPUs in (`CUDA_DEVICE_ORDER`), else its name.
-    pub fn cuda_id(&self) -> &str {
+    pub(crate) fn cuda_id(&self) -> &str {
         self.uuid.as_deref().unwrap_or(&self.name)
     }
 }
@@ -80,15 +80,15 @@ pub struct GpuPlan {
     pub share: Share,
     /// The cap on each trial's device memory in bytes (`trial.resources.gpu_memory`), if the
     /// study gives one.
-    pub memory_cap: Option<u64>,
+    pub(crate) memory_cap: Option<u64>,
     /// The devices this controller may hand out.
-    pub devices: Vec<Device>,
+    pub(crate) devices: Vec<Device>,
     /// Where the devices came from.
     pub source: Source,
     /// Where the devices' locks are.
-    pub locks: LockDir,
+    pub(crate) locks: LockDir,
     /// How trials sharing a device are kept apart.
-    pub isolation: Isolation,
+    pub(crate) isolation: Isolation,
 }
 
 impl GpuPlan {
@@ -105,9 +105,36 @@ impl GpuPlan {
         detect::names(&self.devices)
     }
 
+    /// What caps each trial's device memory, as `hptune run` says it: `memory cap per trial:
+    /// 20 GiB (GPU 0), ...`, or that none does for trials that share devices of unknown
+    /// memory; `None` without caps.
+    pub fn memory_caps(&self) -> Option<String> {
+        let caps: Vec<String> = self
+            .devices
+            .iter()
+            .filter_map(|d| {
+                self.cap_on(d)
+                    .map(|cap| format!("{} (GPU {})", format_bytes(cap), d.name))
+            })
+            .collect();
+        match self.share {
+            Share::Fraction(_) if caps.len() < self.devices.len() => Some(
+                "memory cap per trial: none (the devices' memory is not known: nvidia-smi did not say it; give trial.resources.gpu_memory)".into(),
+            ),
+            _ if caps.is_empty() => None,
+            _ => Some(format!("memory cap per trial: {}", caps.join(", "))),
+        }
+    }
+
+    /// How trials sharing a device are kept apart, as `hptune run` says it (`isolation:
+    /// ...`); `None` for trials on whole devices.
+    pub fn isolation(&self) -> Option<String> {
+        (self.isolation != Isolation::Alone).then(|| format!("isolation: {}", self.isolation))
+    }
+
     /// The cap on the memory of a trial on `device`: the study's, else (for a share of a
     /// device whose memory is known) the device's memory divided among its trials.
-    pub fn cap_on(&self, device: &Device) -> Option<u64> {
+    pub(crate) fn cap_on(&self, device: &Device) -> Option<u64> {
         match (self.memory_cap, self.share) {
             (Some(cap), _) => Some(cap),
             (None, Share::Fraction(k)) => device.memory.map(|m| m / u64::from(k)),
@@ -119,11 +146,10 @@ impl GpuPlan {
 /// The devices one trial holds, its slot on a shared device, and the locks this process
 /// took for them.
 #[derive(Debug)]
-pub struct Lease {
+pub(crate) struct Lease {
     devices: Vec<Device>,
     locks: Vec<HeldLock>,
-    /// The slot of a trial sharing its device, when known (a trial taken over from a
-    /// controller that is gone keeps the slot its worker holds, unrecorded).
+    /// The slot of a trial sharing its device (recorded with its attempt).
     slot: Option<u8>,
     memory_cap: Option<u64>,
     /// The share of the device's compute a trial gets under MPS, in percent.
@@ -132,41 +158,41 @@ pub struct Lease {
 
 impl Lease {
     /// The devices.
-    pub fn devices(&self) -> &[Device] {
+    pub(crate) fn devices(&self) -> &[Device] {
         &self.devices
     }
 
     /// The devices' names, as recorded with the attempt.
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.devices.iter().map(|d| d.name.clone()).collect()
     }
 
-    /// The slot the trial holds on a shared device, when known.
-    pub fn slot(&self) -> Option<u8> {
+    /// The slot the trial holds on a shared device.
+    pub(crate) fn slot(&self) -> Option<u8> {
         self.slot
     }
 
     /// The cap on the trial's device memory, in bytes.
-    pub fn memory_cap(&self) -> Option<u64> {
+    pub(crate) fn memory_cap(&self) -> Option<u64> {
         self.memory_cap
     }
 
     /// The percentage of the device's compute the trial may use under MPS (`None` without
     /// MPS).
-    pub fn mps_threads(&self) -> Option<u8> {
+    pub(crate) fn mps_threads(&self) -> Option<u8> {
         self.mps_threads
     }
 
     /// The open lock files, which the trial's worker inherits: its devices stay locked while
     /// it runs, also if its controller is killed.
-    pub fn lock_fds(&self) -> Vec<RawFd> {
+    pub(crate) fn lock_fds(&self) -> Vec<RawFd> {
         self.locks.iter().map(HeldLock::fd).collect()
     }
 }
 
 /// The devices of one controller: how many of its trials each holds.
 #[derive(Debug)]
-pub struct GpuPool {
+pub(crate) struct GpuPool {
     plan: GpuPlan,
     /// Trials of this controller on each device, by name.
     load: HashMap<String, usize>,
@@ -174,7 +200,7 @@ pub struct GpuPool {
 
 impl GpuPool {
     /// A pool of `plan`'s devices, none held.
-    pub fn new(plan: GpuPlan) -> Self {
+    pub(crate) fn new(plan: GpuPlan) -> Self {
         Self {
             plan,
             load: HashMap::new(),
@@ -182,7 +208,7 @@ impl GpuPool {
     }
 
     /// The plan of the pool.
-    pub fn plan(&self) -> &GpuPlan {
+    pub(crate) fn plan(&self) -> &GpuPlan {
         &self.plan
     }
 
@@ -218,7 +244,7 @@ impl GpuPool {
     /// Devices for one trial, among those that no other process holds in a way that
     /// excludes it: whole devices no trial holds, or a free slot of the least loaded device
     /// (counting every process's trials); `None` when none is free.
-    pub fn acquire(&mut self) -> io::Result<Option<Lease>> {
+    pub(crate) fn acquire(&mut self) -> io::Result<Option<Lease>> {
         let lease = match self.plan.share {
             Share::Whole(wanted) => {
                 let mut devices = Vec::with_capacity(wanted.get());
@@ -268,11 +294,13 @@ impl GpuPool {
         Ok(Some(lease))
     }
 
-    /// The devices recorded with a trial taken over from a controller that is gone: its
-    /// worker keeps them, and no other trial gets them (or, on a shared device, its slot)
-    /// while it runs. Each lock is taken here if it can be; one that cannot is held by the
-    /// worker, which inherited it.
-    pub fn keep(&mut self, names: &[String]) -> Lease {
+    /// The devices (and the slot, on a shared device) recorded with a trial taken over from
+    /// a controller that is gone: its worker keeps them, and no other trial gets them while
+    /// it runs. Each lock is taken here if it can be; one that cannot is held by the worker,
+    /// which inherited it. (A worker that never started, or has ended, holds nothing: its
+    /// slot is then locked here, for the worker started again in its place.)
+    pub(crate) fn keep(&mut self, names: &[String], slot: Option<u32>) -> Lease {
+        let slot = slot.and_then(|s| u8::try_from(s).ok());
         let devices: Vec<Device> = names
             .iter()
             .map(|name| {
@@ -296,12 +324,13 @@ impl GpuPool {
                     .locks
                     .try_lock(device)
                     .map(|l| l.into_iter().collect()),
-                // The worker holds its slot; the share's locks are taken beside it.
-                Share::Fraction(k) => self
-                    .plan
-                    .locks
-                    .try_lock_share(device, k)
-                    .map(Option::unwrap_or_default),
+                Share::Fraction(k) => self.plan.locks.try_lock_share(device, k).and_then(|held| {
+                    let mut held = held.unwrap_or_default();
+                    if let Some(slot) = slot.filter(|s| *s < k) {
+                        held.extend(self.plan.locks.try_lock_slot_at(device, slot)?);
+                    }
+                    Ok(held)
+                }),
             };
             match locked {
                 Ok(held) => locks.extend(held),
@@ -309,12 +338,12 @@ impl GpuPool {
             }
             *self.load.entry(device.name.clone()).or_default() += 1;
         }
-        self.lease(devices, locks, None)
+        self.lease(devices, locks, slot)
     }
 
     /// Gives a trial's devices back (its worker has ended): their locks end, also for the
     /// processes its worker left running.
-    pub fn release(&mut self, lease: Lease) {
+    pub(crate) fn release(&mut self, lease: Lease) {
         for device in &lease.devices {
             if let Some(load) = self.load.get_mut(&device.name) {
                 *load = load.saturating_sub(1);
@@ -325,7 +354,7 @@ impl GpuPool {
 
     /// Checks that the locks of a running trial still keep other processes off its devices
     /// (see [`HeldLock::check`]), and says so when one had to be taken again or was lost.
-    pub fn check(&self, lease: &mut Lease) {
+    pub(crate) fn check(&self, lease: &mut Lease) {
         for lock in &mut lease.locks {
             let name = lock.device().name.clone();
             match lock.check(&self.plan.locks) {
@@ -343,7 +372,7 @@ impl GpuPool {
 
     /// Whether this controller's own trials leave room for one more trial (the room may be
     /// held by other processes).
-    pub fn has_room(&self) -> bool {
+    pub(crate) fn has_room(&self) -> bool {
         let free: usize = self
             .plan
             .devices
@@ -418,7 +447,7 @@ mod tests {
         let mut mine = pool(dir.path(), &["0", "1", "2"], whole(1));
         let mut worker = pool(dir.path(), &["0", "1", "2"], whole(1));
         let inherited = worker.acquire().unwrap().unwrap();
-        let kept = mine.keep(&["0".into(), "1".into()]);
+        let kept = mine.keep(&["0".into(), "1".into()], None);
         assert_eq!(kept.names(), ["0", "1"]);
         assert_eq!(kept.lock_fds().len(), 1, "device 0 stays its worker's lock");
         assert_eq!(mine.acquire().unwrap().unwrap().names(), ["2"]);
@@ -426,6 +455,31 @@ mod tests {
         drop(inherited);
         mine.release(kept);
         assert!(mine.has_room());
+    }
+
+    #[test]
+    fn an_adopted_trial_on_a_shared_device_keeps_its_recorded_slot_held_by_its_worker_or_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut mine = pool(dir.path(), &["0"], Share::Fraction(2));
+        let mut worker = pool(dir.path(), &["0"], Share::Fraction(2));
+        let alive = worker.acquire().unwrap().unwrap();
+        assert_eq!(alive.slot(), Some(0));
+        // Its worker holds slot 0: kept beside it, not taken twice.
+        let kept = mine.keep(&["0".into()], Some(0));
+        assert_eq!((kept.slot(), kept.lock_fds().len()), (Some(0), 2));
+        let other = mine.acquire().unwrap().unwrap();
+        assert_eq!(other.slot(), Some(1));
+        assert!(worker.acquire().unwrap().is_none(), "both slots held");
+        drop(alive);
+        mine.release(kept);
+        // A trial whose worker is gone: its slot is locked here, for the next worker.
+        let kept = mine.keep(&["0".into()], Some(0));
+        assert_eq!(kept.lock_fds().len(), 3);
+        assert!(
+            worker.acquire().unwrap().is_none(),
+            "slot 0 kept, slot 1 held"
+        );
+        drop(other);
     }
 
     #[test]

@@ -13,7 +13,7 @@ const CONTROL: &str = "nvidia-cuda-mps-control";
 
 /// How the trials of a study are kept apart on their devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Isolation {
+pub(crate) enum Isolation {
     /// Each trial holds whole devices alone.
     Alone,
     /// Trials share devices under MPS, which enforces each one's memory cap; `started`: this
@@ -46,14 +46,14 @@ impl fmt::Display for Isolation {
 
 /// The MPS control daemon this run uses; stopped when dropped if this run started it.
 #[derive(Debug)]
-pub struct Mps {
+pub(crate) struct Mps {
     started: bool,
 }
 
 impl Mps {
     /// Finds a running control daemon, else starts one: `None` when MPS is not there (no
     /// `nvidia-cuda-mps-control`, or a daemon that does not start).
-    pub fn find_or_start() -> Option<Mps> {
+    pub(crate) fn find_or_start() -> Option<Mps> {
         if ask("get_server_list").is_ok() {
             return Some(Mps { started: false });
         }
@@ -74,7 +74,7 @@ impl Mps {
     }
 
     /// The isolation the daemon gives.
-    pub fn isolation(&self) -> Isolation {
+    pub(crate) fn isolation(&self) -> Isolation {
         Isolation::Mps {
             started: self.started,
         }

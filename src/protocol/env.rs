@@ -8,7 +8,7 @@ use crate::study::TrialTemplate;
 
 /// The variables of the worker protocol, in the order [`protocol_env`] sets them: study,
 /// trial, attempt, metrics file, and cloudml-hypertune's metrics file and trial.
-pub const PROTOCOL_VARIABLES: [&str; 6] = [
+pub(crate) const PROTOCOL_VARIABLES: [&str; 6] = [
     "HPTUNE_STUDY",
     "HPTUNE_TRIAL_ID",
     "HPTUNE_ATTEMPT",
@@ -18,37 +18,37 @@ pub const PROTOCOL_VARIABLES: [&str; 6] = [
 ];
 
 /// The variable that names the folder a worker saves its model to, its attempt's own.
-pub const OUTPUT_DIR_VARIABLE: &str = "HPTUNE_OUTPUT_DIR";
+pub(crate) const OUTPUT_DIR_VARIABLE: &str = "HPTUNE_OUTPUT_DIR";
 
 /// The variable that Vertex AI gives its tuning trials for the same folder (so a script
 /// written for Vertex AI saves there unchanged).
-pub const VERTEX_MODEL_DIR_VARIABLE: &str = "AIP_MODEL_DIR";
+pub(crate) const VERTEX_MODEL_DIR_VARIABLE: &str = "AIP_MODEL_DIR";
 
 /// The variables that name the folder a worker saves its model to: as hptune names it, and
 /// as Vertex AI does.
-pub const OUTPUT_VARIABLES: [&str; 2] = [OUTPUT_DIR_VARIABLE, VERTEX_MODEL_DIR_VARIABLE];
+pub(crate) const OUTPUT_VARIABLES: [&str; 2] = [OUTPUT_DIR_VARIABLE, VERTEX_MODEL_DIR_VARIABLE];
 
 /// The variable that lists a trial's devices as CUDA names them (UUIDs when known).
-pub const CUDA_DEVICES_VARIABLE: &str = "CUDA_VISIBLE_DEVICES";
+pub(crate) const CUDA_DEVICES_VARIABLE: &str = "CUDA_VISIBLE_DEVICES";
 
 /// The variable that lists a trial's devices as hptune names them (recorded with the
 /// attempt); never passed on to a worker of a trial without GPUs.
-pub const GPUS_VARIABLE: &str = "HPTUNE_GPUS";
+pub(crate) const GPUS_VARIABLE: &str = "HPTUNE_GPUS";
 
 /// The variable that gives a trial with a memory cap (its own, or its share of a device) the
 /// cap, in bytes: a worker that is not isolated by MPS keeps to it itself.
-pub const GPU_MEMORY_VARIABLE: &str = "HPTUNE_GPU_MEMORY";
+pub(crate) const GPU_MEMORY_VARIABLE: &str = "HPTUNE_GPU_MEMORY";
 
 /// The variable by which MPS caps a trial's device memory (`0=<MiB>M`: the first device
 /// the trial sees).
-pub const MPS_MEMORY_VARIABLE: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+pub(crate) const MPS_MEMORY_VARIABLE: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
 
 /// The variable by which MPS gives a trial its share of the device's compute, in percent.
-pub const MPS_THREADS_VARIABLE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+pub(crate) const MPS_THREADS_VARIABLE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
 
 /// The variables that give a trial with GPUs its devices, its cap and its share of them: as
 /// CUDA names the devices, as hptune does, its cap in bytes, and MPS's limits.
-pub const DEVICE_VARIABLES: [&str; 5] = [
+pub(crate) const DEVICE_VARIABLES: [&str; 5] = [
     CUDA_DEVICES_VARIABLE,
     GPUS_VARIABLE,
     GPU_MEMORY_VARIABLE,
@@ -58,7 +58,7 @@ pub const DEVICE_VARIABLES: [&str; 5] = [
 
 /// The variable that gives a relay (in a remote job) its storage URL; never passed on to a
 /// worker, which never needs the database.
-pub const STORAGE_VARIABLE: &str = "HPTUNE_STORAGE";
+pub(crate) const STORAGE_VARIABLE: &str = "HPTUNE_STORAGE";
 
 /// The variable that names the folder, on the job's node, of the relay's files (the
 /// worker's log and metrics file) in a Slurm job that reports through the database.
@@ -67,14 +67,14 @@ pub const RELAY_LOG_DIR_VARIABLE: &str = "HPTUNE_RELAY_LOG_DIR";
 /// Whether `name` belongs to the worker protocol, which a study's `trial.env` may not set:
 /// one of [`PROTOCOL_VARIABLES`] or [`OUTPUT_VARIABLES`], or any other `HPTUNE_` name
 /// ([`STORAGE_VARIABLE`], [`GPUS_VARIABLE`], and those the protocol may add).
-pub fn is_protocol_variable(name: &str) -> bool {
+pub(crate) fn is_protocol_variable(name: &str) -> bool {
     name.starts_with("HPTUNE_")
         || PROTOCOL_VARIABLES.contains(&name)
         || OUTPUT_VARIABLES.contains(&name)
 }
 
 /// The variables of the worker protocol, named by [`PROTOCOL_VARIABLES`].
-pub fn protocol_env(
+pub(crate) fn protocol_env(
     study: &str,
     number: u64,
     attempt: u32,
@@ -102,7 +102,7 @@ pub fn protocol_env(
 /// limits under MPS: a worker always sees its own trial (`spec`
 /// refuses a `trial.env` that names a protocol or output variable, or a device variable of
 /// a study with GPUs).
-pub fn worker_env(
+pub(crate) fn worker_env(
     template: &TrialTemplate,
     study: &str,
     number: u64,
@@ -148,7 +148,7 @@ fn device_env(lease: &Lease) -> Vec<(String, String)> {
 }
 
 /// Both [`OUTPUT_VARIABLES`] naming `dir`, the folder the worker saves its model to.
-pub fn output_env(dir: &str) -> Vec<(String, String)> {
+pub(crate) fn output_env(dir: &str) -> Vec<(String, String)> {
     OUTPUT_VARIABLES
         .iter()
         .map(|name| (name.to_string(), dir.to_string()))

@@ -14,7 +14,7 @@ const MARKS: [&str; 4] = [
 
 /// The last line of `stderr` (a worker's error output, or its tail) that says the worker
 /// ran out of device memory, trimmed.
-pub fn out_of_memory_line(stderr: &str) -> Option<String> {
+pub(crate) fn out_of_memory_line(stderr: &str) -> Option<String> {
     stderr
         .lines()
         .rev()

@@ -55,7 +55,7 @@ pub enum TrialState {
 
 impl TrialState {
     /// Every state, in life order.
-    pub const ALL: [TrialState; 5] = [
+    pub(crate) const ALL: [TrialState; 5] = [
         TrialState::Pending,
         TrialState::Running,
         TrialState::Succeeded,
@@ -75,7 +75,7 @@ impl TrialState {
     }
 
     /// Whether the trial is over.
-    pub fn is_finished(self) -> bool {
+    pub(crate) fn is_finished(self) -> bool {
         matches!(
             self,
             TrialState::Succeeded | TrialState::Failed | TrialState::Stopped
@@ -208,7 +208,7 @@ pub struct StudySummary {
 
 impl StudySummary {
     /// Summarises `trials` of `study`.
-    pub fn new(study: StudyRecord, trials: &[TrialRecord]) -> Self {
+    pub(crate) fn new(study: StudyRecord, trials: &[TrialRecord]) -> Self {
         let mut counts = [0; 5];
         for trial in trials {
             counts[TrialState::ALL
@@ -261,15 +261,21 @@ impl StudyRecord {
 }
 
 impl TrialRecord {
+    /// Where its current attempt runs or ran, as `hptune trials` shows it: its GPUs (`0,1`),
+    /// and its slot on a GPU it shares (`0 slot 2`).
+    pub fn placement(&self) -> String {
+        crate::gpus::placement(&self.gpus.join(","), self.gpu_slot)
+    }
+
     /// Whether it waits to run first, enqueued (`pending` with no owner and never started;
     /// a trial handed back by an interrupted controller has started); in SQL, `enqueued!()`.
-    pub fn is_enqueued(&self) -> bool {
+    pub(crate) fn is_enqueued(&self) -> bool {
         self.state == TrialState::Pending && self.owner.is_none() && self.started_at.is_none()
     }
 
     /// The trial as a sampler sees it once it has ended (its value only if it succeeded);
     /// `None` while it has not ended.
-    pub fn observation(&self) -> Option<Observation> {
+    pub(crate) fn observation(&self) -> Option<Observation> {
         self.state.is_finished().then(|| Observation {
             number: self.number,
             params: self.params.clone(),
@@ -332,7 +338,7 @@ pub(super) fn measurement_from_row(row: &AnyRow) -> Result<Measurement, StorageE
 
 /// One attempt of a trial as stored: a retry after an infrastructure failure is a new one.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AttemptRecord {
+pub(crate) struct AttemptRecord {
     /// The trial's number.
     pub number: u64,
     /// The attempt, from 1.
@@ -400,7 +406,7 @@ fn slot(row: &AnyRow) -> Result<Option<u32>, StorageError> {
 
 /// One measurement as stored, with the attempt that reported it and when.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MeasurementRecord {
+pub(crate) struct MeasurementRecord {
     /// The attempt that reported it.
     pub attempt: u32,
     /// Training step or epoch; `None` for a final report.
@@ -416,7 +422,7 @@ pub struct MeasurementRecord {
 /// A study with what its list shows: trials by state, best value, last activity; counted by
 /// the database, so that the list costs no trial rows.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StudyOverview {
+pub(crate) struct StudyOverview {
     /// The study.
     pub study: StudyRecord,
     /// Trials by state, in the order of [`TrialState::ALL`].
@@ -429,7 +435,7 @@ pub struct StudyOverview {
 
 impl StudyOverview {
     /// Number of trials in `state`.
-    pub fn count(&self, state: TrialState) -> usize {
+    pub(crate) fn count(&self, state: TrialState) -> usize {
         TrialState::ALL
             .iter()
             .position(|s| *s == state)
@@ -437,7 +443,7 @@ impl StudyOverview {
     }
 
     /// Number of trials.
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.counts.iter().sum()
     }
 }
