@@ -135,7 +135,7 @@ pub fn print_trials(
     let gpus = trials.iter().any(|t| !t.gpus.is_empty());
     let with_gpus = |row: &mut Vec<String>, t: &TrialRecord| {
         if gpus {
-            row.push(t.gpus.join(","));
+            row.push(t.placement());
         }
     };
     match format {

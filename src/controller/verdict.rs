@@ -110,6 +110,16 @@ fn verdict_on_end(
         (Err(ReportError::Missing(_)), Some(unreadable)) => failed(unreadable.clone()),
         (Err(e), _) => failed(e.to_string()),
     };
+    if let Some(line) = &outcome.out_of_memory
+        && matches!(
+            outcome.end,
+            WorkerEnd::Exited(_) | WorkerEnd::Killed(_) | WorkerEnd::JobFailed(_)
+        )
+        && outcome.end != WorkerEnd::Exited(0)
+    {
+        // Not the machine's failure: the next attempt would run out of memory again.
+        return failed(format!("the worker ran out of device memory: {line}"));
+    }
     match &outcome.end {
         WorkerEnd::Exited(0) => finished(),
         WorkerEnd::Vanished
@@ -211,6 +221,25 @@ mod tests {
             Verdict::Final(TrialState::Failed, None, Some(e)) => assert!(e.contains("loss"), "{e}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_worker_out_of_device_memory_fails_and_is_not_retried() {
+        let oom = |end| WorkerOutcome {
+            out_of_memory: Some("torch.OutOfMemoryError: CUDA out of memory.".into()),
+            ..WorkerOutcome::new(1, end)
+        };
+        let said = failed(
+            "the worker ran out of device memory: torch.OutOfMemoryError: CUDA out of memory.",
+        );
+        for end in [WorkerEnd::Exited(1), WorkerEnd::killed_by(9)] {
+            assert_eq!(verdict_on(&study(), &[], &oom(end), None, false), said);
+        }
+        // Without the message, a SIGKILL is the machine's and retried.
+        assert!(matches!(
+            verdict(WorkerEnd::killed_by(9), &[], None),
+            Verdict::Retry(_)
+        ));
     }
 
     #[test]

@@ -119,7 +119,7 @@ impl Run<'_> {
                 trial.attempt,
                 &files.metrics,
                 output_dir.as_ref().map(|folder| folder.path.as_path()),
-                lease.map_or(&[], Lease::devices),
+                lease,
             ),
             output_dir,
             log_path: files.log,

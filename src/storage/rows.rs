@@ -16,7 +16,7 @@ use crate::study::space::{Assignment, Space};
 /// The columns of a trial, in the order [`TrialRecord::from_row`] reads them.
 macro_rules! trial_columns {
     () => {
-        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus, artifact_dir, artifact_removed_at, constraint_values, infeasible, lease_expires_at, lease_seconds"
+        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus, gpu_slot, artifact_dir, artifact_removed_at, constraint_values, infeasible, lease_expires_at, lease_seconds"
     };
 }
 pub(crate) use trial_columns;
@@ -153,6 +153,8 @@ pub struct TrialRecord {
     pub owner: Option<String>,
     /// The GPUs of its current attempt, as `HPTUNE_GPUS` names them; empty without GPUs.
     pub gpus: Vec<String>,
+    /// The slot of its current attempt on a GPU it shares (`gpus: 1/K`), from 0.
+    pub gpu_slot: Option<u32>,
     /// The model folder of its current attempt (`HPTUNE_OUTPUT_DIR`), once its worker started.
     pub artifact_dir: Option<String>,
     /// When hptune removed its attempts' model folders (`artifacts.keep_best`).
@@ -188,6 +190,7 @@ impl TrialRecord {
             attempt: 1,
             owner: None,
             gpus: Vec::new(),
+            gpu_slot: None,
             artifact_dir: None,
             artifact_removed_at: None,
             constraint_values: BTreeMap::new(),
@@ -273,6 +276,12 @@ impl StudyRecord {
 }
 
 impl TrialRecord {
+    /// Where its current attempt runs or ran, as `hptune trials` shows it: its GPUs (`0,1`),
+    /// and its slot on a GPU it shares (`0 slot 2`).
+    pub fn placement(&self) -> String {
+        crate::gpus::placement(&self.gpus.join(","), self.gpu_slot)
+    }
+
     /// Whether it waits to run first, enqueued (`pending` with no owner and never started;
     /// a trial handed back by an interrupted controller has started); in SQL, `enqueued!()`.
     pub(crate) fn is_enqueued(&self) -> bool {
@@ -324,6 +333,7 @@ impl TrialRecord {
                 .map_err(corrupt)?
                 .map(|list| list.split(',').map(str::to_string).collect())
                 .unwrap_or_default(),
+            gpu_slot: slot(row)?,
             artifact_dir: row.try_get("artifact_dir").map_err(corrupt)?,
             artifact_removed_at: row.try_get("artifact_removed_at").map_err(corrupt)?,
             constraint_values: match row
@@ -375,13 +385,15 @@ pub(crate) struct AttemptRecord {
     pub last_output: Option<String>,
     /// The GPUs it ran on, as its worker's HPTUNE_GPUS named them (comma-separated).
     pub gpus: Option<String>,
+    /// Its slot on the GPU it shared (`gpus: 1/K`), from 0.
+    pub gpu_slot: Option<u32>,
 }
 
 /// The columns of an attempt joined with its trial, in the order
 /// [`AttemptRecord::from_row`] reads them.
 macro_rules! attempt_columns {
     () => {
-        "t.number, a.attempt, a.worker, a.owner, a.started_at, a.finished_at, a.outcome, a.error, a.last_output, a.gpus"
+        "t.number, a.attempt, a.worker, a.owner, a.started_at, a.finished_at, a.outcome, a.error, a.last_output, a.gpus, a.gpu_slot"
     };
 }
 pub(crate) use attempt_columns;
@@ -403,8 +415,19 @@ impl AttemptRecord {
             error: row.try_get("error").map_err(corrupt)?,
             last_output: row.try_get("last_output").map_err(corrupt)?,
             gpus: row.try_get("gpus").map_err(corrupt)?,
+            gpu_slot: slot(row)?,
         })
     }
+}
+
+/// The `gpu_slot` of a trial's or an attempt's row.
+fn slot(row: &AnyRow) -> Result<Option<u32>, StorageError> {
+    row.try_get::<Option<i64>, _>("gpu_slot")
+        .map_err(corrupt)?
+        .map(|slot| {
+            u32::try_from(slot).map_err(|_| StorageError::Corrupt("gpu_slot out of range".into()))
+        })
+        .transpose()
 }
 
 /// One measurement as stored, with the attempt that reported it and when.
