@@ -43,6 +43,22 @@ fn measurements(output: &Output) -> String {
         .collect()
 }
 
+/// Checks that the run succeeded and that its log (stderr) says `text`.
+pub(crate) fn assert_success_logging(output: &Output, text: &str) {
+    assert!(output.status.success(), "stderr: {}", stderr(output));
+    assert!(stderr(output).contains(text), "{}", stderr(output));
+}
+
+/// Checks that the run was refused as bad input: exit status 2, one line on stderr saying
+/// `text`, nothing on stdout.
+pub(crate) fn assert_refused(output: &Output, text: &str) {
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(output));
+    let message = stderr(output);
+    assert_eq!(message.trim().lines().count(), 1, "{message}");
+    assert!(message.contains(text), "{message}");
+    assert!(stdout(output).is_empty());
+}
+
 /// `key=value` pairs of a protocol line.
 fn pairs(line: &str) -> Vec<(String, f64)> {
     line.split_whitespace()
@@ -197,14 +213,7 @@ fn a_bad_flag_value_exits_non_zero_with_one_line_naming_the_flag() {
         .arg("--learning-rate=-1")
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let message = stderr(&output);
-    assert_eq!(message.trim().lines().count(), 1, "{message}");
-    assert!(
-        message.contains("--learning-rate: must be a positive number"),
-        "{message}"
-    );
-    assert!(stdout(&output).is_empty());
+    assert_refused(&output, "--learning-rate: must be a positive number");
 }
 
 #[test]
@@ -263,12 +272,7 @@ fn batch_orders_give_other_batches_each_repeatable_by_its_seed_and_the_log_names
             .args(["--batch-order", order])
             .output()
             .unwrap();
-        assert!(output.status.success(), "stderr: {}", stderr(&output));
-        assert!(
-            stderr(&output).contains("device cpu, precision f32"),
-            "{}",
-            stderr(&output)
-        );
+        assert_success_logging(&output, "device cpu, precision f32");
         measurements(&output)
     };
     let grouped = run("length-grouped");
