@@ -81,7 +81,7 @@ const WARM_MARKERS: &str = "hptune-warm";
 /// An exclusive `flock` on a cache folder, held while one trainer compiles its warm-up's
 /// kernels; released when dropped, or by the kernel when the process dies.
 #[derive(Debug)]
-pub struct WarmUpLock {
+pub(crate) struct WarmUpLock {
     dir: PathBuf,
     _file: File,
 }
@@ -89,7 +89,7 @@ pub struct WarmUpLock {
 impl WarmUpLock {
     /// Takes the folder's lock, waiting (and saying so in the log) while another process
     /// holds it.
-    pub fn acquire(dir: &Path) -> std::io::Result<WarmUpLock> {
+    pub(crate) fn acquire(dir: &Path) -> std::io::Result<WarmUpLock> {
         let path = dir.join(LOCK_FILE);
         let file = File::options()
             .create(true)
@@ -114,13 +114,13 @@ impl WarmUpLock {
     }
 
     /// Whether a warm-up of the shapes named `key` has completed in this folder.
-    pub fn is_warm(&self, key: &str) -> bool {
+    pub(crate) fn is_warm(&self, key: &str) -> bool {
         self.dir.join(WARM_MARKERS).join(key).is_file()
     }
 
     /// Records that the warm-up of the shapes named `key` has completed: a marker written to
     /// a temporary file and renamed into place, so that it is whole or absent.
-    pub fn mark_warm(&self, key: &str) -> std::io::Result<()> {
+    pub(crate) fn mark_warm(&self, key: &str) -> std::io::Result<()> {
         let markers = self.dir.join(WARM_MARKERS);
         std::fs::create_dir_all(&markers)?;
         let temporary = markers.join(format!(".{key}.{}.tmp", std::process::id()));

@@ -64,7 +64,7 @@ pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
 }
 
 /// Formats bytes for people: `16.00 GiB (17179869184 bytes)`.
-pub fn describe_bytes(bytes: u64) -> String {
+pub(crate) fn describe_bytes(bytes: u64) -> String {
     const GIB: f64 = 1073741824.0;
     const MIB: f64 = 1048576.0;
     let value = bytes as f64;
@@ -150,7 +150,7 @@ impl PeakMemory {
 }
 
 /// The process's peak resident set in bytes, from `getrusage`.
-pub fn peak_rss() -> u64 {
+pub(crate) fn peak_rss() -> u64 {
     // SAFETY: getrusage only writes the struct it is given, which is zeroed and of its type.
     let usage = unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();
@@ -163,7 +163,7 @@ pub fn peak_rss() -> u64 {
 
 /// The bytes the memory pool of `device` holds (reserved pages, not only live tensors), on a
 /// GPU backend; `None` on the CPU backends.
-pub fn device_reserved(device: &dyn Any) -> Option<u64> {
+pub(crate) fn device_reserved(device: &dyn Any) -> Option<u64> {
     #[cfg(feature = "cuda")]
     if let Some(device) = device.downcast_ref::<burn::backend::cuda::CudaDevice>() {
         use burn::cubecl::Runtime;

@@ -132,27 +132,27 @@ fn synthetic_rows(rows: usize, seq: usize, vocab_size: usize) -> Vec<EncodedExam
 /// The shapes a warm-up compiles kernels for: the model's, the batches', the precision and
 /// the autotune level.
 #[derive(Debug, Clone, Copy)]
-pub struct WarmShapes<'a> {
+pub(crate) struct WarmShapes<'a> {
     /// The model's architecture (its encoder layers as trained).
-    pub config: &'a BertConfig,
+    pub(crate) config: &'a BertConfig,
     /// Classes of the head.
-    pub num_labels: usize,
+    pub(crate) num_labels: usize,
     /// Training batch size.
-    pub batch: usize,
+    pub(crate) batch: usize,
     /// Tokens per text.
-    pub seq: usize,
+    pub(crate) seq: usize,
     /// Evaluation batch size.
-    pub eval_batch_size: usize,
+    pub(crate) eval_batch_size: usize,
     /// Float type.
-    pub precision: Precision,
+    pub(crate) precision: Precision,
     /// cubecl's autotune level.
-    pub autotune: AutotuneLevel,
+    pub(crate) autotune: AutotuneLevel,
 }
 
 impl WarmShapes<'_> {
     /// A file name that tells these shapes apart from others:
     /// `h384-l6-a12-i1536-v30522-p512-c2-b32-s128-e64-f32-balanced`.
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         let c = self.config;
         format!(
             "h{}-l{}-a{}-i{}-v{}-p{}-c{}-b{}-s{}-e{}-{}-{}",
@@ -174,7 +174,7 @@ impl WarmShapes<'_> {
 
 /// One training step and one evaluation at `shapes` on `device`, on a model of random weights
 /// (the kernels depend on shapes, not values); returns the seconds they took.
-pub fn warm_step<B: TrainBackend>(shapes: &WarmShapes, device: &B::Device) -> Result<f64> {
+pub(crate) fn warm_step<B: TrainBackend>(shapes: &WarmShapes, device: &B::Device) -> Result<f64> {
     let vocab = shapes.config.vocab_size;
     let model = classifier_config(shapes.config, shapes.num_labels, None).init::<B>(device);
     let train = synthetic_rows(shapes.batch, shapes.seq, vocab);
@@ -212,7 +212,7 @@ pub fn warm_step<B: TrainBackend>(shapes: &WarmShapes, device: &B::Device) -> Re
 /// Before a training run on a GPU: warms the kernel cache for the run's shapes unless a trainer
 /// already has, one trainer at a time ([`kernel_cache::warm_once`]), so that trials starting
 /// together compile each kernel once. Nothing to do on the CPU, which caches no kernels.
-pub fn warm_before_training<B: TrainBackend>(
+pub(crate) fn warm_before_training<B: TrainBackend>(
     shapes: &WarmShapes,
     device: &B::Device,
 ) -> Result<()> {

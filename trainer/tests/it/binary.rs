@@ -27,7 +27,7 @@ pub(crate) fn stderr(output: &Output) -> String {
 
 /// The protocol lines of `output` without what the machine's speed and memory decide (the
 /// final line's `eval_ms_per_sample` and peak memory): what a seed repeats.
-fn measurements(output: &Output) -> String {
+pub(crate) fn measurements(output: &Output) -> String {
     let machine_dependent = [
         "eval_ms_per_sample=",
         "peak_rss_bytes=",
