@@ -22,7 +22,6 @@ bench/results/orchestration.json.
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
