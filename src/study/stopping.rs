@@ -10,8 +10,8 @@
 //!   rung; it goes on only if it is among the best `max(1, ⌊n / reduction_factor⌋)` of those
 //!   `n` trials.
 
-use crate::stats;
 use crate::study::Goal;
+use hptune_gp::median as median_of;
 
 /// A trial's learning curve: (step, objective value), by increasing step.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,7 +110,7 @@ fn median(
         return None;
     }
     let n = averages.len();
-    let median = stats::median(averages)?;
+    let median = median_of(averages)?;
     goal.better(median, best).then(|| {
         format!(
             "early-stopped by the median rule at step {step}: its best value {best} is worse than the median {median} of {n} succeeded trials"

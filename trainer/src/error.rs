@@ -142,14 +142,14 @@ pub enum TrainerError {
         "out of memory after {moment}: the device memory pool holds {usage}, over the cap of {cap} given by {given_by}"
     )]
     OutOfMemory {
-        /// When it was seen.
-        moment: crate::memory::Moment,
+        /// When it was seen (after which step or evaluation).
+        moment: String,
         /// The pool's bytes, for people.
         usage: String,
         /// The cap's bytes, for people.
         cap: String,
         /// The flag or variable that gave the cap.
-        given_by: crate::memory::CapSource,
+        given_by: String,
     },
 
     /// The backend failed to hand back a result.

@@ -240,8 +240,8 @@ impl MemoryWatch {
             Some(cap) if self.on_device && reserved > cap.bytes => Err(TrainerError::OutOfMemory {
                 usage: describe_bytes(reserved),
                 cap: describe_bytes(cap.bytes),
-                given_by: cap.source,
-                moment,
+                given_by: cap.source.to_string(),
+                moment: moment.to_string(),
             }),
             _ => Ok(()),
         }

@@ -6,7 +6,7 @@
 //! log of the mean over draws. A candidate is worth little beside a running trial (their
 //! values move together) and where a running trial is likely to improve already, so the
 //! proposals of a batch spread out without leaving the places the model likes. With no trial
-//! running it is the log expected improvement itself ([`crate::gp::log_ei`]). With constraints,
+//! running it is the log expected improvement itself ([`hptune_gp::log_ei`]). With constraints,
 //! the log probability that the candidate is feasible is added ([`super::feasibility`]); while
 //! no trial is feasible there is no improvement to expect, and it is that probability alone.
 
@@ -14,7 +14,7 @@ use nalgebra::{Cholesky, DMatrix, DVector, Dyn};
 use rand_chacha::ChaCha8Rng;
 
 use super::feasibility::Feasibility;
-use crate::gp::{
+use hptune_gp::{
     Gp, GpError, MIN_VARIANCE, Prediction, factor, log_ei, log_ei_with_gradient, normal,
 };
 
@@ -247,7 +247,7 @@ fn log_mean_exp(logs: &[f64]) -> (f64, Vec<f64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gp::{Hyperparameters, central_difference, stream};
+    use hptune_gp::{Hyperparameters, central_difference, stream};
 
     /// A model of three points on a line, the best at 0.5.
     fn gp() -> Gp {

@@ -7,10 +7,10 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use super::data::TrainingData;
 use super::encoding::Encoding;
-use crate::gp::{Hyperparameters, fit, refit};
 use crate::sampler::Observation;
 use crate::study::Goal;
 use crate::study::space::ParamValue;
+use hptune_gp::{Hyperparameters, fit, refit};
 
 /// Checkpoint fits kept; older ones are dropped.
 const KEPT: usize = 4;

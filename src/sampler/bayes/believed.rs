@@ -5,10 +5,10 @@
 use super::anchor::Anchors;
 use super::data::TrainingData;
 use super::encoding::Encoding;
-use crate::gp::{Gp, GpError};
 use crate::sampler::Observation;
 use crate::study::Goal;
 use crate::study::space::Space;
+use hptune_gp::{Gp, GpError};
 
 /// A trial and the value the model expects of it.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -3,9 +3,9 @@
 
 use super::design::has_many_parameters;
 use super::encoding::Encoding;
-use crate::gp::{YeoJohnson, has_outliers};
 use crate::sampler::Observation;
 use crate::study::Goal;
+use hptune_gp::{YeoJohnson, has_outliers};
 
 /// The most finished trials the model is fitted on: past it, the ones nearest the best point
 /// are kept, which bounds the time of a proposal (cubic in this number) and makes the model

@@ -9,7 +9,7 @@ use crate::study::space::Space;
 /// spread mostly with the objective's trend over the space: the expected improvement is
 /// maximised over the whole cube, not a trust region (whose box of side 0.8 is 1 % of the
 /// cube in 20 dimensions), and the values are warped only where some are outliers
-/// ([`has_outliers`](crate::gp::has_outliers)), since compressing the far values of a skewed spread flattens that
+/// ([`has_outliers`](hptune_gp::has_outliers)), since compressing the far values of a skewed spread flattens that
 /// trend. Measured in 20 to 50 dimensions, where every function does as well as or better
 /// than with the trust region and the warp (Ackley, a 30-parameter mixed space; Levy by far);
 /// in 2-6 dimensions those two win (docs/bayes.md), and no benchmark lies between. Parameters

@@ -4,8 +4,8 @@
 //! value shared by every point where it is inactive, so it explains no difference between
 //! them; the parent's own feature tells the branches apart.
 
-use crate::gp::LengthSharing;
 use crate::study::space::{Assignment, Domain, ParamValue, Space};
+use hptune_gp::LengthSharing;
 
 /// The feature of an inactive numeric parameter: the middle of its range.
 const INACTIVE_NUMBER: f64 = 0.5;

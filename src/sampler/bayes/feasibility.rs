@@ -9,9 +9,9 @@
 
 use super::data::{MAX_MODEL_POINTS, moments, nearest};
 use super::encoding::Encoding;
-use crate::gp::{Gp, GpError, LengthSharing, Prediction, fit, log_cdf};
 use crate::sampler::Observation;
 use crate::study::Constraints;
+use hptune_gp::{Gp, GpError, LengthSharing, Prediction, fit, log_cdf};
 
 /// The model of one constraint's slack, standardised.
 struct SlackModel {
@@ -140,9 +140,9 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::gp::{Hyperparameters, central_difference};
     use crate::study::space::{Assignment, ParamValue, Space, unit_double};
     use crate::study::{Bound, Constraint};
+    use hptune_gp::{Hyperparameters, central_difference};
 
     fn cdf(z: f64) -> f64 {
         0.5 * libm::erfc(-z / std::f64::consts::SQRT_2)

@@ -2,9 +2,9 @@
 //! space, and each trial where the expected improvement over the best value is highest.
 //!
 //! The first trials follow a space-filling design ([`design`]); after that every proposal
-//! comes from the model ([`crate::gp`]): features of each finished trial ([`encoding`]),
-//! hyperparameters fitted by maximum a posteriori ([`fit`](crate::gp::fit)), the posterior
-//! ([`Gp`]), and log expected improvement ([`log_ei`](crate::gp::log_ei)) maximised over a
+//! comes from the model ([`hptune_gp`]): features of each finished trial ([`encoding`]),
+//! hyperparameters fitted by maximum a posteriori ([`fit`](hptune_gp::fit)), the posterior
+//! ([`Gp`]), and log expected improvement ([`log_ei`](hptune_gp::log_ei)) maximised over a
 //! trust region around the best point ([`trust`])
 //! that shrinks while proposals fail to improve ([`search`]). Trials still running are drawn
 //! from the posterior, and the improvement must beat the values drawn for them as well
@@ -30,7 +30,6 @@ pub(crate) mod trust;
 pub(crate) use believed::believed_best;
 
 use super::{Observation, ProposalContext, Sampler, SamplerError};
-use crate::gp::{Gp, GpError, stream};
 use crate::study::space::Assignment;
 use acquisition::Acquisition;
 use anchor::Anchors;
@@ -38,6 +37,7 @@ use data::TrainingData;
 use design::{has_many_parameters, initial_design_size, sobol_point};
 use encoding::Encoding;
 use feasibility::Feasibility;
+use hptune_gp::{Gp, GpError, stream};
 use search::propose;
 use trust::Region;
 

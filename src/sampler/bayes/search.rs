@@ -16,7 +16,7 @@ use super::data::INCUMBENTS;
 use super::design::sobol_point;
 use super::encoding::Encoding;
 use super::trust::Region;
-use crate::gp::{minimize, normal};
+use hptune_gp::{minimize, normal};
 
 /// Quasi-random candidates over the whole cube.
 const GLOBAL_CANDIDATES: u64 = 1024;
@@ -246,8 +246,8 @@ fn refine(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gp::{Gp, Hyperparameters, stream};
     use crate::study::space::{Domain, ParamValue, Parameter, Space, unit_double};
+    use hptune_gp::{Gp, Hyperparameters, stream};
 
     /// A GP of `y` at `x` with these length scales, unit signal variance and `noise`.
     fn model(x: Vec<Vec<f64>>, y: &[f64], length_scales: Vec<f64>, noise: f64) -> Gp {

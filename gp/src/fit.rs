@@ -59,7 +59,7 @@ fn length_prior(t: f64) -> (f64, f64) {
 /// categorical rather than one per value (fewer to fit from few trials). A categorical that
 /// is inactive (every feature 0) is at half that distance from each of its values.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct LengthSharing {
+pub struct LengthSharing {
     /// Per feature: its parameter and the weight of its squared difference.
     features: Vec<(usize, f64)>,
     /// Number of length scales fitted.
@@ -69,7 +69,7 @@ pub(crate) struct LengthSharing {
 impl LengthSharing {
     /// Features that take their parameter's length scale (`features[d] = (parameter,
     /// weight)`, parameters numbered from 0 in order), their squared differences weighted.
-    pub(crate) fn new(features: Vec<(usize, f64)>) -> Self {
+    pub fn new(features: Vec<(usize, f64)>) -> Self {
         debug_assert!(features.iter().all(|&(_, weight)| weight > 0.0));
         let parameters = features.iter().map(|&(p, _)| p + 1).max().unwrap_or(0);
         Self {
@@ -80,7 +80,7 @@ impl LengthSharing {
 
     /// One length scale per feature.
     #[cfg(test)]
-    pub(crate) fn per_feature(width: usize) -> Self {
+    pub fn per_feature(width: usize) -> Self {
         Self::new((0..width).map(|d| (d, 1.0)).collect())
     }
 
@@ -258,7 +258,7 @@ fn starts(dimension: usize) -> [Vec<f64>; 2] {
 /// Fits hyperparameters to standardised values `y` at points `x` (at least one point), the
 /// features' length scales shared as `sharing` says, from the starts of [`starts`]; `None`
 /// when no start gives a finite posterior.
-pub(crate) fn fit(x: &[Vec<f64>], y: &[f64], sharing: &LengthSharing) -> Option<Hyperparameters> {
+pub fn fit(x: &[Vec<f64>], y: &[f64], sharing: &LengthSharing) -> Option<Hyperparameters> {
     if x.first()?.len() != sharing.features.len() {
         return None;
     }
@@ -267,7 +267,7 @@ pub(crate) fn fit(x: &[Vec<f64>], y: &[f64], sharing: &LengthSharing) -> Option<
 
 /// Fits hyperparameters from one start, the fit of a little less data, with few
 /// evaluations: the hyperparameters move little when a few points are added.
-pub(crate) fn refit(
+pub fn refit(
     x: &[Vec<f64>],
     y: &[f64],
     sharing: &LengthSharing,

@@ -13,7 +13,7 @@ const JITTER_RETRIES: usize = 8;
 
 /// Why a model could not be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub(crate) enum GpError {
+pub enum GpError {
     /// The covariance matrix stayed indefinite even with the largest jitter.
     #[error("the covariance matrix of {size} points is not positive definite, even with jitter")]
     NotPositiveDefinite {
@@ -30,7 +30,7 @@ pub(crate) enum GpError {
 
 /// The hyperparameters of the model, in natural units (standardised outputs).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Hyperparameters {
+pub struct Hyperparameters {
     /// One length scale per feature.
     pub length_scales: Vec<f64>,
     /// Signal variance `s²`.
@@ -41,7 +41,7 @@ pub(crate) struct Hyperparameters {
 
 impl Hyperparameters {
     /// The kernel these hyperparameters define.
-    pub(crate) fn kernel(&self) -> Matern52 {
+    pub fn kernel(&self) -> Matern52 {
         Matern52::new(&self.length_scales, self.signal_variance)
     }
 }
@@ -62,7 +62,7 @@ pub(super) fn covariance(kernel: &Matern52, x: &[Vec<f64>], noise: f64) -> DMatr
 }
 
 /// The Cholesky factor of `k`, adding growing jitter to the diagonal until it exists.
-pub(crate) fn factor(mut k: DMatrix<f64>) -> Result<Cholesky<f64, Dyn>, GpError> {
+pub fn factor(mut k: DMatrix<f64>) -> Result<Cholesky<f64, Dyn>, GpError> {
     let n = k.nrows();
     if k.iter().any(|v| !v.is_finite()) {
         return Err(GpError::NonFinite("covariance"));
@@ -139,7 +139,7 @@ pub(super) fn inverse_from_factor(lower: &DMatrix<f64>) -> DMatrix<f64> {
 
 /// The posterior mean and variance at one point, and their gradients by its features.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Prediction {
+pub struct Prediction {
     /// Posterior mean.
     pub mean: f64,
     /// Posterior variance of the latent function (without the noise).
@@ -152,7 +152,7 @@ pub(crate) struct Prediction {
 
 /// A Gaussian process conditioned on training data.
 #[derive(Debug, Clone)]
-pub(crate) struct Gp {
+pub struct Gp {
     x: Vec<Vec<f64>>,
     kernel: Matern52,
     cholesky: Cholesky<f64, Dyn>,
@@ -165,15 +165,11 @@ pub(crate) struct Gp {
 }
 
 /// The smallest posterior variance reported, so that `sqrt` and divisions stay finite.
-pub(crate) const MIN_VARIANCE: f64 = 1e-12;
+pub const MIN_VARIANCE: f64 = 1e-12;
 
 impl Gp {
     /// Conditions the prior of `hyper` on values `y` at points `x`.
-    pub(crate) fn new(
-        x: Vec<Vec<f64>>,
-        y: &[f64],
-        hyper: &Hyperparameters,
-    ) -> Result<Self, GpError> {
+    pub fn new(x: Vec<Vec<f64>>, y: &[f64], hyper: &Hyperparameters) -> Result<Self, GpError> {
         if x.is_empty() {
             return Err(GpError::Empty);
         }
@@ -221,19 +217,18 @@ impl Gp {
     /// has been reached, which is the incumbent of the expected improvement when values are
     /// noisy ("plug-in", Picheny et al., 2013). Without noise it is the best value observed;
     /// with noise it discounts a value that stands out by luck.
-    pub(crate) fn best_mean(&self) -> f64 {
+    pub fn best_mean(&self) -> f64 {
         self.best_mean
     }
 
     /// Posterior mean and variance at `x`.
-    #[cfg(test)]
-    pub(crate) fn predict(&self, x: &[f64]) -> (f64, f64) {
+    pub fn predict(&self, x: &[f64]) -> (f64, f64) {
         self.predict_many(&[x])[0]
     }
 
     /// Posterior mean and variance at each of `points`, computed together: the variances by
     /// one matrix product with `L⁻ᵀ` instead of one triangular solve per point.
-    pub(crate) fn predict_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<(f64, f64)> {
+    pub fn predict_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<(f64, f64)> {
         self.predict_many_beside(points, &[], &DMatrix::zeros(self.x.len(), 0))
             .0
     }
@@ -241,7 +236,7 @@ impl Gp {
     /// [`Gp::predict_many`], and the posterior covariance of each of `points` with each of
     /// `others` (one row per point), given `solved = self.solve_cross(others)`: both come
     /// from the same kernel values between the points and the training points.
-    pub(crate) fn predict_many_beside<P: AsRef<[f64]>>(
+    pub fn predict_many_beside<P: AsRef<[f64]>>(
         &self,
         points: &[P],
         others: &[Vec<f64>],
@@ -274,7 +269,7 @@ impl Gp {
 
     /// The joint posterior of the latent function at `points`: its mean vector and its
     /// covariance matrix.
-    pub(crate) fn joint(&self, points: &[Vec<f64>]) -> (DVector<f64>, DMatrix<f64>) {
+    pub fn joint(&self, points: &[Vec<f64>]) -> (DVector<f64>, DMatrix<f64>) {
         let cross = self.kernel_columns(points);
         let mean = cross.tr_mul(&self.alpha);
         let mut v = cross;
@@ -288,7 +283,7 @@ impl Gp {
     /// `K⁻¹ k(X, p)` for each of `points` (one column each), where `X` are the training
     /// points: what the covariances with them need ([`Gp::predict_many_beside`],
     /// [`Gp::cross_covariance_with_gradient`]).
-    pub(crate) fn solve_cross(&self, points: &[Vec<f64>]) -> DMatrix<f64> {
+    pub fn solve_cross(&self, points: &[Vec<f64>]) -> DMatrix<f64> {
         let cross = self.kernel_columns(points);
         self.cholesky.solve(&cross)
     }
@@ -296,7 +291,7 @@ impl Gp {
     /// The posterior covariance of the latent function at `x` with its value at each of
     /// `points`, given `solved = self.solve_cross(points)`, and the gradient of each
     /// covariance by `x` (one vector per point).
-    pub(crate) fn cross_covariance_with_gradient(
+    pub fn cross_covariance_with_gradient(
         &self,
         x: &[f64],
         points: &[Vec<f64>],
@@ -324,7 +319,7 @@ impl Gp {
     }
 
     /// Posterior mean and variance at `x`, with their gradients.
-    pub(crate) fn predict_with_gradient(&self, x: &[f64]) -> Prediction {
+    pub fn predict_with_gradient(&self, x: &[f64]) -> Prediction {
         let (k, slopes) = self.cross_and_slopes(x);
         let mean = k.dot(&self.alpha);
         let w = self.cholesky.solve(&k);

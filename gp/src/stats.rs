@@ -1,8 +1,8 @@
-//! Summary statistics shared by the early-stopping rules and the samplers.
+//! Summary statistics: the warp's outlier test uses them, and hptune's early-stopping rules too.
 
 /// The median of `values`, the mean of the two middle ones for an even count (`None` when
 /// empty). Sorts the values it is given.
-pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     match n {
