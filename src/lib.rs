@@ -10,17 +10,19 @@
 //! figures; [`importance`] says which parameters matter; [`stats`] holds the summary
 //! statistics they share. [`ops`] is what each command of the binary does, over all of these.
 
+#![warn(unreachable_pub)]
+
 pub mod controller;
 pub mod dashboard;
 pub mod executor;
-pub mod gp;
-pub mod gpus;
-pub mod importance;
+mod gp;
+mod gpus;
+mod importance;
 pub mod ops;
 pub mod plot;
 pub mod protocol;
 pub mod sampler;
 pub mod spec;
-pub mod stats;
+mod stats;
 pub mod storage;
 pub mod study;

@@ -2,7 +2,7 @@
 
 /// The median of `values`, the mean of the two middle ones for an even count (`None` when
 /// empty). Sorts the values it is given.
-pub fn median(mut values: Vec<f64>) -> Option<f64> {
+pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     match n {

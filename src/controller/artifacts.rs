@@ -15,7 +15,7 @@ use crate::study::{Goal, Study};
 
 /// Where the trials' models go and which are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ArtifactPlan {
+pub(crate) struct ArtifactPlan {
     /// The folder of the studies' model folders: `<dir>/<study>/trial-<n>[-attempt-<k>]`.
     pub dir: PathBuf,
     /// Keep the models of the best K trials only; `None`: keep every model.
@@ -27,11 +27,11 @@ pub struct ArtifactPlan {
 
 /// The folder of the models when neither the study nor `--artifacts-dir` names one: beside the
 /// log folder.
-pub const DEFAULT_ARTIFACTS_DIR: &str = "hptune-artifacts";
+pub(crate) const DEFAULT_ARTIFACTS_DIR: &str = "hptune-artifacts";
 
 impl ArtifactPlan {
     /// What the study file says, with the default folder beside `log_dir`.
-    pub fn for_study(study: &Study, log_dir: &Path) -> Self {
+    pub(crate) fn for_study(study: &Study, log_dir: &Path) -> Self {
         let beside_logs = || {
             log_dir
                 .parent()
@@ -46,14 +46,14 @@ impl ArtifactPlan {
     }
 
     /// The model folder of attempt `attempt` of trial `number` of `study`.
-    pub fn attempt_dir(&self, study: &str, number: u64, attempt: u32) -> PathBuf {
+    pub(crate) fn attempt_dir(&self, study: &str, number: u64, attempt: u32) -> PathBuf {
         self.dir.join(model_folder(study, number, attempt))
     }
 }
 
 /// Whether a recorded model location is a cloud engine's (`gs://...`, `s3://...`,
 /// `pvc://...`) rather than a folder of this machine's filesystem: hptune never deletes those.
-pub fn is_remote(location: &str) -> bool {
+pub(crate) fn is_remote(location: &str) -> bool {
     location
         .split_once("://")
         .is_some_and(|(scheme, _)| !scheme.is_empty() && !scheme.contains('/'))
@@ -64,7 +64,7 @@ pub fn is_remote(location: &str) -> bool {
 /// a failed or stopped trial is never among them), not pinned, and whose folders are still
 /// there, on this machine's filesystem ([`is_remote`] models stay). Running and pending
 /// trials are never among them.
-pub fn doomed<'a>(
+pub(crate) fn doomed<'a>(
     trials: impl Iterator<Item = &'a TrialRecord>,
     goal: Goal,
     keep_best: NonZeroUsize,

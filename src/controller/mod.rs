@@ -17,9 +17,9 @@ mod verdict;
 mod warm_start;
 mod workers;
 
-pub use artifacts::{ArtifactPlan, DEFAULT_ARTIFACTS_DIR, doomed, is_remote};
+pub(crate) use artifacts::{ArtifactPlan, is_remote};
 pub use events::{Progress, RunEvent, RunObserver};
-pub use warm_start::{PriorError, warm_start_prior};
+pub(crate) use warm_start::{PriorError, warm_start_prior};
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -82,17 +82,17 @@ pub struct Plan {
     /// The GPUs the trials get, for a study with `trial.resources.gpus`.
     pub gpus: Option<GpuPlan>,
     /// Where the trials' models go and which are kept.
-    pub artifacts: ArtifactPlan,
+    pub(crate) artifacts: ArtifactPlan,
     /// Whether the study's enqueued trials run (first); a trial run by hand runs only its
     /// own parameters.
-    pub queue: Queue,
+    pub(crate) queue: Queue,
     /// Finished trials of the study's `warm_start` study, for the sampler's model.
     pub prior: Vec<Observation>,
 }
 
 impl Plan {
     /// The limits a study file sets.
-    pub fn for_study(study: &Study, log_dir: &Path) -> Self {
+    pub(crate) fn for_study(study: &Study, log_dir: &Path) -> Self {
         Self {
             budget: study.budget,
             parallel_trial_count: study.parallel_trial_count,
@@ -185,7 +185,7 @@ struct Run<'a> {
 }
 
 /// Runs (or continues) `study` until its plan says to stop.
-pub async fn run(
+pub(crate) async fn run(
     study: &Study,
     storage: &Storage,
     executor: Arc<dyn Executor>,

@@ -10,7 +10,7 @@ use crate::study::{Mapping, Outside, Study, WarmStartError};
 /// Why the `warm_start` study cannot inform this study. Each but `Storage` is bad input,
 /// said of the field of `warm_start` at fault.
 #[derive(Debug, thiserror::Error)]
-pub enum PriorError {
+pub(crate) enum PriorError {
     /// Reading the other study failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -64,7 +64,7 @@ pub enum PriorError {
 /// outside it left out, with a warning); none without one. The other study must exist,
 /// optimise the same metric the same way, give each parameter both tune the same type, and
 /// have some trial in this space if it has finished any.
-pub async fn warm_start_prior(
+pub(crate) async fn warm_start_prior(
     study: &Study,
     storage: &Storage,
 ) -> Result<Vec<Observation>, PriorError> {

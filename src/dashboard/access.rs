@@ -41,7 +41,7 @@ impl Access {
 
 /// Lets a request through if its token is right: `Authorization: Bearer T`, else
 /// `?token=T` (which also sets the cookie, so a browser needs it once), else the cookie.
-pub async fn check(State(access): State<Access>, request: Request, next: Next) -> Response {
+pub(super) async fn check(State(access): State<Access>, request: Request, next: Next) -> Response {
     let Access::Token(token) = &access else {
         return next.run(request).await;
     };

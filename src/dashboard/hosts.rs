@@ -63,7 +63,7 @@ impl AllowedHosts {
 
 /// The name or address of a `Host` header's value (an IPv6 address without its brackets)
 /// and its port, if it has one.
-pub fn split_host(host: &str) -> (&str, Option<&str>) {
+pub(super) fn split_host(host: &str) -> (&str, Option<&str>) {
     match host.strip_prefix('[') {
         Some(bracketed) => match bracketed.split_once(']') {
             Some((v6, rest)) => (v6, rest.strip_prefix(':')),
@@ -83,7 +83,11 @@ fn host_name(host: &str) -> &str {
 
 /// Answers a request only if its `Host` is one the dashboard answers to; otherwise a 403
 /// page that says how to allow the name.
-pub async fn check(State(allowed): State<AllowedHosts>, request: Request, next: Next) -> Response {
+pub(super) async fn check(
+    State(allowed): State<AllowedHosts>,
+    request: Request,
+    next: Next,
+) -> Response {
     let host = request
         .headers()
         .get(header::HOST)

@@ -22,7 +22,7 @@ const TAIL_BYTES: u64 = 16 * 1024;
 const READ_LIMIT: Duration = Duration::from_secs(2);
 
 /// The end of one log file.
-pub struct LogTail {
+pub(super) struct LogTail {
     /// The file.
     pub path: PathBuf,
     /// Its last lines, or why they are not shown.
@@ -36,7 +36,7 @@ const LOGS_PER_ATTEMPT: usize = 2;
 
 /// The tails of the logs of each of the attempts `attempts` of trial `number`, whose current
 /// attempt's log is `log_path`, all read side by side within [`READ_LIMIT`].
-pub async fn attempt_tails(
+pub(super) async fn attempt_tails(
     log_path: &str,
     number: u64,
     attempts: &[u32],

@@ -89,12 +89,12 @@ async fn followed(
 
 /// `?fragment=...`: only part of a page.
 #[derive(Deserialize)]
-pub struct Fragment {
+pub(super) struct Fragment {
     fragment: Option<String>,
 }
 
 /// The studies list (`?fragment=studies`: its rows only, for polling).
-pub async fn studies(State(source): Shared, Query(q): Query<Fragment>) -> Response {
+pub(super) async fn studies(State(source): Shared, Query(q): Query<Fragment>) -> Response {
     let result = async {
         let overviews = source.storage().await?.study_overviews().await?;
         Ok::<_, Failure>(match q.fragment {
@@ -109,7 +109,7 @@ pub async fn studies(State(source): Shared, Query(q): Query<Fragment>) -> Respon
 }
 
 /// The studies as JSON.
-pub async fn studies_json(State(source): Shared) -> Response {
+pub(super) async fn studies_json(State(source): Shared) -> Response {
     let result = async {
         let overviews = source.storage().await?.study_overviews().await?;
         let list: Vec<_> = overviews
@@ -131,7 +131,7 @@ pub async fn studies_json(State(source): Shared) -> Response {
 }
 
 /// A study's page.
-pub async fn study(State(source): Shared, Path(name): Path<String>) -> Response {
+pub(super) async fn study(State(source): Shared, Path(name): Path<String>) -> Response {
     match followed(&source, &name).await {
         Ok(study) => Html(pages::study_page(&mut *study.lock().await)).into_response(),
         Err(e) => e.page(),
@@ -140,12 +140,12 @@ pub async fn study(State(source): Shared, Path(name): Path<String>) -> Response 
 
 /// `?since=REVISION`.
 #[derive(Deserialize)]
-pub struct Since {
+pub(super) struct Since {
     since: Option<u64>,
 }
 
 /// What changed in a study after a revision: its summary and the trials that changed.
-pub async fn changes(
+pub(super) async fn changes(
     State(source): Shared,
     Path(name): Path<String>,
     Query(q): Query<Since>,
@@ -171,12 +171,12 @@ pub async fn changes(
 
 /// `?by=time` for the history.
 #[derive(Deserialize)]
-pub struct FigureQuery {
+pub(super) struct FigureQuery {
     by: Option<String>,
 }
 
 /// One figure of a study, as SVG.
-pub async fn figure(
+pub(super) async fn figure(
     State(source): Shared,
     Path((name, kind)): Path<(String, String)>,
     Query(q): Query<FigureQuery>,
@@ -201,7 +201,7 @@ pub async fn figure(
 }
 
 /// A trial: its page, or (`?fragment=1`) its details for the study page's drawer.
-pub async fn trial(
+pub(super) async fn trial(
     State(source): Shared,
     Path((name, number)): Path<(String, String)>,
     Query(q): Query<Fragment>,
@@ -239,6 +239,6 @@ pub async fn trial(
 }
 
 /// Any other path.
-pub async fn not_found(uri: axum::http::Uri) -> Response {
+pub(super) async fn not_found(uri: axum::http::Uri) -> Response {
     Failure::NotFound(format!("nothing at {}", uri.path())).page()
 }

@@ -19,7 +19,7 @@ use crate::storage::{Storage, StorageError, StorageUrl, StudyFollower};
 const FRESH_FOR: Duration = Duration::from_millis(500);
 
 /// The dashboard's view of the database.
-pub struct Source {
+pub(super) struct Source {
     url: StorageUrl,
     open: Mutex<Option<Database>>,
 }
@@ -54,7 +54,7 @@ async fn database_file(url: &StorageUrl) -> Option<FileIdentity> {
 }
 
 /// A study being looked at, with the figures drawn at its current revision.
-pub struct Followed {
+pub(super) struct Followed {
     /// The study's trials, attempts and curves.
     pub follower: StudyFollower,
     read_at: Option<Instant>,
@@ -64,7 +64,11 @@ pub struct Followed {
 impl Followed {
     /// Figures `kinds` at the current revision, in order: each drawn once per revision, those
     /// not drawn yet side by side (on rayon's threads).
-    pub fn figures(&mut self, kinds: &[Kind], options: &Options) -> Vec<Result<Arc<str>, String>> {
+    pub(super) fn figures(
+        &mut self,
+        kinds: &[Kind],
+        options: &Options,
+    ) -> Vec<Result<Arc<str>, String>> {
         let revision = self.follower.revision();
         let missing: Vec<Kind> = kinds
             .iter()
@@ -101,7 +105,7 @@ impl Followed {
 
 impl Source {
     /// A source over the database at `url`, opened when first needed.
-    pub fn new(url: StorageUrl) -> Self {
+    pub(super) fn new(url: StorageUrl) -> Self {
         Self {
             url,
             open: Mutex::new(None),
@@ -133,12 +137,15 @@ impl Source {
 
     /// The database, opened read-only (again, if opening failed before or its file was
     /// deleted or replaced since).
-    pub async fn storage(&self) -> Result<Storage, StorageError> {
+    pub(super) async fn storage(&self) -> Result<Storage, StorageError> {
         Ok(self.database().await?.storage)
     }
 
     /// The study called `name`, up to date; `None` if the database has no such study.
-    pub async fn study(&self, name: &str) -> Result<Option<Arc<Mutex<Followed>>>, StorageError> {
+    pub(super) async fn study(
+        &self,
+        name: &str,
+    ) -> Result<Option<Arc<Mutex<Followed>>>, StorageError> {
         let Database {
             storage, studies, ..
         } = self.database().await?;

@@ -31,7 +31,7 @@ const POLL: Duration = Duration::from_millis(200);
 
 /// Runs workers as local processes.
 #[derive(Debug, Clone, Default)]
-pub struct LocalExecutor;
+pub(crate) struct LocalExecutor;
 
 #[async_trait]
 impl Executor for LocalExecutor {

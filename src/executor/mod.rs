@@ -14,7 +14,7 @@ mod local;
 mod model_folder;
 mod outage;
 mod output;
-pub mod process;
+pub(crate) mod process;
 mod remote;
 mod slurm;
 
@@ -25,17 +25,18 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
-pub use local::LocalExecutor;
-pub use model_folder::{FolderError, FolderOwner, ModelFolder, OWNER_FILE, StudyMark, owner_of};
-pub use remote::{RemoteError, RemoteExecutor, check_storage, for_study, relay};
-pub use slurm::{SlurmEngine, SlurmExecutor};
+pub(crate) use local::LocalExecutor;
+pub(crate) use model_folder::{FolderOwner, ModelFolder, StudyMark, owner_of};
+pub use remote::relay;
+pub(crate) use remote::{check_storage, for_study};
+pub(crate) use slurm::{SlurmEngine, SlurmExecutor};
 
 use crate::protocol::Measurement;
 use crate::study::space::Assignment;
 
 /// Everything an executor needs to run one trial.
 #[derive(Debug, Clone)]
-pub struct TrialJob {
+pub(crate) struct TrialJob {
     /// The study's name.
     pub study: String,
     /// The trial's number in its study.
@@ -76,7 +77,7 @@ pub struct TrialJob {
 impl TrialJob {
     /// Creates the attempt's model folder, if it has one, before its worker starts: the
     /// attempt's own, never one that another created ([`ModelFolder::create`]).
-    pub fn create_output_dir(&self) -> Result<(), String> {
+    pub(crate) fn create_output_dir(&self) -> Result<(), String> {
         match &self.output_dir {
             Some(folder) => folder.create().map_err(|e| e.to_string()),
             None => Ok(()),
@@ -86,7 +87,7 @@ impl TrialJob {
 
 /// How a trial's worker comes to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Start {
+pub(crate) enum Start {
     /// Start it: the attempt is new.
     Fresh,
     /// Watch the worker of this handle, started by a controller that is gone.
@@ -103,7 +104,7 @@ pub enum Start {
 
 /// What happens while a worker runs.
 #[derive(Debug, Clone, PartialEq)]
-pub enum WorkerEvent {
+pub(crate) enum WorkerEvent {
     /// The worker started; `handle` finds it again (a pid, a job name).
     Started {
         /// The trial.
@@ -135,7 +136,7 @@ pub enum WorkerEvent {
 
 /// How a worker ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum WorkerEnd {
+pub(crate) enum WorkerEnd {
     /// It exited by itself with this code.
     Exited(i32),
     /// It was killed by a signal nobody here sent.
@@ -166,7 +167,7 @@ pub enum WorkerEnd {
 impl WorkerEnd {
     /// Whether the end says nothing of the worker's own code: it was killed from outside
     /// (preempted, out of memory, a controller gone with it). Such a trial is retried.
-    pub fn is_infrastructure_failure(&self) -> bool {
+    pub(crate) fn is_infrastructure_failure(&self) -> bool {
         match self {
             WorkerEnd::Killed(signal) => {
                 matches!(signal.as_str(), "SIGKILL" | "SIGTERM" | "SIGHUP" | "SIGINT")
@@ -177,7 +178,7 @@ impl WorkerEnd {
     }
 
     /// The end of a worker killed by signal `signal`, named as `kill -l` names it.
-    pub fn killed_by(signal: i32) -> Self {
+    pub(crate) fn killed_by(signal: i32) -> Self {
         WorkerEnd::Killed(
             nix::sys::signal::Signal::try_from(signal)
                 .map(|s| s.as_str().to_string())
@@ -188,7 +189,7 @@ impl WorkerEnd {
 
 /// The end of one worker.
 #[derive(Debug, Clone, PartialEq)]
-pub struct WorkerOutcome {
+pub(crate) struct WorkerOutcome {
     /// The trial.
     pub trial_id: i64,
     /// How it ended.
@@ -202,7 +203,7 @@ pub struct WorkerOutcome {
 
 impl WorkerOutcome {
     /// The outcome `end` of the trial's worker, with nothing else known.
-    pub fn new(trial_id: i64, end: WorkerEnd) -> Self {
+    pub(crate) fn new(trial_id: i64, end: WorkerEnd) -> Self {
         Self {
             trial_id,
             end,
@@ -212,7 +213,7 @@ impl WorkerOutcome {
     }
 
     /// `message`, followed by the worker's last line of output when there is one.
-    pub fn with_last_output(&self, message: String) -> String {
+    pub(crate) fn with_last_output(&self, message: String) -> String {
         match &self.last_output {
             Some(line) => format!("{message} (last output: {line})"),
             None => message,
@@ -234,7 +235,7 @@ pub enum StopRequest {
 
 /// Runs trial workers somewhere.
 #[async_trait]
-pub trait Executor: Send + Sync {
+pub(crate) trait Executor: Send + Sync {
     /// Runs `job` to its end. Sends a [`WorkerEvent`] as things happen; stops the worker
     /// as `stop` asks: gracefully (then forcibly after the grace period), or at once.
     async fn run(
@@ -247,7 +248,7 @@ pub trait Executor: Send + Sync {
 
 /// Checks that the worker program can be started: an existing executable file when it is a
 /// path, a program on `PATH` otherwise.
-pub fn check_program(program: &str) -> Result<(), String> {
+pub(crate) fn check_program(program: &str) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let executable = |path: &Path| {
         path.metadata()

@@ -16,12 +16,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// The file in a model folder that names the attempt that created it.
-pub const OWNER_FILE: &str = ".hptune-owner.json";
+pub(crate) const OWNER_FILE: &str = ".hptune-owner.json";
 
 /// A study as its model folders name it: its name, and its row's id and creation time, which
 /// tell it from a study of the same name in another database.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StudyMark {
+pub(crate) struct StudyMark {
     /// The study's name.
     pub name: String,
     /// Its row id.
@@ -32,7 +32,7 @@ pub struct StudyMark {
 
 /// Whose a model folder is: an attempt of a trial of a study.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FolderOwner {
+pub(crate) struct FolderOwner {
     /// The study.
     pub study: StudyMark,
     /// The trial's number.
@@ -43,7 +43,7 @@ pub struct FolderOwner {
 
 /// An attempt's model folder: where it is, and the attempt it is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelFolder {
+pub(crate) struct ModelFolder {
     /// The folder.
     pub path: PathBuf,
     /// The attempt it is for.
@@ -52,7 +52,7 @@ pub struct ModelFolder {
 
 /// Why an attempt's model folder cannot be had.
 #[derive(Debug, thiserror::Error)]
-pub enum FolderError {
+pub(crate) enum FolderError {
     /// The folder or its owner file cannot be written.
     #[error("cannot create the model folder {}: {source}", path.display())]
     Create {
@@ -80,7 +80,7 @@ impl ModelFolder {
     /// Creates the folder, and the owner file in it, before its attempt's worker starts; a
     /// folder this attempt created already (an earlier try of it) is used again, any other
     /// is refused.
-    pub fn create(&self) -> Result<(), FolderError> {
+    pub(crate) fn create(&self) -> Result<(), FolderError> {
         let create_error = |source| FolderError::Create {
             path: self.path.clone(),
             source,
@@ -165,7 +165,7 @@ fn rename_unless_there(from: &Path, to: &Path) -> io::Result<()> {
 
 impl FolderOwner {
     /// Says whose it is: `trial 3 (attempt 1) of study 's' (id 1, created ...)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "trial {} (attempt {}) of study '{}' (id {}, created {})",
             self.trial, self.attempt, self.study.name, self.study.id, self.study.created_at
@@ -173,14 +173,14 @@ impl FolderOwner {
     }
 
     /// Whether it is an attempt of trial `number` of `study`.
-    pub fn is_of_trial(&self, study: &StudyMark, number: u64) -> bool {
+    pub(crate) fn is_of_trial(&self, study: &StudyMark, number: u64) -> bool {
         self.study == *study && self.trial == number
     }
 }
 
 /// Whose the model folder at `path` is, as its owner file says; an error says why that
 /// cannot be told (no owner file: a folder hptune did not create).
-pub fn owner_of(path: &Path) -> Result<FolderOwner, String> {
+pub(crate) fn owner_of(path: &Path) -> Result<FolderOwner, String> {
     let file = path.join(OWNER_FILE);
     let text = match std::fs::read_to_string(&file) {
         Ok(text) => text,

@@ -11,7 +11,7 @@ const LONGEST_WAIT: Duration = Duration::from_secs(30);
 /// An outage of the jobs' service as one job's watcher sees it: since when its answers fail,
 /// and how long to wait before the next try.
 #[derive(Debug, Clone)]
-pub struct Outage {
+pub(super) struct Outage {
     /// How long the service may fail to answer before the job is given up.
     limit: Duration,
     /// The first wait after a failure.
@@ -25,7 +25,7 @@ pub struct Outage {
 impl Outage {
     /// No outage yet: one may last `limit`, its tries `first_wait` apart at first, then
     /// twice as far apart each time, up to [`LONGEST_WAIT`].
-    pub fn new(limit: Duration, first_wait: Duration) -> Self {
+    pub(super) fn new(limit: Duration, first_wait: Duration) -> Self {
         Self {
             limit,
             first_wait,
@@ -35,7 +35,7 @@ impl Outage {
     }
 
     /// The service answered: the outage, if there was one, is over.
-    pub fn answered(&mut self) {
+    pub(super) fn answered(&mut self) {
         if let Some(began) = self.began.take() {
             tracing::info!(
                 "the jobs' service answers again, after {}",
@@ -47,7 +47,7 @@ impl Outage {
 
     /// The service did not answer: how long to wait before trying again, or `None` once it
     /// has not answered for longer than the limit.
-    pub fn failed(&mut self) -> Option<Duration> {
+    pub(super) fn failed(&mut self) -> Option<Duration> {
         let began = *self.began.get_or_insert_with(Instant::now);
         if began.elapsed() > self.limit {
             return None;
@@ -58,7 +58,7 @@ impl Outage {
     }
 
     /// The message of a job given up after `service` failed to answer with `error`.
-    pub fn given_up(&self, service: &str, error: &str) -> String {
+    pub(super) fn given_up(&self, service: &str, error: &str) -> String {
         format!(
             "{service} has not answered for {} (trial.executor.outage_limit): {error}",
             humantime::format_duration(round(self.limit))

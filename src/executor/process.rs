@@ -7,7 +7,7 @@ use std::fmt;
 
 /// A process, identified by pid and start time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcessId {
+pub(crate) struct ProcessId {
     /// The pid.
     pub pid: i32,
     /// Start time in clock ticks since boot; 0 where unknown.
@@ -16,7 +16,7 @@ pub struct ProcessId {
 
 impl ProcessId {
     /// The process with this pid now, if there is one.
-    pub fn of(pid: i32) -> Option<Self> {
+    pub(crate) fn of(pid: i32) -> Option<Self> {
         Some(Self {
             pid,
             start: start_time(pid)?,
@@ -24,13 +24,13 @@ impl ProcessId {
     }
 
     /// This process.
-    pub fn current() -> Self {
+    pub(crate) fn current() -> Self {
         let pid = std::process::id() as i32;
         Self::of(pid).unwrap_or(Self { pid, start: 0 })
     }
 
     /// Reads `1234@5678` (the form `Display` writes).
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         let (pid, start) = text.split_once('@')?;
         Some(Self {
             pid: pid.parse().ok()?,
@@ -39,7 +39,7 @@ impl ProcessId {
     }
 
     /// Whether this very process still runs (a zombie counts as gone).
-    pub fn is_alive(&self) -> bool {
+    pub(crate) fn is_alive(&self) -> bool {
         self.pid > 0 && start_time(self.pid) == Some(self.start)
     }
 }
@@ -52,7 +52,7 @@ impl fmt::Display for ProcessId {
 
 /// The process group leader whose environment holds every one of `vars`: a worker started
 /// by a controller that died before it could record the worker's pid.
-pub fn find_by_environment(vars: &[(&str, &str)]) -> Option<ProcessId> {
+pub(crate) fn find_by_environment(vars: &[(&str, &str)]) -> Option<ProcessId> {
     let wanted: Vec<String> = vars.iter().map(|(k, v)| format!("{k}={v}")).collect();
     std::fs::read_dir("/proc")
         .ok()?
@@ -95,7 +95,7 @@ fn start_time(pid: i32) -> Option<u64> {
 }
 
 /// The name of this machine.
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|name| name.into_string().ok())
@@ -103,13 +103,13 @@ pub fn host_name() -> String {
 }
 
 /// This controller's identity in the database: `host:pid@start`.
-pub fn controller_id() -> String {
+pub(crate) fn controller_id() -> String {
     format!("{}:{}", host_name(), ProcessId::current())
 }
 
 /// Whether the controller `id` is known to be gone: it ran on this machine and its process
 /// is no longer there. A controller on another machine is judged by its heartbeats instead.
-pub fn controller_is_gone(id: &str) -> Option<bool> {
+pub(crate) fn controller_is_gone(id: &str) -> Option<bool> {
     let (host, process) = id.rsplit_once(':')?;
     if host != host_name() {
         return None;

@@ -22,7 +22,7 @@ use super::model::{GpError, Hyperparameters, factor, inverse_from_factor};
 /// function with a wide range (Branin spans 0.4 to 300) a floor of 1e-6 (a standard deviation
 /// of 1e-3) hid differences below 0.05. When the matrix is too ill-conditioned for this floor,
 /// the Cholesky factor's jitter retries take over.
-pub const NOISE_FLOOR: f64 = 1e-9;
+pub(super) const NOISE_FLOOR: f64 = 1e-9;
 /// Mean and standard deviation of the prior of the log signal variance.
 const SIGNAL_PRIOR: (f64, f64) = (0.0, 1.5);
 /// Mean and standard deviation of the prior of the log fitted noise variance.
@@ -59,7 +59,7 @@ fn length_prior(t: f64) -> (f64, f64) {
 /// categorical rather than one per value (fewer to fit from few trials). A categorical that
 /// is inactive (every feature 0) is at half that distance from each of its values.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LengthSharing {
+pub(crate) struct LengthSharing {
     /// Per feature: its parameter and the weight of its squared difference.
     features: Vec<(usize, f64)>,
     /// Number of length scales fitted.
@@ -69,7 +69,7 @@ pub struct LengthSharing {
 impl LengthSharing {
     /// Features that take their parameter's length scale (`features[d] = (parameter,
     /// weight)`, parameters numbered from 0 in order), their squared differences weighted.
-    pub fn new(features: Vec<(usize, f64)>) -> Self {
+    pub(crate) fn new(features: Vec<(usize, f64)>) -> Self {
         debug_assert!(features.iter().all(|&(_, weight)| weight > 0.0));
         let parameters = features.iter().map(|&(p, _)| p + 1).max().unwrap_or(0);
         Self {
@@ -79,7 +79,8 @@ impl LengthSharing {
     }
 
     /// One length scale per feature.
-    pub fn per_feature(width: usize) -> Self {
+    #[cfg(test)]
+    pub(crate) fn per_feature(width: usize) -> Self {
         Self::new((0..width).map(|d| (d, 1.0)).collect())
     }
 
@@ -121,7 +122,7 @@ fn log_normal_prior(t: f64, (mean, sd): (f64, f64)) -> (f64, f64) {
 
 /// The squared difference of every pair of points `(i, j)`, `j < i`, along every length
 /// scale: all that an evaluation of the posterior needs of the points, computed once per fit.
-pub struct PairDifferences {
+pub(super) struct PairDifferences {
     points: usize,
     /// `squared[l][p]`: the weighted sum of `(x_i,d - x_j,d)²` over the features `d` of length
     /// scale `l` for the `p`-th pair, pairs in the order of [`PairDifferences::pairs`].
@@ -131,7 +132,7 @@ pub struct PairDifferences {
 impl PairDifferences {
     /// The differences of the points `x` (at least one), their features' length scales
     /// shared as `sharing` says.
-    pub fn new(x: &[Vec<f64>], sharing: &LengthSharing) -> Self {
+    pub(super) fn new(x: &[Vec<f64>], sharing: &LengthSharing) -> Self {
         let points = x.len();
         let pairs = points * points.saturating_sub(1) / 2;
         let mut squared = vec![vec![0.0; pairs]; sharing.parameters];
@@ -155,7 +156,7 @@ impl PairDifferences {
 
 /// The negative log posterior of `theta` given values `y` at the points of `pairs`, and its
 /// gradient.
-pub fn negative_log_posterior(
+pub(super) fn negative_log_posterior(
     theta: &[f64],
     pairs: &PairDifferences,
     y: &[f64],
@@ -257,7 +258,7 @@ fn starts(dimension: usize) -> [Vec<f64>; 2] {
 /// Fits hyperparameters to standardised values `y` at points `x` (at least one point), the
 /// features' length scales shared as `sharing` says, from the starts of [`starts`]; `None`
 /// when no start gives a finite posterior.
-pub fn fit(x: &[Vec<f64>], y: &[f64], sharing: &LengthSharing) -> Option<Hyperparameters> {
+pub(crate) fn fit(x: &[Vec<f64>], y: &[f64], sharing: &LengthSharing) -> Option<Hyperparameters> {
     if x.first()?.len() != sharing.features.len() {
         return None;
     }
@@ -266,7 +267,7 @@ pub fn fit(x: &[Vec<f64>], y: &[f64], sharing: &LengthSharing) -> Option<Hyperpa
 
 /// Fits hyperparameters from one start, the fit of a little less data, with few
 /// evaluations: the hyperparameters move little when a few points are added.
-pub fn refit(
+pub(crate) fn refit(
     x: &[Vec<f64>],
     y: &[f64],
     sharing: &LengthSharing,

@@ -6,14 +6,14 @@ const SQRT5: f64 = 2.236_067_977_499_79;
 
 /// `k(a, b) = s² (1 + √5 r + 5r²/3) exp(-√5 r)`, `r² = Σ_d (a_d - b_d)² / ℓ_d²`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Matern52 {
+pub(crate) struct Matern52 {
     inverse_squared_lengths: Vec<f64>,
     variance: f64,
 }
 
 impl Matern52 {
     /// A kernel with these length scales (one per feature) and signal variance `s²`.
-    pub fn new(length_scales: &[f64], variance: f64) -> Self {
+    pub(crate) fn new(length_scales: &[f64], variance: f64) -> Self {
         Self {
             inverse_squared_lengths: length_scales.iter().map(|l| 1.0 / (l * l)).collect(),
             variance,
@@ -21,12 +21,12 @@ impl Matern52 {
     }
 
     /// The signal variance `s² = k(x, x)`.
-    pub fn variance(&self) -> f64 {
+    pub(crate) fn variance(&self) -> f64 {
         self.variance
     }
 
     /// The scaled distance `r` between two points.
-    pub fn distance(&self, a: &[f64], b: &[f64]) -> f64 {
+    pub(crate) fn distance(&self, a: &[f64], b: &[f64]) -> f64 {
         a.iter()
             .zip(b)
             .zip(&self.inverse_squared_lengths)
@@ -36,12 +36,12 @@ impl Matern52 {
     }
 
     /// `k(a, b)`.
-    pub fn value(&self, a: &[f64], b: &[f64]) -> f64 {
+    pub(crate) fn value(&self, a: &[f64], b: &[f64]) -> f64 {
         self.of_distance(self.distance(a, b))
     }
 
     /// `k` as a function of the scaled distance.
-    pub fn of_distance(&self, r: f64) -> f64 {
+    pub(crate) fn of_distance(&self, r: f64) -> f64 {
         let s = SQRT5 * r;
         self.variance * (1.0 + s + s * s / 3.0) * (-s).exp()
     }
@@ -49,7 +49,7 @@ impl Matern52 {
     /// `k` and its slope `-(1/r) dk/dr = (5/3) s² (1 + √5 r) exp(-√5 r)` at the scaled
     /// distance `r`, from one exponential. The slope is finite at `r = 0`, and the common
     /// factor of every derivative of `k` (by a coordinate or by a log length scale).
-    pub fn value_and_slope(&self, r: f64) -> (f64, f64) {
+    pub(crate) fn value_and_slope(&self, r: f64) -> (f64, f64) {
         let s = SQRT5 * r;
         let decay = self.variance * (-s).exp();
         (
@@ -61,7 +61,7 @@ impl Matern52 {
     /// Adds `weight · ∂k(x, b)/∂x` to `gradient`, given the slope of
     /// [`Matern52::value_and_slope`] at the distance of `x` and `b`:
     /// `∂k(x, b)/∂x_d = -slope (x_d - b_d) / ℓ_d²`.
-    pub fn add_gradient(
+    pub(crate) fn add_gradient(
         &self,
         x: &[f64],
         b: &[f64],

@@ -75,7 +75,7 @@ impl<F: Fn(&[f64]) -> Option<(f64, Vec<f64>)>> Gradient for Problem<'_, F> {
 /// (1 - cos φ) / 2`, which maps every real `φ` into the box, so even a wild first step lands
 /// on a finite value the line search can work with. A failure of the line search ends the
 /// run early; it is not an error.
-pub fn minimize<F>(
+pub(crate) fn minimize<F>(
     function: F,
     start: &[f64],
     lower: &[f64],

@@ -51,7 +51,7 @@ fn log_h(z: f64) -> (f64, f64, f64) {
 
 /// `log Φ(z)` and `φ(z)/Φ(z)` (the factor of its derivative), finite far in the lower tail,
 /// where `Φ(z) = φ(z) R(-z)`.
-pub fn log_cdf(z: f64) -> (f64, f64) {
+pub(crate) fn log_cdf(z: f64) -> (f64, f64) {
     if z >= TAIL {
         let big_phi = cdf(z);
         (big_phi.ln(), log_phi(z).exp() / big_phi)
@@ -62,13 +62,13 @@ pub fn log_cdf(z: f64) -> (f64, f64) {
 }
 
 /// `log EI` of a maximisation at mean `mean` and variance `variance`, above `best`.
-pub fn log_ei(mean: f64, variance: f64, best: f64) -> f64 {
+pub(crate) fn log_ei(mean: f64, variance: f64, best: f64) -> f64 {
     let sigma = variance.sqrt();
     log_h((mean - best) / sigma).0 + sigma.ln()
 }
 
 /// `log EI` at a prediction, and its gradient by the point's features.
-pub fn log_ei_with_gradient(prediction: &Prediction, best: f64) -> (f64, Vec<f64>) {
+pub(crate) fn log_ei_with_gradient(prediction: &Prediction, best: f64) -> (f64, Vec<f64>) {
     let sigma = prediction.variance.sqrt();
     let z = (prediction.mean - best) / sigma;
     let (log_h, cdf_over_h, pdf_over_h) = log_h(z);

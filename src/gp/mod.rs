@@ -16,12 +16,12 @@ mod model;
 mod random;
 mod warp;
 
-pub use fit::{LengthSharing, fit, refit};
-pub use lbfgs::minimize;
-pub use log_ei::{log_cdf, log_ei, log_ei_with_gradient};
-pub use model::{Gp, GpError, Hyperparameters, MIN_VARIANCE, Prediction, factor};
-pub use random::{normal, stream};
-pub use warp::{YeoJohnson, has_outliers};
+pub(crate) use fit::{LengthSharing, fit, refit};
+pub(crate) use lbfgs::minimize;
+pub(crate) use log_ei::{log_cdf, log_ei, log_ei_with_gradient};
+pub(crate) use model::{Gp, GpError, Hyperparameters, MIN_VARIANCE, Prediction, factor};
+pub(crate) use random::{normal, stream};
+pub(crate) use warp::{YeoJohnson, has_outliers};
 
 /// The central finite difference of `f` at `x` along coordinate `d`, for tests of gradients.
 #[cfg(test)]

@@ -13,7 +13,7 @@ const JITTER_RETRIES: usize = 8;
 
 /// Why a model could not be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum GpError {
+pub(crate) enum GpError {
     /// The covariance matrix stayed indefinite even with the largest jitter.
     #[error("the covariance matrix of {size} points is not positive definite, even with jitter")]
     NotPositiveDefinite {
@@ -30,7 +30,7 @@ pub enum GpError {
 
 /// The hyperparameters of the model, in natural units (standardised outputs).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Hyperparameters {
+pub(crate) struct Hyperparameters {
     /// One length scale per feature.
     pub length_scales: Vec<f64>,
     /// Signal variance `s²`.
@@ -41,13 +41,13 @@ pub struct Hyperparameters {
 
 impl Hyperparameters {
     /// The kernel these hyperparameters define.
-    pub fn kernel(&self) -> Matern52 {
+    pub(crate) fn kernel(&self) -> Matern52 {
         Matern52::new(&self.length_scales, self.signal_variance)
     }
 }
 
 /// `K + noise·I` over the training points.
-pub fn covariance(kernel: &Matern52, x: &[Vec<f64>], noise: f64) -> DMatrix<f64> {
+pub(super) fn covariance(kernel: &Matern52, x: &[Vec<f64>], noise: f64) -> DMatrix<f64> {
     let n = x.len();
     let mut k = DMatrix::zeros(n, n);
     for i in 0..n {
@@ -62,7 +62,7 @@ pub fn covariance(kernel: &Matern52, x: &[Vec<f64>], noise: f64) -> DMatrix<f64>
 }
 
 /// The Cholesky factor of `k`, adding growing jitter to the diagonal until it exists.
-pub fn factor(mut k: DMatrix<f64>) -> Result<Cholesky<f64, Dyn>, GpError> {
+pub(crate) fn factor(mut k: DMatrix<f64>) -> Result<Cholesky<f64, Dyn>, GpError> {
     let n = k.nrows();
     if k.iter().any(|v| !v.is_finite()) {
         return Err(GpError::NonFinite("covariance"));
@@ -88,7 +88,7 @@ const SUBSTITUTED: usize = 32;
 /// `L⁻ᵀ`, where `L` is the lower triangle of `lower` (its upper triangle is not read). With
 /// `L = [A 0; B C]`, `L⁻ᵀ = [A⁻ᵀ  -A⁻ᵀ Bᵀ C⁻ᵀ; 0  C⁻ᵀ]`: the halves recursively, the corner
 /// by two matrix products, so that most of the work is matrix products.
-pub fn inverse_factor_transposed(lower: &DMatrix<f64>) -> DMatrix<f64> {
+pub(super) fn inverse_factor_transposed(lower: &DMatrix<f64>) -> DMatrix<f64> {
     let n = lower.nrows();
     if n <= SUBSTITUTED {
         return substituted_inverse_factor_transposed(lower);
@@ -132,14 +132,14 @@ fn substituted_inverse_factor_transposed(lower: &DMatrix<f64>) -> DMatrix<f64> {
 
 /// `A⁻¹ = L⁻ᵀ L⁻¹` for `A = L Lᵀ`, where `L` is the lower triangle of `lower`: by one matrix
 /// product of [`inverse_factor_transposed`].
-pub fn inverse_from_factor(lower: &DMatrix<f64>) -> DMatrix<f64> {
+pub(super) fn inverse_from_factor(lower: &DMatrix<f64>) -> DMatrix<f64> {
     let inverse_transposed = inverse_factor_transposed(lower);
     &inverse_transposed * inverse_transposed.transpose()
 }
 
 /// The posterior mean and variance at one point, and their gradients by its features.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Prediction {
+pub(crate) struct Prediction {
     /// Posterior mean.
     pub mean: f64,
     /// Posterior variance of the latent function (without the noise).
@@ -152,7 +152,7 @@ pub struct Prediction {
 
 /// A Gaussian process conditioned on training data.
 #[derive(Debug, Clone)]
-pub struct Gp {
+pub(crate) struct Gp {
     x: Vec<Vec<f64>>,
     kernel: Matern52,
     cholesky: Cholesky<f64, Dyn>,
@@ -165,11 +165,15 @@ pub struct Gp {
 }
 
 /// The smallest posterior variance reported, so that `sqrt` and divisions stay finite.
-pub const MIN_VARIANCE: f64 = 1e-12;
+pub(crate) const MIN_VARIANCE: f64 = 1e-12;
 
 impl Gp {
     /// Conditions the prior of `hyper` on values `y` at points `x`.
-    pub fn new(x: Vec<Vec<f64>>, y: &[f64], hyper: &Hyperparameters) -> Result<Self, GpError> {
+    pub(crate) fn new(
+        x: Vec<Vec<f64>>,
+        y: &[f64],
+        hyper: &Hyperparameters,
+    ) -> Result<Self, GpError> {
         if x.is_empty() {
             return Err(GpError::Empty);
         }
@@ -202,11 +206,6 @@ impl Gp {
         })
     }
 
-    /// The training points.
-    pub fn points(&self) -> &[Vec<f64>] {
-        &self.x
-    }
-
     /// `k(X, x)` and the kernel's slope at each training point (for gradients by `x`), from
     /// one exponential each.
     fn cross_and_slopes(&self, x: &[f64]) -> (DVector<f64>, Vec<f64>) {
@@ -222,18 +221,19 @@ impl Gp {
     /// has been reached, which is the incumbent of the expected improvement when values are
     /// noisy ("plug-in", Picheny et al., 2013). Without noise it is the best value observed;
     /// with noise it discounts a value that stands out by luck.
-    pub fn best_mean(&self) -> f64 {
+    pub(crate) fn best_mean(&self) -> f64 {
         self.best_mean
     }
 
     /// Posterior mean and variance at `x`.
-    pub fn predict(&self, x: &[f64]) -> (f64, f64) {
+    #[cfg(test)]
+    pub(crate) fn predict(&self, x: &[f64]) -> (f64, f64) {
         self.predict_many(&[x])[0]
     }
 
     /// Posterior mean and variance at each of `points`, computed together: the variances by
     /// one matrix product with `L⁻ᵀ` instead of one triangular solve per point.
-    pub fn predict_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<(f64, f64)> {
+    pub(crate) fn predict_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<(f64, f64)> {
         self.predict_many_beside(points, &[], &DMatrix::zeros(self.x.len(), 0))
             .0
     }
@@ -241,7 +241,7 @@ impl Gp {
     /// [`Gp::predict_many`], and the posterior covariance of each of `points` with each of
     /// `others` (one row per point), given `solved = self.solve_cross(others)`: both come
     /// from the same kernel values between the points and the training points.
-    pub fn predict_many_beside<P: AsRef<[f64]>>(
+    pub(crate) fn predict_many_beside<P: AsRef<[f64]>>(
         &self,
         points: &[P],
         others: &[Vec<f64>],
@@ -274,7 +274,7 @@ impl Gp {
 
     /// The joint posterior of the latent function at `points`: its mean vector and its
     /// covariance matrix.
-    pub fn joint(&self, points: &[Vec<f64>]) -> (DVector<f64>, DMatrix<f64>) {
+    pub(crate) fn joint(&self, points: &[Vec<f64>]) -> (DVector<f64>, DMatrix<f64>) {
         let cross = self.kernel_columns(points);
         let mean = cross.tr_mul(&self.alpha);
         let mut v = cross;
@@ -288,7 +288,7 @@ impl Gp {
     /// `K⁻¹ k(X, p)` for each of `points` (one column each), where `X` are the training
     /// points: what the covariances with them need ([`Gp::predict_many_beside`],
     /// [`Gp::cross_covariance_with_gradient`]).
-    pub fn solve_cross(&self, points: &[Vec<f64>]) -> DMatrix<f64> {
+    pub(crate) fn solve_cross(&self, points: &[Vec<f64>]) -> DMatrix<f64> {
         let cross = self.kernel_columns(points);
         self.cholesky.solve(&cross)
     }
@@ -296,7 +296,7 @@ impl Gp {
     /// The posterior covariance of the latent function at `x` with its value at each of
     /// `points`, given `solved = self.solve_cross(points)`, and the gradient of each
     /// covariance by `x` (one vector per point).
-    pub fn cross_covariance_with_gradient(
+    pub(crate) fn cross_covariance_with_gradient(
         &self,
         x: &[f64],
         points: &[Vec<f64>],
@@ -324,7 +324,7 @@ impl Gp {
     }
 
     /// Posterior mean and variance at `x`, with their gradients.
-    pub fn predict_with_gradient(&self, x: &[f64]) -> Prediction {
+    pub(crate) fn predict_with_gradient(&self, x: &[f64]) -> Prediction {
         let (k, slopes) = self.cross_and_slopes(x);
         let mean = k.dot(&self.alpha);
         let w = self.cholesky.solve(&k);

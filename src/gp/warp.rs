@@ -25,7 +25,7 @@ const STEPS: usize = 40;
 /// `-((1 - y)^(2 - λ) - 1) / (2 - λ)` for `y < 0` (the logarithms at `λ = 0` and `λ = 2`).
 /// `λ = 1` is the identity; `λ > 1` compresses the lower tail, `λ < 1` the upper one.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct YeoJohnson {
+pub(crate) struct YeoJohnson {
     power: f64,
 }
 
@@ -49,18 +49,18 @@ fn inverse_power_branch(z: f64, p: f64) -> f64 {
 
 impl YeoJohnson {
     /// The transform with this power.
-    pub fn new(power: f64) -> Self {
+    pub(crate) fn new(power: f64) -> Self {
         Self { power }
     }
 
     /// The identity.
-    pub fn identity() -> Self {
+    pub(crate) fn identity() -> Self {
         Self::new(1.0)
     }
 
     /// The transform for values `y`: the power of largest [`log_likelihood`] in
     /// [-2, 4], or the identity unless that power beats it by a likelihood-ratio test.
-    pub fn fitted(y: &[f64]) -> Self {
+    pub(crate) fn fitted(y: &[f64]) -> Self {
         let likelihood = |p: f64| log_likelihood(y, p);
         let identity = likelihood(1.0);
         if !identity.is_finite() {
@@ -75,12 +75,12 @@ impl YeoJohnson {
     }
 
     /// Its power `λ`.
-    pub fn power(&self) -> f64 {
+    pub(crate) fn power(&self) -> f64 {
         self.power
     }
 
     /// The warped value of `y`.
-    pub fn apply(&self, y: f64) -> f64 {
+    pub(crate) fn apply(&self, y: f64) -> f64 {
         if y >= 0.0 {
             power_branch(y, self.power)
         } else {
@@ -90,7 +90,7 @@ impl YeoJohnson {
 
     /// The value whose warped value is `z` (the warp's range is bounded on one side for
     /// `λ` outside [0, 2]; beyond that bound the result is infinite).
-    pub fn inverse(&self, z: f64) -> f64 {
+    pub(crate) fn inverse(&self, z: f64) -> f64 {
         if z >= 0.0 {
             inverse_power_branch(z, self.power)
         } else {
@@ -99,7 +99,7 @@ impl YeoJohnson {
     }
 
     /// `d apply / dy`, its Jacobian: `(1 + |y|)^(±(λ - 1))`.
-    pub fn derivative(&self, y: f64) -> f64 {
+    pub(crate) fn derivative(&self, y: f64) -> f64 {
         (y.signum() * (self.power - 1.0) * y.abs().ln_1p()).exp()
     }
 }
@@ -109,7 +109,7 @@ impl YeoJohnson {
 /// spanning orders of magnitude, rather than a skewed spread (the values of a bowl in many
 /// dimensions, most trials far from its bottom), whose far values carry the bowl's slope.
 /// Where more than half the values are equal, any other value is far out.
-pub fn has_outliers(y: Vec<f64>) -> bool {
+pub(crate) fn has_outliers(y: Vec<f64>) -> bool {
     let Some(center) = median(y.clone()) else {
         return false;
     };
@@ -122,7 +122,7 @@ pub fn has_outliers(y: Vec<f64>) -> bool {
 /// The log likelihood of values `y` under a Gaussian of the warped values with the mean and
 /// variance that fit them best, with the log Jacobian of the warp: what the power maximises
 /// (scipy's `yeojohnson_llf`).
-pub fn log_likelihood(y: &[f64], power: f64) -> f64 {
+pub(super) fn log_likelihood(y: &[f64], power: f64) -> f64 {
     let warp = YeoJohnson::new(power);
     let n = y.len() as f64;
     let z: Vec<f64> = y.iter().map(|&v| warp.apply(v)).collect();

@@ -35,7 +35,7 @@ impl fmt::Display for Source {
 
 /// The devices found, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Found {
+pub(crate) struct Found {
     /// The devices, in the order given or listed.
     pub devices: Vec<Device>,
     /// Where they came from.
@@ -44,7 +44,7 @@ pub struct Found {
 
 /// Why a study's trials cannot have the GPUs they ask for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Shortage {
+pub(crate) enum Shortage {
     /// No list could be read: a list given by hand is wrong, or `nvidia-smi` failed.
     #[error("{0}")]
     NotFound(String),
@@ -61,7 +61,7 @@ pub enum Shortage {
 /// The devices of a study whose trials hold `per_trial` each, found as [`find`] does (with
 /// the controller's `CUDA_VISIBLE_DEVICES`), locked in the folder `HPTUNE_GPU_LOCKS` names,
 /// else [`DEFAULT_LOCK_DIR`]; too few to run one trial is a [`Shortage`].
-pub fn plan(per_trial: NonZeroUsize, given: Option<&str>) -> Result<GpuPlan, Shortage> {
+pub(crate) fn plan(per_trial: NonZeroUsize, given: Option<&str>) -> Result<GpuPlan, Shortage> {
     let cuda_visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let found = find(given, cuda_visible.as_deref()).map_err(Shortage::NotFound)?;
     if found.devices.len() < per_trial.get() {
@@ -99,7 +99,7 @@ fn listed(devices: &[Device]) -> String {
 /// else `cuda_visible` (the controller's `CUDA_VISIBLE_DEVICES`) if set, else the GPUs that
 /// `nvidia-smi -L` lists. An error says what is wrong with a list given by hand, or why
 /// nothing was found.
-pub fn find(given: Option<&str>, cuda_visible: Option<&str>) -> Result<Found, String> {
+pub(crate) fn find(given: Option<&str>, cuda_visible: Option<&str>) -> Result<Found, String> {
     if let Some(text) = given {
         return Ok(Found {
             devices: parse_list(text).map_err(|e| format!("--gpus (or HPTUNE_GPUS): {e}"))?,

@@ -21,20 +21,20 @@ use super::Device;
 
 /// The lock folder when `HPTUNE_GPU_LOCKS` does not name one: one for the whole machine, as
 /// its GPUs are, whoever runs hptune; out of reach of age-based cleaners.
-pub const DEFAULT_LOCK_DIR: &str = "/run/lock/hptune-gpu-locks";
+pub(crate) const DEFAULT_LOCK_DIR: &str = "/run/lock/hptune-gpu-locks";
 
 /// How many times a lock is tried again when its file is replaced while it is being taken.
 const REPLACED_TRIES: usize = 3;
 
 /// The folder of the devices' lock files.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockDir {
+pub(crate) struct LockDir {
     path: PathBuf,
 }
 
 /// A device's lock, held by this process on its open lock file.
 #[derive(Debug)]
-pub struct HeldLock {
+pub(crate) struct HeldLock {
     device: Device,
     path: PathBuf,
     file: File,
@@ -44,7 +44,7 @@ pub struct HeldLock {
 
 /// What a check of a held lock found changed.
 #[derive(Debug, PartialEq, Eq)]
-pub enum LockChange {
+pub(crate) enum LockChange {
     /// Its file had vanished or been replaced, and the lock is now held on the file there.
     Retaken,
     /// Its file had vanished or been replaced, and another process holds the lock on the
@@ -54,7 +54,7 @@ pub enum LockChange {
 
 impl LockDir {
     /// The lock folder at `path` (created when first used).
-    pub fn new(path: &Path) -> Self {
+    pub(crate) fn new(path: &Path) -> Self {
         Self {
             path: path.to_path_buf(),
         }
@@ -78,7 +78,7 @@ impl LockDir {
 
     /// Locks `device` for this process: the held lock, or `None` when another process
     /// (or a worker it left running) holds it.
-    pub fn try_lock(&self, device: &Device) -> io::Result<Option<HeldLock>> {
+    pub(crate) fn try_lock(&self, device: &Device) -> io::Result<Option<HeldLock>> {
         self.create()?;
         let path = self.file_of(device);
         for _ in 0..REPLACED_TRIES {
@@ -152,12 +152,12 @@ fn open(path: &Path) -> io::Result<File> {
 
 impl HeldLock {
     /// The device locked.
-    pub fn device(&self) -> &Device {
+    pub(crate) fn device(&self) -> &Device {
         &self.device
     }
 
     /// The open lock file's descriptor, for a worker to inherit.
-    pub fn fd(&self) -> RawFd {
+    pub(crate) fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
 
@@ -180,7 +180,7 @@ impl HeldLock {
     /// old file, which the trial's worker may hold too, no longer keeps anyone off). Returns
     /// what changed since the last check: `None` when the lock is held as it was, or is
     /// still lost.
-    pub fn check(&mut self, dir: &LockDir) -> io::Result<Option<LockChange>> {
+    pub(crate) fn check(&mut self, dir: &LockDir) -> io::Result<Option<LockChange>> {
         if self.is_current()? {
             return Ok(None);
         }
@@ -199,7 +199,7 @@ impl HeldLock {
 
     /// Ends the lock, for every process that holds its file: the trial has ended, and a
     /// child its worker left running (which inherited the file) does not keep the device.
-    pub fn release(self) {
+    pub(crate) fn release(self) {
         if let Err(e) = self.file.unlock() {
             tracing::warn!(
                 "GPU {}: unlocking {}: {e}",

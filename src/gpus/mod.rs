@@ -13,12 +13,12 @@ use std::io;
 use std::num::NonZeroUsize;
 use std::os::fd::RawFd;
 
-pub use detect::{Found, Shortage, Source, find, plan};
-pub use lock::{DEFAULT_LOCK_DIR, HeldLock, LockChange, LockDir};
+pub(crate) use detect::{Source, plan};
+pub(crate) use lock::{DEFAULT_LOCK_DIR, HeldLock, LockChange, LockDir};
 
 /// A GPU of the pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Device {
+pub(crate) struct Device {
     /// How hptune names it: its index (as `nvidia-smi` or the list given numbers it) or the
     /// UUID it was given as; recorded with the attempt and exported as `HPTUNE_GPUS`.
     pub name: String,
@@ -29,7 +29,7 @@ pub struct Device {
 impl Device {
     /// How `CUDA_VISIBLE_DEVICES` names it: its UUID when known, which is the same device
     /// whatever order CUDA numbers the GPUs in (`CUDA_DEVICE_ORDER`), else its name.
-    pub fn cuda_id(&self) -> &str {
+    pub(crate) fn cuda_id(&self) -> &str {
         self.uuid.as_deref().unwrap_or(&self.name)
     }
 }
@@ -40,11 +40,11 @@ pub struct GpuPlan {
     /// Devices per trial (`trial.resources.gpus`).
     pub per_trial: NonZeroUsize,
     /// The devices this controller may hand out.
-    pub devices: Vec<Device>,
+    pub(crate) devices: Vec<Device>,
     /// Where the devices came from.
     pub source: Source,
     /// Where the devices' locks are.
-    pub locks: LockDir,
+    pub(crate) locks: LockDir,
 }
 
 impl GpuPlan {
@@ -61,32 +61,32 @@ impl GpuPlan {
 
 /// The devices one trial holds, and the locks of those this process locked.
 #[derive(Debug)]
-pub struct Lease {
+pub(crate) struct Lease {
     devices: Vec<Device>,
     locks: Vec<HeldLock>,
 }
 
 impl Lease {
     /// The devices.
-    pub fn devices(&self) -> &[Device] {
+    pub(crate) fn devices(&self) -> &[Device] {
         &self.devices
     }
 
     /// The devices' names, as recorded with the attempt.
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.devices.iter().map(|d| d.name.clone()).collect()
     }
 
     /// The open lock files, which the trial's worker inherits: its devices stay locked while
     /// it runs, also if its controller is killed.
-    pub fn lock_fds(&self) -> Vec<RawFd> {
+    pub(crate) fn lock_fds(&self) -> Vec<RawFd> {
         self.locks.iter().map(HeldLock::fd).collect()
     }
 }
 
 /// The devices of one controller: which are held by its trials.
 #[derive(Debug)]
-pub struct GpuPool {
+pub(crate) struct GpuPool {
     plan: GpuPlan,
     /// Names of the devices this controller's trials hold.
     held: HashSet<String>,
@@ -94,7 +94,7 @@ pub struct GpuPool {
 
 impl GpuPool {
     /// A pool of `plan`'s devices, none held.
-    pub fn new(plan: GpuPlan) -> Self {
+    pub(crate) fn new(plan: GpuPlan) -> Self {
         Self {
             plan,
             held: HashSet::new(),
@@ -102,13 +102,13 @@ impl GpuPool {
     }
 
     /// The plan of the pool.
-    pub fn plan(&self) -> &GpuPlan {
+    pub(crate) fn plan(&self) -> &GpuPlan {
         &self.plan
     }
 
     /// Devices for one trial: as many as the plan gives a trial, among those no trial of
     /// this controller holds and no other process has locked; `None` when fewer are free.
-    pub fn acquire(&mut self) -> io::Result<Option<Lease>> {
+    pub(crate) fn acquire(&mut self) -> io::Result<Option<Lease>> {
         let wanted = self.plan.per_trial.get();
         let mut lease = Lease {
             devices: Vec::with_capacity(wanted),
@@ -136,7 +136,7 @@ impl GpuPool {
     /// The devices recorded with a trial taken over from a controller that is gone: its
     /// worker keeps them, and no other trial gets them while it runs. Each is locked here if
     /// it can be; one that cannot is held by the worker, which inherited its lock.
-    pub fn keep(&mut self, names: &[String]) -> Lease {
+    pub(crate) fn keep(&mut self, names: &[String]) -> Lease {
         let mut lease = Lease {
             devices: Vec::with_capacity(names.len()),
             locks: Vec::new(),
@@ -165,7 +165,7 @@ impl GpuPool {
 
     /// Gives a trial's devices back (its worker has ended): their locks end, also for the
     /// processes its worker left running.
-    pub fn release(&mut self, lease: Lease) {
+    pub(crate) fn release(&mut self, lease: Lease) {
         for device in &lease.devices {
             self.held.remove(&device.name);
         }
@@ -174,7 +174,7 @@ impl GpuPool {
 
     /// Checks that the locks of a running trial still keep other processes off its devices
     /// (see [`HeldLock::check`]), and says so when one had to be taken again or was lost.
-    pub fn check(&self, lease: &mut Lease) {
+    pub(crate) fn check(&self, lease: &mut Lease) {
         for lock in &mut lease.locks {
             let name = lock.device().name.clone();
             match lock.check(&self.plan.locks) {
@@ -192,7 +192,7 @@ impl GpuPool {
 
     /// How many of the pool's devices no trial of this controller holds (some of them may be
     /// locked by other processes).
-    pub fn not_held(&self) -> usize {
+    pub(crate) fn not_held(&self) -> usize {
         self.plan
             .devices
             .iter()

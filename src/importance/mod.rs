@@ -3,6 +3,6 @@
 //! One method, PED-ANOVA ([`ped_anova`]), the one Optuna and optuna-dashboard use by
 //! default: cheap (linear in the number of trials), and defined for every kind of parameter.
 
-pub mod ped_anova;
+pub(crate) mod ped_anova;
 
-pub use ped_anova::{Importance, ped_anova};
+pub(crate) use ped_anova::ped_anova;

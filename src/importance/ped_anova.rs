@@ -29,7 +29,7 @@ const EPSILON: f64 = 1e-12;
 
 /// How much one parameter matters.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Importance {
+pub(crate) struct Importance {
     /// The parameter's id.
     pub parameter: String,
     /// Its PED-ANOVA importance (0: none; not normalised).
@@ -38,7 +38,7 @@ pub struct Importance {
 
 /// The importance of each parameter of `parameters` over `trials` (each finished trial's
 /// parameters and objective value), most important first.
-pub fn ped_anova(
+pub(crate) fn ped_anova(
     parameters: &[Parameter],
     goal: Goal,
     trials: &[(&Assignment, f64)],

@@ -4,7 +4,7 @@ use crate::study::space::{Domain, Scale};
 
 /// How values spread along an axis.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Axis {
+pub(crate) enum Axis {
     /// Evenly between `low` and `high`.
     Linear {
         /// The value at the axis' start.
@@ -34,7 +34,7 @@ pub enum Axis {
 impl Axis {
     /// A linear axis over the finite values of `values`, padded by 5% each side and widened
     /// to nice round ends; a unit range around a single value; `None` when there is none.
-    pub fn fit(values: impl IntoIterator<Item = f64>) -> Option<Self> {
+    pub(crate) fn fit(values: impl IntoIterator<Item = f64>) -> Option<Self> {
         let (low, high) = bounds(values)?;
         let pad = if high > low {
             (high - low) * 0.05
@@ -48,7 +48,7 @@ impl Axis {
     }
 
     /// [`Axis::fit`] for whole numbers: ticks only on them.
-    pub fn fit_whole(values: impl IntoIterator<Item = f64>) -> Option<Self> {
+    pub(crate) fn fit_whole(values: impl IntoIterator<Item = f64>) -> Option<Self> {
         match Self::fit(values)? {
             Axis::Linear { low, high } => Some(Axis::Whole { low, high }),
             other => Some(other),
@@ -56,7 +56,7 @@ impl Axis {
     }
 
     /// The axis of a parameter's domain: its own scale over its own range.
-    pub fn of_domain(domain: &Domain) -> Self {
+    pub(crate) fn of_domain(domain: &Domain) -> Self {
         let numeric = |min: f64, max: f64, scale: Scale| match scale {
             Scale::Log if min > 0.0 => Axis::Log {
                 low: min,
@@ -87,7 +87,7 @@ impl Axis {
     }
 
     /// Where `value` falls, from 0 (start) to 1 (end); `None` if it cannot be placed.
-    pub fn position(&self, value: f64) -> Option<f64> {
+    pub(crate) fn position(&self, value: f64) -> Option<f64> {
         if !value.is_finite() {
             return None;
         }
@@ -105,7 +105,7 @@ impl Axis {
     }
 
     /// Where category `name` falls, from 0 to 1 (the middle of its slot).
-    pub fn category_position(&self, name: &str) -> Option<f64> {
+    pub(crate) fn category_position(&self, name: &str) -> Option<f64> {
         match self {
             Axis::Categories(names) => {
                 let index = names.iter().position(|n| n == name)?;
@@ -116,7 +116,7 @@ impl Axis {
     }
 
     /// The ticks: (position from 0 to 1, label).
-    pub fn ticks(&self, wanted: usize) -> Vec<(f64, String)> {
+    pub(crate) fn ticks(&self, wanted: usize) -> Vec<(f64, String)> {
         match self {
             Axis::Linear { low, high } => nice_ticks(*low, *high, wanted)
                 .into_iter()
@@ -140,7 +140,7 @@ impl Axis {
 }
 
 /// The smallest and largest finite value.
-pub fn bounds(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
+pub(crate) fn bounds(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
     values
         .into_iter()
         .filter(|v| v.is_finite())
@@ -188,7 +188,7 @@ fn log_ticks(low: f64, high: f64) -> Vec<f64> {
 
 /// A number as a label: at most four significant digits, exponent form when very small or
 /// large, no trailing zeros.
-pub fn format_number(value: f64) -> String {
+pub(crate) fn format_number(value: f64) -> String {
     if value == 0.0 {
         return "0".into();
     }

@@ -5,16 +5,16 @@
 //! trials have no value: they are marked, not plotted) and each says in words why it is
 //! empty when it is.
 
-pub mod axis;
+pub(crate) mod axis;
 mod contour;
 mod edf;
 mod history;
 mod importance;
 mod intermediate;
 mod parallel;
-pub mod png;
+pub(crate) mod png;
 mod slice;
-pub mod svg;
+pub(crate) mod svg;
 mod timeline;
 
 use std::str::FromStr;
@@ -25,7 +25,7 @@ use crate::study::space::{ParamValue, Space};
 
 /// The figure CSS: classes of the marks, shared by the dashboard's pages and the files of
 /// `hptune plot`.
-pub const FIGURE_CSS: &str = include_str!("figure.css");
+pub(crate) const FIGURE_CSS: &str = include_str!("figure.css");
 
 /// A figure of a study.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,7 +50,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every figure, in the order the study page shows them.
-    pub const ALL: [Kind; 8] = [
+    pub(crate) const ALL: [Kind; 8] = [
         Kind::History,
         Kind::Intermediate,
         Kind::Importance,
@@ -63,7 +63,7 @@ impl Kind {
 
     /// Whether the figure is drawn [`svg::WIDE`] (a row of its own) rather than
     /// [`svg::NARROW`].
-    pub fn is_wide(self) -> bool {
+    pub(crate) fn is_wide(self) -> bool {
         matches!(
             self,
             Kind::History | Kind::Parallel | Kind::Slice | Kind::Timeline
@@ -71,7 +71,7 @@ impl Kind {
     }
 
     /// The name in URLs and on the command line.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Kind::History => "history",
             Kind::Intermediate => "intermediate",
@@ -85,7 +85,7 @@ impl Kind {
     }
 
     /// The title shown above the figure.
-    pub fn title(self) -> &'static str {
+    pub(crate) fn title(self) -> &'static str {
         match self {
             Kind::History => "Optimization history",
             Kind::Intermediate => "Intermediate values",
@@ -124,7 +124,7 @@ pub enum HistoryX {
 }
 
 /// A study read for drawing.
-pub struct StudyData<'a> {
+pub(crate) struct StudyData<'a> {
     /// The study and its trials.
     pub follower: &'a StudyFollower,
     /// Its search space.
@@ -133,7 +133,7 @@ pub struct StudyData<'a> {
 
 impl<'a> StudyData<'a> {
     /// The data of a followed study; fails if its stored search space does not read back.
-    pub fn new(follower: &'a StudyFollower) -> Result<Self, StorageError> {
+    pub(crate) fn new(follower: &'a StudyFollower) -> Result<Self, StorageError> {
         let space = follower.study.space()?;
         Ok(StudyData { follower, space })
     }
@@ -207,7 +207,7 @@ pub struct Options {
 }
 
 /// Draws figure `kind` of a study as an SVG element (styled by [`FIGURE_CSS`]).
-pub fn draw(kind: Kind, data: &StudyData, options: &Options) -> String {
+pub(crate) fn draw(kind: Kind, data: &StudyData, options: &Options) -> String {
     match kind {
         Kind::History => history::draw(data, options.history_x),
         Kind::Intermediate => intermediate::draw(data),
@@ -221,7 +221,7 @@ pub fn draw(kind: Kind, data: &StudyData, options: &Options) -> String {
 }
 
 /// A standalone SVG file of a figure: the figure with its styles inside.
-pub fn standalone_svg(figure: &str) -> String {
+pub(crate) fn standalone_svg(figure: &str) -> String {
     let style = format!("<style>{FIGURE_CSS}</style>");
     match figure.find('>') {
         Some(end) => format!("{}{style}{}\n", &figure[..=end], &figure[end + 1..]),
@@ -230,7 +230,7 @@ pub fn standalone_svg(figure: &str) -> String {
 }
 
 /// A standalone HTML file of a figure, with a title; it needs nothing else to show.
-pub fn standalone_html(title: &str, figure: &str) -> String {
+pub(crate) fn standalone_html(title: &str, figure: &str) -> String {
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title><style>body{{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:2rem;color:#1f2937}}h1{{font-size:1.2rem;font-weight:600}}{FIGURE_CSS}</style></head><body><h1>{t}</h1>{figure}</body></html>\n",
         t = svg::escape(title)
@@ -240,7 +240,7 @@ pub fn standalone_html(title: &str, figure: &str) -> String {
 /// The most marks (points, lines, bars) one figure draws: beyond it a figure draws the
 /// trials that matter most and an even sample of the others, and says so, so that a study of
 /// 100,000 trials costs the page what one of a few thousand does.
-pub const MOST_MARKS: usize = 2000;
+pub(crate) const MOST_MARKS: usize = 2000;
 
 /// Which of `count` items to draw: each one `keep` holds for, and an even sample of the
 /// others, about `most` in all.

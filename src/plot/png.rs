@@ -18,7 +18,7 @@ const FONTS: [&[u8]; 2] = [
 
 /// Pixels per SVG unit: a figure 640 units wide becomes a PNG 1280 pixels wide, sharp on
 /// high-density screens and in printed reports.
-pub const PIXELS_PER_UNIT: f32 = 2.0;
+pub(crate) const PIXELS_PER_UNIT: f32 = 2.0;
 
 /// The fonts, loaded once.
 fn fonts() -> Arc<fontdb::Database> {
@@ -43,7 +43,7 @@ fn fonts() -> Arc<fontdb::Database> {
 
 /// Renders a standalone SVG document (its styles inside, as
 /// [`super::standalone_svg`] writes it) as a PNG file's bytes.
-pub fn render(svg: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn render(svg: &str) -> Result<Vec<u8>, String> {
     let options = usvg::Options {
         font_family: FAMILY.to_string(),
         fontdb: fonts(),

@@ -8,13 +8,13 @@ use super::axis::Axis;
 
 /// Width of a figure that shares a row, in SVG units (and at most in pixels: a figure
 /// shrinks to its container but never grows, so its text keeps its size).
-pub const NARROW: f64 = 640.0;
+pub(crate) const NARROW: f64 = 640.0;
 /// Width of a figure that has a row of its own.
-pub const WIDE: f64 = 1180.0;
+pub(crate) const WIDE: f64 = 1180.0;
 
 /// Where the plotting area sits inside the figure.
 #[derive(Debug, Clone, Copy)]
-pub struct Frame {
+pub(crate) struct Frame {
     /// Left edge of the plotting area.
     pub left: f64,
     /// Top edge.
@@ -28,7 +28,7 @@ pub struct Frame {
 impl Frame {
     /// The usual frame of a figure `width` wide and `height` tall: room for tick labels
     /// left and below.
-    pub fn standard(width: f64, height: f64) -> Self {
+    pub(crate) fn standard(width: f64, height: f64) -> Self {
         Frame {
             left: 64.0,
             top: 16.0,
@@ -38,18 +38,18 @@ impl Frame {
     }
 
     /// The x coordinate of a position from 0 (left) to 1 (right).
-    pub fn x(&self, position: f64) -> f64 {
+    pub(crate) fn x(&self, position: f64) -> f64 {
         self.left + position * self.width
     }
 
     /// The y coordinate of a position from 0 (bottom) to 1 (top).
-    pub fn y(&self, position: f64) -> f64 {
+    pub(crate) fn y(&self, position: f64) -> f64 {
         self.top + (1.0 - position) * self.height
     }
 }
 
 /// An SVG document being written.
-pub struct Svg {
+pub(crate) struct Svg {
     width: f64,
     height: f64,
     body: String,
@@ -57,7 +57,7 @@ pub struct Svg {
 
 impl Svg {
     /// An empty figure `width` wide and `height` tall.
-    pub fn new(width: f64, height: f64) -> Self {
+    pub(crate) fn new(width: f64, height: f64) -> Self {
         Svg {
             width,
             height,
@@ -66,17 +66,17 @@ impl Svg {
     }
 
     /// The document written so far, to append already escaped SVG to.
-    pub fn body_mut(&mut self) -> &mut String {
+    pub(crate) fn body_mut(&mut self) -> &mut String {
         &mut self.body
     }
 
     /// Adds raw, already escaped SVG.
-    pub fn raw(&mut self, text: &str) {
+    pub(crate) fn raw(&mut self, text: &str) {
         self.body.push_str(text);
     }
 
     /// Draws a horizontal axis along the bottom of `frame` with its grid lines and a title.
-    pub fn x_axis(&mut self, frame: &Frame, axis: &Axis, title: &str) {
+    pub(crate) fn x_axis(&mut self, frame: &Frame, axis: &Axis, title: &str) {
         let bottom = frame.top + frame.height;
         for (position, label) in axis.ticks(6) {
             let x = frame.x(position);
@@ -100,7 +100,7 @@ impl Svg {
     }
 
     /// Draws a vertical axis along the left of `frame` with its grid lines and a title.
-    pub fn y_axis(&mut self, frame: &Frame, axis: &Axis, title: &str) {
+    pub(crate) fn y_axis(&mut self, frame: &Frame, axis: &Axis, title: &str) {
         self.y_axis_ticks(frame, axis);
         let (x, y) = (14.0, frame.y(0.5));
         let _ = write!(
@@ -111,7 +111,7 @@ impl Svg {
     }
 
     /// Draws a vertical axis along the left of `frame` with its ticks and grid lines.
-    pub fn y_axis_ticks(&mut self, frame: &Frame, axis: &Axis) {
+    pub(crate) fn y_axis_ticks(&mut self, frame: &Frame, axis: &Axis) {
         let right = frame.left + frame.width;
         for (position, label) in axis.ticks(5) {
             let y = frame.y(position);
@@ -135,7 +135,7 @@ impl Svg {
     }
 
     /// A point of trial `number` with a tooltip; `class` picks its look.
-    pub fn point(&mut self, x: f64, y: f64, class: &str, number: u64, tip: &str) {
+    pub(crate) fn point(&mut self, x: f64, y: f64, class: &str, number: u64, tip: &str) {
         let _ = write!(
             self.body,
             r#"<circle class="{class}" data-trial="{number}" cx="{x:.1}" cy="{y:.1}" r="4"><title>{}</title></circle>"#,
@@ -144,7 +144,7 @@ impl Svg {
     }
 
     /// A point of trial `number` filled with `colour`, with a tooltip.
-    pub fn point_filled(&mut self, x: f64, y: f64, colour: &str, number: u64, tip: &str) {
+    pub(crate) fn point_filled(&mut self, x: f64, y: f64, colour: &str, number: u64, tip: &str) {
         let _ = write!(
             self.body,
             r#"<circle class="pt" fill="{colour}" data-trial="{number}" cx="{x:.1}" cy="{y:.1}" r="3.5"><title>{}</title></circle>"#,
@@ -153,7 +153,7 @@ impl Svg {
     }
 
     /// A polyline through `points`; `attributes` are added as written.
-    pub fn polyline(&mut self, points: &[(f64, f64)], class: &str, attributes: &str) {
+    pub(crate) fn polyline(&mut self, points: &[(f64, f64)], class: &str, attributes: &str) {
         if points.is_empty() {
             return;
         }
@@ -165,7 +165,7 @@ impl Svg {
     }
 
     /// Text at (x, y); `anchor` is start, middle or end.
-    pub fn text(&mut self, x: f64, y: f64, anchor: &str, class: &str, text: &str) {
+    pub(crate) fn text(&mut self, x: f64, y: f64, anchor: &str, class: &str, text: &str) {
         let _ = write!(
             self.body,
             r#"<text class="{class}" x="{x:.1}" y="{y:.1}" text-anchor="{anchor}">{}</text>"#,
@@ -174,7 +174,7 @@ impl Svg {
     }
 
     /// The finished document.
-    pub fn finish(self, label: &str) -> String {
+    pub(crate) fn finish(self, label: &str) -> String {
         format!(
             r#"<svg xmlns="http://www.w3.org/2000/svg" class="figure" viewBox="0 0 {w} {h}" style="max-width:{w}px" role="img" aria-label="{label}"><rect class="background" width="{w}" height="{h}"/>{body}</svg>"#,
             w = self.width,
@@ -186,14 +186,14 @@ impl Svg {
 }
 
 /// A figure that says why there is nothing to draw.
-pub fn message(text: &str) -> String {
+pub(crate) fn message(text: &str) -> String {
     let mut svg = Svg::new(NARROW, 140.0);
     svg.text(NARROW / 2.0, 76.0, "middle", "empty", text);
     svg.finish(text)
 }
 
 /// Text made safe for XML and HTML.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -210,7 +210,7 @@ pub fn escape(text: &str) -> String {
 
 /// A colour for a share `t` from 0 (best) to 1 (worst), on a perceptually even scale
 /// (viridis' ends reversed: good trials dark, poor ones light).
-pub fn value_colour(t: f64) -> String {
+pub(crate) fn value_colour(t: f64) -> String {
     const STOPS: [(f64, f64, f64); 5] = [
         (68.0, 1.0, 84.0),
         (59.0, 82.0, 139.0),

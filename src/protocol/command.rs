@@ -7,7 +7,7 @@ use crate::study::{TemplatePart, TrialTemplate, template_parts};
 /// The worker's command line: the template's command, then its `args` with placeholders
 /// filled in (an argument naming an inactive parameter is left out), or else each active
 /// parameter as `--<id>=<value>` in the order of the study file.
-pub fn command_line(
+pub(crate) fn command_line(
     template: &TrialTemplate,
     space: &Space,
     study: &str,
@@ -48,7 +48,7 @@ fn fill_template(template: &str, study: &str, number: u64, params: &Assignment) 
 /// The command a job that reports through the database runs: `hptune relay --study S
 /// --trial N --attempt A --metric M -- <the worker's command line>` (the flags `hptune
 /// relay` reads, `cli/mod.rs`). The relay then runs the worker as a local one.
-pub fn relay_command(
+pub(crate) fn relay_command(
     study: &str,
     number: u64,
     attempt: u32,

@@ -8,7 +8,7 @@ use crate::study::TrialTemplate;
 
 /// The variables of the worker protocol, in the order [`protocol_env`] sets them: study,
 /// trial, attempt, metrics file, and cloudml-hypertune's metrics file and trial.
-pub const PROTOCOL_VARIABLES: [&str; 6] = [
+pub(crate) const PROTOCOL_VARIABLES: [&str; 6] = [
     "HPTUNE_STUDY",
     "HPTUNE_TRIAL_ID",
     "HPTUNE_ATTEMPT",
@@ -18,30 +18,30 @@ pub const PROTOCOL_VARIABLES: [&str; 6] = [
 ];
 
 /// The variable that names the folder a worker saves its model to, its attempt's own.
-pub const OUTPUT_DIR_VARIABLE: &str = "HPTUNE_OUTPUT_DIR";
+pub(crate) const OUTPUT_DIR_VARIABLE: &str = "HPTUNE_OUTPUT_DIR";
 
 /// The variable that Vertex AI gives its tuning trials for the same folder (so a script
 /// written for Vertex AI saves there unchanged).
-pub const VERTEX_MODEL_DIR_VARIABLE: &str = "AIP_MODEL_DIR";
+pub(crate) const VERTEX_MODEL_DIR_VARIABLE: &str = "AIP_MODEL_DIR";
 
 /// The variables that name the folder a worker saves its model to: as hptune names it, and
 /// as Vertex AI does.
-pub const OUTPUT_VARIABLES: [&str; 2] = [OUTPUT_DIR_VARIABLE, VERTEX_MODEL_DIR_VARIABLE];
+pub(crate) const OUTPUT_VARIABLES: [&str; 2] = [OUTPUT_DIR_VARIABLE, VERTEX_MODEL_DIR_VARIABLE];
 
 /// The variable that lists a trial's devices as CUDA names them (UUIDs when known).
-pub const CUDA_DEVICES_VARIABLE: &str = "CUDA_VISIBLE_DEVICES";
+pub(crate) const CUDA_DEVICES_VARIABLE: &str = "CUDA_VISIBLE_DEVICES";
 
 /// The variable that lists a trial's devices as hptune names them (recorded with the
 /// attempt); never passed on to a worker of a trial without GPUs.
-pub const GPUS_VARIABLE: &str = "HPTUNE_GPUS";
+pub(crate) const GPUS_VARIABLE: &str = "HPTUNE_GPUS";
 
 /// The variables that give a trial with GPUs its devices, comma-separated: as CUDA names
 /// them, and as hptune does.
-pub const DEVICE_VARIABLES: [&str; 2] = [CUDA_DEVICES_VARIABLE, GPUS_VARIABLE];
+pub(crate) const DEVICE_VARIABLES: [&str; 2] = [CUDA_DEVICES_VARIABLE, GPUS_VARIABLE];
 
 /// The variable that gives a relay (in a remote job) its storage URL; never passed on to a
 /// worker, which never needs the database.
-pub const STORAGE_VARIABLE: &str = "HPTUNE_STORAGE";
+pub(crate) const STORAGE_VARIABLE: &str = "HPTUNE_STORAGE";
 
 /// The variable that names the folder, on the job's node, of the relay's files (the
 /// worker's log and metrics file) in a Slurm job that reports through the database.
@@ -50,14 +50,14 @@ pub const RELAY_LOG_DIR_VARIABLE: &str = "HPTUNE_RELAY_LOG_DIR";
 /// Whether `name` belongs to the worker protocol, which a study's `trial.env` may not set:
 /// one of [`PROTOCOL_VARIABLES`] or [`OUTPUT_VARIABLES`], or any other `HPTUNE_` name
 /// ([`STORAGE_VARIABLE`], [`GPUS_VARIABLE`], and those the protocol may add).
-pub fn is_protocol_variable(name: &str) -> bool {
+pub(crate) fn is_protocol_variable(name: &str) -> bool {
     name.starts_with("HPTUNE_")
         || PROTOCOL_VARIABLES.contains(&name)
         || OUTPUT_VARIABLES.contains(&name)
 }
 
 /// The variables of the worker protocol, named by [`PROTOCOL_VARIABLES`].
-pub fn protocol_env(
+pub(crate) fn protocol_env(
     study: &str,
     number: u64,
     attempt: u32,
@@ -84,7 +84,7 @@ pub fn protocol_env(
 /// ([`DEVICE_VARIABLES`]) when it has GPUs: a worker always sees its own trial (`spec`
 /// refuses a `trial.env` that names a protocol or output variable, or a device variable of
 /// a study with GPUs).
-pub fn worker_env(
+pub(crate) fn worker_env(
     template: &TrialTemplate,
     study: &str,
     number: u64,
@@ -111,7 +111,7 @@ pub fn worker_env(
 }
 
 /// Both [`OUTPUT_VARIABLES`] naming `dir`, the folder the worker saves its model to.
-pub fn output_env(dir: &str) -> Vec<(String, String)> {
+pub(crate) fn output_env(dir: &str) -> Vec<(String, String)> {
     OUTPUT_VARIABLES
         .iter()
         .map(|name| (name.to_string(), dir.to_string()))

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 /// The files one attempt of a trial writes in a log directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttemptFiles {
+pub(crate) struct AttemptFiles {
     /// The worker's stdout (its stderr goes beside it: [`error_log_path`]).
     pub log: PathBuf,
     /// cloudml-hypertune's metrics file.
@@ -17,7 +17,7 @@ impl AttemptFiles {
     /// `trial-N.metrics.jsonl`, with `-attempt-A` after `N` from the second attempt on. Each
     /// attempt's files have names of their own, so that one attempt's output is never taken
     /// for another's.
-    pub fn in_dir(dir: &Path, number: u64, attempt: u32) -> Self {
+    pub(crate) fn in_dir(dir: &Path, number: u64, attempt: u32) -> Self {
         let stem = attempt_stem(number, attempt);
         Self {
             log: dir.join(format!("{stem}.log")),
@@ -28,7 +28,7 @@ impl AttemptFiles {
 
 /// The name of an attempt's files and model folder: `trial-N`, with `-attempt-A` after `N`
 /// from the second attempt on.
-pub fn attempt_stem(number: u64, attempt: u32) -> String {
+pub(crate) fn attempt_stem(number: u64, attempt: u32) -> String {
     match attempt {
         1 => format!("trial-{number}"),
         n => format!("trial-{number}-attempt-{n}"),
@@ -44,7 +44,7 @@ pub fn error_log_path(log_path: &Path) -> PathBuf {
 /// the studies' models (a local folder, a bucket, a volume): `<study>/trial-N`, with
 /// `-attempt-A` from the second attempt on, as Vertex AI's tuning jobs give each trial a
 /// folder under the study's.
-pub fn model_folder(study: &str, number: u64, attempt: u32) -> String {
+pub(crate) fn model_folder(study: &str, number: u64, attempt: u32) -> String {
     format!("{study}/{}", attempt_stem(number, attempt))
 }
 

@@ -16,7 +16,7 @@ const CHUNK: usize = 64 * 1024;
 /// ends at `\n` or at a lone `\r` (a progress bar redrawn in place prints many of those and
 /// no `\n`).
 #[derive(Debug, Default)]
-pub struct LineReader {
+pub(crate) struct LineReader {
     offset: u64,
     /// The line read so far, up to `MAX_LINE` bytes.
     partial: Vec<u8>,
@@ -28,7 +28,7 @@ pub struct LineReader {
 
 impl LineReader {
     /// Gives `line` each complete line added since the last call, in order.
-    pub fn read_new(&mut self, path: &Path, mut line: impl FnMut(&str)) {
+    pub(crate) fn read_new(&mut self, path: &Path, mut line: impl FnMut(&str)) {
         let Ok(mut file) = File::open(path) else {
             return;
         };
@@ -67,7 +67,7 @@ impl LineReader {
     }
 
     /// A last line without its line break, once the writer is gone.
-    pub fn rest(&mut self) -> Option<String> {
+    pub(crate) fn rest(&mut self) -> Option<String> {
         let rest = String::from_utf8_lossy(&std::mem::take(&mut self.partial)).into_owned();
         (!rest.trim().is_empty()).then_some(rest)
     }

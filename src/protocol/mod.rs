@@ -28,18 +28,18 @@ mod report;
 
 use std::time::Duration;
 
-pub use command::{command_line, relay_command};
-pub use env::{
-    CUDA_DEVICES_VARIABLE, DEVICE_VARIABLES, GPUS_VARIABLE, OUTPUT_DIR_VARIABLE, OUTPUT_VARIABLES,
-    PROTOCOL_VARIABLES, RELAY_LOG_DIR_VARIABLE, STORAGE_VARIABLE, VERTEX_MODEL_DIR_VARIABLE,
+pub(crate) use command::{command_line, relay_command};
+pub use env::RELAY_LOG_DIR_VARIABLE;
+pub(crate) use env::{
+    DEVICE_VARIABLES, GPUS_VARIABLE, OUTPUT_DIR_VARIABLE, PROTOCOL_VARIABLES, STORAGE_VARIABLE,
     is_protocol_variable, output_env, protocol_env, worker_env,
 };
-pub use files::{AttemptFiles, attempt_stem, error_log_path, model_folder};
-pub use lines::LineReader;
-pub use report::{
-    LineParser, Measurement, MetricsFileReader, ReportError, check_metric_name, final_value,
-};
+pub use files::error_log_path;
+pub(crate) use files::{AttemptFiles, model_folder};
+pub(crate) use lines::LineReader;
+pub use report::{LineParser, Measurement, MetricsFileReader, final_value};
+pub(crate) use report::{ReportError, check_metric_name};
 
 /// Time between SIGTERM and SIGKILL when a worker is stopped, unless the study file's
 /// `trial.grace_period` says otherwise (a relay stops its worker so too).
-pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10);

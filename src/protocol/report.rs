@@ -48,7 +48,7 @@ static WHOLE_NAME: LazyLock<Regex> =
 
 /// Checks that a worker can report the metric `name` on a line: a name the pairs cannot
 /// hold, or a step key, could never be read, and every trial would fail.
-pub fn check_metric_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_metric_name(name: &str) -> Result<(), String> {
     if STEP_KEYS.contains(&name) {
         return Err(format!(
             "'{name}' gives a measurement's step ({}), it cannot be a metric",
@@ -79,7 +79,7 @@ impl LineParser {
 
     /// Why `line`, which reports nothing, looks as if it meant to: it gives the objective a
     /// value that is not a number (`loss=0.5abc`).
-    pub fn unreadable(&self, line: &str) -> Option<ReportError> {
+    pub(crate) fn unreadable(&self, line: &str) -> Option<ReportError> {
         let text = self
             .objective_texts(line)
             .find(|text| parse_number(text).is_none())?;

@@ -5,13 +5,13 @@ use crate::study::space::{Assignment, Space, SpaceError, same_point};
 
 /// Proposes the first grid point that no finished or running trial has taken.
 #[derive(Debug, Clone)]
-pub struct GridSampler {
+pub(crate) struct GridSampler {
     points: Vec<Assignment>,
 }
 
 impl GridSampler {
     /// Enumerates the grid of `space`.
-    pub fn new(space: &Space) -> Result<Self, SpaceError> {
+    pub(crate) fn new(space: &Space) -> Result<Self, SpaceError> {
         Ok(Self {
             points: space.grid()?,
         })

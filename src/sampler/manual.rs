@@ -5,13 +5,13 @@ use crate::study::space::Assignment;
 
 /// Proposes one given assignment, then nothing.
 #[derive(Debug, Clone)]
-pub struct ManualSampler {
+pub(crate) struct ManualSampler {
     params: Option<Assignment>,
 }
 
 impl ManualSampler {
     /// A sampler that proposes `params` once.
-    pub fn new(params: Assignment) -> Self {
+    pub(crate) fn new(params: Assignment) -> Self {
         Self {
             params: Some(params),
         }

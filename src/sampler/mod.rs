@@ -1,17 +1,17 @@
 //! Samplers propose the parameters of the next trial. Each algorithm is one file that
 //! implements [`Sampler`]; the controller knows only the trait.
 
-pub mod bayes;
+pub(crate) mod bayes;
 mod grid;
 mod manual;
 mod random;
 mod timed;
 
 pub use bayes::BayesSampler;
-pub use grid::GridSampler;
-pub use manual::ManualSampler;
-pub use random::RandomSampler;
-pub use timed::Timed;
+pub(crate) use grid::GridSampler;
+pub(crate) use manual::ManualSampler;
+pub(crate) use random::RandomSampler;
+pub(crate) use timed::Timed;
 
 use std::collections::BTreeMap;
 
@@ -91,7 +91,7 @@ pub trait Sampler: Send {
 }
 
 /// The sampler a study asks for; each proposal's duration is logged at debug level.
-pub fn for_study(study: &Study) -> Result<Box<dyn Sampler>, SamplerError> {
+pub(crate) fn for_study(study: &Study) -> Result<Box<dyn Sampler>, SamplerError> {
     let (name, sampler): (&'static str, Box<dyn Sampler>) = match study.algorithm {
         Algorithm::Random => ("random", Box::new(RandomSampler::new(study.seed))),
         Algorithm::Grid => (

@@ -10,13 +10,13 @@ use crate::study::space::Assignment;
 /// proposals do not depend on the order in which parallel trials finish, and a rerun of a
 /// study proposes what the first run would have.
 #[derive(Debug, Clone)]
-pub struct RandomSampler {
+pub(crate) struct RandomSampler {
     seed: u64,
 }
 
 impl RandomSampler {
     /// A sampler with this seed.
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self { seed }
     }
 }

@@ -7,14 +7,14 @@ use super::{ProposalContext, Sampler, SamplerError};
 use crate::study::space::Assignment;
 
 /// Wraps a sampler and logs the duration of each of its proposals at debug level.
-pub struct Timed {
+pub(crate) struct Timed {
     algorithm: &'static str,
     inner: Box<dyn Sampler>,
 }
 
 impl Timed {
     /// Wraps `inner`, named `algorithm` in the log.
-    pub fn new(algorithm: &'static str, inner: Box<dyn Sampler>) -> Self {
+    pub(crate) fn new(algorithm: &'static str, inner: Box<dyn Sampler>) -> Self {
         Self { algorithm, inner }
     }
 }

@@ -14,7 +14,7 @@ use serde::forward_to_deserialize_any;
 
 /// Reads the block at `path` (mapping keys from the root: `["trial", "executor"]`) of the
 /// YAML `text` as `T`; `None` when the file has no such block.
-pub fn read<T: DeserializeOwned>(
+pub(super) fn read<T: DeserializeOwned>(
     text: &str,
     path: &[&str],
 ) -> Result<Option<T>, serde_yaml::Error> {
@@ -29,7 +29,7 @@ pub fn read<T: DeserializeOwned>(
 
 /// The mapping keys of the block at `path`, in file order (keys that are not text, as
 /// YAML writes them).
-pub fn keys(text: &str, path: &[&str]) -> Result<Vec<String>, serde_yaml::Error> {
+pub(super) fn keys(text: &str, path: &[&str]) -> Result<Vec<String>, serde_yaml::Error> {
     let block: Option<serde_yaml::Mapping> = read(text, path)?;
     Ok(block
         .into_iter()
@@ -45,7 +45,7 @@ pub fn keys(text: &str, path: &[&str]) -> Result<Vec<String>, serde_yaml::Error>
 }
 
 /// The fields a struct deriving `Deserialize` declares, as serde names them.
-pub fn fields<T: DeserializeOwned>() -> &'static [&'static str] {
+pub(super) fn fields<T: DeserializeOwned>() -> &'static [&'static str] {
     match T::deserialize(FieldNames) {
         Err(Declared(fields)) => fields,
         Ok(_) => &[],

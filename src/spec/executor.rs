@@ -15,15 +15,15 @@ use crate::study::{
 };
 
 /// How often a remote job's state is asked for, when the file does not say.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
+pub(super) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
 /// The limit of one request to an engine's API, when the file does not say.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the jobs' service (an engine's API, Slurm's controller) may fail to answer before
 /// a job is given up, when the file does not say: longer than a restart or a failover of
 /// Slurm's controller (`SlurmctldTimeout`, 2 minutes by default).
-pub const DEFAULT_OUTAGE_LIMIT: Duration = Duration::from_secs(10 * 60);
+pub(super) const DEFAULT_OUTAGE_LIMIT: Duration = Duration::from_secs(10 * 60);
 /// How long Kubernetes keeps a finished Job, when the file does not say.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+pub(super) const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 
 /// Where the block stands in the study file.
 const PATH: [&str; 2] = ["trial", "executor"];

@@ -16,11 +16,11 @@ use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::scanner::{Marker, ScanError};
 
 /// The deepest nesting of lists and mappings a study file may have (a study needs five).
-pub const MAX_DEPTH: usize = 64;
+pub(super) const MAX_DEPTH: usize = 64;
 
 /// A line and column in the study file, both counted from 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
+pub(super) struct Position {
     /// Line, from 1.
     pub line: usize,
     /// Column, from 1.
@@ -38,7 +38,7 @@ impl Position {
 
 /// Why a document could not be indexed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IndexError {
+pub(super) enum IndexError {
     /// The text is not YAML.
     Syntax {
         /// Where the scanner stopped.
@@ -55,7 +55,7 @@ pub enum IndexError {
 
 impl IndexError {
     /// Where the problem is.
-    pub fn position(&self) -> Position {
+    pub(super) fn position(&self) -> Position {
         match self {
             IndexError::Syntax { position, .. } | IndexError::TooDeep { position } => *position,
         }
@@ -96,7 +96,7 @@ enum Step {
 /// The position of every node of a document, found by its field path
 /// (`parameters[1].min`, `trial.command[0]`).
 #[derive(Debug, Default)]
-pub struct Locations {
+pub(super) struct Locations {
     /// The position of each node; node 0 is the document's root.
     positions: Vec<Position>,
     /// (parent node, step) -> child node.
@@ -105,7 +105,7 @@ pub struct Locations {
 
 impl Locations {
     /// Indexes `text`: every node of its first document, every later document checked.
-    pub fn index(text: &str) -> Result<Self, IndexError> {
+    pub(super) fn index(text: &str) -> Result<Self, IndexError> {
         let mut walker = Walker::default();
         let mut parser = Parser::new_from_str(text);
         loop {
@@ -118,7 +118,7 @@ impl Locations {
     }
 
     /// The position of the node at `path`, or of its nearest ancestor that has one.
-    pub fn find(&self, path: &str) -> Option<Position> {
+    pub(super) fn find(&self, path: &str) -> Option<Position> {
         let mut node = 0;
         let mut rest = path;
         let mut found = None;

@@ -30,9 +30,9 @@ use locate::{Locations, Position};
 use raw::RawStudy;
 
 /// Failures allowed before a study stops, when the file does not say.
-pub const DEFAULT_MAX_FAILED_TRIAL_COUNT: u64 = 3;
+pub(crate) const DEFAULT_MAX_FAILED_TRIAL_COUNT: u64 = 3;
 /// Further attempts of a trial whose worker was killed from outside, when the file does not say.
-pub const DEFAULT_MAX_RETRIES: u32 = 2;
+pub(crate) const DEFAULT_MAX_RETRIES: u32 = 2;
 
 /// One broken rule of the study file.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,10 +96,10 @@ impl fmt::Display for SpecError {
 }
 
 /// The largest study file hptune reads (a study file is a few kilobytes).
-pub const MAX_FILE_SIZE: u64 = 4 << 20;
+pub(crate) const MAX_FILE_SIZE: u64 = 4 << 20;
 
 /// The longest study name.
-pub const MAX_NAME_LENGTH: usize = 128;
+pub(crate) const MAX_NAME_LENGTH: usize = 128;
 
 /// Reads and validates a study file.
 pub fn load(path: &Path) -> Result<Study, SpecError> {
@@ -108,7 +108,7 @@ pub fn load(path: &Path) -> Result<Study, SpecError> {
 
 /// The `name` of a study file, the rest unchecked: the listing commands find a study by its
 /// file, also one recorded under a name that [`load`] no longer allows.
-pub fn load_name(path: &Path) -> Result<String, SpecError> {
+pub(crate) fn load_name(path: &Path) -> Result<String, SpecError> {
     #[derive(Deserialize)]
     struct Named {
         name: String,
@@ -184,7 +184,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Study, SpecError> {
 
 /// Reads another YAML document (a kubeconfig) into `T`: the project's YAML parsing stays in
 /// this module.
-pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+pub(crate) fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
     serde_yaml::from_str(text).map_err(|e| e.to_string())
 }
 

@@ -8,7 +8,7 @@ use serde::de::{self, Deserializer, Visitor};
 /// A YAML scalar of a `values` list or a `when` clause.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
-pub enum Scalar {
+pub(super) enum Scalar {
     /// `16`
     Int(i64),
     /// `0.5`
@@ -21,7 +21,7 @@ pub enum Scalar {
 
 impl Scalar {
     /// The scalar as a number, if it is one.
-    pub fn as_f64(&self) -> Option<f64> {
+    pub(super) fn as_f64(&self) -> Option<f64> {
         match self {
             Scalar::Int(i) => Some(*i as f64),
             Scalar::Float(x) => Some(*x),
@@ -30,7 +30,7 @@ impl Scalar {
     }
 
     /// The scalar as text, as a categorical value.
-    pub fn as_text(&self) -> String {
+    pub(super) fn as_text(&self) -> String {
         match self {
             Scalar::Int(i) => i.to_string(),
             Scalar::Float(x) => x.to_string(),
@@ -43,7 +43,7 @@ impl Scalar {
 /// A bound as written: an integer keeps every digit (an `f64` would round those past 2^53
 /// and saturate those past i64 when cast), anything else is a float.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Number {
+pub(super) enum Number {
     /// `16`, `-3`, `99999999999999999999`
     Int(i128),
     /// `0.5`, `1e-5`, `-1e30`
@@ -52,7 +52,7 @@ pub enum Number {
 
 impl Number {
     /// The number as a float (rounded for integers beyond 2^53).
-    pub fn as_f64(self) -> f64 {
+    pub(super) fn as_f64(self) -> f64 {
         match self {
             Number::Int(i) => i as f64,
             Number::Float(x) => x,
@@ -60,7 +60,7 @@ impl Number {
     }
 
     /// The number as an i64, when it is a whole number in i64's range.
-    pub fn as_i64(self) -> Option<i64> {
+    pub(super) fn as_i64(self) -> Option<i64> {
         match self {
             Number::Int(i) => i64::try_from(i).ok(),
             // -2^63 and 2^63 are exact floats; the range is [-2^63, 2^63).
@@ -122,7 +122,7 @@ impl<'de> Deserialize<'de> for Number {
 /// The whole study file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawStudy {
+pub(super) struct RawStudy {
     pub name: String,
     pub objective: RawObjective,
     pub parameters: Vec<RawParameter>,
@@ -145,7 +145,7 @@ pub struct RawStudy {
 /// with for the parameters this study adds.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawWarmStart {
+pub(super) struct RawWarmStart {
     pub study: String,
     pub values: Option<BTreeMap<String, Scalar>>,
 }
@@ -153,7 +153,7 @@ pub struct RawWarmStart {
 /// One of `constraints`: a bound on a reported metric.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawConstraint {
+pub(super) struct RawConstraint {
     pub metric: String,
     pub max: Option<Number>,
     pub min: Option<Number>,
@@ -162,7 +162,7 @@ pub struct RawConstraint {
 /// `artifacts`: the trials' model folders.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawArtifacts {
+pub(super) struct RawArtifacts {
     pub dir: Option<String>,
     pub keep_best: Option<Number>,
 }
@@ -170,34 +170,34 @@ pub struct RawArtifacts {
 /// The early-stopping block: here only its `rule` is read; the rule's own fields are read
 /// into [`RawMedian`] or [`RawAsha`] by [`super::block`].
 #[derive(Debug, Deserialize)]
-pub struct RawRule {
+pub(super) struct RawRule {
     pub rule: String,
 }
 
 /// `rule: median`.
 #[derive(Debug, Deserialize)]
-pub struct RawMedian {
+pub(super) struct RawMedian {
     pub min_steps: Option<i64>,
     pub min_trials: Option<i64>,
 }
 
 /// `rule: asha`.
 #[derive(Debug, Deserialize)]
-pub struct RawAsha {
+pub(super) struct RawAsha {
     pub min_resource: Option<i64>,
     pub reduction_factor: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawObjective {
+pub(super) struct RawObjective {
     pub metric: String,
     pub goal: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawParameter {
+pub(super) struct RawParameter {
     pub id: String,
     #[serde(rename = "type")]
     pub kind: String,
@@ -211,7 +211,7 @@ pub struct RawParameter {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawTrial {
+pub(super) struct RawTrial {
     pub command: Vec<String>,
     pub args: Option<Vec<String>>,
     #[serde(default)]
@@ -225,20 +225,20 @@ pub struct RawTrial {
 /// `trial.resources`: what each trial holds while it runs.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawTrialResources {
+pub(super) struct RawTrialResources {
     pub gpus: Option<Number>,
 }
 
 /// A block whose fields depend on its `kind`: here only the kind is read; the kind's own
 /// fields are read into their struct by [`super::block`].
 #[derive(Debug, Deserialize)]
-pub struct RawKind {
+pub(super) struct RawKind {
     pub kind: String,
 }
 
 /// The fields every remote engine takes.
 #[derive(Debug, Deserialize)]
-pub struct RawRemote {
+pub(super) struct RawRemote {
     pub image: Option<String>,
     pub endpoint: Option<String>,
     pub poll_interval: Option<String>,
@@ -248,7 +248,7 @@ pub struct RawRemote {
 
 /// `kind: vertex`: a Vertex AI CustomJob.
 #[derive(Debug, Deserialize)]
-pub struct RawVertex {
+pub(super) struct RawVertex {
     pub project: Option<String>,
     pub region: Option<String>,
     pub machine_type: Option<String>,
@@ -259,7 +259,7 @@ pub struct RawVertex {
 
 /// `kind: kubernetes`: a Kubernetes Job.
 #[derive(Debug, Deserialize)]
-pub struct RawKubernetes {
+pub(super) struct RawKubernetes {
     pub namespace: Option<String>,
     pub resources: Option<RawResources>,
     pub node_selector: Option<BTreeMap<String, String>>,
@@ -271,7 +271,7 @@ pub struct RawKubernetes {
 
 /// `kind: sagemaker`: a SageMaker training job.
 #[derive(Debug, Deserialize)]
-pub struct RawSageMaker {
+pub(super) struct RawSageMaker {
     pub region: Option<String>,
     pub role_arn: Option<String>,
     pub instance_type: Option<String>,
@@ -282,7 +282,7 @@ pub struct RawSageMaker {
 
 /// `kind: slurm`: a Slurm batch job.
 #[derive(Debug, Deserialize)]
-pub struct RawSlurm {
+pub(super) struct RawSlurm {
     pub partition: Option<String>,
     pub account: Option<String>,
     pub qos: Option<String>,
@@ -299,21 +299,21 @@ pub struct RawSlurm {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSecretRef {
+pub(super) struct RawSecretRef {
     pub name: String,
     pub key: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawArtifactsVolume {
+pub(super) struct RawArtifactsVolume {
     pub claim: String,
     pub mount_path: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawAccelerator {
+pub(super) struct RawAccelerator {
     #[serde(rename = "type")]
     pub kind: String,
     pub count: Option<i64>,
@@ -321,7 +321,7 @@ pub struct RawAccelerator {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawResources {
+pub(super) struct RawResources {
     pub cpu: Option<String>,
     pub memory: Option<String>,
     pub gpu: Option<i64>,

@@ -11,7 +11,10 @@ use super::{Storage, StorageError, now, query_error};
 impl Storage {
     /// The model folders recorded with the trial's attempts and not removed yet: those of
     /// its ended attempts, and its current attempt's.
-    pub async fn artifact_dirs(&self, trial: &TrialRecord) -> Result<Vec<String>, StorageError> {
+    pub(crate) async fn artifact_dirs(
+        &self,
+        trial: &TrialRecord,
+    ) -> Result<Vec<String>, StorageError> {
         let rows = sqlx::query(
             "SELECT artifact_dir FROM attempts
              WHERE trial_id = $1 AND artifact_dir IS NOT NULL AND artifact_removed_at IS NULL
@@ -37,7 +40,7 @@ impl Storage {
 
     /// Records that the trial's current model folder and the attempts' folders `removed`
     /// were removed; returns when.
-    pub async fn set_artifacts_removed(
+    pub(crate) async fn set_artifacts_removed(
         &self,
         trial: &TrialRecord,
         removed: &[String],
@@ -69,7 +72,11 @@ impl Storage {
 
     /// Pins the models of the study's trials `numbers` (trials that may not exist yet):
     /// `keep_best` never removes them, in this run or a later one. A pin is kept once.
-    pub async fn pin_models(&self, study_id: i64, numbers: &[u64]) -> Result<(), StorageError> {
+    pub(crate) async fn pin_models(
+        &self,
+        study_id: i64,
+        numbers: &[u64],
+    ) -> Result<(), StorageError> {
         let doing = "recording the pinned models";
         let at = now();
         let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
@@ -90,7 +97,7 @@ impl Storage {
     }
 
     /// The numbers of the study's trials whose models are pinned.
-    pub async fn pinned_models(&self, study_id: i64) -> Result<BTreeSet<u64>, StorageError> {
+    pub(crate) async fn pinned_models(&self, study_id: i64) -> Result<BTreeSet<u64>, StorageError> {
         let doing = "reading the pinned models";
         let rows = sqlx::query("SELECT number FROM pinned_models WHERE study_id = $1")
             .bind(study_id)

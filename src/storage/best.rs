@@ -21,7 +21,7 @@ pub(crate) use result_value;
 impl TrialRecord {
     /// Its value as a result of the study: only a succeeded, feasible trial has one, and only
     /// such a trial can be the best; in SQL, `result_value!()`.
-    pub fn result(&self) -> Option<f64> {
+    pub(crate) fn result(&self) -> Option<f64> {
         self.value
             .filter(|_| self.state == TrialState::Succeeded && self.infeasible.is_none())
     }
@@ -45,7 +45,7 @@ pub fn best_first(trials: &[TrialRecord], goal: Goal, n: usize) -> Vec<TrialReco
 }
 
 /// The best trial of `trials` for `goal` (of those with a result), if any.
-pub fn best_trial(trials: &[TrialRecord], goal: Goal) -> Option<&TrialRecord> {
+pub(crate) fn best_trial(trials: &[TrialRecord], goal: Goal) -> Option<&TrialRecord> {
     with_results(trials)
         .min_by(|a, b| ranking(goal, a.1, b.1))
         .map(|(t, _)| t)

@@ -37,7 +37,7 @@ const FINISHING: &str = "finishing a trial";
 /// A trial's end, to be written: the trial as it ended, and the measurements of its attempt
 /// not written yet.
 #[derive(Debug, Clone)]
-pub struct TrialEnd {
+pub(crate) struct TrialEnd {
     /// The trial in its final state, ended at `finished_at`, with its worker's handle and log
     /// path as they are known.
     pub trial: TrialRecord,
@@ -47,7 +47,7 @@ pub struct TrialEnd {
 
 impl TrialEnd {
     /// `trial` ending now, in `state`.
-    pub fn now(
+    pub(crate) fn now(
         mut trial: TrialRecord,
         state: TrialState,
         value: Option<f64>,
@@ -289,7 +289,7 @@ impl Storage {
     /// Writes the trials' ends (see [`TrialEnd`]): on SQLite in one call, on PostgreSQL one
     /// call each (or one transaction, for an end of more than [`ROWS_PER_INSERT`]
     /// measurements). Leaves `ends` empty once they are written (as they were, on an error).
-    pub async fn finish_trials(&self, ends: &mut Vec<TrialEnd>) -> Result<(), StorageError> {
+    pub(crate) async fn finish_trials(&self, ends: &mut Vec<TrialEnd>) -> Result<(), StorageError> {
         match self.dialect {
             Dialect::Sqlite if ends.is_empty() => {}
             Dialect::Sqlite => {

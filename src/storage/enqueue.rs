@@ -11,7 +11,7 @@ use crate::study::space::Assignment;
 
 /// Which configurations [`Storage::enqueue`] records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Enqueue {
+pub(crate) enum Enqueue {
     /// Every one (`hptune enqueue`).
     Always,
     /// The study file's `initial_trials`: only the first time the study runs with them.
@@ -22,7 +22,7 @@ impl Storage {
     /// Records `configurations` as trials of the study to run first, in order, after any
     /// enqueued before them; returns the trials recorded (none when `when` is
     /// [`Enqueue::Initial`] and they were enqueued before).
-    pub async fn enqueue(
+    pub(crate) async fn enqueue(
         &self,
         study_id: i64,
         configurations: &[Assignment],

@@ -17,11 +17,11 @@ use crate::study::stopping::Curve;
 /// of, besides every unfinished trial's: what the figures of a large study draw (its latest
 /// attempts, the curves of its latest trials), so that a page of 100,000 trials does not
 /// read 400,000 rows it does not draw. A trial's own attempts are read when it is opened.
-pub const DETAILED_TRIALS: usize = 2000;
+pub(super) const DETAILED_TRIALS: usize = 2000;
 
 /// What is known of one study, kept up to date by [`Storage::follow`].
 #[derive(Debug, Clone)]
-pub struct StudyFollower {
+pub(crate) struct StudyFollower {
     /// The study.
     pub study: StudyRecord,
     view: StudyView,
@@ -39,7 +39,7 @@ pub struct StudyFollower {
 
 impl StudyFollower {
     /// A follower of `study` that has read nothing yet.
-    pub fn new(study: StudyRecord) -> Self {
+    pub(crate) fn new(study: StudyRecord) -> Self {
         let view = StudyView::new(study.id, study.goal);
         Self {
             study,
@@ -54,51 +54,51 @@ impl StudyFollower {
     }
 
     /// Grows each time a read finds something changed; 0 before the first read.
-    pub fn revision(&self) -> u64 {
+    pub(crate) fn revision(&self) -> u64 {
         self.revision
     }
 
     /// Every trial, by number.
-    pub fn trials(&self) -> impl Iterator<Item = &TrialRecord> {
+    pub(crate) fn trials(&self) -> impl Iterator<Item = &TrialRecord> {
         self.view.trials()
     }
 
     /// How many trials are in `state`.
-    pub fn count(&self, state: TrialState) -> usize {
+    pub(crate) fn count(&self, state: TrialState) -> usize {
         self.view.count(state)
     }
 
     /// The number and value of the best succeeded feasible trial.
-    pub fn best(&self) -> Option<(u64, f64)> {
+    pub(crate) fn best(&self) -> Option<(u64, f64)> {
         self.view.best()
     }
 
     /// The trials that changed after revision `since`, by number.
-    pub fn changed_since(&self, since: u64) -> impl Iterator<Item = &TrialRecord> {
+    pub(crate) fn changed_since(&self, since: u64) -> impl Iterator<Item = &TrialRecord> {
         self.view
             .trials()
             .filter(move |t| self.changed_at.get(&t.number).is_some_and(|r| *r > since))
     }
 
     /// The trial numbered `number`.
-    pub fn trial(&self, number: u64) -> Option<&TrialRecord> {
+    pub(crate) fn trial(&self, number: u64) -> Option<&TrialRecord> {
         self.view.trial(number)
     }
 
     /// The attempts held ([`StudyFollower::details_from`] says whose), by trial number and
     /// attempt.
-    pub fn all_attempts(&self) -> impl Iterator<Item = &AttemptRecord> {
+    pub(crate) fn all_attempts(&self) -> impl Iterator<Item = &AttemptRecord> {
         self.attempts.values().flatten()
     }
 
     /// The learning curves held (objective values with a step, current attempt), by number.
-    pub fn curves(&self) -> impl Iterator<Item = &Curve> {
+    pub(crate) fn curves(&self) -> impl Iterator<Item = &Curve> {
         self.curves.values()
     }
 
     /// `None` when the attempts and curves of every trial are held; else the number of the
     /// oldest trial from which on they are (and, before it, only the unfinished trials').
-    pub fn details_from(&self) -> Option<u64> {
+    pub(crate) fn details_from(&self) -> Option<u64> {
         (self.details_from > 0).then_some(self.details_from)
     }
 }
@@ -137,7 +137,7 @@ impl Storage {
     /// the last call (all of them the first time), and the attempts and learning curves of
     /// those among them that are unfinished, were unfinished, or are among the
     /// [`DETAILED_TRIALS`] newest.
-    pub async fn follow(&self, follower: &mut StudyFollower) -> Result<(), StorageError> {
+    pub(crate) async fn follow(&self, follower: &mut StudyFollower) -> Result<(), StorageError> {
         let since = follower.view.first_changed_id();
         let first_new = follower.view.newest_id() + 1;
         let before: BTreeMap<u64, TrialRecord> = follower
@@ -230,7 +230,7 @@ impl Storage {
     }
 
     /// Every measurement of trial `trial_id`, every attempt's, in the order recorded.
-    pub async fn trial_measurements(
+    pub(crate) async fn trial_measurements(
         &self,
         trial_id: i64,
     ) -> Result<Vec<MeasurementRecord>, StorageError> {
@@ -258,7 +258,7 @@ impl Storage {
 
     /// Every study with its trials counted by state, its best value and last activity,
     /// counted by the database.
-    pub async fn study_overviews(&self) -> Result<Vec<StudyOverview>, StorageError> {
+    pub(crate) async fn study_overviews(&self) -> Result<Vec<StudyOverview>, StorageError> {
         let studies = self.study_records().await?;
         let counts = sqlx::query(concat!(
             "SELECT study_id, state, COUNT(*) AS n, MIN(",

@@ -27,19 +27,18 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 
 use crate::study::Study;
-pub use best::{best_first, best_trial};
-pub use claim::{Claim, ClaimError, ClaimRules, Queue};
-pub use ends::TrialEnd;
-pub use enqueue::Enqueue;
-pub use follow::StudyFollower;
-pub use rows::{
-    AttemptRecord, MeasurementRecord, StudyOverview, StudyRecord, StudySummary, TrialRecord,
-    TrialState,
-};
+pub use best::best_first;
+pub(crate) use best::best_trial;
+pub(crate) use claim::{Claim, ClaimError, ClaimRules, Queue};
+pub(crate) use ends::TrialEnd;
+pub(crate) use enqueue::Enqueue;
+pub(crate) use follow::StudyFollower;
+pub(crate) use rows::{AttemptRecord, MeasurementRecord, StudyOverview, StudySummary};
+pub use rows::{StudyRecord, TrialRecord, TrialState};
 use rows::{study_columns, trial_columns};
-pub use trials::NextAttempt;
+pub(crate) use trials::NextAttempt;
 pub use url::{DEFAULT_STORAGE, StorageUrl};
-pub use view::StudyView;
+pub(crate) use view::StudyView;
 
 /// Why the database could not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -143,7 +142,7 @@ fn slow_statement(sql: &str, elapsed: Duration) -> Option<String> {
 }
 
 /// The current time as stored: UTC, RFC 3339, milliseconds.
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
@@ -221,7 +220,7 @@ impl Storage {
 
     /// The record of `study`, created on first run. A rerun must keep the objective and the
     /// search space; the study file text is updated (budgets may grow).
-    pub async fn ensure_study(&self, study: &Study) -> Result<StudyRecord, StorageError> {
+    pub(crate) async fn ensure_study(&self, study: &Study) -> Result<StudyRecord, StorageError> {
         let space = serde_json::to_string(&study.space).expect("a space serialises");
         if let Some(existing) = self.find_study(&study.name).await? {
             if existing.metric != study.objective.metric || existing.goal != study.objective.goal {
@@ -259,7 +258,7 @@ impl Storage {
     }
 
     /// The study called `name`, if any.
-    pub async fn find_study(&self, name: &str) -> Result<Option<StudyRecord>, StorageError> {
+    pub(crate) async fn find_study(&self, name: &str) -> Result<Option<StudyRecord>, StorageError> {
         let row = sqlx::query(concat!(
             "SELECT ",
             study_columns!(),
@@ -273,7 +272,7 @@ impl Storage {
     }
 
     /// Every study, in creation order.
-    pub async fn study_records(&self) -> Result<Vec<StudyRecord>, StorageError> {
+    pub(crate) async fn study_records(&self) -> Result<Vec<StudyRecord>, StorageError> {
         let rows = sqlx::query(concat!(
             "SELECT ",
             study_columns!(),
@@ -286,7 +285,7 @@ impl Storage {
     }
 
     /// Every study with its trial counts and best value, in creation order.
-    pub async fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
+    pub(crate) async fn list_studies(&self) -> Result<Vec<StudySummary>, StorageError> {
         let studies = self.study_records().await?;
         let mut summaries = Vec::with_capacity(studies.len());
         for study in studies {
@@ -297,7 +296,7 @@ impl Storage {
     }
 
     /// The trials of a study, by number.
-    pub async fn trials(&self, study_id: i64) -> Result<Vec<TrialRecord>, StorageError> {
+    pub(crate) async fn trials(&self, study_id: i64) -> Result<Vec<TrialRecord>, StorageError> {
         let rows = sqlx::query(concat!(
             "SELECT ",
             trial_columns!(),

@@ -17,7 +17,7 @@ impl Storage {
     /// `mode=ro` and `query_only` (it must exist; it is never created, migrated or
     /// locked for writing), a PostgreSQL session is made read-only. The schema must be the
     /// one this hptune writes: an older or newer one is said, not migrated.
-    pub async fn open_read_only(url: &StorageUrl) -> Result<Self, StorageError> {
+    pub(crate) async fn open_read_only(url: &StorageUrl) -> Result<Self, StorageError> {
         if url.is_missing() {
             return Err(StorageError::Missing(url.to_string()));
         }

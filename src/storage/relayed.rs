@@ -8,7 +8,7 @@ use super::{Storage, StorageError, now, query_error};
 impl Storage {
     /// Trial `number` of the study called `study`, as it is now (its current attempt may not be
     /// the one a relay was started for: the caller checks).
-    pub async fn trial_by_number(
+    pub(crate) async fn trial_by_number(
         &self,
         study: &str,
         number: u64,
@@ -28,7 +28,7 @@ impl Storage {
 
     /// Marks the trial's current attempt as alive, and keeps the worker's last line of output
     /// when one is given.
-    pub async fn attempt_heartbeat(
+    pub(crate) async fn attempt_heartbeat(
         &self,
         trial: &TrialRecord,
         last_output: Option<&str>,
@@ -48,7 +48,7 @@ impl Storage {
     }
 
     /// The worker's last line of output, as the relay of that attempt recorded it.
-    pub async fn attempt_last_output(
+    pub(crate) async fn attempt_last_output(
         &self,
         trial_id: i64,
         attempt: u32,

@@ -55,7 +55,7 @@ pub enum TrialState {
 
 impl TrialState {
     /// Every state, in life order.
-    pub const ALL: [TrialState; 5] = [
+    pub(crate) const ALL: [TrialState; 5] = [
         TrialState::Pending,
         TrialState::Running,
         TrialState::Succeeded,
@@ -75,7 +75,7 @@ impl TrialState {
     }
 
     /// Whether the trial is over.
-    pub fn is_finished(self) -> bool {
+    pub(crate) fn is_finished(self) -> bool {
         matches!(
             self,
             TrialState::Succeeded | TrialState::Failed | TrialState::Stopped
@@ -205,7 +205,7 @@ pub struct StudySummary {
 
 impl StudySummary {
     /// Summarises `trials` of `study`.
-    pub fn new(study: StudyRecord, trials: &[TrialRecord]) -> Self {
+    pub(crate) fn new(study: StudyRecord, trials: &[TrialRecord]) -> Self {
         let mut counts = [0; 5];
         for trial in trials {
             counts[TrialState::ALL
@@ -260,13 +260,13 @@ impl StudyRecord {
 impl TrialRecord {
     /// Whether it waits to run first, enqueued (`pending` with no owner and never started;
     /// a trial handed back by an interrupted controller has started); in SQL, `enqueued!()`.
-    pub fn is_enqueued(&self) -> bool {
+    pub(crate) fn is_enqueued(&self) -> bool {
         self.state == TrialState::Pending && self.owner.is_none() && self.started_at.is_none()
     }
 
     /// The trial as a sampler sees it once it has ended (its value only if it succeeded);
     /// `None` while it has not ended.
-    pub fn observation(&self) -> Option<Observation> {
+    pub(crate) fn observation(&self) -> Option<Observation> {
         self.state.is_finished().then(|| Observation {
             number: self.number,
             params: self.params.clone(),
@@ -328,7 +328,7 @@ pub(super) fn measurement_from_row(row: &AnyRow) -> Result<Measurement, StorageE
 
 /// One attempt of a trial as stored: a retry after an infrastructure failure is a new one.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AttemptRecord {
+pub(crate) struct AttemptRecord {
     /// The trial's number.
     pub number: u64,
     /// The attempt, from 1.
@@ -383,7 +383,7 @@ impl AttemptRecord {
 
 /// One measurement as stored, with the attempt that reported it and when.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MeasurementRecord {
+pub(crate) struct MeasurementRecord {
     /// The attempt that reported it.
     pub attempt: u32,
     /// Training step or epoch; `None` for a final report.
@@ -399,7 +399,7 @@ pub struct MeasurementRecord {
 /// A study with what its list shows: trials by state, best value, last activity; counted by
 /// the database, so that the list costs no trial rows.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StudyOverview {
+pub(crate) struct StudyOverview {
     /// The study.
     pub study: StudyRecord,
     /// Trials by state, in the order of [`TrialState::ALL`].
@@ -412,7 +412,7 @@ pub struct StudyOverview {
 
 impl StudyOverview {
     /// Number of trials in `state`.
-    pub fn count(&self, state: TrialState) -> usize {
+    pub(crate) fn count(&self, state: TrialState) -> usize {
         TrialState::ALL
             .iter()
             .position(|s| *s == state)
@@ -420,7 +420,7 @@ impl StudyOverview {
     }
 
     /// Number of trials.
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.counts.iter().sum()
     }
 }

@@ -15,7 +15,7 @@ use crate::study::stopping::Curve;
 
 /// When the next attempt of a retried trial runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NextAttempt {
+pub(crate) enum NextAttempt {
     /// At once, by the controller that retries it.
     Now,
     /// By the next controller of the study that takes it over: the trial waits as `pending`,
@@ -27,7 +27,7 @@ impl Storage {
     /// Records the worker of the trial's current attempt, where its log goes and its model
     /// folder (one statement: the attempt's row gets the handle and the folder when the
     /// attempt ends).
-    pub async fn set_worker(
+    pub(crate) async fn set_worker(
         &self,
         trial: &TrialRecord,
         worker: &str,
@@ -49,7 +49,11 @@ impl Storage {
     /// Records the GPUs of the trial's current attempt, before its worker starts: a controller
     /// that takes the trial over finds the devices its worker may hold. Fails with
     /// [`StorageError::TakenOver`] when the attempt is no longer this controller's.
-    pub async fn set_gpus(&self, trial: &TrialRecord, gpus: &[String]) -> Result<(), StorageError> {
+    pub(crate) async fn set_gpus(
+        &self,
+        trial: &TrialRecord,
+        gpus: &[String],
+    ) -> Result<(), StorageError> {
         let doing = "recording the trial's GPUs";
         let list = gpus.join(",");
         let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
@@ -78,7 +82,7 @@ impl Storage {
 
     /// Records one measurement of the trial's current attempt; non-finite values are not
     /// stored (the trial's error says what was reported).
-    pub async fn record_measurement(
+    pub(crate) async fn record_measurement(
         &self,
         trial: &TrialRecord,
         measurement: &Measurement,
@@ -102,7 +106,7 @@ impl Storage {
     }
 
     /// The measurements of a trial's attempt, in the order they were recorded.
-    pub async fn measurements(
+    pub(crate) async fn measurements(
         &self,
         trial_id: i64,
         attempt: u32,
@@ -120,7 +124,11 @@ impl Storage {
 
     /// The learning curves of a study's trials: their current attempt's measurements of
     /// `metric` that have a step.
-    pub async fn curves(&self, study_id: i64, metric: &str) -> Result<Vec<Curve>, StorageError> {
+    pub(crate) async fn curves(
+        &self,
+        study_id: i64,
+        metric: &str,
+    ) -> Result<Vec<Curve>, StorageError> {
         self.curves_of(study_id, metric, &TrialIds::from(0)).await
     }
 
@@ -165,7 +173,10 @@ impl Storage {
     }
 
     /// The attempts of trial `trial_id` (row id), first first.
-    pub async fn trial_attempts(&self, trial_id: i64) -> Result<Vec<AttemptRecord>, StorageError> {
+    pub(crate) async fn trial_attempts(
+        &self,
+        trial_id: i64,
+    ) -> Result<Vec<AttemptRecord>, StorageError> {
         let rows = sqlx::query(concat!(
             "SELECT ",
             attempt_columns!(),
@@ -180,7 +191,7 @@ impl Storage {
 
     /// Marks the trials this controller runs as alive; returns how many the database still
     /// holds as this controller's running trials.
-    pub async fn heartbeat(&self, owner: &str) -> Result<u64, StorageError> {
+    pub(crate) async fn heartbeat(&self, owner: &str) -> Result<u64, StorageError> {
         let beat = sqlx::query(
             "UPDATE trials SET heartbeat_at = $1 WHERE owner = $2 AND state = 'running'",
         )
@@ -196,7 +207,7 @@ impl Storage {
     /// from the owner and the last heartbeat), and the ones an interrupted controller handed
     /// back; returns them, now owned by `owner`. Enqueued trials are not taken here: claims
     /// take them one by one ([`super::enqueue`]).
-    pub async fn adopt_orphans(
+    pub(crate) async fn adopt_orphans(
         &self,
         study_id: i64,
         owner: &str,
@@ -263,7 +274,7 @@ impl Storage {
     /// Ends the trial's current attempt with `error`, writing its `unsaved` measurements, and
     /// opens the next one with the same parameters, to run now (`NextAttempt::Now`) or by the
     /// next controller of the study (`NextAttempt::Later`); returns the trial as it now is.
-    pub async fn retry(
+    pub(crate) async fn retry(
         &self,
         trial: &TrialRecord,
         error: &str,
@@ -337,7 +348,7 @@ pub(super) struct TrialIds {
 
 impl TrialIds {
     /// Every trial from row id `from` on.
-    pub fn from(from: i64) -> Self {
+    pub(super) fn from(from: i64) -> Self {
         TrialIds {
             from,
             also: Vec::new(),
@@ -347,7 +358,7 @@ impl TrialIds {
     /// The study column `t.study_id` as the condition on it should name it: from a row id
     /// on, `+t.study_id`, so that the database finds the rows by the range of ids (the
     /// newest, a few) rather than walk every trial of the study by the study's index.
-    pub fn study_column(&self) -> &'static str {
+    pub(super) fn study_column(&self) -> &'static str {
         if self.from > 0 {
             "+t.study_id"
         } else {
@@ -357,7 +368,7 @@ impl TrialIds {
 
     /// The SQL condition on `column` (a trial row id) that holds for these trials; the ids
     /// are integers written by this code, nothing a user typed.
-    pub fn condition(&self, column: &str) -> String {
+    pub(super) fn condition(&self, column: &str) -> String {
         if self.also.is_empty() {
             return format!("{column} >= {}", self.from);
         }

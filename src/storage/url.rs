@@ -112,7 +112,7 @@ impl StorageUrl {
 
     /// The URL as written, password included: only for a remote job's `HPTUNE_STORAGE`,
     /// never for a message or a log (`Display` masks the password).
-    pub fn secret_url(&self) -> String {
+    pub(crate) fn secret_url(&self) -> String {
         match self {
             StorageUrl::Sqlite { .. } => self.to_string(),
             StorageUrl::Postgres(url) => url.clone(),

@@ -18,7 +18,7 @@ use crate::study::space::Assignment;
 /// Enqueued trials are kept apart: a waiting row changes only when a controller takes it,
 /// so it is read once and the queue costs a claim nothing ([`super::claim`]).
 #[derive(Debug, Clone)]
-pub struct StudyView {
+pub(crate) struct StudyView {
     pub(super) study_id: i64,
     goal: Goal,
     trials: BTreeMap<u64, TrialRecord>,
@@ -34,7 +34,7 @@ pub struct StudyView {
 
 impl StudyView {
     /// An empty view of a study whose objective has `goal`.
-    pub fn new(study_id: i64, goal: Goal) -> Self {
+    pub(crate) fn new(study_id: i64, goal: Goal) -> Self {
         Self {
             study_id,
             goal,
@@ -49,38 +49,38 @@ impl StudyView {
     }
 
     /// Every trial, by number.
-    pub fn trials(&self) -> impl Iterator<Item = &TrialRecord> {
+    pub(crate) fn trials(&self) -> impl Iterator<Item = &TrialRecord> {
         self.trials.values()
     }
 
     /// The trial numbered `number`.
-    pub fn trial(&self, number: u64) -> Option<&TrialRecord> {
+    pub(crate) fn trial(&self, number: u64) -> Option<&TrialRecord> {
         self.trials.get(&number)
     }
 
     /// Finished trials as samplers see them, by number.
-    pub fn history(&self) -> &[Observation] {
+    pub(crate) fn history(&self) -> &[Observation] {
         &self.history
     }
 
     /// The parameters of the trials started and not finished yet (enqueued trials have not
     /// started).
-    pub fn unfinished_params(&self) -> Vec<Assignment> {
+    pub(crate) fn unfinished_params(&self) -> Vec<Assignment> {
         self.unfinished_trials().map(|t| t.params.clone()).collect()
     }
 
     /// How many trials are in `state`.
-    pub fn count(&self, state: TrialState) -> usize {
+    pub(crate) fn count(&self, state: TrialState) -> usize {
         self.counts.get(&state).copied().unwrap_or(0)
     }
 
     /// The number and value of the best succeeded feasible trial, if any.
-    pub fn best(&self) -> Option<(u64, f64)> {
+    pub(crate) fn best(&self) -> Option<(u64, f64)> {
         self.best
     }
 
     /// How many enqueued trials wait to run first.
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.queued.len()
     }
 
@@ -153,7 +153,7 @@ impl StudyView {
     }
 
     /// Puts the trial as it now is into the view.
-    pub fn update(&mut self, trial: TrialRecord) {
+    pub(crate) fn update(&mut self, trial: TrialRecord) {
         self.newest_id = self.newest_id.max(trial.id);
         let old = self.trials.get(&trial.number);
         if let Some(old) = old {

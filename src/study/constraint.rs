@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 /// Which side of its bound a metric must stay.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Bound {
+pub(crate) enum Bound {
     /// At most this value (`max`).
     Max(f64),
     /// At least this value (`min`).
@@ -15,7 +15,7 @@ pub enum Bound {
 
 /// A bound a reported metric must keep.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Constraint {
+pub(crate) struct Constraint {
     /// The metric's tag, as workers report it.
     pub metric: String,
     /// Its bound.
@@ -25,7 +25,7 @@ pub struct Constraint {
 impl Constraint {
     /// How far `value` is inside the bound: zero or more where it keeps it, negative where
     /// it breaks it.
-    pub fn slack(&self, value: f64) -> f64 {
+    pub(crate) fn slack(&self, value: f64) -> f64 {
         match self.bound {
             Bound::Max(max) => max - value,
             Bound::Min(min) => value - min,
@@ -33,7 +33,7 @@ impl Constraint {
     }
 
     /// The bound as the study file writes it (`peak_memory_gb <= 16`).
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self.bound {
             Bound::Max(max) => format!("{} <= {max}", self.metric),
             Bound::Min(min) => format!("{} >= {min}", self.metric),
@@ -45,19 +45,19 @@ impl Constraint {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Constraints {
     /// The bounds, in the study file's order.
-    pub bounds: Vec<Constraint>,
+    pub(crate) bounds: Vec<Constraint>,
     /// Whether a failed trial is infeasible (`failed_as_infeasible`: out-of-memory crashes).
     pub failed_as_infeasible: bool,
 }
 
 impl Constraints {
     /// Whether the study has anything to judge.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.bounds.is_empty() && !self.failed_as_infeasible
     }
 
     /// The values `reported` (each metric's final value) of the constrained metrics.
-    pub fn values(&self, reported: impl Fn(&str) -> Option<f64>) -> BTreeMap<String, f64> {
+    pub(crate) fn values(&self, reported: impl Fn(&str) -> Option<f64>) -> BTreeMap<String, f64> {
         self.bounds
             .iter()
             .filter_map(|c| Some((c.metric.clone(), reported(&c.metric)?)))
@@ -69,13 +69,13 @@ impl Constraints {
     /// `failed_as_infeasible` and is otherwise judged by nothing (it has no result); one that
     /// ran and did not report a constrained metric is infeasible, as it cannot be shown to
     /// keep the bound.
-    pub fn judge(&self, failed: bool, values: &BTreeMap<String, f64>) -> Option<String> {
+    pub(crate) fn judge(&self, failed: bool, values: &BTreeMap<String, f64>) -> Option<String> {
         self.judge_with(failed, values, |metric| format!("reported no {metric}"))
     }
 
     /// [`Constraints::judge`], with `unreported(metric)` saying why a constrained metric has
     /// no value (never reported, or reported as NaN).
-    pub fn judge_with(
+    pub(crate) fn judge_with(
         &self,
         failed: bool,
         values: &BTreeMap<String, f64>,

@@ -20,7 +20,7 @@ pub enum ExecutorKind {
 
 impl ExecutorKind {
     /// Every kind.
-    pub const ALL: [ExecutorKind; 5] = [
+    pub(crate) const ALL: [ExecutorKind; 5] = [
         ExecutorKind::Local,
         ExecutorKind::Vertex,
         ExecutorKind::Kubernetes,
@@ -32,7 +32,7 @@ impl ExecutorKind {
     pub const NAMES: &'static str = "local, vertex, kubernetes, sagemaker or slurm";
 
     /// The kind as written in the study file.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ExecutorKind::Local => "local",
             ExecutorKind::Vertex => "vertex",
@@ -50,7 +50,7 @@ impl ExecutorKind {
 
 /// Where trial workers run, with the engine's settings.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ExecutorSpec {
+pub(crate) enum ExecutorSpec {
     /// Child processes of the controller.
     Local,
     /// One Vertex AI CustomJob per trial.
@@ -65,7 +65,7 @@ pub enum ExecutorSpec {
 
 impl ExecutorSpec {
     /// The engine.
-    pub fn kind(&self) -> ExecutorKind {
+    pub(crate) fn kind(&self) -> ExecutorKind {
         match self {
             ExecutorSpec::Local => ExecutorKind::Local,
             ExecutorSpec::Vertex(_) => ExecutorKind::Vertex,
@@ -78,7 +78,7 @@ impl ExecutorSpec {
 
 /// Settings every remote engine has.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RemoteSettings {
+pub(crate) struct RemoteSettings {
     /// The container image holding `hptune` and the worker.
     pub image: String,
     /// The API's base URL, when not the engine's usual one (a proxy, a test's fake).
@@ -94,7 +94,7 @@ pub struct RemoteSettings {
 
 /// A Vertex AI CustomJob's settings.
 #[derive(Debug, Clone, PartialEq)]
-pub struct VertexSpec {
+pub(crate) struct VertexSpec {
     /// Image, endpoint, polling.
     pub remote: RemoteSettings,
     /// The Google Cloud project.
@@ -115,7 +115,7 @@ pub struct VertexSpec {
 
 /// Accelerators of a Vertex AI machine.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Accelerator {
+pub(crate) struct Accelerator {
     /// Vertex's name of the accelerator (`NVIDIA_TESLA_T4`).
     pub kind: String,
     /// How many.
@@ -124,7 +124,7 @@ pub struct Accelerator {
 
 /// A Kubernetes Job's settings.
 #[derive(Debug, Clone, PartialEq)]
-pub struct KubernetesSpec {
+pub(crate) struct KubernetesSpec {
     /// Image, endpoint (the API server, instead of the kubeconfig's), polling.
     pub remote: RemoteSettings,
     /// The namespace; else the kubeconfig context's, else `default`.
@@ -148,7 +148,7 @@ pub struct KubernetesSpec {
 /// into `<mount_path>/<study>/trial-<n>[-attempt-<k>]`, recorded as
 /// `pvc://<claim>/<study>/trial-<n>[-attempt-<k>]`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ArtifactsVolume {
+pub(crate) struct ArtifactsVolume {
     /// The claim's name, in the Jobs' namespace.
     pub claim: String,
     /// Where the claim's root is mounted in the trial's container (an absolute path).
@@ -157,7 +157,7 @@ pub struct ArtifactsVolume {
 
 /// A key of a Kubernetes Secret in the Jobs' namespace.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SecretRef {
+pub(crate) struct SecretRef {
     /// The Secret's name.
     pub name: String,
     /// The key in its `data`.
@@ -166,7 +166,7 @@ pub struct SecretRef {
 
 /// Requests and limits of a trial's container.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Resources {
+pub(crate) struct Resources {
     /// CPU, as Kubernetes writes it (`4`, `500m`).
     pub cpu: Option<String>,
     /// Memory, as Kubernetes writes it (`16Gi`).
@@ -177,7 +177,7 @@ pub struct Resources {
 
 /// A SageMaker training job's settings.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SageMakerSpec {
+pub(crate) struct SageMakerSpec {
     /// Image, endpoint, polling.
     pub remote: RemoteSettings,
     /// The AWS region.
@@ -196,7 +196,7 @@ pub struct SageMakerSpec {
 
 /// A Slurm job's settings: what `sbatch` is asked for.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct SlurmSpec {
+pub(crate) struct SlurmSpec {
     /// The partition (`--partition`); else the cluster's default.
     pub partition: Option<String>,
     /// The account charged (`--account`).
@@ -227,7 +227,7 @@ pub struct SlurmSpec {
 
 /// How a Slurm job's worker reports its measurements to the controller (`report`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SlurmReport {
+pub(crate) enum SlurmReport {
     /// Through the filesystem the compute nodes share with the controller: the job's output
     /// and metrics file in the study's log folder, read as a local worker's.
     #[default]
@@ -239,10 +239,10 @@ pub enum SlurmReport {
 
 impl SlurmReport {
     /// Every way, as written in the study file.
-    pub const NAMES: &'static str = "files or database";
+    pub(crate) const NAMES: &'static str = "files or database";
 
     /// Reads a way as written in the study file.
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         match text {
             "files" => Some(SlurmReport::Files),
             "database" => Some(SlurmReport::Database),

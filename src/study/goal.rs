@@ -14,7 +14,7 @@ pub enum Goal {
 
 impl Goal {
     /// Whether `a` is strictly better than `b`.
-    pub fn better(self, a: f64, b: f64) -> bool {
+    pub(crate) fn better(self, a: f64, b: f64) -> bool {
         match self {
             Goal::Maximize => a > b,
             Goal::Minimize => a < b,
@@ -30,7 +30,7 @@ impl Goal {
     }
 
     /// Reads `maximize` or `minimize`.
-    pub fn parse(text: &str) -> Option<Goal> {
+    pub(crate) fn parse(text: &str) -> Option<Goal> {
         match text {
             "maximize" => Some(Goal::Maximize),
             "minimize" => Some(Goal::Minimize),

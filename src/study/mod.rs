@@ -6,7 +6,7 @@ mod constraint;
 mod executor;
 mod goal;
 pub mod space;
-pub mod stopping;
+pub(crate) mod stopping;
 mod template;
 mod warm_start;
 
@@ -15,14 +15,15 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use constraint::{Bound, Constraint, Constraints};
-pub use executor::{
-    Accelerator, ArtifactsVolume, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings,
-    Resources, SageMakerSpec, SecretRef, SlurmReport, SlurmSpec, VertexSpec,
+pub(crate) use constraint::{Bound, Constraint, Constraints};
+pub use executor::ExecutorKind;
+pub(crate) use executor::{
+    Accelerator, ArtifactsVolume, ExecutorSpec, KubernetesSpec, RemoteSettings, Resources,
+    SageMakerSpec, SecretRef, SlurmReport, SlurmSpec, VertexSpec,
 };
 pub use goal::Goal;
-pub use template::{TEMPLATE_BUILTINS, TemplatePart, template_parts};
-pub use warm_start::{Mapping, Outside, WarmStart, WarmStartError};
+pub(crate) use template::{TEMPLATE_BUILTINS, TemplatePart, template_parts};
+pub(crate) use warm_start::{Mapping, Outside, WarmStart, WarmStartError};
 
 use space::Space;
 use stopping::StoppingRule;
@@ -47,17 +48,6 @@ pub enum Algorithm {
     Grid,
 }
 
-impl Algorithm {
-    /// The name as written in the study file.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Algorithm::Bayesian => "bayesian",
-            Algorithm::Random => "random",
-            Algorithm::Grid => "grid",
-        }
-    }
-}
-
 /// How one trial worker is started.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialTemplate {
@@ -76,7 +66,7 @@ pub struct TrialTemplate {
     /// uses no GPUs.
     pub gpus: Option<NonZeroUsize>,
     /// Where the worker runs.
-    pub executor: ExecutorSpec,
+    pub(crate) executor: ExecutorSpec,
 }
 
 /// The trials' model folders (`artifacts`): each attempt of a trial gets a folder of its own,
@@ -103,18 +93,18 @@ pub struct Budget {
 
 impl Budget {
     /// No limit: trials until the sampler is exhausted, however many fail.
-    pub const UNLIMITED: Budget = Budget {
+    pub(crate) const UNLIMITED: Budget = Budget {
         max_trial_count: None,
         max_failed_trial_count: u64::MAX,
     };
 
     /// Whether a study of `trials` trials may have another.
-    pub fn has_room(&self, trials: usize) -> bool {
+    pub(crate) fn has_room(&self, trials: usize) -> bool {
         self.max_trial_count.is_none_or(|max| (trials as u64) < max)
     }
 
     /// Whether `failed` failed trials stop the study.
-    pub fn too_many_failures(&self, failed: usize) -> bool {
+    pub(crate) fn too_many_failures(&self, failed: usize) -> bool {
         failed as u64 >= self.max_failed_trial_count
     }
 }

@@ -19,12 +19,12 @@ mod domain;
 mod grid;
 
 /// The most points a grid search may enumerate.
-pub const MAX_GRID_POINTS: usize = 1_000_000;
+pub(crate) const MAX_GRID_POINTS: usize = 1_000_000;
 
 /// How a numeric range is spread over the unit interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
-pub enum Scale {
+pub(crate) enum Scale {
     /// Evenly.
     #[default]
     Linear,
@@ -37,7 +37,7 @@ pub enum Scale {
 /// The values a parameter may take.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum Domain {
+pub(crate) enum Domain {
     /// A real number in `[min, max]`; `grid_points` says how many values grid search tries.
     Double {
         /// Lower bound, included.
@@ -77,7 +77,7 @@ pub enum Domain {
 /// A `when` clause: the parameter is active only if each named parent took one of the listed
 /// values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Condition {
+pub(crate) struct Condition {
     /// Parent id and the parent values that activate the parameter; all must hold.
     pub requires: BTreeMap<String, Vec<ParamValue>>,
 }
@@ -88,9 +88,9 @@ pub struct Parameter {
     /// The id, also the flag name (`--<id>=<value>`).
     pub id: String,
     /// The allowed values.
-    pub domain: Domain,
+    pub(crate) domain: Domain,
     /// When the parameter is active; always when absent.
-    pub condition: Option<Condition>,
+    pub(crate) condition: Option<Condition>,
 }
 
 /// A parameter's value as recorded and as passed to the worker.
@@ -107,7 +107,7 @@ pub enum ParamValue {
 
 impl ParamValue {
     /// The value as a number, if it is one.
-    pub fn as_f64(&self) -> Option<f64> {
+    pub(crate) fn as_f64(&self) -> Option<f64> {
         match self {
             ParamValue::Int(i) => Some(*i as f64),
             ParamValue::Float(x) => Some(*x),
@@ -116,7 +116,7 @@ impl ParamValue {
     }
 
     /// Equality that treats `16` and `16.0` as the same value.
-    pub fn same_as(&self, other: &ParamValue) -> bool {
+    pub(crate) fn same_as(&self, other: &ParamValue) -> bool {
         match (self, other) {
             (ParamValue::Str(a), ParamValue::Str(b)) => a == b,
             (a, b) => a.as_f64() == b.as_f64() && a.as_f64().is_some(),
@@ -138,7 +138,7 @@ impl fmt::Display for ParamValue {
 pub type Assignment = BTreeMap<String, ParamValue>;
 
 /// Whether two assignments name the same point.
-pub fn same_point(a: &Assignment, b: &Assignment) -> bool {
+pub(crate) fn same_point(a: &Assignment, b: &Assignment) -> bool {
     a.len() == b.len()
         && a.iter()
             .zip(b)
@@ -191,7 +191,7 @@ pub struct Space {
 
 impl Space {
     /// Builds a space; `spec.rs` has checked ids, domains and conditions.
-    pub fn new(parameters: Vec<Parameter>) -> Self {
+    pub(crate) fn new(parameters: Vec<Parameter>) -> Self {
         Self { parameters }
     }
 
@@ -201,7 +201,7 @@ impl Space {
     }
 
     /// The parameter with this id.
-    pub fn get(&self, id: &str) -> Option<&Parameter> {
+    pub(crate) fn get(&self, id: &str) -> Option<&Parameter> {
         self.parameters.iter().find(|p| p.id == id)
     }
 
@@ -211,7 +211,7 @@ impl Space {
     }
 
     /// Whether `parameter`'s condition holds for the values chosen so far.
-    pub fn is_active(&self, parameter: &Parameter, chosen: &Assignment) -> bool {
+    pub(crate) fn is_active(&self, parameter: &Parameter, chosen: &Assignment) -> bool {
         parameter.condition.as_ref().is_none_or(|condition| {
             condition.requires.iter().all(|(parent, allowed)| {
                 chosen
@@ -227,14 +227,14 @@ impl Space {
         let mut chosen = Assignment::new();
         for (parameter, u) in self.parameters.iter().zip(unit) {
             if self.is_active(parameter, &chosen) {
-                chosen.insert(parameter.id.clone(), parameter.domain.from_unit(*u));
+                chosen.insert(parameter.id.clone(), parameter.domain.value_at(*u));
             }
         }
         chosen
     }
 
     /// The unit coordinates of an assignment; `None` for inactive parameters.
-    pub fn to_unit(&self, assignment: &Assignment) -> Vec<Option<f64>> {
+    pub(crate) fn to_unit(&self, assignment: &Assignment) -> Vec<Option<f64>> {
         self.parameters
             .iter()
             .map(|p| {
@@ -275,7 +275,10 @@ impl Space {
 
     /// Reads `id=value` pairs written by hand into a checked assignment; a parameter given
     /// twice is refused.
-    pub fn parse_assignment(&self, pairs: &[(String, String)]) -> Result<Assignment, SpaceError> {
+    pub(crate) fn parse_assignment(
+        &self,
+        pairs: &[(String, String)],
+    ) -> Result<Assignment, SpaceError> {
         let mut assignment = Assignment::new();
         for (id, text) in pairs {
             if let Some(first) = assignment.get(id) {

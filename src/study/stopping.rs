@@ -15,7 +15,7 @@ use crate::study::Goal;
 
 /// A trial's learning curve: (step, objective value), by increasing step.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Curve {
+pub(crate) struct Curve {
     /// The trial's number.
     pub number: u64,
     /// Its measurements of the objective that have a step.
@@ -71,7 +71,7 @@ pub enum StoppingRule {
 impl StoppingRule {
     /// Why `trial` should stop now, given the other trials of the study (finished or
     /// running), or `None` to let it go on.
-    pub fn judge(&self, goal: Goal, trial: &Curve, others: &[Curve]) -> Option<String> {
+    pub(crate) fn judge(&self, goal: Goal, trial: &Curve, others: &[Curve]) -> Option<String> {
         match *self {
             StoppingRule::Median {
                 min_steps,

@@ -2,10 +2,10 @@
 
 /// The placeholders of an argument template: `{id}` names a parameter, `{trial_id}` and
 /// `{study}` the trial and the study; `{{` and `}}` stand for braces.
-pub const TEMPLATE_BUILTINS: [&str; 2] = ["trial_id", "study"];
+pub(crate) const TEMPLATE_BUILTINS: [&str; 2] = ["trial_id", "study"];
 
 /// Splits a template into literal text and placeholder names.
-pub fn template_parts(template: &str) -> Result<Vec<TemplatePart<'_>>, String> {
+pub(crate) fn template_parts(template: &str) -> Result<Vec<TemplatePart<'_>>, String> {
     let mut parts = Vec::new();
     let mut rest = template;
     let mut literal = String::new();
@@ -39,7 +39,7 @@ pub fn template_parts(template: &str) -> Result<Vec<TemplatePart<'_>>, String> {
 
 /// A piece of an argument template.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TemplatePart<'a> {
+pub(crate) enum TemplatePart<'a> {
     /// Text copied as is.
     Text(String),
     /// A `{name}` to fill in.

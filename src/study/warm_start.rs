@@ -25,7 +25,7 @@ pub struct WarmStart {
 
 /// Why the other study's trials cannot carry over at all.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum WarmStartError {
+pub(crate) enum WarmStartError {
     /// A parameter has different types in the two studies.
     #[error(
         "parameter '{id}' is {here} here and {there} in study '{study}': its values do not carry over"
@@ -65,7 +65,7 @@ pub enum WarmStartError {
 
 /// Why one trial of the other study lies outside this study's space.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outside {
+pub(crate) struct Outside {
     /// The first parameter of this study, in order, that the trial does not fit.
     pub parameter: String,
     /// How it does not fit.
@@ -74,7 +74,7 @@ pub struct Outside {
 
 /// The map from the other study's trials to this study's space, its types checked.
 #[derive(Debug)]
-pub struct Mapping<'a> {
+pub(crate) struct Mapping<'a> {
     warm: &'a WarmStart,
     space: &'a Space,
     other: &'a Space,
@@ -84,7 +84,7 @@ impl WarmStart {
     /// The map from the trials of the other study, whose space is `other`, to `space`; an
     /// error where a parameter has a type in each, or `values` names a parameter the other
     /// study tuned.
-    pub fn mapping<'a>(
+    pub(crate) fn mapping<'a>(
         &'a self,
         space: &'a Space,
         other: &'a Space,
@@ -121,7 +121,10 @@ impl Mapping<'_> {
     /// The other study's trial `params` as a trial of this study: `Ok(Err(_))` when it lies
     /// outside this study's space, `Err` when a parameter this study adds is active in it
     /// and has no value in `warm_start.values`.
-    pub fn map(&self, params: &Assignment) -> Result<Result<Assignment, Outside>, WarmStartError> {
+    pub(crate) fn map(
+        &self,
+        params: &Assignment,
+    ) -> Result<Result<Assignment, Outside>, WarmStartError> {
         let mut chosen = Assignment::new();
         for parameter in self.space.parameters() {
             if !self.space.is_active(parameter, &chosen) {

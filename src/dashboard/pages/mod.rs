@@ -6,7 +6,7 @@ mod trial;
 
 use std::fmt::Write;
 
-pub use trial::{trial_detail, trial_page};
+pub(crate) use trial::{trial_detail, trial_page};
 
 use super::source::Followed;
 use crate::plot::axis::format_number;
@@ -19,7 +19,7 @@ const STYLE: &str = include_str!("../assets/style.css");
 const SCRIPT: &str = include_str!("../assets/app.js");
 
 /// A whole page: the frame (header, styles, script) around `body`.
-pub fn layout(title: &str, crumbs: &str, body: &str, page: &str) -> String {
+pub(super) fn layout(title: &str, crumbs: &str, body: &str, page: &str) -> String {
     format!(
         r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -34,7 +34,7 @@ pub fn layout(title: &str, crumbs: &str, body: &str, page: &str) -> String {
 }
 
 /// A page that says one thing (a refused token, an unknown page); `message` is HTML.
-pub fn message_page(title: &str, message: &str) -> String {
+pub(super) fn message_page(title: &str, message: &str) -> String {
     layout(
         title,
         "",
@@ -47,7 +47,7 @@ pub fn message_page(title: &str, message: &str) -> String {
 }
 
 /// The page of a database that cannot be read: it says why and tries again by itself.
-pub fn database_error_page(error: &str) -> String {
+pub(super) fn database_error_page(error: &str) -> String {
     let hint = if error.contains("locked") {
         "Another program holds a lock on the database; the page tries again by itself."
     } else {
@@ -65,7 +65,7 @@ pub fn database_error_page(error: &str) -> String {
 }
 
 /// The page of a study the database does not have.
-pub fn unknown_study_page(name: &str, known: &[String]) -> String {
+pub(super) fn unknown_study_page(name: &str, known: &[String]) -> String {
     let list = match known.is_empty() {
         true => "The database has no study yet.".to_string(),
         false => {
@@ -88,7 +88,7 @@ pub fn unknown_study_page(name: &str, known: &[String]) -> String {
 }
 
 /// The list of studies.
-pub fn studies_page(overviews: &[StudyOverview]) -> String {
+pub(super) fn studies_page(overviews: &[StudyOverview]) -> String {
     let body = format!(
         r#"<section class="page-head"><h1>Studies</h1><p class="muted">Every study in this database. The list updates by itself.</p></section>
 <section class="card flush"><table class="grid-table"><thead><tr><th>Study</th><th>Objective</th><th class="num">Trials</th><th>By state</th><th class="num">Best</th><th>Last activity</th></tr></thead><tbody id="studies-body">{}</tbody></table></section>"#,
@@ -98,7 +98,7 @@ pub fn studies_page(overviews: &[StudyOverview]) -> String {
 }
 
 /// The rows of the studies list (also what its page polls).
-pub fn studies_rows(overviews: &[StudyOverview]) -> String {
+pub(super) fn studies_rows(overviews: &[StudyOverview]) -> String {
     if overviews.is_empty() {
         return r#"<tr><td colspan="6" class="empty-row">No studies yet: run <code>hptune run STUDY.yaml</code> on this database.</td></tr>"#.into();
     }
@@ -155,7 +155,7 @@ fn state_bar(counts: &[usize; 5]) -> String {
 }
 
 /// A study's page: summary cards, every figure, and the trial table.
-pub fn study_page(study: &mut Followed) -> String {
+pub(super) fn study_page(study: &mut Followed) -> String {
     let follower = &study.follower;
     let name = follower.study.name.clone();
     let cards = summary_cards(study);
@@ -237,14 +237,14 @@ struct PageData<'a> {
 /// Which study of its name a page shows: its row id and creation time. A database deleted
 /// or replaced under the dashboard may hold another study of the same name, whose revisions
 /// count from 1 again: a page whose instance is not the server's reloads.
-pub fn instance(study: &crate::storage::StudyRecord) -> String {
+pub(super) fn instance(study: &crate::storage::StudyRecord) -> String {
     format!("{}@{}", study.id, study.created_at)
 }
 
 /// A trial as the page's table shows, sorts and filters it: a large study's page is mostly
 /// these, so they carry nothing else (a trial's drawer reads the rest from the server).
 #[derive(serde::Serialize)]
-pub struct TableRow<'a> {
+pub(super) struct TableRow<'a> {
     number: u64,
     state: TrialState,
     params: &'a Assignment,
@@ -272,7 +272,7 @@ impl<'a> From<&'a TrialRecord> for TableRow<'a> {
 }
 
 /// The summary cards of a study: trials by state, the best trial, last activity.
-pub fn summary_cards(study: &Followed) -> String {
+pub(super) fn summary_cards(study: &Followed) -> String {
     let f = &study.follower;
     let total = f.trials().count();
     let best = match f.best() {
@@ -313,7 +313,7 @@ pub(super) fn short_time(time: &str) -> String {
 }
 
 /// A study name as a URL path segment.
-pub fn url_part(name: &str) -> String {
+pub(super) fn url_part(name: &str) -> String {
     // Study names are `[A-Za-z0-9][A-Za-z0-9._-]*`: nothing to encode but what a stray one holds.
     name.bytes()
         .map(|b| match b {

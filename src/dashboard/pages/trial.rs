@@ -10,7 +10,7 @@ use crate::plot::svg::escape;
 use crate::storage::{AttemptRecord, MeasurementRecord, TrialRecord, TrialState};
 
 /// Everything about one trial: parameters, value, error, attempts, measurements, logs.
-pub fn trial_detail(
+pub(crate) fn trial_detail(
     study: &str,
     trial: &TrialRecord,
     attempts: &[AttemptRecord],
@@ -151,7 +151,7 @@ fn measurements_table(measurements: &[MeasurementRecord]) -> String {
 }
 
 /// A trial's own page: its details in the page frame.
-pub fn trial_page(study: &str, detail: &str, number: u64) -> String {
+pub(crate) fn trial_page(study: &str, detail: &str, number: u64) -> String {
     layout(
         &format!("Trial {number} of {study}"),
         &format!(

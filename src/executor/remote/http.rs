@@ -18,7 +18,7 @@ const BODY_EXCERPT: usize = 400;
 
 /// Why a request to an engine, or the credentials it needs, failed.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum RemoteError {
+pub(crate) enum RemoteError {
     /// The request did not get an answer.
     #[error("{what}: {detail}")]
     Transport {
@@ -55,7 +55,7 @@ pub enum RemoteError {
 
 impl RemoteError {
     /// The HTTP status of an error answer.
-    pub fn status(&self) -> Option<u16> {
+    pub(crate) fn status(&self) -> Option<u16> {
         match self {
             RemoteError::Status { status, .. } => Some(*status),
             _ => None,
@@ -65,7 +65,7 @@ impl RemoteError {
 
 /// A client of one engine's API.
 #[derive(Debug, Clone)]
-pub struct Http {
+pub(super) struct Http {
     client: Client,
 }
 
@@ -73,7 +73,7 @@ impl Http {
     /// A client whose requests time out after `timeout`; `root_pem` adds a trusted CA (a
     /// cluster's own), `identity_pem` is a client certificate and its key to present,
     /// `insecure` trusts any certificate (kubeconfig's `insecure-skip-tls-verify`).
-    pub fn new(
+    pub(super) fn new(
         timeout: Duration,
         root_pem: Option<&[u8]>,
         identity_pem: Option<&[u8]>,
@@ -105,7 +105,7 @@ impl Http {
 
     /// Sends the request `build` makes (built again for each try, so that signatures and
     /// tokens are fresh) and returns the body of its successful answer.
-    pub async fn send(
+    pub(super) async fn send(
         &self,
         what: &str,
         build: impl Fn(&Client) -> Result<RequestBuilder, RemoteError>,
@@ -146,7 +146,7 @@ impl Http {
     }
 
     /// Sends the request and reads its answer as JSON.
-    pub async fn json<T: serde::de::DeserializeOwned>(
+    pub(super) async fn json<T: serde::de::DeserializeOwned>(
         &self,
         what: &str,
         build: impl Fn(&Client) -> Result<RequestBuilder, RemoteError>,

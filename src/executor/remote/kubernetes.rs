@@ -28,7 +28,7 @@ const CONTAINER: &str = "trial";
 const MODELS_VOLUME: &str = "hptune-models";
 
 /// The Kubernetes engine of a study.
-pub struct Kubernetes {
+pub(super) struct Kubernetes {
     spec: KubernetesSpec,
     access: KubeAccess,
     server: String,
@@ -63,7 +63,7 @@ struct Condition {
 
 impl Kubernetes {
     /// The engine for `spec`, with the kubeconfig's or the in-cluster credentials.
-    pub fn new(spec: &KubernetesSpec) -> Result<Self, RemoteError> {
+    pub(super) fn new(spec: &KubernetesSpec) -> Result<Self, RemoteError> {
         let access = KubeAccess::from_environment()?;
         let http = Http::new(
             spec.remote.request_timeout,

@@ -31,11 +31,11 @@ use crate::executor::{
 use crate::protocol::{STORAGE_VARIABLE, is_protocol_variable, output_env, relay_command};
 use crate::storage::{Storage, StorageUrl};
 use crate::study::{ExecutorSpec, SlurmReport};
-pub use http::RemoteError;
+pub(crate) use http::RemoteError;
 
 /// The state of a job as its engine reports it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum JobState {
+pub(super) enum JobState {
     /// Accepted, not running yet.
     Queued,
     /// Running.
@@ -55,7 +55,7 @@ pub enum JobState {
 
 /// What a job runs: the container's command line and environment, and a name for it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Container {
+pub(super) struct Container {
     /// A name for the job, unique enough for the engines that need one.
     pub name: String,
     /// `hptune relay ... -- <worker argv>`.
@@ -71,7 +71,7 @@ pub struct Container {
 
 /// Where a job's worker saves its model.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ModelOutput {
+pub(super) struct ModelOutput {
     /// Where the engine keeps the model, as its users name it (`gs://...`, `s3://...`,
     /// `pvc://...`): recorded with the attempt, printed by `hptune best --artifact`.
     pub location: String,
@@ -91,7 +91,7 @@ impl ModelOutput {
 
 impl Container {
     /// The environment with `HPTUNE_STORAGE` holding the storage URL itself.
-    pub fn env_with_storage_url(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(super) fn env_with_storage_url(&self) -> impl Iterator<Item = (&str, &str)> {
         self.env
             .iter()
             .map(|(name, value)| (name.as_str(), value.as_str()))
@@ -100,7 +100,7 @@ impl Container {
 
     /// The environment as `[{"name": ..., "value": ...}]`, as Vertex and Kubernetes take it,
     /// ending with `storage`, the entry of `HPTUNE_STORAGE`.
-    pub fn env_entries(&self, storage: serde_json::Value) -> Vec<serde_json::Value> {
+    pub(super) fn env_entries(&self, storage: serde_json::Value) -> Vec<serde_json::Value> {
         self.env
             .iter()
             .map(|(name, value)| serde_json::json!({"name": name, "value": value}))
@@ -109,14 +109,14 @@ impl Container {
     }
 
     /// The entry of `HPTUNE_STORAGE` holding the storage URL itself.
-    pub fn storage_url_entry(&self) -> serde_json::Value {
+    pub(super) fn storage_url_entry(&self) -> serde_json::Value {
         serde_json::json!({"name": STORAGE_VARIABLE, "value": self.storage_url})
     }
 }
 
 /// One engine's API: submit, look at, and cancel a job.
 #[async_trait]
-pub trait Engine: Send + Sync {
+pub(super) trait Engine: Send + Sync {
     /// Submits the job of a trial attempt; returns its handle (the engine's name of the job).
     async fn submit(&self, job: &TrialJob, container: &Container) -> Result<String, RemoteError>;
     /// The job's state now.
@@ -129,7 +129,7 @@ pub trait Engine: Send + Sync {
 }
 
 /// Runs trials as jobs of an [`Engine`], their measurements relayed through the database.
-pub struct RemoteExecutor {
+pub(crate) struct RemoteExecutor {
     engine: Box<dyn Engine>,
     storage: Storage,
     storage_url: String,
@@ -141,7 +141,7 @@ pub struct RemoteExecutor {
 /// Checks that the jobs of an executor that report through the database can reach it:
 /// PostgreSQL, not a SQLite file on the controller's machine. Local workers, and Slurm jobs
 /// that report through files, are read by the controller and need no storage of their own.
-pub fn check_storage(executor: &ExecutorSpec, url: &StorageUrl) -> Result<(), String> {
+pub(crate) fn check_storage(executor: &ExecutorSpec, url: &StorageUrl) -> Result<(), String> {
     if matches!(url, StorageUrl::Postgres(_)) {
         return Ok(());
     }
@@ -165,7 +165,7 @@ pub fn check_storage(executor: &ExecutorSpec, url: &StorageUrl) -> Result<(), St
 /// The executor of a study: local processes, Slurm jobs (read through files, or relayed
 /// through the database), or jobs of the cloud engine its file names (the storage was checked
 /// by [`check_storage`]). An error names the field of the study file it is about.
-pub fn for_study(
+pub(crate) fn for_study(
     executor: &ExecutorSpec,
     storage: &Storage,
     url: &StorageUrl,
@@ -398,7 +398,7 @@ fn note_where_the_output_is(job: &TrialJob, handle: &str) {
 /// A job name from the study, trial and attempt, with a random suffix (a study of the same
 /// name in another database must not collide): lower-case letters, digits and `-`, at most 63
 /// characters, starting with a letter, as Kubernetes and SageMaker want.
-pub fn job_name(study: &str, number: u64, attempt: u32) -> String {
+pub(super) fn job_name(study: &str, number: u64, attempt: u32) -> String {
     let suffix = format!(
         "-{number}-{attempt}-{:05x}",
         rand::random::<u32>() & 0xfffff

@@ -25,7 +25,7 @@ const MODEL_DIR: &str = "/opt/ml/model";
 const DEFAULT_MAX_RUNTIME_S: u64 = 86_400;
 
 /// The SageMaker engine of a study.
-pub struct SageMaker {
+pub(super) struct SageMaker {
     spec: SageMakerSpec,
     endpoint: String,
     credentials: AwsCredentials,
@@ -42,7 +42,7 @@ struct Description {
 
 impl SageMaker {
     /// The engine for `spec`, with this process's AWS credentials.
-    pub fn new(spec: &SageMakerSpec) -> Result<Self, RemoteError> {
+    pub(super) fn new(spec: &SageMakerSpec) -> Result<Self, RemoteError> {
         Ok(Self {
             endpoint: spec
                 .remote

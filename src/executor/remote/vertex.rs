@@ -18,7 +18,7 @@ use crate::study::VertexSpec;
 const UNAVAILABLE: i64 = 14;
 
 /// The Vertex AI engine of a study.
-pub struct Vertex {
+pub(super) struct Vertex {
     spec: VertexSpec,
     endpoint: String,
     http: Http,
@@ -42,7 +42,7 @@ struct Status {
 
 impl Vertex {
     /// The engine for `spec`, with this process's Google credentials.
-    pub fn new(spec: &VertexSpec) -> Result<Self, RemoteError> {
+    pub(super) fn new(spec: &VertexSpec) -> Result<Self, RemoteError> {
         let http = Http::new(spec.remote.request_timeout, None, None, false)?;
         Ok(Self {
             endpoint: spec

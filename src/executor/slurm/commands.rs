@@ -12,7 +12,7 @@ use crate::protocol::STORAGE_VARIABLE;
 
 /// A job as Slurm says it is.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Status {
+pub(super) enum Status {
     /// Waiting to start, for this reason of Slurm's (`Resources`, `ReqNodeNotAvail...`).
     Pending(String),
     /// Running, or finishing.
@@ -79,7 +79,7 @@ async fn run_with_storage(
 
 /// Submits a job with `sbatch ARGS` (`--parsable` among them), its environment holding
 /// `HPTUNE_STORAGE=storage_url` where given; returns its id.
-pub async fn submit(args: &[String], storage_url: Option<&str>) -> Result<u64, String> {
+pub(super) async fn submit(args: &[String], storage_url: Option<&str>) -> Result<u64, String> {
     let printed = run_with_storage("sbatch", args, storage_url).await?;
     if !printed.success {
         return Err(format!("sbatch refused the job: {}", printed.error()));
@@ -96,7 +96,7 @@ pub async fn submit(args: &[String], storage_url: Option<&str>) -> Result<u64, S
 
 /// Cancels a job: Slurm sends SIGTERM to its processes, and SIGKILL after the cluster's
 /// `KillWait`; with `now`, SIGKILL at once.
-pub async fn cancel(id: u64, now: bool) -> Result<(), String> {
+pub(super) async fn cancel(id: u64, now: bool) -> Result<(), String> {
     let mut args = vec![id.to_string()];
     if now {
         args.splice(0..0, ["--signal=KILL".to_string(), "--full".to_string()]);
@@ -111,7 +111,7 @@ pub async fn cancel(id: u64, now: bool) -> Result<(), String> {
 /// How job `id` is: from `scontrol show job` while the controller remembers it, else from
 /// `sacct` where the cluster keeps accounting, else from the exit status its script wrote
 /// to `exit_file` (a job that reports through files); a job none of them knows has vanished.
-pub async fn status(id: u64, exit_file: Option<&Path>) -> Result<Status, String> {
+pub(super) async fn status(id: u64, exit_file: Option<&Path>) -> Result<Status, String> {
     if let Some(job) = show_job(id).await? {
         return Ok(job.status());
     }
@@ -127,7 +127,7 @@ pub async fn status(id: u64, exit_file: Option<&Path>) -> Result<Status, String>
 
 /// The job of this user whose name is `name` and whose batch script is `script`, if Slurm
 /// knows one.
-pub async fn find(name: &str, script: &Path) -> Result<Option<u64>, String> {
+pub(super) async fn find(name: &str, script: &Path) -> Result<Option<u64>, String> {
     let args = ["--noheader", "--states=all", "--format=%i"].map(String::from);
     let mut args = args.to_vec();
     args.push(format!("--name={name}"));
@@ -152,7 +152,7 @@ pub async fn find(name: &str, script: &Path) -> Result<Option<u64>, String> {
 
 /// Checks that the cluster has the partitions `names` (a comma-separated list, as `sbatch`
 /// takes it), before any job is submitted to them.
-pub fn check_partition(names: &str) -> Result<(), String> {
+pub(super) fn check_partition(names: &str) -> Result<(), String> {
     let output = std::process::Command::new("sinfo")
         .args(["--noheader", "--format=%R"])
         .output()
@@ -174,7 +174,7 @@ pub fn check_partition(names: &str) -> Result<(), String> {
 
 /// Job `id` as `scontrol show job` shows it, or `None` when the controller does not know
 /// the job (it forgets finished jobs after `MinJobAge`).
-pub async fn show_job(id: u64) -> Result<Option<ShownJob>, String> {
+pub(super) async fn show_job(id: u64) -> Result<Option<ShownJob>, String> {
     let args = ["show", "job", &id.to_string()].map(String::from);
     let printed = run("scontrol", &args).await?;
     if printed.success {
@@ -192,7 +192,7 @@ const WHOLE_LINE_FIELDS: [&str; 5] = ["Command", "WorkDir", "StdErr", "StdIn", "
 
 /// A job as `scontrol show job` (its multi-line form) shows it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ShownJob {
+pub(super) struct ShownJob {
     fields: HashMap<String, String>,
 }
 
@@ -223,13 +223,13 @@ impl ShownJob {
     }
 
     /// The value of field `key`; empty where Slurm printed none.
-    pub fn field(&self, key: &str) -> &str {
+    pub(super) fn field(&self, key: &str) -> &str {
         self.fields.get(key).map_or("", String::as_str)
     }
 
     /// Whether this is a job of this user named `name`: a job hptune submitted, not another
     /// that Slurm gave the same id later.
-    pub fn is(&self, name: &str) -> bool {
+    pub(super) fn is(&self, name: &str) -> bool {
         // `UserId=name(uid)`.
         let uid = self
             .field("UserId")
@@ -311,7 +311,7 @@ fn exit_code(exit: &str) -> WorkerEnd {
 }
 
 /// The worker's end from the exit status its job script wrote, if it wrote one.
-pub fn exit_status_file(path: &Path) -> Option<WorkerEnd> {
+pub(super) fn exit_status_file(path: &Path) -> Option<WorkerEnd> {
     let text = std::fs::read_to_string(path).ok()?;
     text.trim().parse().ok().map(worker_end)
 }

@@ -36,7 +36,7 @@ use super::{
 };
 use crate::protocol::error_log_path;
 use crate::study::SlurmSpec;
-pub use relayed::SlurmEngine;
+pub(crate) use relayed::SlurmEngine;
 
 /// How often the exit status file of a running job is looked for.
 const EXIT_STATUS_POLL: Duration = Duration::from_millis(200);
@@ -51,14 +51,14 @@ const SLURM_CONTROLLER: &str = "Slurm's controller";
 
 /// Runs workers as Slurm jobs on a cluster whose filesystem this machine shares.
 #[derive(Debug, Clone)]
-pub struct SlurmExecutor {
+pub(crate) struct SlurmExecutor {
     spec: SlurmSpec,
 }
 
 impl SlurmExecutor {
     /// An executor for jobs of `spec`, once Slurm's commands are found and the partition
     /// exists.
-    pub fn new(spec: &SlurmSpec) -> Result<Self, String> {
+    pub(crate) fn new(spec: &SlurmSpec) -> Result<Self, String> {
         check_cluster(spec)?;
         Ok(Self { spec: spec.clone() })
     }

@@ -17,13 +17,13 @@ use crate::study::SlurmSpec;
 
 /// Submits, watches and cancels the Slurm jobs of trials that report through the database.
 #[derive(Debug, Clone)]
-pub struct SlurmEngine {
+pub(crate) struct SlurmEngine {
     spec: SlurmSpec,
 }
 
 impl SlurmEngine {
     /// An engine for jobs of `spec`, once Slurm's commands are found and the partition exists.
-    pub fn new(spec: &SlurmSpec) -> Result<Self, String> {
+    pub(crate) fn new(spec: &SlurmSpec) -> Result<Self, String> {
         check_cluster(spec)?;
         Ok(Self { spec: spec.clone() })
     }

@@ -18,7 +18,7 @@ use crate::study::SlurmSpec;
 
 /// The files of one attempt's job, beside its log.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobFiles {
+pub(super) struct JobFiles {
     /// The job script.
     pub script: PathBuf,
     /// The worker's exit status, written by the script when the worker ends.
@@ -28,7 +28,7 @@ pub struct JobFiles {
 impl JobFiles {
     /// The job files of the attempt whose log is `log_path`: `trial-N.sbatch` and
     /// `trial-N.exit`.
-    pub fn of(log_path: &Path) -> Self {
+    pub(super) fn of(log_path: &Path) -> Self {
         Self {
             script: log_path.with_extension("sbatch"),
             exit_status: log_path.with_extension("exit"),
@@ -43,7 +43,7 @@ fn quote(text: &str) -> String {
 
 /// The job script of `job`, its files at the (absolute) paths of `files`: it runs the
 /// worker, and writes its exit status where the controller reads it.
-pub fn job_script(job: &TrialJob, files: &JobFiles) -> Result<String, String> {
+pub(super) fn job_script(job: &TrialJob, files: &JobFiles) -> Result<String, String> {
     Ok(format!(
         "{header}\
          # The worker runs with the trial's environment; its exit status is then written\n\
@@ -62,7 +62,7 @@ pub fn job_script(job: &TrialJob, files: &JobFiles) -> Result<String, String> {
 /// relay ... -- <worker argv>`) with `env`, the relay's files in a folder of the job's own
 /// on its node, removed when the job ends, however it ends (the relay copies the worker's
 /// output to the job's).
-pub fn relay_script(
+pub(super) fn relay_script(
     job: &TrialJob,
     relay: &[String],
     env: &[(String, String)],
@@ -123,7 +123,7 @@ fn command_line(env: &[(String, String)], argv: &[String]) -> Result<String, Str
 
 /// The name of the attempt's job: the same for the same attempt, so that a controller that
 /// died before it recorded the job's id finds the job by its name (and its log path).
-pub fn job_name(job: &TrialJob) -> String {
+pub(super) fn job_name(job: &TrialJob) -> String {
     let study: String = job
         .study
         .chars()
@@ -150,7 +150,7 @@ fn slurm_time(limit: Duration) -> String {
 /// Where the output of a job that reports through the database goes, on its node: a folder
 /// every node has (Slurm's default, `slurm-<id>.out` in the working directory, would fail the
 /// job on a node without that directory), named by the job's name (`%x`) and id (`%j`).
-pub const NODE_OUTPUT: &str = "/tmp/%x-%j.out";
+pub(super) const NODE_OUTPUT: &str = "/tmp/%x-%j.out";
 
 /// `path` as `sbatch --output` and `--error` take it: each `%` (which Slurm would read as
 /// the start of a pattern, `%j`) doubled. A path with a backslash is refused: Slurm drops
@@ -168,7 +168,7 @@ fn output_pattern(path: &Path) -> Result<String, String> {
 /// The arguments of `sbatch` that submit `job`'s `script`, the job running in `work_dir`
 /// (or in `/tmp`, Slurm's fallback, on a node without it) and its output going to the
 /// attempt's log files at `log_path` (absolute) where given, else to [`NODE_OUTPUT`].
-pub fn sbatch_args(
+pub(super) fn sbatch_args(
     spec: &SlurmSpec,
     job: &TrialJob,
     log_path: Option<&Path>,

@@ -19,7 +19,7 @@ use crate::gp::{
 };
 
 /// Joint draws of the running trials' values.
-pub const FANTASIES: usize = 128;
+pub(crate) const FANTASIES: usize = 128;
 
 /// One joint draw of the running trials' values.
 struct Fantasy {
@@ -52,7 +52,7 @@ impl Running {
 
 /// The expected improvement of a trial at a point, given the finished trials (the model)
 /// and the running ones (drawn).
-pub struct Acquisition<'a> {
+pub(crate) struct Acquisition<'a> {
     gp: &'a Gp,
     running: Option<Running>,
     /// Empty when there is no incumbent to improve on.
@@ -66,7 +66,7 @@ impl<'a> Acquisition<'a> {
     /// (features) drawn from `rng`, weighted by `feasibility` where the study has constraints;
     /// an error when the running trials' posterior covariance cannot be factored even with
     /// jitter.
-    pub fn new(
+    pub(crate) fn new(
         gp: &'a Gp,
         best: Option<f64>,
         running: Vec<Vec<f64>>,
@@ -119,12 +119,12 @@ impl<'a> Acquisition<'a> {
     }
 
     /// The acquisition at features `x`.
-    pub fn score(&self, x: &[f64]) -> f64 {
+    pub(crate) fn score(&self, x: &[f64]) -> f64 {
         self.score_many(&[x])[0]
     }
 
     /// The acquisition at each of `points` (features), computed together.
-    pub fn score_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<f64> {
+    pub(crate) fn score_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<f64> {
         let mut scores = self.improvement_many(points);
         if let Some(feasibility) = self.feasibility {
             for (score, log_p) in scores
@@ -138,7 +138,7 @@ impl<'a> Acquisition<'a> {
     }
 
     /// The acquisition at features `x`, and its gradient by them.
-    pub fn score_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>) {
+    pub(crate) fn score_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>) {
         let (mut score, mut gradient) = self.improvement_with_gradient(x);
         if let Some(feasibility) = self.feasibility {
             let (log_p, log_p_gradient) = feasibility.log_probability_with_gradient(x);

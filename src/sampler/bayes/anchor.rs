@@ -17,7 +17,7 @@ const KEPT: usize = 4;
 
 /// The largest checkpoint at most `n`: 5, 10, 15, 20, 25, 30, 36, 43, 51, ... (steps of 5
 /// or a fifth, whichever is larger), or `n` itself below 5.
-pub fn checkpoint(n: usize) -> usize {
+pub(super) fn checkpoint(n: usize) -> usize {
     let mut at = 5;
     if n < at {
         return n;
@@ -51,13 +51,13 @@ fn fingerprint(history: &[Observation]) -> u64 {
 
 /// The fits at recent checkpoints, by history length and fingerprint.
 #[derive(Debug, Clone, Default)]
-pub struct Anchors {
+pub(super) struct Anchors {
     fits: Vec<(usize, u64, Option<Hyperparameters>)>,
 }
 
 impl Anchors {
     /// Hyperparameters for `data`, the training data of all of `history`.
-    pub fn hyperparameters(
+    pub(super) fn hyperparameters(
         &mut self,
         encoding: &Encoding<'_>,
         goal: Goal,

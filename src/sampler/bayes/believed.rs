@@ -12,7 +12,7 @@ use crate::study::space::Space;
 
 /// A trial and the value the model expects of it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Believed {
+pub(crate) struct Believed {
     /// The trial's number.
     pub number: u64,
     /// The model's value at its parameters (the warped posterior mean, mapped back to the
@@ -22,7 +22,7 @@ pub struct Believed {
 
 /// The succeeded feasible trial of `history` (finished trials) whose posterior mean is best
 /// for `goal`; `None` when none succeeded feasibly.
-pub fn believed_best(
+pub(crate) fn believed_best(
     space: &Space,
     goal: Goal,
     history: &[Observation],

@@ -10,12 +10,12 @@ use crate::study::Goal;
 /// The most finished trials the model is fitted on: past it, the ones nearest the best point
 /// are kept, which bounds the time of a proposal (cubic in this number) and makes the model
 /// local where the search has converged.
-pub const MAX_MODEL_POINTS: usize = 128;
+pub(super) const MAX_MODEL_POINTS: usize = 128;
 /// How many of the best trials are incumbents: the search starts from each of them.
-pub const INCUMBENTS: usize = 3;
+pub(super) const INCUMBENTS: usize = 3;
 
 /// The finished trials as the model sees them.
-pub struct TrainingData {
+pub(super) struct TrainingData {
     /// Features.
     pub x: Vec<Vec<f64>>,
     /// The model's values: standardised and warped, larger is better; failed trials at the
@@ -36,7 +36,11 @@ pub struct TrainingData {
 
 impl TrainingData {
     /// `None` when no trial has a value yet.
-    pub fn new(encoding: &Encoding<'_>, goal: Goal, history: &[Observation]) -> Option<Self> {
+    pub(super) fn new(
+        encoding: &Encoding<'_>,
+        goal: Goal,
+        history: &[Observation],
+    ) -> Option<Self> {
         let values: Vec<Option<f64>> = history
             .iter()
             .map(|o| {
@@ -119,7 +123,7 @@ pub(super) fn moments(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
 /// With [many parameters](super::design::MANY_PARAMETERS) the warp is fitted only where some value a
 /// trial gave is an outlier ([`has_outliers`]); otherwise it is the identity.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OutputMap {
+pub(super) struct OutputMap {
     sign: f64,
     mean: f64,
     scale: f64,
@@ -155,12 +159,12 @@ impl OutputMap {
     }
 
     /// The warp of the standardised values.
-    pub fn warp(&self) -> YeoJohnson {
+    pub(super) fn warp(&self) -> YeoJohnson {
         self.warp
     }
 
     /// The trial's value, in the metric's units, whose model value is `z`.
-    pub fn value(&self, z: f64) -> f64 {
+    pub(super) fn value(&self, z: f64) -> f64 {
         let standardised = self.warp.inverse(z * self.warped_scale + self.warped_mean);
         self.sign * (standardised * self.scale + self.mean)
     }

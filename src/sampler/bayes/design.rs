@@ -14,17 +14,17 @@ use crate::study::space::Space;
 /// than with the trust region and the warp (Ackley, a 30-parameter mixed space; Levy by far);
 /// in 2-6 dimensions those two win (docs/bayes.md), and no benchmark lies between. Parameters
 /// are counted as the space declares them, conditional ones included.
-pub const MANY_PARAMETERS: usize = 10;
+pub(crate) const MANY_PARAMETERS: usize = 10;
 
 /// Whether `space` has [`MANY_PARAMETERS`] or more.
-pub fn has_many_parameters(space: &Space) -> bool {
+pub(crate) fn has_many_parameters(space: &Space) -> bool {
     space.dimension() >= MANY_PARAMETERS
 }
 
 /// Number of design trials before the model proposes: `2D + 1` for `D` parameters, at least
 /// 5 (a model of fewer points mostly echoes its prior) and at most 20 (past that, a model
 /// spends trials better than a design).
-pub fn initial_design_size(dimension: usize) -> u64 {
+pub(crate) fn initial_design_size(dimension: usize) -> u64 {
     (2 * dimension as u64 + 1).clamp(5, 20)
 }
 
@@ -33,7 +33,7 @@ pub fn initial_design_size(dimension: usize) -> u64 {
 const SOBOL_DIMENSIONS: usize = 256;
 
 /// Point `index` of the sequence for `seed`, in `[0, 1)^dimension`.
-pub fn sobol_point(index: u64, dimension: usize, seed: u64) -> Vec<f64> {
+pub(crate) fn sobol_point(index: u64, dimension: usize, seed: u64) -> Vec<f64> {
     // sobol_burley indexes with u32: later points wrap, which is still a fine spread.
     let index = (index % (1 << 32)) as u32;
     (0..dimension)

@@ -18,7 +18,7 @@ enum Slot {
 
 /// The map from assignments to feature vectors for one space.
 #[derive(Debug, Clone)]
-pub struct Encoding<'a> {
+pub(crate) struct Encoding<'a> {
     space: &'a Space,
     /// Per parameter: its first feature and its kind.
     slots: Vec<(usize, Slot)>,
@@ -27,7 +27,7 @@ pub struct Encoding<'a> {
 
 impl<'a> Encoding<'a> {
     /// The encoding of `space`.
-    pub fn new(space: &'a Space) -> Self {
+    pub(crate) fn new(space: &'a Space) -> Self {
         let mut width = 0;
         let slots = space
             .parameters()
@@ -58,17 +58,18 @@ impl<'a> Encoding<'a> {
     }
 
     /// The space encoded.
-    pub fn space(&self) -> &'a Space {
+    pub(crate) fn space(&self) -> &'a Space {
         self.space
     }
 
     /// Number of features.
-    pub fn width(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn width(&self) -> usize {
         self.width
     }
 
     /// The features of an assignment.
-    pub fn encode(&self, assignment: &Assignment) -> Vec<f64> {
+    pub(crate) fn encode(&self, assignment: &Assignment) -> Vec<f64> {
         let mut features = vec![0.0; self.width];
         for (parameter, &(first, slot)) in self.space.parameters().iter().zip(&self.slots) {
             let value = assignment.get(&parameter.id);
@@ -90,14 +91,14 @@ impl<'a> Encoding<'a> {
     }
 
     /// The assignment at unit point `unit` (one coordinate per parameter) and its features.
-    pub fn at(&self, unit: &[f64]) -> (Assignment, Vec<f64>) {
+    pub(crate) fn at(&self, unit: &[f64]) -> (Assignment, Vec<f64>) {
         let assignment = self.space.from_unit(unit);
         let features = self.encode(&assignment);
         (assignment, features)
     }
 
     /// The unit coordinates of an assignment, the middle for inactive parameters.
-    pub fn unit(&self, assignment: &Assignment) -> Vec<f64> {
+    pub(crate) fn unit(&self, assignment: &Assignment) -> Vec<f64> {
         self.space
             .to_unit(assignment)
             .into_iter()
@@ -107,13 +108,13 @@ impl<'a> Encoding<'a> {
 
     /// Whether parameter `index` is numeric, so that nearness along its unit coordinate means
     /// nearness of values (it does not for a categorical).
-    pub fn is_ordered(&self, index: usize) -> bool {
+    pub(crate) fn is_ordered(&self, index: usize) -> bool {
         matches!(self.slots[index].1, Slot::Number { .. })
     }
 
     /// The length scale each feature takes ([`LengthSharing`]): a numeric parameter's feature
     /// its own, the one-hot features of a categorical one shared, each difference counted half.
-    pub fn length_sharing(&self) -> LengthSharing {
+    pub(crate) fn length_sharing(&self) -> LengthSharing {
         let mut features = Vec::with_capacity(self.width);
         for (parameter, &(_, slot)) in self.slots.iter().enumerate() {
             match slot {
@@ -128,7 +129,7 @@ impl<'a> Encoding<'a> {
 
     /// The unit points one discrete step from `unit`: each active categorical, integer or
     /// discrete parameter moved to each of its [`Domain::neighbours`], the others kept.
-    pub fn neighbours(&self, unit: &[f64]) -> Vec<Vec<f64>> {
+    pub(crate) fn neighbours(&self, unit: &[f64]) -> Vec<Vec<f64>> {
         let assignment = self.space.from_unit(unit);
         self.space
             .parameters()
@@ -150,7 +151,7 @@ impl<'a> Encoding<'a> {
 
     /// The parameters that gradient refinement may move at this point: the active doubles,
     /// as `(parameter index, feature index)`; their feature is their unit coordinate.
-    pub fn continuous(&self, assignment: &Assignment) -> Vec<(usize, usize)> {
+    pub(crate) fn continuous(&self, assignment: &Assignment) -> Vec<(usize, usize)> {
         self.space
             .parameters()
             .iter()

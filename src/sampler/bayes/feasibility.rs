@@ -52,7 +52,7 @@ impl SlackModel {
 }
 
 /// The probability that a trial at a point keeps every constraint.
-pub struct Feasibility {
+pub(crate) struct Feasibility {
     models: Vec<SlackModel>,
 }
 
@@ -60,7 +60,7 @@ impl Feasibility {
     /// The model of `constraints` over the finished trials `history`, its slack models each
     /// fitted on the points nearest `center` (features); `None` when there is nothing to
     /// model: no constraint, or no trial that reported a constrained metric or failed.
-    pub fn fitted(
+    pub(crate) fn fitted(
         encoding: &Encoding<'_>,
         constraints: &Constraints,
         history: &[Observation],
@@ -97,7 +97,7 @@ impl Feasibility {
     }
 
     /// `log P(feasible)` at each of `points` (features).
-    pub fn log_probability_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<f64> {
+    pub(crate) fn log_probability_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<f64> {
         let mut total = vec![0.0; points.len()];
         for model in &self.models {
             for (sum, (mean, variance)) in total.iter_mut().zip(model.gp.predict_many(points)) {
@@ -108,7 +108,7 @@ impl Feasibility {
     }
 
     /// `log P(feasible)` at features `x`, and its gradient by them.
-    pub fn log_probability_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>) {
+    pub(crate) fn log_probability_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>) {
         let mut gradient = vec![0.0; x.len()];
         let mut total = 0.0;
         for model in &self.models {

@@ -17,18 +17,17 @@
 //! whole space and only values far out are warped. The same model names the trial it believes
 //! best ([`believed_best`]). See `docs/bayes.md`.
 
-pub mod acquisition;
+pub(crate) mod acquisition;
 mod anchor;
 mod believed;
 mod data;
-pub mod design;
-pub mod encoding;
-pub mod feasibility;
-pub mod search;
-pub mod trust;
+pub(crate) mod design;
+pub(crate) mod encoding;
+pub(crate) mod feasibility;
+pub(crate) mod search;
+pub(crate) mod trust;
 
-pub use believed::{Believed, believed_best};
-pub use design::MANY_PARAMETERS;
+pub(crate) use believed::believed_best;
 
 use super::{Observation, ProposalContext, Sampler, SamplerError};
 use crate::gp::{Gp, GpError, stream};

@@ -49,7 +49,7 @@ const NEGLIGIBLE: f64 = -6.907_755_278_982_137;
 /// `widen`, where the region has nothing worth a trial left ([`NEGLIGIBLE`]: the search there
 /// has converged on its incumbent), the better of that and the maximum over the whole cube.
 /// The other arguments are [`maximize`]'s.
-pub fn propose(
+pub(crate) fn propose(
     encoding: &Encoding<'_>,
     acquisition: &Acquisition<'_>,
     incumbents: &[Vec<f64>],
@@ -71,7 +71,7 @@ pub fn propose(
 /// highest among the candidates and their refinements. `incumbents` are the unit points of
 /// the best observations, best first; `rng` drives the perturbations and `sobol_seed` the
 /// quasi-random candidates. Returns the point and its log acquisition.
-pub fn maximize(
+pub(crate) fn maximize(
     encoding: &Encoding<'_>,
     acquisition: &Acquisition<'_>,
     incumbents: &[Vec<f64>],
@@ -133,7 +133,7 @@ fn highest(points: impl IntoIterator<Item = Scored>) -> Option<Scored> {
 /// points over it (from `sobol_seed`), then perturbations of each of the best `incumbents`
 /// (drawn from `rng`), moved into it: a moved ordered coordinate by a Gaussian step, a moved
 /// categorical to a value drawn afresh (no value of it is nearer than another).
-pub fn candidates(
+pub(crate) fn candidates(
     encoding: &Encoding<'_>,
     incumbents: &[Vec<f64>],
     region: &Region,

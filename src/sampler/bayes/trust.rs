@@ -36,7 +36,7 @@ fn failure_tolerance(dimension: usize, batch: usize) -> usize {
 /// of equal length, and the trials of a batch after the design count as one step. A batch
 /// succeeds when one of its trials beats the best value of the trials before the batch, the
 /// best known when it was proposed.
-pub fn side(values: &[Option<f64>], design: usize, dimension: usize, batch: usize) -> f64 {
+pub(crate) fn side(values: &[Option<f64>], design: usize, dimension: usize, batch: usize) -> f64 {
     let batch = batch.max(1);
     let split = design.min(values.len());
     // known[i]: the best of the first i values.
@@ -76,7 +76,7 @@ pub fn side(values: &[Option<f64>], design: usize, dimension: usize, batch: usiz
 
 /// A box of unit coordinates, one interval per parameter.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Region {
+pub(crate) struct Region {
     /// Lower ends.
     pub lower: Vec<f64>,
     /// Upper ends.
@@ -86,7 +86,7 @@ pub struct Region {
 impl Region {
     /// The box of side `side` centred on `center`, cut to the unit cube; a categorical
     /// parameter keeps its whole range, as no value is nearer to another.
-    pub fn around(encoding: &Encoding<'_>, center: &[f64], side: f64) -> Self {
+    pub(crate) fn around(encoding: &Encoding<'_>, center: &[f64], side: f64) -> Self {
         let (lower, upper) = center
             .iter()
             .enumerate()
@@ -102,7 +102,7 @@ impl Region {
     }
 
     /// The whole unit cube of `dimension` parameters.
-    pub fn whole(dimension: usize) -> Self {
+    pub(crate) fn whole(dimension: usize) -> Self {
         Self {
             lower: vec![0.0; dimension],
             upper: vec![1.0; dimension],
@@ -110,7 +110,7 @@ impl Region {
     }
 
     /// The point at relative position `t ∈ [0, 1]^D` in the box.
-    pub fn at(&self, t: &[f64]) -> Vec<f64> {
+    pub(crate) fn at(&self, t: &[f64]) -> Vec<f64> {
         t.iter()
             .zip(self.lower.iter().zip(&self.upper))
             .map(|(t, (lo, hi))| lo + t * (hi - lo))
@@ -118,7 +118,7 @@ impl Region {
     }
 
     /// `unit` moved into the box.
-    pub fn clamp(&self, unit: &mut [f64]) {
+    pub(crate) fn clamp(&self, unit: &mut [f64]) {
         for (u, (lo, hi)) in unit.iter_mut().zip(self.lower.iter().zip(&self.upper)) {
             *u = u.clamp(*lo, *hi);
         }

@@ -56,7 +56,7 @@ pub(super) async fn changed_rows<'e>(
 
 impl Storage {
     /// Reads what changed in the study since the view was last brought up to date.
-    pub async fn refresh(&self, view: &mut StudyView) -> Result<(), StorageError> {
+    pub(crate) async fn refresh(&self, view: &mut StudyView) -> Result<(), StorageError> {
         let rows = changed_rows(&self.pool, view).await?;
         view.absorb(&rows)
     }

@@ -22,7 +22,7 @@ use changes::changed_rows;
 
 /// What becomes of a study's enqueued trials when a controller claims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Queue {
+pub(crate) enum Queue {
     /// They are claimed before new trials are proposed (a study's run).
     RunFirst,
     /// They wait for another run (a trial run by hand runs its own parameters).
@@ -31,7 +31,7 @@ pub enum Queue {
 
 /// What a claim checks: the study's budget, and whether its enqueued trials run first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClaimRules {
+pub(crate) struct ClaimRules {
     /// Trials in all and failed trials allowed.
     pub budget: Budget,
     /// Whether enqueued trials are claimed first.
@@ -40,7 +40,7 @@ pub struct ClaimRules {
 
 /// What [`Storage::claim_trials`] did, trial by trial.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Claim {
+pub(crate) enum Claim {
     /// A new trial, running, owned by the claiming controller.
     Started(Box<TrialRecord>),
     /// `max_trial_count` trials exist.
@@ -153,7 +153,7 @@ pub(super) fn params_json(params: &Assignment) -> String {
 /// Why a claim failed: the database, or the proposal of the trial's parameters (`E`, the
 /// proposer's error).
 #[derive(Debug)]
-pub enum ClaimError<E> {
+pub(crate) enum ClaimError<E> {
     /// The database failed.
     Storage(StorageError),
     /// The proposal failed.
@@ -183,7 +183,7 @@ impl Storage {
     /// study (or the study ends) does the claim take the lock, read the changes and decide
     /// again: a lone controller pays one round trip for the trials that ended and the ones
     /// that replace them, instead of four per trial.
-    pub async fn claim_trials<E>(
+    pub(crate) async fn claim_trials<E>(
         &self,
         view: &mut StudyView,
         rules: ClaimRules,

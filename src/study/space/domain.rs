@@ -37,7 +37,7 @@ impl Scale {
 
 impl Domain {
     /// The value at unit coordinate `u`.
-    pub fn from_unit(&self, u: f64) -> ParamValue {
+    pub(crate) fn value_at(&self, u: f64) -> ParamValue {
         match self {
             Domain::Double {
                 min, max, scale, ..
@@ -70,7 +70,7 @@ impl Domain {
     /// The values one step from `value`: every other value of a categorical (none is nearer
     /// than another), the next value down and up of an integer or a discrete list; none for a
     /// double, which moves continuously, or for a value outside the domain.
-    pub fn neighbours(&self, value: &ParamValue) -> Vec<ParamValue> {
+    pub(crate) fn neighbours(&self, value: &ParamValue) -> Vec<ParamValue> {
         match (self, value) {
             (Domain::Categorical { values }, ParamValue::Str(s)) if values.contains(s) => values
                 .iter()
@@ -104,7 +104,7 @@ impl Domain {
     }
 
     /// The unit coordinate of `value` (the centre of its slice for integers and categoricals).
-    pub fn to_unit(&self, value: &ParamValue) -> Option<f64> {
+    pub(crate) fn to_unit(&self, value: &ParamValue) -> Option<f64> {
         match (self, value) {
             (Domain::Categorical { values }, ParamValue::Str(s)) => {
                 let index = values.iter().position(|v| v == s)?;
@@ -140,7 +140,7 @@ impl Domain {
     }
 
     /// Checks that `value` is one of the domain's values.
-    pub fn check(&self, value: &ParamValue) -> Result<(), String> {
+    pub(crate) fn check(&self, value: &ParamValue) -> Result<(), String> {
         match (self, value) {
             (Domain::Double { min, max, .. }, v) => match v.as_f64() {
                 Some(x) if x.is_finite() && x >= *min && x <= *max => Ok(()),
@@ -170,7 +170,7 @@ impl Domain {
     }
 
     /// Reads a value written as text (`--param lr=3e-5`), typed by the domain.
-    pub fn parse(&self, text: &str) -> Result<ParamValue, String> {
+    pub(crate) fn parse(&self, text: &str) -> Result<ParamValue, String> {
         let value = match self {
             Domain::Categorical { .. } => ParamValue::Str(text.to_string()),
             Domain::Integer { .. } => ParamValue::Int(

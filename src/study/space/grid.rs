@@ -54,7 +54,7 @@ impl Domain {
                 } else {
                     i as f64 / (n - 1) as f64
                 };
-                let v = self.from_unit(u);
+                let v = self.value_at(u);
                 if !out.last().is_some_and(|last| last.same_as(&v)) {
                     out.push(v);
                 }
@@ -88,7 +88,7 @@ impl Space {
     /// Every point of the grid once, in a stable order: the first parameter varies slowest;
     /// inactive parameters are left out, so conditional branches are not repeated. A grid of
     /// more than [`MAX_GRID_POINTS`] points is refused before it is built.
-    pub fn grid(&self) -> Result<Vec<Assignment>, SpaceError> {
+    pub(crate) fn grid(&self) -> Result<Vec<Assignment>, SpaceError> {
         self.grid_size()?;
         let points = self.partial_grid(|_| true)?;
         Ok(points.into_iter().map(|(point, _)| point).collect())
@@ -97,7 +97,7 @@ impl Space {
     /// The number of points of [`Space::grid`], counted without listing them (at most
     /// [`MAX_GRID_POINTS`], or an error): only the values of `when` parents are enumerated,
     /// the other parameters multiply counts.
-    pub fn grid_size(&self) -> Result<usize, SpaceError> {
+    pub(crate) fn grid_size(&self) -> Result<usize, SpaceError> {
         let parents: HashSet<&str> = self
             .parameters
             .iter()

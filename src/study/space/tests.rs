@@ -21,19 +21,19 @@ fn param(id: &str, domain: Domain) -> Parameter {
 #[test]
 fn log_scale_maps_decades_evenly() {
     let d = double(1e-5, 1e-3, Scale::Log);
-    assert!((d.from_unit(0.5).as_f64().unwrap() - 1e-4).abs() < 1e-12);
+    assert!((d.value_at(0.5).as_f64().unwrap() - 1e-4).abs() < 1e-12);
     assert!((d.to_unit(&ParamValue::Float(1e-4)).unwrap() - 0.5).abs() < 1e-12);
 }
 
 #[test]
 fn reverse_log_is_dense_near_the_maximum() {
     let d = double(0.9, 0.999, Scale::ReverseLog);
-    assert_eq!(d.from_unit(0.0).as_f64(), Some(0.9));
-    assert!((d.from_unit(1.0).as_f64().unwrap() - 0.999).abs() < 1e-12);
-    let mid = d.from_unit(0.5).as_f64().unwrap();
+    assert_eq!(d.value_at(0.0).as_f64(), Some(0.9));
+    assert!((d.value_at(1.0).as_f64().unwrap() - 0.999).abs() < 1e-12);
+    let mid = d.value_at(0.5).as_f64().unwrap();
     assert!(mid > (0.9 + 0.999) / 2.0, "{mid}");
     for u in [0.1, 0.37, 0.8] {
-        let x = d.from_unit(u);
+        let x = d.value_at(u);
         assert!((d.to_unit(&x).unwrap() - u).abs() < 1e-9);
     }
 }
@@ -48,7 +48,7 @@ fn integers_get_equal_shares_of_the_unit_interval() {
     };
     let mut counts = [0; 4];
     for i in 0..4000 {
-        let ParamValue::Int(v) = d.from_unit((i as f64 + 0.5) / 4000.0) else {
+        let ParamValue::Int(v) = d.value_at((i as f64 + 0.5) / 4000.0) else {
             panic!()
         };
         counts[(v - 1) as usize] += 1;
@@ -62,10 +62,10 @@ fn discrete_values_snap_to_the_nearest_in_their_scale() {
         values: vec![8.0, 16.0, 32.0],
         scale: Scale::Log,
     };
-    assert_eq!(d.from_unit(0.5), ParamValue::Float(16.0));
-    assert_eq!(d.from_unit(0.7), ParamValue::Float(16.0));
-    assert_eq!(d.from_unit(0.8), ParamValue::Float(32.0));
-    assert_eq!(d.from_unit(0.0), ParamValue::Float(8.0));
+    assert_eq!(d.value_at(0.5), ParamValue::Float(16.0));
+    assert_eq!(d.value_at(0.7), ParamValue::Float(16.0));
+    assert_eq!(d.value_at(0.8), ParamValue::Float(32.0));
+    assert_eq!(d.value_at(0.0), ParamValue::Float(8.0));
 }
 
 #[test]
@@ -119,9 +119,9 @@ fn categoricals_split_the_interval_into_slices() {
     let d = Domain::Categorical {
         values: vec!["a".into(), "b".into(), "c".into()],
     };
-    assert_eq!(d.from_unit(0.0), ParamValue::Str("a".into()));
-    assert_eq!(d.from_unit(0.5), ParamValue::Str("b".into()));
-    assert_eq!(d.from_unit(1.0), ParamValue::Str("c".into()));
+    assert_eq!(d.value_at(0.0), ParamValue::Str("a".into()));
+    assert_eq!(d.value_at(0.5), ParamValue::Str("b".into()));
+    assert_eq!(d.value_at(1.0), ParamValue::Str("c".into()));
     assert_eq!(d.to_unit(&ParamValue::Str("c".into())), Some(2.5 / 3.0));
 }
 

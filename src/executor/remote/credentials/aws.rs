@@ -14,7 +14,7 @@ use crate::executor::remote::http::RemoteError;
 
 /// An access key, its secret and maybe a session token; `Debug` shows none of them.
 #[derive(Clone)]
-pub struct AwsCredentials {
+pub(crate) struct AwsCredentials {
     access_key_id: String,
     secret_access_key: String,
     session_token: Option<String>,
@@ -28,7 +28,7 @@ impl std::fmt::Debug for AwsCredentials {
 
 impl AwsCredentials {
     /// The credentials of this process, from the environment or the shared file.
-    pub fn from_environment() -> Result<Self, RemoteError> {
+    pub(crate) fn from_environment() -> Result<Self, RemoteError> {
         let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
         if let (Some(id), Some(secret)) = (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
             return Ok(Self {
@@ -71,7 +71,7 @@ impl AwsCredentials {
 
     /// The headers that sign a request for `service` in `region` with SigV4
     /// (`Authorization`, `X-Amz-Date`, and `X-Amz-Security-Token` with a session token).
-    pub fn sign(
+    pub(crate) fn sign(
         &self,
         region: &str,
         service: &str,

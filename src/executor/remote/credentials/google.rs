@@ -51,7 +51,7 @@ struct TokenAnswer {
 }
 
 /// OAuth access tokens for Google Cloud APIs.
-pub struct GoogleAuth {
+pub(crate) struct GoogleAuth {
     source: Source,
     http: Http,
     cached: Mutex<Option<(String, Instant)>>,
@@ -59,7 +59,7 @@ pub struct GoogleAuth {
 
 impl GoogleAuth {
     /// Finds the Application Default Credentials of this process.
-    pub fn from_environment(http: Http) -> Result<Self, RemoteError> {
+    pub(crate) fn from_environment(http: Http) -> Result<Self, RemoteError> {
         let source = match std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS") {
             Some(path) => {
                 let path = std::path::PathBuf::from(path);
@@ -96,7 +96,7 @@ impl GoogleAuth {
     }
 
     /// A valid access token.
-    pub async fn token(&self) -> Result<String, RemoteError> {
+    pub(crate) async fn token(&self) -> Result<String, RemoteError> {
         let mut cached = self.cached.lock().await;
         if let Some((token, expires)) = cached.as_ref()
             && Instant::now() + RENEW_BEFORE < *expires

@@ -51,7 +51,7 @@ struct ExecEnv {
 
 /// How to reach and authenticate to the API server.
 #[derive(Clone)]
-pub struct KubeAccess {
+pub(crate) struct KubeAccess {
     /// The API server's base URL.
     pub server: String,
     /// The namespace of the context, if it names one.
@@ -119,7 +119,7 @@ struct User {
 
 impl KubeAccess {
     /// The kubeconfig's current context, or the in-cluster service account.
-    pub fn from_environment() -> Result<Self, RemoteError> {
+    pub(crate) fn from_environment() -> Result<Self, RemoteError> {
         let configured = std::env::var_os("KUBECONFIG")
             .and_then(|paths| std::env::split_paths(&paths).find(|p| p.exists()))
             .or_else(|| {
@@ -233,7 +233,7 @@ impl KubeAccess {
     /// The bearer token, if the credentials have one. An exec plugin runs as a child process
     /// awaited on the runtime (the controller's one thread goes on meanwhile), at most
     /// [`EXEC_TIMEOUT`].
-    pub async fn token(&self) -> Result<Option<String>, RemoteError> {
+    pub(crate) async fn token(&self) -> Result<Option<String>, RemoteError> {
         match &self.token {
             None => Ok(None),
             Some(Token::Literal(token)) => Ok(Some(token.clone())),

@@ -2,9 +2,9 @@
 //! Google's Application Default Credentials, AWS's credential chain, Kubernetes' kubeconfig
 //! or in-cluster service account. None is ever logged, stored, or put in an error.
 
-pub mod aws;
-pub mod google;
-pub mod kube;
+pub(crate) mod aws;
+pub(crate) mod google;
+pub(crate) mod kube;
 
 /// The user's home directory, where the engines' CLIs keep their files.
 fn home() -> Option<std::path::PathBuf> {
