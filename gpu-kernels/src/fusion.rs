@@ -181,7 +181,8 @@ impl<B: FusionBackend + GpuFusedOps> GpuFusedOps for Fusion<B> {
                     "hptune_grad_factor_scaled",
                     [squared_sum, scale],
                     [factor, (Shape::new([3]), DType::F32)],
-                    move |[total, scale]| match B::grad_factor(total, max_norm, Some((scale, rule))) {
+                    move |[total, scale]| match B::grad_factor(total, max_norm, Some((scale, rule)))
+                    {
                         (factor, Some(next_scale)) => [factor, next_scale],
                         (_, None) => unreachable!("a scaled step returns the scale's next state"),
                     },

@@ -268,12 +268,7 @@ pub(crate) fn gelu_backward(input: &Tensor<f32>, grad: &Tensor<f32>, output: &mu
 /// skipped), and `factor[1]` the norm before clipping, unscaled. Returns whether the gradients
 /// were finite.
 #[cube]
-fn write_grad_factor(
-    total: f32,
-    loss_scale: f32,
-    max_norm: f32,
-    factor: &mut Tensor<f32>,
-) -> bool {
+fn write_grad_factor(total: f32, loss_scale: f32, max_norm: f32, factor: &mut Tensor<f32>) -> bool {
     let norm = f32::sqrt(total) / loss_scale;
     let mut clip = 1.0f32;
     if max_norm > 0.0f32 {
@@ -342,7 +337,7 @@ pub(crate) fn grad_factor_scaled(
 
 /// How [`grad_factor_scaled`] changes the loss scale.
 #[derive(CubeType, CubeLaunch, Clone, Copy, Debug)]
-pub(crate) struct ScaleRule {
+pub(crate) struct ScaleRuleArgs {
     /// Finite steps in a row after which the scale grows.
     pub growth_interval: f32,
     /// The scale's factor when it grows.

@@ -334,7 +334,10 @@ fn grad_factor_clips_unscales_and_marks_infinite_gradients() {
     assert!((scale - 1.0 / (5.0 + 1e-6) / 8.0).abs() < 1e-6);
     assert_eq!(next, [16.0, 0.0, 5.0]);
     // Under the limit, or no limit: only the loss scale; the run goes on.
-    assert_eq!(scaled(0.25, 1.0, &[2.0, 0.0, 0.0]), (vec![0.5, 0.25], vec![2.0, 1.0, 0.0]));
+    assert_eq!(
+        scaled(0.25, 1.0, &[2.0, 0.0, 0.0]),
+        (vec![0.5, 0.25], vec![2.0, 1.0, 0.0])
+    );
     assert_eq!(factor(0.25, 1.0), [1.0, 0.5]);
     assert_eq!(factor(1e6, 0.0), [1.0, 1000.0]);
     // A doubled scale that overflows f32 stays as it was.

@@ -18,7 +18,7 @@ const GROWTH_FACTOR: f32 = 2.0;
 const BACKOFF_FACTOR: f32 = 0.5;
 
 /// The same rule for a scale kept on the device (see [`crate::fused::StepDecision`]).
-pub const SCALE_RULE: ScaleRule = ScaleRule {
+pub(crate) const SCALE_RULE: ScaleRule = ScaleRule {
     growth_interval: GROWTH_INTERVAL,
     growth: GROWTH_FACTOR,
     backoff: BACKOFF_FACTOR,
@@ -57,12 +57,12 @@ impl DynamicLossScale {
 
     /// The state of a scale kept on the device: `[scale, finite steps in a row, steps
     /// skipped]` (see [`ScaleRule`]).
-    pub fn state(&self) -> [f32; 3] {
+    pub(crate) fn state(&self) -> [f32; 3] {
         [self.scale, self.good_steps as f32, self.skipped as f32]
     }
 
     /// The scale of a state read back from the device (see [`Self::state`]).
-    pub fn from_state([scale, good_steps, skipped]: [f32; 3]) -> Self {
+    pub(crate) fn from_state([scale, good_steps, skipped]: [f32; 3]) -> Self {
         DynamicLossScale {
             scale,
             good_steps: good_steps as u32,

@@ -174,9 +174,7 @@ impl<B: TrainBackend> GroupedAdamW<B> {
             StepDecision::Host => Decider::Host(loss_scale),
             StepDecision::Device => {
                 let device = model.head.classifier.weight.val().device();
-                Decider::Device(
-                    loss_scale.map(|scale| Tensor::from_floats(scale.state(), &device)),
-                )
+                Decider::Device(loss_scale.map(|scale| Tensor::from_floats(scale.state(), &device)))
             }
         };
         GroupedAdamW {
@@ -287,8 +285,8 @@ impl<B: TrainBackend> GroupedAdamW<B> {
                         .take()
                         .map(|state| (state.into_primitive().tensor(), SCALE_RULE)),
                 );
-                *loss_scale = next_scale
-                    .map(|state| Tensor::from_primitive(TensorPrimitive::Float(state)));
+                *loss_scale =
+                    next_scale.map(|state| Tensor::from_primitive(TensorPrimitive::Float(state)));
                 (Factor::Device(factor), StepOutcome::OnDevice)
             }
         };
@@ -344,13 +342,8 @@ impl<B: TrainBackend> ModuleMapper<B> for Update<'_, B> {
             ),
             false => (param, grad),
         };
-        let (updated, first, second, count) = adamw::<B::InnerBackend>(
-            param,
-            grad,
-            previous,
-            &self.factor,
-            rates,
-        );
+        let (updated, first, second, count) =
+            adamw::<B::InnerBackend>(param, grad, previous, &self.factor, rates);
         let (updated, master) = match half {
             true => (
                 B::InnerBackend::float_cast(updated.clone(), precision.into()),
@@ -722,7 +715,7 @@ mod tests {
                 let input = crate::model::ModelInput {
                     input_ids: ids.clone(),
                     token_type_ids: ids.zeros_like(),
-                    attention_mask: ids.ones_like(),
+                    attention_mask: ids.ones_like().float(),
                 };
                 let labels = Tensor::from_ints([step % 2, 1], &Default::default());
                 let loss = crate::model::cross_entropy(model.forward(input), labels);
@@ -744,7 +737,10 @@ mod tests {
         let moved = host.iter().zip(&start).filter(|(a, b)| a != b).count();
         assert!(moved > host.len() / 2, "{moved} of {}", host.len());
         for (i, (d, h)) in device.iter().zip(host).enumerate() {
-            assert!((d - h).abs() <= 1e-6 * (1.0 + h.abs()), "parameter value {i}: {d} vs {h}");
+            assert!(
+                (d - h).abs() <= 1e-6 * (1.0 + h.abs()),
+                "parameter value {i}: {d} vs {h}"
+            );
         }
     }
 }

@@ -63,7 +63,10 @@ pub(super) fn adamw<B: Backend>(
     let rates = &step.rates;
     let grad = B::float_mul_scalar(grad, step.grad_scale.into());
     let first = B::float_mul_scalar(grad.clone(), (1.0 - rates.beta_1).into());
-    let second = B::float_mul_scalar(B::float_mul(grad.clone(), grad), (1.0 - rates.beta_2).into());
+    let second = B::float_mul_scalar(
+        B::float_mul(grad.clone(), grad),
+        (1.0 - rates.beta_2).into(),
+    );
     let (m, v) = match moments {
         Some((m, v)) => (
             B::float_add(B::float_mul_scalar(m, rates.beta_1.into()), first),

@@ -78,7 +78,10 @@ fn training_steps_read_the_loss_only_when_it_is_reported_and_evaluation_reads_tw
             // at the first and last batch, and once more per 10 s of a slow epoch. A second
             // read per step (the loss's, say) would make it 24 or more.
             assert_eq!(*steps, 12, "{what}");
-            assert!((12 + 2..12 + 6).contains(reads), "{what}: {reads} reads\n{log}");
+            assert!(
+                (12 + 2..12 + 6).contains(reads),
+                "{what}: {reads} reads\n{log}"
+            );
         } else {
             assert!(what.ends_with("evaluation"), "{what}");
             // Losses and predictions of every batch, read once each.
