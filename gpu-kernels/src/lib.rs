@@ -318,7 +318,11 @@ where
             factor.clone().into_tensor_arg(),
             next_scale.clone().into_tensor_arg(),
             max_norm as f32,
-            kernels::ScaleRuleArgsLaunch::new(rule.growth_interval as f32, rule.growth, rule.backoff),
+            kernels::ScaleRuleArgsLaunch::new(
+                rule.growth_interval as f32,
+                rule.growth,
+                rule.backoff,
+            ),
         );
         (factor, Some(next_scale))
     }

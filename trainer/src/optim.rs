@@ -706,6 +706,9 @@ mod tests {
         );
         // Without dropout: its masks are numbered by a count shared by the process's tests.
         let initial = tiny_model(0.0);
+        // Read before cloning: burn initialises a parameter on its first use, each clone of
+        // an uninitialised one on its own (with other random values).
+        let start = parameters(&initial);
         let mut runs = Vec::new();
         for decision in [StepDecision::Host, StepDecision::Device] {
             let mut model = initial.clone();
@@ -730,17 +733,19 @@ mod tests {
         };
         // The host reads the norm once a step; the device nothing.
         assert_eq!((*host_reads, *device_reads), (5, 0));
-        // The same updates but for the f32 rounding of the device's clipping factor and bias
-        // corrections (f64 on the host): 1 - 0.999 is 1.3e-5 off in f32, the update (about
-        // 1e-2) 7e-6 of it.
-        let start = parameters(&initial);
         let moved = host.iter().zip(&start).filter(|(a, b)| a != b).count();
         assert!(moved > host.len() / 2, "{moved} of {}", host.len());
-        for (i, (d, h)) in device.iter().zip(host).enumerate() {
-            assert!(
-                (d - h).abs() <= 1e-6 * (1.0 + h.abs()),
-                "parameter value {i}: {d} vs {h}"
-            );
-        }
+        // The same updates but for the f32 rounding of the device's clipping factor and bias
+        // corrections (f64 on the host; f32's 0.999 makes 1 - 0.999^t 1.3e-5 off) and the
+        // order of the update's operations, which AdamW's normalisation carries into the
+        // update: seen up to 1.6e-5 (relative) after 5 steps of about 1e-2 over random
+        // initialisations; an update taken or dropped wholesale would be 1e-2 apart.
+        let worst = device
+            .iter()
+            .zip(host)
+            .map(|(d, h)| (d - h).abs() / (1.0 + h.abs()))
+            .fold(0.0f32, f32::max);
+        eprintln!("device against host: at most {worst:.2e} apart after 5 steps");
+        assert!(worst < 1e-4, "{worst}");
     }
 }

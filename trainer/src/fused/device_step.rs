@@ -114,7 +114,7 @@ pub(super) fn adamw<B: Backend>(
             Tensor::zeros([1], &param.device()),
         ),
     };
-    let g = grad * factor;
+    let g = grad * factor.clone();
     let m = moments.0.clone() * rates.beta_1 + g.clone() * (1.0 - rates.beta_1);
     let v = moments.1.clone() * rates.beta_2 + g.clone() * g * (1.0 - rates.beta_2);
     let time = steps.clone() + 1.0;
@@ -123,7 +123,9 @@ pub(super) fn adamw<B: Backend>(
     let v_hat = v.clone() / correction(rates.beta_2);
     let update = m_hat / (v_hat.sqrt() + rates.epsilon) * rates.lr;
     let updated = param.clone() * (1.0 - rates.lr * rates.weight_decay) - update;
-    let skipped = skip.clone().expand([n]);
+    // The skip on every element, materialised (a broadcast view of a mask is not read as one
+    // by every backend).
+    let skipped = (param.zeros_like() + factor.clone()).is_nan();
     let keep = |new: Tensor<B, 1>, old: Tensor<B, 1>| {
         let kept = new.mask_where(skipped.clone(), old);
         B::float_reshape(kept.into_primitive().tensor(), shape.clone())
