@@ -327,7 +327,8 @@ fn grad_factor_clips_unscales_and_marks_infinite_gradients() {
         (read::<Wgpu, 1>(factor), read::<Wgpu, 1>(next.unwrap()))
     };
     // Norm 5 (scaled by 8: 40), clipped to 1; the third finite step in a row doubles the scale.
-    let ([scale, norm], next) = scaled(1600.0, 1.0, &[8.0, 2.0, 5.0]) else {
+    let (factor_clipped, next) = scaled(1600.0, 1.0, &[8.0, 2.0, 5.0]);
+    let [scale, norm] = factor_clipped[..] else {
         panic!()
     };
     assert!((norm - 5.0).abs() < 1e-5);
