@@ -41,7 +41,7 @@ trials run, as with trials of unequal length: the worker's `--in-order` flag for
 `tell` then one `ask` for Optuna and BoTorch). `async` does not depend on timing, so hptune's
 runs repeat exactly.
 
-Results (every run, with its trajectory and timings) go to bench/results/<timestamp>.json.
+Results (every run, with its trajectory, its proposals and its timings) go to bench/results/<timestamp>.json.
 """
 
 import argparse
@@ -195,6 +195,8 @@ def worker_args(function, seed):
 
 
 def run_hptune(binaries, sampler, function, trials, mode, seed):
+    """`hptune run` of the study; as every runner, the trials' values (None: failed or
+    infeasible), proposal times, the parameters named best (noisy functions) and proposals."""
     hptune, objective = binaries
     algorithm = sampler.removeprefix("hptune-")
     parallel = MODES[mode]
@@ -227,7 +229,8 @@ def run_hptune(binaries, sampler, function, trials, mode, seed):
     # Only a feasible trial's value counts.
     values = [t["value"] if t["state"] == "succeeded" and t.get("infeasible") is None else None
               for t in trials_json]
-    return values, [timings.get(i) for i in range(len(values))], chosen
+    proposals = [t["params"] for t in trials_json]
+    return values, [timings.get(i) for i in range(len(values))], chosen, proposals
 
 
 def distributions(function):
@@ -291,12 +294,13 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
     }[sampler]
     study = optuna.create_study(direction="minimize", sampler=make())
     dists = distributions(function)
-    values, timings, pending = [None] * trials, [None] * trials, []
+    values, timings, proposals, pending = [None] * trials, [None] * trials, [None] * trials, []
 
     def ask():
         start = time.perf_counter()
         trial = study.ask(dists)
         timings[trial.number] = time.perf_counter() - start
+        proposals[trial.number] = trial.params
         pending.append(trial)
 
     def tell():
@@ -310,7 +314,7 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
 
     in_controller_order(trials, mode, ask, tell)
     chosen = {"observed": study.best_trial.params} if function in NOISY else {}
-    return values, timings, chosen
+    return values, timings, chosen, proposals
 
 
 def run_botorch(binaries, sampler, function, trials, mode, seed):
@@ -368,7 +372,7 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
     if function in NOISY:
         best = min((i for i in told if values[i] is not None), key=lambda i: values[i])
         chosen["observed"] = to_params(xs[best])
-    return values, timings, chosen
+    return values, timings, chosen, [to_params(x) for x in xs]
 
 
 def runs_on(sampler, function):
@@ -382,7 +386,7 @@ def run_one(binaries, sampler, function, trials, mode, seed):
     runner = {"hptune": run_hptune, "optuna": run_optuna, "botorch": run_botorch}[
         sampler.split("-")[0]]
     start = time.perf_counter()
-    values, timings, chosen = runner(binaries, sampler, function, trials, mode, seed)
+    values, timings, chosen, proposals = runner(binaries, sampler, function, trials, mode, seed)
     optimum = FUNCTIONS[function][1]
     best, trajectory = float("inf"), []
     for v in values:
@@ -398,7 +402,8 @@ def run_one(binaries, sampler, function, trials, mode, seed):
             "parallel": MODES[mode], "seed": seed,
             "trials": trials, "regret": trajectory, "final_regret": final,
             "chosen_regret": chosen_regret,
-            "proposal_seconds": timings, "wall_seconds": time.perf_counter() - start}
+            "proposal_seconds": timings, "proposals": proposals,
+            "wall_seconds": time.perf_counter() - start}
 
 
 def mode_of(run):

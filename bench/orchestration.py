@@ -13,14 +13,15 @@ before any orchestration, and so the highest ratio any orchestrator could reach 
 parallelism 1 (hptune's own overhead per trial is the difference).
 
     python3 bench/orchestration.py [--trials 1000] [--optuna-trials 1000] [--rounds 1]
+                                   [--hptune BIN --worker BIN]
 
-Creates bench/.venv with Optuna on first use; prints a Markdown table; writes
+It builds hptune and the worker in release mode, unless `--hptune` and `--worker` name the
+binaries to measure (a build of another commit, for a before and after). Creates bench/.venv with Optuna on first use; prints a Markdown table; writes
 bench/results/orchestration.json.
 """
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -138,9 +139,13 @@ def main():
     parser.add_argument("--optuna-trials", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1,
                         help="times hptune and Optuna alternate; the median ratio is reported")
+    parser.add_argument("--hptune", type=Path, help="the hptune binary (default: build one)")
+    parser.add_argument("--worker", type=Path, help="the worker binary, with --hptune")
     args = parser.parse_args()
+    if (args.hptune is None) != (args.worker is None):
+        parser.error("--hptune and --worker go together")
 
-    hptune, worker = build()
+    hptune, worker = (args.hptune.resolve(), args.worker.resolve()) if args.hptune else build()
     python = ensure_optuna()
     scratch = tempfile.TemporaryDirectory()
     rounds = {1: [], 4: []}

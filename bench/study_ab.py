@@ -1,12 +1,23 @@
 #!/usr/bin/env python3
 """One study run end to end by two or more `hptune` binaries, alternating, in one command.
 
-For a change that should not alter what a study costs (a refactoring, a new dependency), run
-the same study file with the binary before and after it: each round runs every binary once,
-in turn, on a fresh SQLite database and log folder, and the table gives each binary's median
-wall time, its ratio to the first binary's, the trials that completed and the best value.
+For a change that should not alter what a study costs or proposes (a refactoring, a new
+dependency), run the same study file with the binary before and after it: each round runs
+every binary once, in turn, on a fresh SQLite database and log folder, and the table gives
+each binary's median wall time, its ratio to the first binary's, the trials that completed,
+the best value, and whether its trials (every number's parameters, state and value) are
+those of the first binary's run in the same round.
 
     python3 bench/study_ab.py studies/sst2-minilm.yaml OLD_HPTUNE NEW_HPTUNE [--rounds 1]
+
+With `--bayes FUNCTIONS`, the studies are `bench/bayes.py`'s instead of a file: hptune's
+Bayesian sampler on each function, mode and seed, through bayes.py's own runner with the
+worker `--objective` (the same for every binary, so only hptune differs). It prints, per
+binary, the runs whose proposals (every trial's parameters and value) and named best trials
+equal the first binary's, then bayes.py's tables of each binary's runs.
+
+    python3 bench/study_ab.py --bayes branin,hartmann6,branin-noisy --modes sequential,async \\
+        --seeds 3 --objective target/release/examples/objective OLD_HPTUNE NEW_HPTUNE
 
 Run from the repository root (study files name their workers relative to it).
 """
@@ -20,9 +31,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import bayes
 
-def run_once(hptune: str, study: str, folder: Path) -> tuple[float, int, float]:
-    """Runs the study once; wall seconds, succeeded trials, best value."""
+
+def run_once(hptune: str, study: str, folder: Path) -> tuple[float, list[dict], float]:
+    """Runs the study once; wall seconds, the trials by number, best value."""
     database = f"sqlite://{folder}/hptune.db"
     start = time.perf_counter()
     subprocess.run(
@@ -35,34 +48,106 @@ def run_once(hptune: str, study: str, folder: Path) -> tuple[float, int, float]:
                              check=True, capture_output=True, text=True).stdout
         return json.loads(out)
 
-    completed = sum(1 for trial in read("trials") if trial["state"] == "succeeded")
-    value = read("best")["value"]
-    return elapsed, completed, value
+    trials = sorted(read("trials"), key=lambda t: t["number"])
+    return elapsed, trials, read("best")["value"]
+
+
+def first_difference(trials: list[dict], baseline: list[dict]) -> str:
+    """'same', or the first trial number whose parameters, state or value differ."""
+    keys = ("number", "params", "state", "value")
+    for ours, theirs in zip(trials, baseline):
+        if any(ours.get(k) != theirs.get(k) for k in keys):
+            return f"differ from trial {ours['number']}"
+    if len(trials) != len(baseline):
+        return f"{len(trials)} trials against {len(baseline)}"
+    return "same"
+
+
+def study_main(args, study: str, binaries: list[str]) -> None:
+    """The table of one study file run by every binary."""
+    walls: list[list[float]] = [[] for _ in binaries]
+    same: list[list[str]] = [[] for _ in binaries]
+    outcome: list[tuple[int, float]] = [(0, 0.0)] * len(binaries)
+    for round_ in range(args.rounds):
+        first = None
+        for i, binary in enumerate(binaries):
+            with tempfile.TemporaryDirectory() as folder:
+                wall, trials, best = run_once(binary, study, Path(folder))
+            first = trials if first is None else first
+            walls[i].append(wall)
+            outcome[i] = (sum(t["state"] == "succeeded" for t in trials), best)
+            same[i].append(first_difference(trials, first))
+            print(f"round {round_ + 1}: {binary}: {wall:.1f} s", file=sys.stderr)
+    baseline = statistics.median(walls[0])
+    print(f"`{study}`, {args.rounds} round(s), median wall time\n")
+    print("| hptune | wall s | ratio to the first | succeeded trials | best value "
+          "| trials as the first's, per round |")
+    print("|---|---:|---:|---:|---:|---|")
+    for binary, wall, (completed, best), rounds in zip(binaries, walls, outcome, same):
+        wall = statistics.median(wall)
+        print(f"| {binary} | {wall:.1f} | {wall / baseline:.2f}x | {completed} | {best:.4g} "
+              f"| {', '.join(rounds)} |")
+
+
+def bayes_main(args, binaries: list[str]) -> None:
+    """bayes.py's studies run by every binary, their proposals compared run by run."""
+    runs: list[list[dict]] = [[] for _ in binaries]
+    # bayes.py runs hptune in the study's folder: the paths must not be relative.
+    objective = Path(args.objective).resolve()
+    for function in args.bayes.split(","):
+        trials = args.trials or bayes.FUNCTIONS[function][2]
+        for mode in args.modes.split(","):
+            for seed in range(args.seeds):
+                for binary, theirs in zip(binaries, runs):
+                    run = bayes.run_one((Path(binary).resolve(), objective), "hptune-bayesian",
+                                        function, trials, mode, seed)
+                    theirs.append(run)
+                    print(f"{function} {mode} seed {seed}: {binary}: regret "
+                          f"{run['final_regret']:.4g} ({run['wall_seconds']:.1f} s)",
+                          file=sys.stderr, flush=True)
+    compared = ("proposals", "regret", "chosen_regret")
+    print(f"Command: {' '.join(sys.argv)}\n")
+    print("| hptune | runs | proposals and named best as the first's | differing runs "
+          "| wall s, sum |")
+    print("|---|---:|---:|---|---:|")
+    for binary, theirs in zip(binaries, runs):
+        differing = [f"{r['function']} {r['mode']} seed {r['seed']}"
+                     for r, first in zip(theirs, runs[0])
+                     if any(r[k] != first[k] for k in compared)]
+        total = sum(r["wall_seconds"] for r in theirs)
+        print(f"| {binary} | {len(theirs)} | {len(theirs) - len(differing)} "
+              f"| {', '.join(differing) or 'none'} | {total:.0f} |")
+    for binary, theirs in zip(binaries, runs):
+        print(f"\n{binary}: final simple regret, median [Q1, Q3] over seeds:\n")
+        print(bayes.regret_table(theirs, ["hptune-bayesian"]))
+        if choice := bayes.choice_table(theirs):
+            print(f"\n{binary}: noisy functions, the noise-free regret of the best trial by "
+                  "each way of naming it (median over seeds):\n")
+            print(choice)
+        print(f"\n{binary}: median time per proposal after the initial design:\n")
+        print(bayes.proposal_time_table(theirs, ["hptune-bayesian"]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("study")
-    parser.add_argument("hptune", nargs="+", help="hptune binaries; the first is the baseline")
+    parser.add_argument("args", nargs="+", metavar="STUDY HPTUNE",
+                        help="the study file (not with --bayes), then hptune binaries; the "
+                             "first binary is the baseline")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--bayes", metavar="FUNCTIONS",
+                        help="bench/bayes.py's functions, comma-separated, instead of a study")
+    parser.add_argument("--modes", default="sequential,async", help="with --bayes")
+    parser.add_argument("--seeds", type=int, default=3, help="with --bayes: seeds 0 .. N - 1")
+    parser.add_argument("--trials", type=int, help="with --bayes (default: bayes.py's)")
+    parser.add_argument("--objective", default="target/release/examples/objective",
+                        help="with --bayes: the worker every binary runs")
     args = parser.parse_args()
-    walls: dict[str, list[float]] = {b: [] for b in args.hptune}
-    outcome: dict[str, tuple[int, float]] = {}
-    for round_ in range(args.rounds):
-        for binary in args.hptune:
-            with tempfile.TemporaryDirectory() as folder:
-                wall, completed, best = run_once(binary, args.study, Path(folder))
-            walls[binary].append(wall)
-            outcome[binary] = (completed, best)
-            print(f"round {round_ + 1}: {binary}: {wall:.1f} s", file=sys.stderr)
-    baseline = statistics.median(walls[args.hptune[0]])
-    print(f"`{args.study}`, {args.rounds} round(s), median wall time\n")
-    print("| hptune | wall s | ratio to the first | succeeded trials | best value |")
-    print("|---|---:|---:|---:|---:|")
-    for binary in args.hptune:
-        wall = statistics.median(walls[binary])
-        completed, best = outcome[binary]
-        print(f"| {binary} | {wall:.1f} | {wall / baseline:.2f}x | {completed} | {best:.4g} |")
+    if args.bayes:
+        bayes_main(args, args.args)
+    elif len(args.args) < 2:
+        parser.error("give a study file and at least one hptune binary")
+    else:
+        study_main(args, args.args[0], args.args[1:])
 
 
 if __name__ == "__main__":

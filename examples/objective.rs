@@ -30,8 +30,10 @@
 //! 0.397887 at (π, 2.275)).
 //!
 //! With `--noise SD --noise-seed S`, Gaussian noise of standard deviation SD is added to the
-//! value (not to the intermediate ones): a draw fixed by the seed and the parameters, so that
-//! a run repeats.
+//! value (not to the intermediate ones): a draw fixed by what names the evaluation (the
+//! function, SD, the seed and the parameters `--x1`, `--x2`, ...), not by how the worker
+//! reports or ends (`--metric`, `--steps`, `--sleep-ms`, `--in-order DIR`, `--running`,
+//! `--trials`), so that the same proposals give the same values and a run repeats.
 //!
 //! With `--in-order DIR`, the trials of a study with `parallel_trial_count: Q` end one at a
 //! time in number order, each once the next `Q - 1` trials have started: every proposal after
@@ -330,16 +332,31 @@ fn mixed_30(flags: &BTreeMap<String, String>) -> Result<f64, String> {
     Ok(total)
 }
 
-/// A standard normal draw fixed by `seed` and the flags (Box-Muller of two hashed uniforms).
+/// A standard normal draw fixed by `seed` and the flags that name the evaluation
+/// ([`names_the_evaluation`]; Box-Muller of two hashed uniforms).
 fn standard_normal(seed: u64, flags: &BTreeMap<String, String>) -> f64 {
     use std::hash::{DefaultHasher, Hash, Hasher};
+    let evaluation: BTreeMap<&String, &String> = flags
+        .iter()
+        .filter(|(name, _)| names_the_evaluation(name))
+        .collect();
     let uniform = |stream: u64| {
         let mut hasher = DefaultHasher::new();
-        (seed, stream, flags).hash(&mut hasher);
+        (seed, stream, &evaluation).hash(&mut hasher);
         // 53 random bits in (0, 1].
         ((hasher.finish() >> 11) + 1) as f64 / (1u64 << 53) as f64
     };
     (-2.0 * uniform(0).ln()).sqrt() * (2.0 * PI * uniform(1)).cos()
+}
+
+/// Whether flag `name` says what is evaluated (the function, the noise, a parameter `x<i>`)
+/// rather than how the worker reports or ends: `--in-order`'s folder, a fresh one each run,
+/// made the noise of a study's asynchronous runs differ from run to run.
+fn names_the_evaluation(name: &str) -> bool {
+    matches!(name, "function" | "noise" | "noise-seed")
+        || name
+            .strip_prefix('x')
+            .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Two coordinates, or an error naming the function.

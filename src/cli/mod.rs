@@ -1,6 +1,7 @@
 //! Commands of the `hptune` binary: each file declares one command's work; this one holds the
 //! flags and the mapping of failures to exit codes.
 
+mod ask;
 mod dashboard;
 mod enqueue;
 mod plot;
@@ -14,11 +15,12 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 
 use hptune::controller::ControllerError;
-use hptune::ops::{BestBy, OpsError, WorkerOptions};
+use hptune::ops::{BestBy, OpsError, Report, WorkerOptions};
 use hptune::spec::SpecError;
 use hptune::storage::{DEFAULT_STORAGE, StorageError, StorageUrl, TrialState};
 use hptune::study::ExecutorKind;
@@ -26,6 +28,12 @@ use hptune::study::ExecutorKind;
 /// Where the workers' log and metrics files go, one folder per study, unless `--log-dir`
 /// says otherwise.
 const DEFAULT_LOG_DIR: &str = "hptune-logs";
+
+/// The exit code of `tell --step` when the study's early-stopping rule stopped the trial.
+pub const EXIT_STOPPED: u8 = 3;
+
+/// The exit code of `ask` when clients hold as many trials as the study runs at once.
+pub const EXIT_ALL_LEASED: u8 = 4;
 
 /// Tune the hyperparameters of training jobs: Bayesian, random or grid search over parallel
 /// trial workers, every trial recorded in a database.
@@ -148,6 +156,48 @@ enum Command {
         #[arg(long = "param", value_name = "ID=VALUE", value_parser = parse_param)]
         params: Vec<(String, String)>,
     },
+    /// Claim trials for a program that runs them itself, each held under a lease until it
+    /// is told a result (see docs/ask-tell.md); creates the study if it is new.
+    Ask {
+        /// The study file.
+        study: PathBuf,
+        /// How many trials to claim (fewer when the budget or the parallel slots run out).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        count: usize,
+        /// How long a trial is held without a result before it goes back to the study
+        /// (renewed by each `tell --step`): 30s, 10m, 1h, ...
+        #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = humantime::parse_duration)]
+        lease: Duration,
+        /// text: a line per trial, its number and its parameters as flags; json: an array of
+        /// the trials as `trials --format json` prints them, with `lease_expires_at`.
+        #[arg(long, value_enum, default_value_t = ClientFormat::Text)]
+        format: ClientFormat,
+    },
+    /// Tell the result of a trial claimed by `ask`: final, intermediate (--step: exits 3 when
+    /// the study's early-stopping rule stops the trial), or a failure.
+    #[command(group(ArgGroup::new("result").required(true).multiple(true).args(["value", "metrics", "fail"])))]
+    Tell {
+        /// The study's name, or its study file.
+        study: String,
+        /// The trial's number.
+        trial: u64,
+        /// The objective's value.
+        #[arg(long, value_name = "V", allow_negative_numbers = true)]
+        value: Option<f64>,
+        /// A metric of the study (the objective or a constrained metric) as NAME=V; repeatable.
+        #[arg(long = "metric", value_name = "NAME=V", value_parser = parse_metric)]
+        metrics: Vec<(String, f64)>,
+        /// The values are intermediate ones, at this step (renews the lease).
+        #[arg(long, value_name = "S", allow_negative_numbers = true)]
+        step: Option<i64>,
+        /// The trial failed, for this reason.
+        #[arg(long, value_name = "REASON", conflicts_with_all = ["value", "metrics", "step"])]
+        fail: Option<String>,
+        /// text: the trial's state (and why it was stopped); json: `stop`, `reason` and the
+        /// trial as `trials --format json` prints it.
+        #[arg(long, value_enum, default_value_t = ClientFormat::Text)]
+        format: ClientFormat,
+    },
     /// Inside a remote trial job: run the worker and write what it reports into the
     /// storage (HPTUNE_STORAGE, PostgreSQL). Started by the remote executors.
     #[command(hide = true)]
@@ -230,6 +280,15 @@ pub enum TrialsFormat {
     Csv,
 }
 
+/// How `ask` and `tell` print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ClientFormat {
+    /// Lines for people and shell scripts.
+    Text,
+    /// JSON for programs.
+    Json,
+}
+
 /// What the history figure's horizontal axis counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum HistoryBy {
@@ -277,6 +336,15 @@ fn parse_param(text: &str) -> Result<(String, String), String> {
     }
 }
 
+fn parse_metric(text: &str) -> Result<(String, f64), String> {
+    let (metric, value) = parse_param(text).map_err(|_| format!("'{text}' is not NAME=V"))?;
+    let value = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}': '{value}' is not a number"))?;
+    Ok((metric, value))
+}
+
 /// A failure that ends the command, with its exit code.
 #[derive(Debug)]
 pub enum Failure {
@@ -284,6 +352,8 @@ pub enum Failure {
     BadInput(String),
     /// Anything else (exit 1).
     Other(String),
+    /// `ask`: clients hold as many trials as the study runs at once ([`EXIT_ALL_LEASED`]).
+    AllLeased(String),
 }
 
 impl Failure {
@@ -292,6 +362,7 @@ impl Failure {
         match self {
             Failure::BadInput(_) => ExitCode::from(2),
             Failure::Other(_) => ExitCode::from(1),
+            Failure::AllLeased(_) => ExitCode::from(EXIT_ALL_LEASED),
         }
     }
 }
@@ -299,7 +370,7 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::BadInput(m) | Failure::Other(m) => f.write_str(m),
+            Failure::BadInput(m) | Failure::Other(m) | Failure::AllLeased(m) => f.write_str(m),
         }
     }
 }
@@ -330,6 +401,7 @@ impl From<OpsError> for Failure {
             OpsError::Storage(e) => e.into(),
             OpsError::Controller(e) => e.into(),
             OpsError::Failed(m) => Failure::Other(m),
+            OpsError::AllLeased(m) => Failure::AllLeased(m),
         }
     }
 }
@@ -375,6 +447,31 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             workers,
         } => run::run_trial(&study, &url, &params, workers.into()).await,
         Command::Enqueue { study, params } => enqueue::enqueue(&url, &study, &params).await,
+        Command::Ask {
+            study,
+            count,
+            lease,
+            format,
+        } => ask::ask(&study, &url, count, lease, format).await,
+        Command::Tell {
+            study,
+            trial,
+            value,
+            metrics,
+            step,
+            fail,
+            format,
+        } => {
+            let report = match fail {
+                Some(reason) => Report::Failed(reason),
+                None => Report::Metrics {
+                    value,
+                    metrics,
+                    step,
+                },
+            };
+            ask::tell(&url, &study, trial, &report, format).await
+        }
         Command::Relay {
             study,
             trial,

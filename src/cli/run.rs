@@ -70,9 +70,12 @@ async fn supervise(prepared: Prepared) -> Result<RunSummary, Failure> {
             "GPUs {} (from {}), {} per trial: at most {at_once} trial{} at once",
             gpus.names(),
             gpus.source,
-            gpus.per_trial,
+            gpus.share,
             if at_once == 1 { "" } else { "s" }
         );
+        for line in [gpus.memory_caps(), gpus.isolation()].into_iter().flatten() {
+            eprintln!("{line}");
+        }
     }
     let (interrupt_tx, interrupt) = watch::channel(StopRequest::Run);
     let signals = tokio::spawn(async move {

@@ -87,15 +87,7 @@ pub async fn best(
         model_value,
     } = ops::best(url, study, by).await?;
     match format {
-        BestFormat::Flags => {
-            let space = record.space()?;
-            let flags: Vec<String> = space
-                .parameters()
-                .iter()
-                .filter_map(|p| trial.params.get(&p.id).map(|v| format!("--{}={v}", p.id)))
-                .collect();
-            output(&format!("{}\n", flags.join(" ")))?;
-        }
+        BestFormat::Flags => output(&format!("{}\n", flags(&record, &trial)?))?,
         BestFormat::Json => {
             let mut out = json!({
                 "study": record.name,
@@ -117,6 +109,17 @@ pub async fn best(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The trial's parameters as the worker's flags (`--id=value`), in the space's order.
+pub fn flags(study: &StudyRecord, trial: &TrialRecord) -> Result<String, Failure> {
+    let space = study.space()?;
+    let flags: Vec<String> = space
+        .parameters()
+        .iter()
+        .filter_map(|p| trial.params.get(&p.id).map(|v| format!("--{}={v}", p.id)))
+        .collect();
+    Ok(flags.join(" "))
+}
+
 /// Prints trials in a format.
 pub fn print_trials(
     trials: &[TrialRecord],
@@ -132,7 +135,7 @@ pub fn print_trials(
     let gpus = trials.iter().any(|t| !t.gpus.is_empty());
     let with_gpus = |row: &mut Vec<String>, t: &TrialRecord| {
         if gpus {
-            row.push(t.gpus.join(","));
+            row.push(t.placement());
         }
     };
     match format {
@@ -216,7 +219,7 @@ fn error_cell(trial: &TrialRecord) -> String {
 
 /// Writes a listing to standard output. A reader that has seen enough and closed the pipe
 /// (`hptune trials STUDY | head`) ends it quietly, as the shell's own tools do.
-fn output(text: &str) -> Result<(), Failure> {
+pub fn output(text: &str) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())

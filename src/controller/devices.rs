@@ -41,7 +41,7 @@ impl Run<'_> {
         };
         if recovered.is_some() && !trial.gpus.is_empty() {
             // Recorded before its worker started: the worker may be running on them.
-            let lease = pool.keep(&trial.gpus);
+            let lease = pool.keep(&trial.gpus, trial.gpu_slot);
             self.launch(trial, recovered, Some(lease), observer);
             return Ok(());
         }
@@ -54,7 +54,7 @@ impl Run<'_> {
         }
     }
 
-    /// Records `lease`'s devices with the trial's attempt, then starts its worker on them.
+    /// Records `lease`'s devices (and slot) with the trial's attempt, then starts its worker on them.
     pub(super) async fn launch_on(
         &mut self,
         mut trial: TrialRecord,
@@ -63,11 +63,13 @@ impl Run<'_> {
         observer: &mut dyn RunObserver,
     ) -> Result<(), ControllerError> {
         let names = lease.names();
-        if let Err(e) = self.storage.set_gpus(&trial, &names).await {
+        let slot = lease.slot().map(u32::from);
+        if let Err(e) = self.storage.set_gpus(&trial, &names, slot).await {
             self.release(Some(lease));
             return Err(e.into());
         }
         trial.gpus = names;
+        trial.gpu_slot = slot;
         self.launch(trial, recovered, Some(lease), observer);
         Ok(())
     }
@@ -140,7 +142,7 @@ impl Run<'_> {
     }
 
     /// Whether new trials wait for devices that other processes hold: none could be leased,
-    /// the study still has trials to run, and enough of the pool is not this controller's.
+    /// the study still has trials to run, and this controller's trials leave room for one.
     pub(super) fn blocked_by_others(&self) -> bool {
         let Some(pool) = &self.gpus else {
             return false;
@@ -150,6 +152,6 @@ impl Run<'_> {
         let budget = &self.plan.budget;
         let budget_left = budget.has_room(trials);
         let failures_left = !budget.too_many_failures(view.count(TrialState::Failed));
-        budget_left && failures_left && pool.not_held() >= pool.plan().per_trial.get()
+        budget_left && failures_left && pool.has_room()
     }
 }

@@ -11,6 +11,7 @@
 mod artifacts;
 mod devices;
 mod events;
+mod leases;
 mod liveness;
 mod steps;
 mod verdict;
@@ -19,6 +20,7 @@ mod workers;
 
 pub(crate) use artifacts::{ArtifactPlan, is_remote};
 pub use events::{Progress, RunEvent, RunObserver};
+pub(crate) use leases::{ClientVerdict, client_end, early_stop, reclaim_expired_leases};
 pub(crate) use warm_start::{PriorError, warm_start_prior};
 
 use std::collections::{HashMap, VecDeque};
@@ -33,11 +35,12 @@ use crate::executor::process::controller_id;
 use crate::executor::{Executor, StopRequest, StudyMark, WorkerEvent, WorkerOutcome};
 use crate::gpus::{GpuPlan, GpuPool, Lease};
 use crate::protocol::Measurement;
-use crate::sampler::{Observation, Sampler, SamplerError};
+use crate::sampler::{Observation, ProposalContext, Sampler, SamplerError};
 use crate::storage::{
     ClaimError, ClaimRules, Queue, Storage, StorageError, StudyRecord, StudyView, TrialEnd,
     TrialRecord,
 };
+use crate::study::space::Assignment;
 use crate::study::{Budget, Study};
 use devices::{GPU_POLL, LEASE_CHECK, Waiting};
 use steps::Phase;
@@ -268,6 +271,31 @@ pub(crate) async fn run(
         }
     }
     run.summarise(record, phase).await
+}
+
+/// What a claim asks `sampler` for `study`: the parameters of trial `number`, given the
+/// claim's view (its finished trials; as running, its unfinished ones and the trials the claim
+/// took before `number`), the warm-start `prior`, and `parallel` trials run at once.
+pub(crate) fn proposer<'a>(
+    study: &'a Study,
+    prior: &'a [Observation],
+    parallel: usize,
+    sampler: &'a mut dyn Sampler,
+) -> impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, SamplerError> + 'a {
+    move |number, view, claimed| {
+        let mut running = view.unfinished_params();
+        running.extend_from_slice(claimed);
+        sampler.propose(&ProposalContext {
+            space: &study.space,
+            goal: study.objective.goal,
+            constraints: &study.constraints,
+            number,
+            history: view.history(),
+            prior,
+            running: &running,
+            parallel,
+        })
+    }
 }
 
 /// The user's next request to stop; `None` when the sender is gone.

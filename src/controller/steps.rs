@@ -6,11 +6,15 @@ use tokio::sync::mpsc;
 use tokio::task::{self, JoinError};
 
 use super::liveness::is_orphan;
-use super::{ControllerError, Run, RunEvent, RunObserver, RunSummary, StudyEnd};
+use super::{
+    ControllerError, Run, RunEvent, RunObserver, RunSummary, StudyEnd, proposer,
+    reclaim_expired_leases,
+};
 use crate::executor::{StopRequest, WorkerEvent, WorkerOutcome};
-use crate::sampler::{ProposalContext, Sampler};
-use crate::storage::{Claim, Enqueue, Queue, StorageError, StudyRecord, StudyView, TrialState};
-use crate::study::space::Assignment;
+use crate::sampler::Sampler;
+use crate::storage::{
+    Claim, Enqueue, Holder, Queue, StorageError, StudyRecord, TrialRecord, TrialState,
+};
 
 /// Where the loop of a study stands: whether it starts new trials, and if not, why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,10 +70,7 @@ impl Run<'_> {
         }
         self.storage.refresh(&mut self.view).await?;
         self.pin_models().await?;
-        let adopted = self
-            .storage
-            .adopt_orphans(self.study_id, &self.owner, is_orphan)
-            .await?;
+        let adopted = self.take_orphans().await?;
         let finished = self.view.trials().filter(|t| t.state.is_finished()).count();
         if finished > 0 || !adopted.is_empty() {
             observer.observe(
@@ -105,20 +106,7 @@ impl Run<'_> {
         while phase == Phase::Claiming
             && self.running.len() + self.waiting.len() < plan.parallel_trial_count
         {
-            let propose = |number, view: &StudyView, claimed: &[Assignment]| {
-                let mut running = view.unfinished_params();
-                running.extend_from_slice(claimed);
-                sampler.propose(&ProposalContext {
-                    space: &study.space,
-                    goal: study.objective.goal,
-                    constraints: &study.constraints,
-                    number,
-                    history: view.history(),
-                    prior: &plan.prior,
-                    running: &running,
-                    parallel: plan.parallel_trial_count,
-                })
-            };
+            let propose = proposer(study, &plan.prior, plan.parallel_trial_count, &mut *sampler);
             let mut slots = plan.parallel_trial_count - self.running.len() - self.waiting.len();
             // With GPUs, as many trials as there are free devices for.
             let mut leases = self.leases(slots)?.into_iter();
@@ -136,7 +124,7 @@ impl Run<'_> {
                 .claim_trials(
                     &mut self.view,
                     plan.claim_rules(),
-                    &self.owner,
+                    Holder::controller(&self.owner),
                     slots,
                     &mut self.ends,
                     propose,
@@ -150,7 +138,7 @@ impl Run<'_> {
                         Some(lease) => self.launch_on(*trial, None, lease, observer).await?,
                         None => self.launch(*trial, None, None, observer),
                     },
-                    Claim::BudgetSpent => {}
+                    Claim::BudgetSpent | Claim::AllLeased => {}
                     Claim::Exhausted => phase = Phase::Exhausted,
                     Claim::TooManyFailures => phase = Phase::TooManyFailures,
                 }
@@ -193,10 +181,7 @@ impl Run<'_> {
             self.hand_back_waiting(observer).await?;
             return Ok(false);
         }
-        let orphans = self
-            .storage
-            .adopt_orphans(self.study_id, &self.owner, is_orphan)
-            .await?;
+        let orphans = self.take_orphans().await?;
         if orphans.is_empty() {
             return Ok(false);
         }
@@ -261,13 +246,19 @@ impl Run<'_> {
         }
         self.save_handles().await?;
         if !phase.is_stopping() {
-            let orphans = self
-                .storage
-                .adopt_orphans(self.study_id, &self.owner, is_orphan)
-                .await?;
+            let orphans = self.take_orphans().await?;
             self.adopt(orphans, observer).await?;
         }
         Ok(())
+    }
+
+    /// Takes back the trials whose client's lease has ended, then takes over the trials of
+    /// controllers that are gone and those handed back.
+    async fn take_orphans(&self) -> Result<Vec<TrialRecord>, StorageError> {
+        reclaim_expired_leases(self.study, self.storage, self.study_id).await?;
+        self.storage
+            .adopt_orphans(self.study_id, &self.owner, is_orphan)
+            .await
     }
 
     /// Why the loop ended, in `phase`, and every trial of the study `record`, read again.

@@ -7,9 +7,26 @@ use crate::executor::{WorkerEnd, WorkerOutcome};
 use crate::protocol::{Measurement, ReportError, final_value};
 use crate::storage::TrialState;
 use crate::study::Study;
+use crate::study::stopping::Curve;
+
+/// The learning curve of trial `number` in `measurements`: its finite values of `metric` that
+/// have a step, by step.
+pub(super) fn curve(number: u64, measurements: &[Measurement], metric: &str) -> Curve {
+    let mut points: Vec<(i64, f64)> = measurements
+        .iter()
+        .filter(|m| m.metric == metric && m.value.is_finite())
+        .filter_map(|m| Some((m.step?, m.value)))
+        .collect();
+    points.sort_by_key(|p| p.0);
+    Curve {
+        number,
+        points,
+        succeeded: false,
+    }
+}
 
 /// The last finite value reported of `metric`, with or without a step.
-fn last_value(measurements: &[Measurement], metric: &str) -> Option<f64> {
+pub(super) fn last_value(measurements: &[Measurement], metric: &str) -> Option<f64> {
     measurements
         .iter()
         .rev()
@@ -93,6 +110,16 @@ fn verdict_on_end(
         (Err(ReportError::Missing(_)), Some(unreadable)) => failed(unreadable.clone()),
         (Err(e), _) => failed(e.to_string()),
     };
+    if let Some(line) = &outcome.out_of_memory
+        && matches!(
+            outcome.end,
+            WorkerEnd::Exited(_) | WorkerEnd::Killed(_) | WorkerEnd::JobFailed(_)
+        )
+        && outcome.end != WorkerEnd::Exited(0)
+    {
+        // Not the machine's failure: the next attempt would run out of memory again.
+        return failed(format!("the worker ran out of device memory: {line}"));
+    }
     match &outcome.end {
         WorkerEnd::Exited(0) => finished(),
         WorkerEnd::Vanished
@@ -194,6 +221,25 @@ mod tests {
             Verdict::Final(TrialState::Failed, None, Some(e)) => assert!(e.contains("loss"), "{e}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_worker_out_of_device_memory_fails_and_is_not_retried() {
+        let oom = |end| WorkerOutcome {
+            out_of_memory: Some("torch.OutOfMemoryError: CUDA out of memory.".into()),
+            ..WorkerOutcome::new(1, end)
+        };
+        let said = failed(
+            "the worker ran out of device memory: torch.OutOfMemoryError: CUDA out of memory.",
+        );
+        for end in [WorkerEnd::Exited(1), WorkerEnd::killed_by(9)] {
+            assert_eq!(verdict_on(&study(), &[], &oom(end), None, false), said);
+        }
+        // Without the message, a SIGKILL is the machine's and retried.
+        assert!(matches!(
+            verdict(WorkerEnd::killed_by(9), &[], None),
+            Verdict::Retry(_)
+        ));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use tokio::task::{self, JoinError};
 
 use super::liveness::{attempt_began, running_for};
-use super::verdict::{Verdict, feasibility, verdict_on};
+use super::verdict::{Verdict, curve, feasibility, verdict_on};
 use super::{ControllerError, Run, RunEvent, RunObserver, Running};
 use crate::executor::{
     FolderOwner, ModelFolder, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
@@ -17,7 +17,6 @@ use crate::gpus::Lease;
 use crate::protocol::{AttemptFiles, Measurement, command_line, worker_env};
 use crate::storage::{NextAttempt, StorageError, TrialEnd, TrialRecord, TrialState};
 use crate::study::ExecutorSpec;
-use crate::study::stopping::Curve;
 
 impl Run<'_> {
     /// Starts the trial's worker (on the devices of `lease`), or adopts it when the trial was
@@ -120,7 +119,7 @@ impl Run<'_> {
                 trial.attempt,
                 &files.metrics,
                 output_dir.as_ref().map(|folder| folder.path.as_path()),
-                lease.map_or(&[], Lease::devices),
+                lease,
             ),
             output_dir,
             log_path: files.log,
@@ -232,18 +231,7 @@ impl Run<'_> {
             return Ok(());
         };
         let metric = &self.study.objective.metric;
-        let mut points: Vec<(i64, f64)> = r
-            .measurements
-            .iter()
-            .filter(|m| m.metric == *metric && m.value.is_finite())
-            .filter_map(|m| Some((m.step?, m.value)))
-            .collect();
-        points.sort_by_key(|p| p.0);
-        let curve = Curve {
-            number: r.trial.number,
-            points,
-            succeeded: false,
-        };
+        let curve = curve(r.trial.number, &r.measurements, metric);
         // The rule reads the other trials' curves from the database: the ends not written
         // yet go first, so that a trial that has just ended counts as finished.
         self.storage.finish_trials(&mut self.ends).await?;

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 
-use super::output::{Output, last_output};
+use super::output::{Output, last_output, out_of_memory};
 use super::{StopRequest, TrialJob, WorkerEnd, WorkerOutcome};
 
 /// How often the output and metrics files are read.
@@ -82,6 +82,7 @@ pub(super) async fn follow(
     output.finish(job);
     WorkerOutcome {
         last_output: last_output(job, &end),
+        out_of_memory: out_of_memory(job, &end),
         unreadable: output.take_unreadable(),
         ..WorkerOutcome::new(job.trial_id, end)
     }

@@ -24,7 +24,9 @@ use super::follow::{Worker, follow, hurried};
 use super::output::{Output, wrote_output};
 use super::process::{ProcessId, find_by_environment};
 use super::{Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome};
-use crate::protocol::{GPUS_VARIABLE, PROTOCOL_VARIABLES, STORAGE_VARIABLE, error_log_path};
+use crate::protocol::{
+    GPU_MEMORY_VARIABLE, GPUS_VARIABLE, PROTOCOL_VARIABLES, STORAGE_VARIABLE, error_log_path,
+};
 
 /// How often an adopted worker is looked at.
 const POLL: Duration = Duration::from_millis(200);
@@ -107,8 +109,9 @@ impl LocalWorker {
         command
             .args(args)
             // The controller's pool is not the worker's devices: a trial with GPUs gets its
-            // own below (job.env), a trial without gets none.
+            // own below (job.env), a trial without gets none; nor the controller's cap.
             .env_remove(GPUS_VARIABLE)
+            .env_remove(GPU_MEMORY_VARIABLE)
             .envs(job.env.iter().map(|(k, v)| (k, v)))
             // The database URL may hold a password, and workers never write the database.
             .env_remove(STORAGE_VARIABLE)

@@ -196,6 +196,9 @@ pub(crate) struct WorkerOutcome {
     pub end: WorkerEnd,
     /// The last line the worker printed, for error messages (none after a clean exit).
     pub last_output: Option<String>,
+    /// The line of its stderr that says the worker ran out of device memory, if one does
+    /// (none after a clean exit).
+    pub out_of_memory: Option<String>,
     /// Why a report of the objective could not be read (`loss=0.5abc`), if one could not:
     /// what a trial that ends without a value failed of.
     pub unreadable: Option<String>,
@@ -208,6 +211,7 @@ impl WorkerOutcome {
             trial_id,
             end,
             last_output: None,
+            out_of_memory: None,
             unreadable: None,
         }
     }

@@ -12,7 +12,9 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 
 use super::{TrialJob, WorkerEnd, WorkerEvent};
-use crate::protocol::{LineParser, LineReader, Measurement, MetricsFileReader, error_log_path};
+use crate::protocol::{
+    LineParser, LineReader, Measurement, MetricsFileReader, error_log_path, out_of_memory_line,
+};
 
 /// What is read of one attempt's worker: its stdout and its metrics file.
 pub(super) struct Output {
@@ -139,15 +141,29 @@ pub(super) fn last_output(job: &TrialJob, end: &WorkerEnd) -> Option<String> {
     last_line(&error_log_path(&job.log_path)).or_else(|| last_line(&job.log_path))
 }
 
-/// The last non-blank line of a file.
-fn last_line(path: &Path) -> Option<String> {
+/// The line of the worker's stderr that says it ran out of device memory, for an end other
+/// than a clean exit.
+pub(super) fn out_of_memory(job: &TrialJob, end: &WorkerEnd) -> Option<String> {
+    if *end == WorkerEnd::Exited(0) {
+        return None;
+    }
+    out_of_memory_line(&tail(&error_log_path(&job.log_path), 16 << 10)?)
+}
+
+/// The last `bytes` of a file, as text.
+fn tail(path: &Path, bytes: u64) -> Option<String> {
     let mut file = File::open(path).ok()?;
     let size = file.metadata().ok()?.len();
-    let from = size.saturating_sub(4096);
-    file.seek(SeekFrom::Start(from)).ok()?;
+    file.seek(SeekFrom::Start(size.saturating_sub(bytes)))
+        .ok()?;
     let mut tail = Vec::new();
     file.read_to_end(&mut tail).ok()?;
-    String::from_utf8_lossy(&tail)
+    Some(String::from_utf8_lossy(&tail).into_owned())
+}
+
+/// The last non-blank line of a file.
+fn last_line(path: &Path) -> Option<String> {
+    tail(path, 4096)?
         .lines()
         .rev()
         .map(str::trim)

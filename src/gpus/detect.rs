@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{DEFAULT_LOCK_DIR, Device, GpuPlan, LockDir};
+use super::{DEFAULT_LOCK_DIR, Device, GpuPlan, Isolation, LockDir, Share, device_memory};
 
 /// How long `nvidia-smi -L` may take: it hangs with a driver that does.
-const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the devices of a pool came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,26 +58,48 @@ pub(crate) enum Shortage {
     },
 }
 
-/// The devices of a study whose trials hold `per_trial` each, found as [`find`] does (with
-/// the controller's `CUDA_VISIBLE_DEVICES`), locked in the folder `HPTUNE_GPU_LOCKS` names,
-/// else [`DEFAULT_LOCK_DIR`]; too few to run one trial is a [`Shortage`].
-pub(crate) fn plan(per_trial: NonZeroUsize, given: Option<&str>) -> Result<GpuPlan, Shortage> {
+/// The devices of a study whose trials hold `share` each, their memory capped at
+/// `memory_cap`, found as [`find`] does (with the controller's `CUDA_VISIBLE_DEVICES`),
+/// locked in the folder `HPTUNE_GPU_LOCKS` names, else [`DEFAULT_LOCK_DIR`]; too few to run
+/// one trial is a [`Shortage`]. The devices' memory is asked of `nvidia-smi` when trials
+/// share them or have a cap; the isolation is `Alone` for whole devices, else `TimeShared`
+/// (the caller may find MPS).
+pub(crate) fn plan(
+    share: Share,
+    memory_cap: Option<u64>,
+    given: Option<&str>,
+) -> Result<GpuPlan, Shortage> {
     let cuda_visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    let found = find(given, cuda_visible.as_deref()).map_err(Shortage::NotFound)?;
-    if found.devices.len() < per_trial.get() {
+    let mut found = find(given, cuda_visible.as_deref()).map_err(Shortage::NotFound)?;
+    let needed = match share {
+        Share::Whole(n) => n,
+        Share::Fraction(_) => NonZeroUsize::MIN,
+    };
+    if found.devices.len() < needed.get() {
         return Err(Shortage::TooFew {
             from: found.source,
             devices: found.devices,
         });
     }
+    let isolation = match share {
+        Share::Whole(_) => Isolation::Alone,
+        Share::Fraction(_) => Isolation::TimeShared,
+    };
+    if (isolation == Isolation::TimeShared || memory_cap.is_some())
+        && let Err(e) = device_memory(&mut found.devices)
+    {
+        tracing::debug!("the devices' memory is not known: {e}");
+    }
     let locks = std::env::var_os("HPTUNE_GPU_LOCKS")
         .filter(|dir| !dir.is_empty())
         .map_or_else(|| PathBuf::from(DEFAULT_LOCK_DIR), PathBuf::from);
     Ok(GpuPlan {
-        per_trial,
+        share,
+        memory_cap,
         devices: found.devices,
         source: found.source,
         locks: LockDir::new(&locks),
+        isolation,
     })
 }
 
@@ -140,7 +162,7 @@ pub(crate) fn find(given: Option<&str>, cuda_visible: Option<&str>) -> Result<Fo
 }
 
 /// Runs `command` to its end and returns what it printed, or kills it after `timeout`.
-fn output_within(command: &mut Command, timeout: Duration) -> Result<Output, String> {
+pub(super) fn output_within(command: &mut Command, timeout: Duration) -> Result<Output, String> {
     let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -185,6 +207,7 @@ fn parse_list(text: &str) -> Result<Vec<Device>, String> {
         devices.push(Device {
             name: entry.to_string(),
             uuid,
+            memory: None,
         });
     }
     Ok(devices)
@@ -208,6 +231,7 @@ fn parse_nvidia_smi(output: &str) -> Vec<Device> {
             Some(Device {
                 name: index.to_string(),
                 uuid,
+                memory: None,
             })
         })
         .collect()
@@ -219,14 +243,14 @@ mod tests {
 
     #[test]
     fn too_few_devices_for_one_trial_are_a_shortage_that_lists_them() {
-        let two = NonZeroUsize::new(2).unwrap();
-        let short = plan(two, Some("3")).unwrap_err();
+        let two = Share::Whole(NonZeroUsize::new(2).unwrap());
+        let short = plan(two, None, Some("3")).unwrap_err();
         assert_eq!(short.to_string(), "--gpus gives 1 (3)");
         assert_eq!(
-            plan(two, Some("")).unwrap_err().to_string(),
+            plan(two, None, Some("")).unwrap_err().to_string(),
             "--gpus gives none"
         );
-        let plan = plan(two, Some("0,GPU-1")).unwrap();
+        let plan = plan(two, None, Some("0,GPU-1")).unwrap();
         assert_eq!(
             (plan.names(), plan.source),
             ("0,GPU-1".into(), Source::Given)

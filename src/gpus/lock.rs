@@ -1,9 +1,19 @@
-//! A lock per device, shared by every hptune process of the machine, so that two of them
-//! never hand out one GPU at the same time: `flock` on a file named by the device in a lock
-//! folder. The lock belongs to the open file, which the controller holds and the trial's
-//! worker inherits: it lasts while either holds it, whatever kills the controller, and the
+//! Locks per device, shared by every hptune process of the machine, so that two of them
+//! never hand out one GPU (or one slot of a shared GPU) at the same time: `flock` on files
+//! named by the device in a lock folder. A lock belongs to the open file, which the
+//! controller holds and the trial's worker inherits: it lasts while either holds it, whatever
+//! kills the controller (the kernel ends the locks of a process that dies), and the
 //! controller ends it when the trial ends (a child the worker left running, which holds the
 //! file too, does not keep it).
+//!
+//! A trial that holds whole GPUs locks each device's file (`gpu-<id>.lock`) exclusively. A
+//! trial that holds `1/K` of a device ([`LockDir::try_lock_slot`]) locks that file shared (so
+//! no whole-GPU trial gets the device while it runs, and it gets no device a whole-GPU trial
+//! holds), the file of its share (`gpu-<id>.share-<K>.lock`) shared, and one of the `K` slot
+//! files (`gpu-<id>.slot-<j>.lock`) exclusively: at most `K` such trials hold a device. A
+//! device holds trials of one share at a time: a trial of `1/K` finds no other share's file
+//! held after it has locked its own, else lets go; of two trials of different shares that
+//! race, at least one sees the other.
 //!
 //! The folder is `/run/lock` by default, which is emptied at boot only: an age-based cleaner
 //! of `/tmp` (`systemd-tmpfiles`, `tmpreaper`) would remove the files of a study that runs for
@@ -17,7 +27,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::Device;
+use super::{Device, MAX_SHARE};
 
 /// The lock folder when `HPTUNE_GPU_LOCKS` does not name one: one for the whole machine, as
 /// its GPUs are, whoever runs hptune; out of reach of age-based cleaners.
@@ -32,11 +42,21 @@ pub(crate) struct LockDir {
     path: PathBuf,
 }
 
-/// A device's lock, held by this process on its open lock file.
+/// How a lock file is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// By this process alone.
+    Exclusive,
+    /// By this process and any others that hold it shared.
+    Shared,
+}
+
+/// One of a device's locks, held by this process on its open lock file.
 #[derive(Debug)]
 pub(crate) struct HeldLock {
     device: Device,
     path: PathBuf,
+    hold: Hold,
     file: File,
     /// Whether its file was found replaced by one that another process holds.
     lost: bool,
@@ -63,27 +83,112 @@ impl LockDir {
     /// The lock file of `device`: named by its UUID when known (the same GPU whatever index
     /// a process gives it), else by its name.
     fn file_of(&self, device: &Device) -> PathBuf {
-        let id: String = device
-            .uuid
-            .as_deref()
-            .unwrap_or(&device.name)
-            .chars()
-            .map(|c| match c {
-                'A'..='Z' | 'a'..='z' | '0'..='9' | '.' | '_' | '-' => c,
-                _ => '_',
-            })
-            .collect();
-        self.path.join(format!("gpu-{id}.lock"))
+        self.path.join(format!("gpu-{}.lock", file_id(device)))
     }
 
-    /// Locks `device` for this process: the held lock, or `None` when another process
-    /// (or a worker it left running) holds it.
+    /// The file that the trials holding `1/share` of `device` lock shared.
+    fn share_file(&self, device: &Device, share: u8) -> PathBuf {
+        self.path
+            .join(format!("gpu-{}.share-{share}.lock", file_id(device)))
+    }
+
+    /// The file of slot `slot` of `device`, which one trial sharing it locks.
+    fn slot_file(&self, device: &Device, slot: u8) -> PathBuf {
+        self.path
+            .join(format!("gpu-{}.slot-{slot}.lock", file_id(device)))
+    }
+
+    /// Locks `device` whole for this process: the held lock, or `None` when another process
+    /// (or a worker it left running) holds it, whole or a slot of it.
     pub(crate) fn try_lock(&self, device: &Device) -> io::Result<Option<HeldLock>> {
         self.create()?;
-        let path = self.file_of(device);
+        self.try_hold(device, &self.file_of(device), Hold::Exclusive)
+    }
+
+    /// Locks a slot of `device` for a trial that holds `1/share` of it: the slot, lowest
+    /// free first, and the locks held (those of [`LockDir::try_lock_share`], then the
+    /// slot's); `None` when the device is not free for the share or its `share` slots are
+    /// taken.
+    pub(crate) fn try_lock_slot(
+        &self,
+        device: &Device,
+        share: u8,
+    ) -> io::Result<Option<(u8, Vec<HeldLock>)>> {
+        let Some(mut held) = self.try_lock_share(device, share)? else {
+            return Ok(None);
+        };
+        for slot in 0..share {
+            let path = self.slot_file(device, slot);
+            if let Some(lock) = self.try_hold(device, &path, Hold::Exclusive)? {
+                held.push(lock);
+                return Ok(Some((slot, held)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Locks slot `slot` of `device` (the recorded slot of a trial taken over): `None` when
+    /// another open file (its worker's) holds it.
+    pub(crate) fn try_lock_slot_at(
+        &self,
+        device: &Device,
+        slot: u8,
+    ) -> io::Result<Option<HeldLock>> {
+        self.create()?;
+        self.try_hold(device, &self.slot_file(device, slot), Hold::Exclusive)
+    }
+
+    /// How many of the `share` slots of `device` trials hold now, whichever process runs
+    /// them (a slot is looked at by locking it for an instant).
+    pub(crate) fn slots_held(&self, device: &Device, share: u8) -> io::Result<usize> {
+        self.create()?;
+        let mut held = 0;
+        for slot in 0..share {
+            match self.try_hold(device, &self.slot_file(device, slot), Hold::Exclusive)? {
+                Some(probe) => probe.release(),
+                None => held += 1,
+            }
+        }
+        Ok(held)
+    }
+
+    /// Locks `device` for trials that hold `1/share` of it, without a slot: the device's
+    /// file and the share's, both shared; `None` when a whole-GPU trial holds the device or
+    /// trials of another share run on it.
+    pub(crate) fn try_lock_share(
+        &self,
+        device: &Device,
+        share: u8,
+    ) -> io::Result<Option<Vec<HeldLock>>> {
+        self.create()?;
+        let Some(whole) = self.try_hold(device, &self.file_of(device), Hold::Shared)? else {
+            return Ok(None);
+        };
+        let own = self.share_file(device, share);
+        let Some(own) = self.try_hold(device, &own, Hold::Shared)? else {
+            return Ok(None);
+        };
+        // Own share locked first: of two processes of different shares, one sees the other.
+        for other in (2..=MAX_SHARE).filter(|k| *k != share) {
+            let path = self.share_file(device, other);
+            match self.try_hold(device, &path, Hold::Exclusive)? {
+                Some(probe) => probe.release(),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(vec![whole, own]))
+    }
+
+    /// Locks the file at `path` of `device` as `hold` says: the held lock, or `None` when
+    /// another open file holds it in a way that excludes this one.
+    fn try_hold(&self, device: &Device, path: &Path, hold: Hold) -> io::Result<Option<HeldLock>> {
         for _ in 0..REPLACED_TRIES {
-            let file = open(&path)?;
-            match file.try_lock() {
+            let file = open(path)?;
+            let locked = match hold {
+                Hold::Exclusive => file.try_lock(),
+                Hold::Shared => file.try_lock_shared(),
+            };
+            match locked {
                 Ok(()) => {}
                 Err(TryLockError::WouldBlock) => return Ok(None),
                 Err(TryLockError::Error(e)) => {
@@ -95,7 +200,8 @@ impl LockDir {
             }
             let lock = HeldLock {
                 device: device.clone(),
-                path: path.clone(),
+                path: path.to_path_buf(),
+                hold,
                 file,
                 lost: false,
             };
@@ -131,6 +237,21 @@ impl LockDir {
                 )
             })
     }
+}
+
+/// How the lock files of `device` name it: by its UUID when known, else by its name, with
+/// the characters a file name cannot hold replaced.
+fn file_id(device: &Device) -> String {
+    device
+        .uuid
+        .as_deref()
+        .unwrap_or(&device.name)
+        .chars()
+        .map(|c| match c {
+            'A'..='Z' | 'a'..='z' | '0'..='9' | '.' | '_' | '-' => c,
+            _ => '_',
+        })
+        .collect()
 }
 
 /// Opens (creating it) the lock file at `path`.
@@ -184,7 +305,8 @@ impl HeldLock {
         if self.is_current()? {
             return Ok(None);
         }
-        Ok(match dir.try_lock(&self.device)? {
+        dir.create()?;
+        Ok(match dir.try_hold(&self.device, &self.path, self.hold)? {
             Some(lock) => {
                 *self = lock;
                 Some(LockChange::Retaken)
@@ -218,6 +340,7 @@ mod tests {
         Device {
             name: name.into(),
             uuid: uuid.map(Into::into),
+            memory: None,
         }
     }
 

@@ -4,17 +4,21 @@
 //! the flags, calls one of these and prints what it returns, as cargo's commands do over
 //! `cargo::ops`.
 
+mod ask;
 mod enqueue;
 mod plot;
 mod read;
 mod run;
+mod tell;
 
 use std::path::Path;
 
+pub use ask::{Asked, ask};
 pub use enqueue::enqueue;
 pub use plot::plot;
 pub use read::{Best, BestBy, best, best_artifact, studies, trials};
 pub use run::{Prepared, WorkerOptions, prepare_study, prepare_trial};
+pub use tell::{Report, Told, tell};
 
 use crate::controller::ControllerError;
 use crate::spec::{self, SpecError};
@@ -39,6 +43,9 @@ pub enum OpsError {
     /// Anything else that stops the command: what it found, or could not write.
     #[error("{0}")]
     Failed(String),
+    /// `hptune ask`: clients hold as many of the study's trials as it runs at once.
+    #[error("{0}")]
+    AllLeased(String),
 }
 
 /// Whether `path` names a study file rather than a study.

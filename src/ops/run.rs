@@ -12,7 +12,7 @@ use crate::controller::{
     self, ArtifactPlan, Plan, PriorError, RunObserver, RunSummary, warm_start_prior,
 };
 use crate::executor::{Executor, StopRequest, check_program, check_storage, for_study};
-use crate::gpus::{self, GpuPlan};
+use crate::gpus::{self, GpuPlan, Mps, Share, format_bytes};
 use crate::sampler::{self, ManualSampler, Sampler};
 use crate::spec;
 use crate::storage::{Queue, Storage, StorageUrl};
@@ -40,6 +40,9 @@ pub struct Prepared {
     storage: Storage,
     executor: Arc<dyn Executor>,
     sampler: Box<dyn Sampler>,
+    /// The MPS control daemon the trials sharing devices use, stopped with the run if it
+    /// started it.
+    mps: Option<Mps>,
 }
 
 impl Prepared {
@@ -61,6 +64,7 @@ impl Prepared {
         )
         .await;
         self.storage.close().await;
+        drop(self.mps);
         Ok(summary?)
     }
 }
@@ -79,7 +83,7 @@ pub async fn prepare_study(
         .map_err(|e| OpsError::BadInput(format!("{}: {e}", path.display())))?;
     let mut artifacts = artifact_plan(&study, options)?;
     artifacts.pinned.extend(keep);
-    let gpus = gpu_plan(&study, options, path)?;
+    let (gpus, mps) = gpu_plan(&study, options, path)?;
     let storage = Storage::open(url).await?;
     let prior = warm_start_prior(&study, &storage)
         .await
@@ -97,6 +101,7 @@ pub async fn prepare_study(
         storage,
         executor,
         sampler,
+        mps,
     })
 }
 
@@ -113,7 +118,7 @@ pub async fn prepare_trial(
         .space
         .parse_assignment(pairs)
         .map_err(|e| OpsError::BadInput(format!("--param: {e}")))?;
-    let gpus = gpu_plan(&study, options, path)?;
+    let (gpus, mps) = gpu_plan(&study, options, path)?;
     let storage = Storage::open(url).await?;
     let executor = executor(&study, &storage, url, path)?;
     let plan = Plan {
@@ -132,11 +137,12 @@ pub async fn prepare_trial(
         storage,
         executor,
         sampler: Box::new(ManualSampler::new(params)),
+        mps,
     })
 }
 
 /// A refused `warm_start` of the study file `path`: bad input, said of the file.
-fn refused_warm_start(path: &Path, e: PriorError) -> OpsError {
+pub(super) fn refused_warm_start(path: &Path, e: PriorError) -> OpsError {
     match e {
         PriorError::Storage(e) => OpsError::Storage(e),
         e => OpsError::BadInput(format!("{}: {e}", path.display())),
@@ -146,7 +152,7 @@ fn refused_warm_start(path: &Path, e: PriorError) -> OpsError {
 /// Reads the study file and checks what can be checked before anything runs: a local
 /// worker's program, a remote executor's storage. `executor` (`--executor`) replaces the
 /// study's executor: local always, another engine if the file configures it.
-fn load_checked(
+pub(super) fn load_checked(
     path: &Path,
     url: &StorageUrl,
     executor: Option<ExecutorKind>,
@@ -185,25 +191,52 @@ fn artifact_plan(study: &Study, options: &WorkerOptions) -> Result<ArtifactPlan,
     Ok(plan)
 }
 
-/// The GPUs of a study with `trial.resources.gpus` ([`gpus::plan`]); too few is bad input,
-/// found before anything is recorded. A study without GPUs looks for none.
+/// The GPUs of a study with `trial.resources.gpus` ([`gpus::plan`]), and for trials sharing
+/// devices the MPS control daemon found or started; too few devices, or a memory cap above a
+/// device's memory, is bad input, found before anything is recorded. A study without GPUs
+/// looks for none.
 fn gpu_plan(
     study: &Study,
     options: &WorkerOptions,
     path: &Path,
-) -> Result<Option<GpuPlan>, OpsError> {
-    let Some(per_trial) = study.trial.gpus else {
-        return Ok(None);
+) -> Result<(Option<GpuPlan>, Option<Mps>), OpsError> {
+    let Some(share) = study.trial.gpus else {
+        return Ok((None, None));
     };
-    gpus::plan(per_trial, options.gpus.as_deref())
-        .map(Some)
-        .map_err(|e| {
-            OpsError::BadInput(format!(
-                "{}: trial.resources.gpus: the study asks for {per_trial} GPU{} per trial, but {e}; give the devices with --gpus 0,1,2,3 (or HPTUNE_GPUS)",
-                path.display(),
-                if per_trial.get() == 1 { "" } else { "s" }
-            ))
-        })
+    let cap = study.trial.gpu_memory;
+    let mut plan = gpus::plan(share, cap, options.gpus.as_deref()).map_err(|e| {
+        let asks = match share {
+            Share::Whole(n) if n.get() == 1 => "1 GPU".to_string(),
+            Share::Whole(n) => format!("{n} GPUs"),
+            Share::Fraction(k) => format!("1/{k} of a GPU"),
+        };
+        OpsError::BadInput(format!(
+            "{}: trial.resources.gpus: the study asks for {asks} per trial, but {e}; give the devices with --gpus 0,1,2,3 (or HPTUNE_GPUS)",
+            path.display(),
+        ))
+    })?;
+    if let Some(cap) = cap
+        && let Some((device, memory)) = plan
+            .devices
+            .iter()
+            .find_map(|d| d.memory.filter(|m| *m < cap).map(|m| (d, m)))
+    {
+        return Err(OpsError::BadInput(format!(
+            "{}: trial.resources.gpu_memory: {} is more than GPU {} has ({}); give at most its memory",
+            path.display(),
+            format_bytes(cap),
+            device.name,
+            format_bytes(memory),
+        )));
+    }
+    let mps = match share {
+        Share::Fraction(_) => Mps::find_or_start(),
+        Share::Whole(_) => None,
+    };
+    if let Some(mps) = &mps {
+        plan.isolation = mps.isolation();
+    }
+    Ok((Some(plan), mps))
 }
 
 /// The study's executor, with its engine's credentials.

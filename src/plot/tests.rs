@@ -59,6 +59,7 @@ fn follower(trials: Vec<TrialRecord>) -> StudyFollower {
             error: t.error.clone(),
             last_output: None,
             gpus: None,
+            gpu_slot: None,
         })
         .collect();
     let curves = trials

@@ -109,6 +109,7 @@ mod tests {
             timeout: None,
             grace_period: Duration::from_secs(10),
             gpus: None,
+            gpu_memory: None,
             executor: ExecutorSpec::Local,
         }
     }

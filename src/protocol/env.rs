@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::gpus::Device;
+use crate::gpus::{Device, Lease};
 use crate::study::TrialTemplate;
 
 /// The variables of the worker protocol, in the order [`protocol_env`] sets them: study,
@@ -35,9 +35,26 @@ pub(crate) const CUDA_DEVICES_VARIABLE: &str = "CUDA_VISIBLE_DEVICES";
 /// attempt); never passed on to a worker of a trial without GPUs.
 pub(crate) const GPUS_VARIABLE: &str = "HPTUNE_GPUS";
 
-/// The variables that give a trial with GPUs its devices, comma-separated: as CUDA names
-/// them, and as hptune does.
-pub(crate) const DEVICE_VARIABLES: [&str; 2] = [CUDA_DEVICES_VARIABLE, GPUS_VARIABLE];
+/// The variable that gives a trial with a memory cap (its own, or its share of a device) the
+/// cap, in bytes: a worker that is not isolated by MPS keeps to it itself.
+pub(crate) const GPU_MEMORY_VARIABLE: &str = "HPTUNE_GPU_MEMORY";
+
+/// The variable by which MPS caps a trial's device memory (`0=<MiB>M`: the first device
+/// the trial sees).
+pub(crate) const MPS_MEMORY_VARIABLE: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+
+/// The variable by which MPS gives a trial its share of the device's compute, in percent.
+pub(crate) const MPS_THREADS_VARIABLE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+
+/// The variables that give a trial with GPUs its devices, its cap and its share of them: as
+/// CUDA names the devices, as hptune does, its cap in bytes, and MPS's limits.
+pub(crate) const DEVICE_VARIABLES: [&str; 5] = [
+    CUDA_DEVICES_VARIABLE,
+    GPUS_VARIABLE,
+    GPU_MEMORY_VARIABLE,
+    MPS_MEMORY_VARIABLE,
+    MPS_THREADS_VARIABLE,
+];
 
 /// The variable that gives a relay (in a remote job) its storage URL; never passed on to a
 /// worker, which never needs the database.
@@ -81,7 +98,8 @@ pub(crate) fn protocol_env(
 
 /// The study file's own variables, then those of the worker protocol, then the attempt's
 /// model folder ([`OUTPUT_VARIABLES`]) when it has one, then the trial's devices
-/// ([`DEVICE_VARIABLES`]) when it has GPUs: a worker always sees its own trial (`spec`
+/// ([`DEVICE_VARIABLES`]) when it has GPUs, with its memory cap when it has one and MPS's
+/// limits under MPS: a worker always sees its own trial (`spec`
 /// refuses a `trial.env` that names a protocol or output variable, or a device variable of
 /// a study with GPUs).
 pub(crate) fn worker_env(
@@ -91,7 +109,7 @@ pub(crate) fn worker_env(
     attempt: u32,
     metrics_path: &Path,
     output_dir: Option<&Path>,
-    gpus: &[Device],
+    gpus: Option<&Lease>,
 ) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = template
         .env
@@ -102,10 +120,29 @@ pub(crate) fn worker_env(
     if let Some(dir) = output_dir {
         env.extend(output_env(&dir.display().to_string()));
     }
-    if !gpus.is_empty() {
-        let list = |id: fn(&Device) -> &str| gpus.iter().map(id).collect::<Vec<_>>().join(",");
-        env.push((CUDA_DEVICES_VARIABLE.into(), list(Device::cuda_id)));
-        env.push((GPUS_VARIABLE.into(), list(|d| &d.name)));
+    if let Some(lease) = gpus {
+        env.extend(device_env(lease));
+    }
+    env
+}
+
+/// The [`DEVICE_VARIABLES`] of a trial's `lease`: its devices, its memory cap when it has
+/// one, and MPS's limits when it runs under MPS.
+fn device_env(lease: &Lease) -> Vec<(String, String)> {
+    let devices = lease.devices();
+    let list = |id: fn(&Device) -> &str| devices.iter().map(id).collect::<Vec<_>>().join(",");
+    let mut env = vec![
+        (CUDA_DEVICES_VARIABLE.into(), list(Device::cuda_id)),
+        (GPUS_VARIABLE.into(), list(|d| &d.name)),
+    ];
+    if let Some(cap) = lease.memory_cap() {
+        env.push((GPU_MEMORY_VARIABLE.into(), cap.to_string()));
+    }
+    if let Some(threads) = lease.mps_threads() {
+        if let Some(cap) = lease.memory_cap() {
+            env.push((MPS_MEMORY_VARIABLE.into(), format!("0={}M", cap >> 20)));
+        }
+        env.push((MPS_THREADS_VARIABLE.into(), threads.to_string()));
     }
     env
 }

@@ -18,12 +18,14 @@
 //! What a worker says: `key=value` lines on stdout, split where a line ends
 //! ([`LineReader`]) and read by [`LineParser`], and the lines of cloudml-hypertune's metrics
 //! file ([`MetricsFileReader`]); both give [`Measurement`]s, of which [`final_value`] picks
-//! the trial's value.
+//! the trial's value; an error on stderr that says it ran out of device memory
+//! ([`out_of_memory_line`]) fails the trial as such.
 
 mod command;
 mod env;
 mod files;
 mod lines;
+mod out_of_memory;
 mod report;
 
 use std::time::Duration;
@@ -31,12 +33,13 @@ use std::time::Duration;
 pub(crate) use command::{command_line, relay_command};
 pub use env::RELAY_LOG_DIR_VARIABLE;
 pub(crate) use env::{
-    DEVICE_VARIABLES, GPUS_VARIABLE, OUTPUT_DIR_VARIABLE, PROTOCOL_VARIABLES, STORAGE_VARIABLE,
-    is_protocol_variable, output_env, protocol_env, worker_env,
+    DEVICE_VARIABLES, GPU_MEMORY_VARIABLE, GPUS_VARIABLE, OUTPUT_DIR_VARIABLE, PROTOCOL_VARIABLES,
+    STORAGE_VARIABLE, is_protocol_variable, output_env, protocol_env, worker_env,
 };
 pub use files::error_log_path;
 pub(crate) use files::{AttemptFiles, model_folder};
 pub(crate) use lines::LineReader;
+pub(crate) use out_of_memory::out_of_memory_line;
 pub use report::{LineParser, Measurement, MetricsFileReader, final_value};
 pub(crate) use report::{ReportError, check_metric_name};
 

@@ -227,6 +227,7 @@ pub(super) struct RawTrial {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTrialResources {
     pub gpus: Option<Number>,
+    pub gpu_memory: Option<String>,
 }
 
 /// A block whose fields depend on its `kind`: here only the kind is read; the kind's own

@@ -4,8 +4,9 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use super::raw::{Number, RawTrial, RawTrialResources};
+use super::raw::{RawTrial, RawTrialResources};
 use super::{Checker, quoted};
+use crate::gpus::{MAX_SHARE, Share, parse_bytes};
 use crate::protocol::{DEFAULT_GRACE_PERIOD, DEVICE_VARIABLES, is_protocol_variable};
 use crate::study::space::Space;
 use crate::study::{ExecutorSpec, TEMPLATE_BUILTINS, TemplatePart, TrialTemplate, template_parts};
@@ -42,6 +43,7 @@ impl Checker<'_> {
         let grace = self.duration("trial.grace_period", raw.grace_period.as_deref());
         let executor = self.executor(raw.executor.as_ref(), timeout.flatten());
         let gpus = self.gpus(raw.resources.as_ref(), executor.as_ref());
+        let gpu_memory = self.gpu_memory(raw.resources.as_ref(), gpus.flatten());
         if let Some(Some(_)) = gpus {
             for name in DEVICE_VARIABLES
                 .iter()
@@ -64,38 +66,44 @@ impl Checker<'_> {
             timeout: timeout?,
             grace_period: grace?.unwrap_or(DEFAULT_GRACE_PERIOD),
             gpus: gpus?,
+            gpu_memory: gpu_memory?,
             executor: executor?,
         })
     }
 
-    /// Checks `trial.resources.gpus`: a whole number of devices from 1, for local workers
-    /// (a remote engine asks for GPUs in its own block).
+    /// Checks `trial.resources.gpus`: a whole number of devices from 1, or `1/K` of one for
+    /// a whole `K` from 2 to [`MAX_SHARE`], for local workers (a remote engine asks for GPUs
+    /// in its own block).
     fn gpus(
         &mut self,
         raw: Option<&RawTrialResources>,
         executor: Option<&ExecutorSpec>,
-    ) -> Option<Option<NonZeroUsize>> {
+    ) -> Option<Option<Share>> {
         let field = "trial.resources.gpus";
         let Some(number) = raw.and_then(|r| r.gpus) else {
             return Some(None);
         };
-        let fraction = matches!(number, Number::Float(x) if x.is_finite() && x.fract() != 0.0);
-        let count = match number.as_i64() {
-            Some(n) if (1..=MAX_GPUS).contains(&n) => n as usize,
-            _ if fraction => {
-                self.report(
-                    field,
-                    format!("{number} is not a whole number of GPUs: each trial gets whole devices of its own (processes sharing a GPU share its memory without any limit, so trials would run each other out of memory)"),
-                );
-                return None;
+        let rule = format!(
+            "whole GPUs from 1 to {MAX_GPUS}, or 1/K of one GPU for a whole K from 2 to {MAX_SHARE} (0.5, 0.25, 0.125, ...)"
+        );
+        let share = match number.as_i64() {
+            Some(n) if (1..=MAX_GPUS).contains(&n) => {
+                Share::Whole(NonZeroUsize::new(n as usize).expect("from 1"))
             }
-            _ => {
-                self.report(
-                    field,
-                    format!("must be from 1 to {MAX_GPUS}, got {number} (leave `resources` out for trials without GPUs)"),
-                );
-                return None;
-            }
+            _ => match share_of(number.as_f64()) {
+                Some(k) => Share::Fraction(k),
+                None if number.as_f64() > 0.0
+                    && number.as_f64().is_finite()
+                    && number.as_f64().fract() != 0.0 =>
+                {
+                    self.report(field, format!("{number} is neither a whole number of GPUs nor 1/K of one: a trial holds {rule}"));
+                    return None;
+                }
+                None => {
+                    self.report(field, format!("must be {rule}, got {number} (leave `resources` out for trials without GPUs)"));
+                    return None;
+                }
+            },
         };
         // Exhaustive: an engine added later says here where its jobs ask for GPUs.
         let engine_field = match executor {
@@ -115,7 +123,33 @@ impl Checker<'_> {
             );
             return None;
         }
-        NonZeroUsize::new(count).map(Some)
+        Some(Some(share))
+    }
+
+    /// Checks `trial.resources.gpu_memory`: a memory size, for a study whose trials hold GPUs.
+    fn gpu_memory(
+        &mut self,
+        raw: Option<&RawTrialResources>,
+        gpus: Option<Share>,
+    ) -> Option<Option<u64>> {
+        let field = "trial.resources.gpu_memory";
+        let Some(text) = raw.and_then(|r| r.gpu_memory.as_deref()) else {
+            return Some(None);
+        };
+        if gpus.is_none() {
+            self.report(
+                field,
+                "caps the memory of each trial's GPUs: give trial.resources.gpus too",
+            );
+            return None;
+        }
+        match parse_bytes(text) {
+            Ok(bytes) => Some(Some(bytes)),
+            Err(message) => {
+                self.report(field, message);
+                None
+            }
+        }
     }
 
     /// Reads a duration field (`30s`, `2h`), absent or longer than zero.
@@ -138,6 +172,16 @@ impl Checker<'_> {
             }
         }
     }
+}
+
+/// The `K` of a share `1/K` of a GPU that `value` writes (0.5, 0.25, 0.125, or 1/3 to
+/// enough digits), for `K` from 2 to [`MAX_SHARE`].
+fn share_of(value: f64) -> Option<u8> {
+    if !(value > 0.0 && value < 1.0) {
+        return None;
+    }
+    let k = (1.0 / value).round();
+    ((2.0..=f64::from(MAX_SHARE)).contains(&k) && (value * k - 1.0).abs() < 1e-4).then_some(k as u8)
 }
 
 /// Checks a `trial.env` entry: a name a process environment can hold, not one of the worker
@@ -177,35 +221,68 @@ fn check_template(template: &str, space: &Space) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroUsize;
     use std::path::Path;
 
+    use crate::gpus::Share;
     use crate::spec::parse;
 
     const STUDY: &str = "name: s\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: x, type: double, min: 0.0, max: 1.0}\nalgorithm: random\nmax_trial_count: 1\ntrial:\n  command: [train]\n";
 
-    fn gpus(value: &str) -> Result<Option<usize>, String> {
+    fn gpus(value: &str) -> Result<Option<Share>, String> {
         let text = format!("{STUDY}  resources: {{gpus: {value}}}\n");
         parse(Path::new("s.yaml"), &text)
-            .map(|study| study.trial.gpus.map(|n| n.get()))
+            .map(|study| study.trial.gpus)
             .map_err(|e| e.to_string())
     }
 
     #[test]
-    fn a_trial_holds_a_whole_number_of_gpus_from_one() {
-        assert_eq!(gpus("2"), Ok(Some(2)));
-        assert_eq!(gpus("2.0"), Ok(Some(2)));
-        let fraction = gpus("0.5").unwrap_err();
-        assert!(
-            fraction.starts_with(
-                "s.yaml:9:21: trial.resources.gpus: 0.5 is not a whole number of GPUs"
-            ),
-            "{fraction}"
-        );
-        for value in ["0", "-1", "1e9", ".inf"] {
+    fn a_trial_holds_whole_gpus_or_one_kth_of_one() {
+        let whole = |n| Ok(Some(Share::Whole(NonZeroUsize::new(n).unwrap())));
+        assert_eq!(gpus("2"), whole(2));
+        assert_eq!(gpus("2.0"), whole(2));
+        assert_eq!(gpus("0.5"), Ok(Some(Share::Fraction(2))));
+        assert_eq!(gpus("0.125"), Ok(Some(Share::Fraction(8))));
+        assert_eq!(gpus("0.0625"), Ok(Some(Share::Fraction(16))));
+        assert_eq!(gpus("0.3333333"), Ok(Some(Share::Fraction(3))));
+        for value in ["0.3", "1.5", "0.03125"] {
             let error = gpus(value).unwrap_err();
-            assert!(error.contains("must be from 1 to 1024"), "{value}: {error}");
+            assert!(
+                error.starts_with(&format!("s.yaml:9:21: trial.resources.gpus: {value} is neither a whole number of GPUs nor 1/K of one: a trial holds whole GPUs from 1 to 1024, or 1/K of one GPU for a whole K from 2 to 16")),
+                "{error}"
+            );
+        }
+        for value in ["0", "-1", "-0.5", "1e9", ".inf"] {
+            let error = gpus(value).unwrap_err();
+            assert!(
+                error.contains("trial.resources.gpus: must be whole GPUs from 1 to 1024, or 1/K"),
+                "{value}: {error}"
+            );
         }
         let none = parse(Path::new("s.yaml"), STUDY).unwrap();
         assert_eq!(none.trial.gpus, None);
+    }
+
+    #[test]
+    fn a_memory_cap_is_a_size_for_trials_with_gpus() {
+        let study = |resources: &str| {
+            parse(
+                Path::new("s.yaml"),
+                &format!("{STUDY}  resources: {resources}\n"),
+            )
+            .map(|study| study.trial.gpu_memory)
+            .map_err(|e| e.to_string())
+        };
+        assert_eq!(study("{gpus: 0.25, gpu_memory: 16GiB}"), Ok(Some(16 << 30)));
+        let bad = study("{gpus: 1, gpu_memory: lots}").unwrap_err();
+        assert!(
+            bad.contains("s.yaml:9:36: trial.resources.gpu_memory: 'lots' is not a memory size"),
+            "{bad}"
+        );
+        let alone = study("{gpu_memory: 16GiB}").unwrap_err();
+        assert!(
+            alone.contains("trial.resources.gpu_memory: caps the memory"),
+            "{alone}"
+        );
     }
 }

@@ -338,6 +338,7 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::Holder;
     use crate::storage::{Claim, ClaimRules, Queue, StudyView};
     use crate::study::Budget;
     use crate::study::space::Assignment;
@@ -351,9 +352,14 @@ mod tests {
             queue: Queue::RunFirst,
         };
         let claimed = storage
-            .claim_trials(view, budget, "me", 1, &mut Vec::new(), |_, _, _| {
-                Ok::<_, ()>(Some(Assignment::default()))
-            })
+            .claim_trials(
+                view,
+                budget,
+                Holder::controller("me"),
+                1,
+                &mut Vec::new(),
+                |_, _, _| Ok::<_, ()>(Some(Assignment::default())),
+            )
             .await
             .unwrap();
         match &claimed[..] {

@@ -78,6 +78,7 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::Holder;
     use crate::storage::{Claim, ClaimRules, Queue, StorageUrl, StudyView};
     use crate::study::Budget;
     use crate::study::Goal;
@@ -105,7 +106,7 @@ mod tests {
                 .claim_trials(
                     &mut view,
                     budget,
-                    &owner,
+                    Holder::controller(&owner),
                     2,
                     &mut Vec::new(),
                     |_, view, _| {
@@ -199,9 +200,14 @@ mod tests {
             queue: Queue::Leave,
         };
         let claims = storage
-            .claim_trials(&mut view, by_hand, "me", 1, &mut Vec::new(), |_, _, _| {
-                Ok::<_, ()>(Some(at(0.7)))
-            })
+            .claim_trials(
+                &mut view,
+                by_hand,
+                Holder::controller("me"),
+                1,
+                &mut Vec::new(),
+                |_, _, _| Ok::<_, ()>(Some(at(0.7))),
+            )
             .await
             .unwrap();
         let [Claim::Started(trial)] = &claims[..] else {
@@ -219,9 +225,14 @@ mod tests {
         let mut numbers = Vec::new();
         loop {
             let claims = storage
-                .claim_trials(&mut view, budget, "me", 1, &mut Vec::new(), |_, _, _| {
-                    Ok::<_, ()>(Some(at(0.9)))
-                })
+                .claim_trials(
+                    &mut view,
+                    budget,
+                    Holder::controller("me"),
+                    1,
+                    &mut Vec::new(),
+                    |_, _, _| Ok::<_, ()>(Some(at(0.9))),
+                )
                 .await
                 .unwrap();
             match &claims[..] {

@@ -310,6 +310,7 @@ impl Storage {
 mod tests {
     use super::*;
     use crate::protocol::Measurement;
+    use crate::storage::Holder;
     use crate::storage::{Claim, ClaimRules, Queue};
     use crate::study::Budget;
 
@@ -332,7 +333,7 @@ mod tests {
                     },
                     queue: Queue::RunFirst,
                 },
-                "me",
+                Holder::controller("me"),
                 2,
                 &mut Vec::new(),
                 |n, _, _| {

@@ -12,6 +12,7 @@ mod claim;
 mod ends;
 mod enqueue;
 mod follow;
+mod leases;
 mod read_only;
 mod relayed;
 mod rows;
@@ -29,7 +30,7 @@ use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 use crate::study::Study;
 pub use best::best_first;
 pub(crate) use best::best_trial;
-pub(crate) use claim::{Claim, ClaimError, ClaimRules, Queue};
+pub(crate) use claim::{Claim, ClaimError, ClaimRules, ClientLease, Holder, Queue};
 pub(crate) use ends::TrialEnd;
 pub(crate) use enqueue::Enqueue;
 pub(crate) use follow::StudyFollower;
@@ -307,6 +308,25 @@ impl Storage {
         .await
         .map_err(query_error("reading trials"))?;
         rows.iter().map(TrialRecord::from_row).collect()
+    }
+
+    /// The trial numbered `number` of a study, if it has one.
+    pub(crate) async fn trial(
+        &self,
+        study_id: i64,
+        number: u64,
+    ) -> Result<Option<TrialRecord>, StorageError> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            trial_columns!(),
+            " FROM trials WHERE study_id = $1 AND number = $2"
+        ))
+        .bind(study_id)
+        .bind(i64::try_from(number).unwrap_or(i64::MAX))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error("reading a trial"))?;
+        row.as_ref().map(TrialRecord::from_row).transpose()
     }
 
     /// Closes the pool, flushing the WAL.

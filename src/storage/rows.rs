@@ -16,7 +16,7 @@ use crate::study::space::{Assignment, Space};
 /// The columns of a trial, in the order [`TrialRecord::from_row`] reads them.
 macro_rules! trial_columns {
     () => {
-        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus, artifact_dir, artifact_removed_at, constraint_values, infeasible"
+        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus, gpu_slot, artifact_dir, artifact_removed_at, constraint_values, infeasible, lease_expires_at, lease_seconds"
     };
 }
 pub(crate) use trial_columns;
@@ -28,6 +28,14 @@ macro_rules! enqueued {
     };
 }
 pub(crate) use enqueued;
+
+/// The SQL test of a trial handed back (see [`TrialRecord::is_handed_back`]), for `concat!`.
+macro_rules! handed_back {
+    () => {
+        "(state = 'pending' AND owner IS NULL AND started_at IS NOT NULL)"
+    };
+}
+pub(crate) use handed_back;
 
 /// The columns of a study, in the order [`StudyRecord::from_row`] reads them.
 macro_rules! study_columns {
@@ -145,6 +153,8 @@ pub struct TrialRecord {
     pub owner: Option<String>,
     /// The GPUs of its current attempt, as `HPTUNE_GPUS` names them; empty without GPUs.
     pub gpus: Vec<String>,
+    /// The slot of its current attempt on a GPU it shares (`gpus: 1/K`), from 0.
+    pub gpu_slot: Option<u32>,
     /// The model folder of its current attempt (`HPTUNE_OUTPUT_DIR`), once its worker started.
     pub artifact_dir: Option<String>,
     /// When hptune removed its attempts' model folders (`artifacts.keep_best`).
@@ -154,6 +164,11 @@ pub struct TrialRecord {
     /// Why it is infeasible (it broke a constraint, or failed with `failed_as_infeasible`);
     /// `None` when it is feasible. An infeasible trial is never the best.
     pub infeasible: Option<String>,
+    /// When the lease of the ask/tell client holding it ends (`hptune ask`); `None` for a
+    /// controller's trial, kept alive by heartbeats instead.
+    pub lease_expires_at: Option<String>,
+    /// The length of that lease in seconds, for which each intermediate result renews it.
+    pub lease_seconds: Option<u64>,
 }
 
 #[cfg(test)]
@@ -175,10 +190,13 @@ impl TrialRecord {
             attempt: 1,
             owner: None,
             gpus: Vec::new(),
+            gpu_slot: None,
             artifact_dir: None,
             artifact_removed_at: None,
             constraint_values: BTreeMap::new(),
             infeasible: None,
+            lease_expires_at: None,
+            lease_seconds: None,
         }
     }
 
@@ -258,10 +276,22 @@ impl StudyRecord {
 }
 
 impl TrialRecord {
+    /// Where its current attempt runs or ran, as `hptune trials` shows it: its GPUs (`0,1`),
+    /// and its slot on a GPU it shares (`0 slot 2`).
+    pub fn placement(&self) -> String {
+        crate::gpus::placement(&self.gpus.join(","), self.gpu_slot)
+    }
+
     /// Whether it waits to run first, enqueued (`pending` with no owner and never started;
     /// a trial handed back by an interrupted controller has started); in SQL, `enqueued!()`.
     pub(crate) fn is_enqueued(&self) -> bool {
         self.state == TrialState::Pending && self.owner.is_none() && self.started_at.is_none()
+    }
+
+    /// Whether its next attempt waits, handed back (`pending` with no owner, started before:
+    /// a lease ended, or a controller was interrupted); in SQL, `handed_back!()`.
+    pub fn is_handed_back(&self) -> bool {
+        self.state == TrialState::Pending && self.owner.is_none() && self.started_at.is_some()
     }
 
     /// The trial as a sampler sees it once it has ended (its value only if it succeeded);
@@ -303,6 +333,7 @@ impl TrialRecord {
                 .map_err(corrupt)?
                 .map(|list| list.split(',').map(str::to_string).collect())
                 .unwrap_or_default(),
+            gpu_slot: slot(row)?,
             artifact_dir: row.try_get("artifact_dir").map_err(corrupt)?,
             artifact_removed_at: row.try_get("artifact_removed_at").map_err(corrupt)?,
             constraint_values: match row
@@ -314,6 +345,11 @@ impl TrialRecord {
                 None => BTreeMap::new(),
             },
             infeasible: row.try_get("infeasible").map_err(corrupt)?,
+            lease_expires_at: row.try_get("lease_expires_at").map_err(corrupt)?,
+            lease_seconds: row
+                .try_get::<Option<i64>, _>("lease_seconds")
+                .map_err(corrupt)?
+                .map(|s| s.max(0) as u64),
         })
     }
 }
@@ -349,13 +385,15 @@ pub(crate) struct AttemptRecord {
     pub last_output: Option<String>,
     /// The GPUs it ran on, as its worker's HPTUNE_GPUS named them (comma-separated).
     pub gpus: Option<String>,
+    /// Its slot on the GPU it shared (`gpus: 1/K`), from 0.
+    pub gpu_slot: Option<u32>,
 }
 
 /// The columns of an attempt joined with its trial, in the order
 /// [`AttemptRecord::from_row`] reads them.
 macro_rules! attempt_columns {
     () => {
-        "t.number, a.attempt, a.worker, a.owner, a.started_at, a.finished_at, a.outcome, a.error, a.last_output, a.gpus"
+        "t.number, a.attempt, a.worker, a.owner, a.started_at, a.finished_at, a.outcome, a.error, a.last_output, a.gpus, a.gpu_slot"
     };
 }
 pub(crate) use attempt_columns;
@@ -377,8 +415,19 @@ impl AttemptRecord {
             error: row.try_get("error").map_err(corrupt)?,
             last_output: row.try_get("last_output").map_err(corrupt)?,
             gpus: row.try_get("gpus").map_err(corrupt)?,
+            gpu_slot: slot(row)?,
         })
     }
+}
+
+/// The `gpu_slot` of a trial's or an attempt's row.
+fn slot(row: &AnyRow) -> Result<Option<u32>, StorageError> {
+    row.try_get::<Option<i64>, _>("gpu_slot")
+        .map_err(corrupt)?
+        .map(|slot| {
+            u32::try_from(slot).map_err(|_| StorageError::Corrupt("gpu_slot out of range".into()))
+        })
+        .transpose()
 }
 
 /// One measurement as stored, with the attempt that reported it and when.

@@ -46,37 +46,43 @@ impl Storage {
         Ok(())
     }
 
-    /// Records the GPUs of the trial's current attempt, before its worker starts: a controller
-    /// that takes the trial over finds the devices its worker may hold. Fails with
-    /// [`StorageError::TakenOver`] when the attempt is no longer this controller's.
+    /// Records the GPUs of the trial's current attempt, and its slot on a GPU it shares,
+    /// before its worker starts: a controller that takes the trial over finds the devices its
+    /// worker may hold. Fails with [`StorageError::TakenOver`] when the attempt is no longer
+    /// this controller's.
     pub(crate) async fn set_gpus(
         &self,
         trial: &TrialRecord,
         gpus: &[String],
+        slot: Option<u32>,
     ) -> Result<(), StorageError> {
         let doing = "recording the trial's GPUs";
         let list = gpus.join(",");
         let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
         let set = sqlx::query(
-            "UPDATE trials SET gpus = $1 WHERE id = $2 AND owner = $3 AND attempt = $4 AND state = 'running'",
+            "UPDATE trials SET gpus = $1, gpu_slot = $5 WHERE id = $2 AND owner = $3 AND attempt = $4 AND state = 'running'",
         )
         .bind(&list)
         .bind(trial.id)
         .bind(trial.owner.as_deref())
         .bind(i64::from(trial.attempt))
+        .bind(slot.map(i64::from))
         .execute(&mut *tx)
         .await
         .map_err(query_error(doing))?;
         if set.rows_affected() != 1 {
             return Err(StorageError::TakenOver);
         }
-        sqlx::query("UPDATE attempts SET gpus = $1 WHERE trial_id = $2 AND attempt = $3")
-            .bind(&list)
-            .bind(trial.id)
-            .bind(i64::from(trial.attempt))
-            .execute(&mut *tx)
-            .await
-            .map_err(query_error(doing))?;
+        sqlx::query(
+            "UPDATE attempts SET gpus = $1, gpu_slot = $4 WHERE trial_id = $2 AND attempt = $3",
+        )
+        .bind(&list)
+        .bind(trial.id)
+        .bind(i64::from(trial.attempt))
+        .bind(slot.map(i64::from))
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
         tx.commit().await.map_err(query_error(doing))
     }
 
@@ -204,8 +210,9 @@ impl Storage {
     }
 
     /// Takes over the running trials of a study whose controller is gone (`is_orphan` says so
-    /// from the owner and the last heartbeat), and the ones an interrupted controller handed
-    /// back; returns them, now owned by `owner`. Enqueued trials are not taken here: claims
+    /// from the owner and the last heartbeat), and the ones handed back (by an interrupted
+    /// controller, or a client's lease that ended); returns them, now owned by `owner`. A
+    /// trial a client holds is never taken while its lease runs, whatever its heartbeat. Enqueued trials are not taken here: claims
     /// take them one by one ([`super::enqueue`]).
     pub(crate) async fn adopt_orphans(
         &self,
@@ -219,7 +226,7 @@ impl Storage {
             "SELECT ",
             trial_columns!(),
             ", heartbeat_at FROM trials WHERE study_id = $1 AND state IN ('pending', 'running')
-             AND NOT ",
+             AND lease_expires_at IS NULL AND NOT ",
             enqueued!(),
             " ORDER BY number"
         ))
@@ -293,7 +300,8 @@ impl Storage {
         // The next attempt's GPUs are recorded when its worker is about to start.
         let moved_on = sqlx::query(
             "UPDATE trials SET attempt = $1, worker = NULL, started_at = $2, heartbeat_at = $3,
-             state = $4, owner = $5, gpus = NULL, artifact_dir = NULL
+             state = $4, owner = $5, gpus = NULL, gpu_slot = NULL, artifact_dir = NULL,
+             lease_expires_at = NULL, lease_seconds = NULL
              WHERE id = $6 AND owner = $7 AND attempt = $8 AND state = 'running'",
         )
         .bind(next as i64)
@@ -332,7 +340,10 @@ impl Storage {
         retried.state = state;
         retried.owner = owner;
         retried.gpus = Vec::new();
+        retried.gpu_slot = None;
         retried.artifact_dir = None;
+        retried.lease_expires_at = None;
+        retried.lease_seconds = None;
         Ok(retried)
     }
 }

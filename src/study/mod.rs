@@ -25,6 +25,7 @@ pub use goal::Goal;
 pub(crate) use template::{TEMPLATE_BUILTINS, TemplatePart, template_parts};
 pub(crate) use warm_start::{Mapping, Outside, WarmStart, WarmStartError};
 
+use crate::gpus::Share;
 use space::Space;
 use stopping::StoppingRule;
 
@@ -62,9 +63,11 @@ pub struct TrialTemplate {
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when a worker is stopped.
     pub grace_period: Duration,
-    /// GPUs each trial holds alone while it runs (`trial.resources.gpus`); `None`: the study
-    /// uses no GPUs.
-    pub gpus: Option<NonZeroUsize>,
+    /// What GPUs each trial holds while it runs (`trial.resources.gpus`): whole devices, or
+    /// a share of one; `None`: the study uses no GPUs.
+    pub gpus: Option<Share>,
+    /// The cap on each trial's device memory in bytes (`trial.resources.gpu_memory`).
+    pub gpu_memory: Option<u64>,
     /// Where the worker runs.
     pub(crate) executor: ExecutorSpec,
 }

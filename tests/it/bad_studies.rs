@@ -490,12 +490,12 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
         (
             "no GPU asked for",
             edit("  timeout: 10s", "  timeout: 10s\n  resources: {gpus: 0}"),
-            "study.yaml:28:21: trial.resources.gpus: must be from 1 to 1024, got 0",
+            "study.yaml:28:21: trial.resources.gpus: must be whole GPUs from 1 to 1024, or 1/K of one GPU for a whole K from 2 to 16 (0.5, 0.25, 0.125, ...), got 0",
         ),
         (
-            "a fraction of a GPU",
-            edit("  timeout: 10s", "  timeout: 10s\n  resources: {gpus: 0.5}"),
-            "study.yaml:28:21: trial.resources.gpus: 0.5 is not a whole number of GPUs",
+            "a fraction of a GPU that is not 1/K of one",
+            edit("  timeout: 10s", "  timeout: 10s\n  resources: {gpus: 0.3}"),
+            "study.yaml:28:21: trial.resources.gpus: 0.3 is neither a whole number of GPUs nor 1/K of one",
         ),
         (
             "GPUs as text",

@@ -64,7 +64,8 @@ fn parallel_trials_that_end_in_turn_give_the_same_study_twice() {
     // With `--in-order` the workers end one at a time in number order, each proposal after
     // the first four made beside exactly three running trials: the run does not depend on
     // the controller's speed, so two runs propose the same trials (the benchmark's `async`
-    // mode rests on this).
+    // mode rests on this). Noisy, as the benchmark's `branin-noisy`: each run's `--in-order`
+    // folder is a new one, and the noise must not follow it.
     let run = || {
         let scratch = Scratch::new();
         let marks = scratch.path("marks");
@@ -81,7 +82,7 @@ max_trial_count: 14
 parallel_trial_count: 4
 seed: 3
 trial:
-  command: [{}, --function, levy, --in-order, {}, --running, 4, --trials, 14]
+  command: [{}, --function, levy, --noise, 0.5, --noise-seed, 2, --in-order, {}, --running, 4, --trials, 14]
 "#,
             objective_example().display(),
             marks.display()
@@ -117,6 +118,51 @@ trial:
     );
     let (second, _) = run();
     assert_eq!(first, second);
+}
+
+/// The worker's noise is fixed by the function, the seed and the parameters alone: the same
+/// evaluation gives the same value whatever its `--in-order` folder, steps or metric name, and
+/// another seed or another point gives another draw.
+#[test]
+fn the_objective_noise_follows_the_evaluation_not_the_run() {
+    let scratch = Scratch::new();
+    let loss = |extra: &[&str]| {
+        let out = std::process::Command::new(objective_example())
+            .args(["--function", "branin", "--x1=2.5", "--x2=7.5"])
+            .args(["--noise", "1"])
+            .args(extra)
+            .env("HPTUNE_TRIAL_ID", "0")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let last = text.lines().last().unwrap().to_string();
+        let (_, value) = last.split_once('=').unwrap();
+        value.parse::<f64>().unwrap()
+    };
+    let in_order = |folder: &str| {
+        let dir = scratch.path(folder);
+        std::fs::create_dir(&dir).unwrap();
+        loss(&[
+            "--noise-seed",
+            "7",
+            "--in-order",
+            dir.to_str().unwrap(),
+            "--running",
+            "1",
+            "--trials",
+            "1",
+        ])
+    };
+    let plain = loss(&["--noise-seed", "7"]);
+    assert_eq!(in_order("first"), plain);
+    assert_eq!(in_order("second"), plain);
+    let reported_otherwise = loss(&["--noise-seed", "7", "--steps", "3", "--metric", "l"]);
+    assert_eq!(reported_otherwise, plain);
+    // The last of two flags wins: no noise.
+    let clean = loss(&["--noise", "0", "--noise-seed", "7"]);
+    assert!((plain - clean).abs() > 1e-6, "no noise: {plain}");
+    assert_ne!(loss(&["--noise-seed", "8"]), plain);
 }
 
 /// The benchmark's 30-parameter mixed function at its stated minimum (0), one categorical

@@ -25,21 +25,57 @@ max_trial_count: {trials}
 parallel_trial_count: {parallel}
 trial:
   command: [{gpu_worker}]
-  env: {IN_USE: '{in_use}', CONFLICTS: '{conflicts}', GPU_LOG: '{log}', SLEEP: '{sleep}'}
-  resources: {gpus: {gpus}}
+  env: {IN_USE: '{in_use}', GPU_LOG: '{log}', SLEEP: '{sleep}'{env}}
+  resources: {resources}
 "#;
+
+/// A study of a [`Machine`]: its trials, and what each asks.
+pub(crate) struct Trials<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) count: u64,
+    pub(crate) parallel: u64,
+    /// `trial.resources`, as the study file writes it.
+    pub(crate) resources: &'a str,
+    /// How long each worker holds its devices, in seconds.
+    pub(crate) sleep: f64,
+}
+
+impl<'a> Trials<'a> {
+    /// `count` trials of study `name`, `parallel` at once, each asking for `resources` and
+    /// holding them `sleep` seconds.
+    pub(crate) fn new(
+        name: &'a str,
+        count: u64,
+        parallel: u64,
+        resources: &'a str,
+        sleep: f64,
+    ) -> Self {
+        Self {
+            name,
+            count,
+            parallel,
+            resources,
+            sleep,
+        }
+    }
+}
 
 /// The UUID the fake `nvidia-smi` gives GPU `index`.
 fn uuid(index: usize) -> String {
     format!("GPU-00000000-1111-2222-3333-00000000000{index}")
 }
 
+/// The memory the fake `nvidia-smi` gives each GPU, in MiB (an H100's).
+pub(crate) const DEVICE_MIB: u64 = 81559;
+
 /// A scratch directory standing for a machine: a fake `nvidia-smi` listing `gpus` devices
-/// (or failing as it does without a driver, when `gpus` is `None`), a lock folder of its own,
-/// and the files the workers write.
-struct Machine {
-    scratch: Scratch,
+/// and their memory (or failing as it does without a driver, when `gpus` is `None`), a lock
+/// folder of its own, and the files the workers write.
+pub(crate) struct Machine {
+    pub(crate) scratch: Scratch,
     bin: PathBuf,
+    /// The devices named to `hptune` by `HPTUNE_GPUS`, if any.
+    given: Option<&'static str>,
 }
 
 /// What one worker saw as it started.
@@ -55,53 +91,114 @@ struct Start {
 }
 
 impl Machine {
-    fn new(gpus: Option<usize>) -> Self {
+    pub(crate) fn new(gpus: Option<usize>) -> Self {
         Self::on(Scratch::new(), gpus)
     }
 
     /// The machine of `scratch` (and its database).
-    fn on(scratch: Scratch, gpus: Option<usize>) -> Self {
+    pub(crate) fn on(scratch: Scratch, gpus: Option<usize>) -> Self {
         let bin = scratch.path("bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::create_dir_all(scratch.path("in-use")).unwrap();
-        let listing = match gpus {
-            Some(n) => (0..n)
-                .map(|i| format!("echo 'GPU {i}: NVIDIA H100 80GB HBM3 (UUID: {})'\n", uuid(i)))
-                .collect::<String>(),
-            None => "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n".into(),
+        let (listing, memory) = match gpus {
+            Some(n) => (
+                (0..n)
+                    .map(|i| {
+                        format!(
+                            "echo 'GPU {i}: NVIDIA H100 80GB HBM3 (UUID: {})'\n",
+                            uuid(i)
+                        )
+                    })
+                    .collect::<String>(),
+                (0..n)
+                    .map(|i| format!("echo '{i}, {}, {DEVICE_MIB}'\n", uuid(i)))
+                    .collect::<String>(),
+            ),
+            None => {
+                let failed = "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n";
+                (failed.to_string(), failed.to_string())
+            }
         };
         let calls = scratch.path("nvidia-smi-calls");
-        let script = format!("#!/bin/sh\necho \"$*\" >> '{}'\n{listing}", calls.display());
-        let fake = bin.join("nvidia-smi");
-        std::fs::write(&fake, script).unwrap();
-        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        let machine = Self {
+            scratch,
+            bin,
+            given: None,
+        };
+        machine.program(
+            "nvidia-smi",
+            &format!(
+                "echo \"$*\" >> '{}'\ncase \"$*\" in\n*--query-gpu*)\n{memory};;\n*)\n{listing};;\nesac\n",
+                calls.display()
+            ),
+        );
+        machine
+    }
+
+    /// The machine, its devices named to `hptune` by `HPTUNE_GPUS` (`0,1`).
+    pub(crate) fn giving(self, list: &'static str) -> Self {
+        Self {
+            given: Some(list),
+            ..self
+        }
+    }
+
+    /// Puts a shell script named `name` first on this machine's PATH.
+    pub(crate) fn program(&self, name: &str, body: &str) {
+        let path = self.bin.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        Self { scratch, bin }
+    }
+
+    /// The lines of the log file `name`, split at spaces, each of `fields` fields.
+    pub(crate) fn log(&self, name: &str, fields: usize) -> Vec<Vec<String>> {
+        let log = std::fs::read_to_string(self.path(name)).unwrap_or_default();
+        log.lines()
+            .map(|line| {
+                let f: Vec<String> = line.split(' ').map(str::to_string).collect();
+                assert_eq!(f.len(), fields, "{line}");
+                f
+            })
+            .collect()
     }
 
     /// A study of `trials` trials of `gpus` devices each, `parallel` at once, each worker
     /// holding its devices for `sleep` seconds.
     fn study(&self, name: &str, trials: u64, parallel: u64, gpus: &str, sleep: f64) -> PathBuf {
-        let worker = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/workers/gpus.sh");
-        let text = STUDY
-            .replace("{name}", name)
-            .replace("{trials}", &trials.to_string())
-            .replace("{parallel}", &parallel.to_string())
-            .replace("{gpu_worker}", worker.to_str().unwrap())
-            .replace("{in_use}", self.path("in-use").to_str().unwrap())
-            .replace("{conflicts}", self.path("conflicts").to_str().unwrap())
-            .replace("{log}", self.path("gpu-log").to_str().unwrap())
-            .replace("{sleep}", &sleep.to_string())
-            .replace("{gpus}", gpus);
-        self.scratch.study(&format!("{name}.yaml"), &text)
+        let resources = format!("{{gpus: {gpus}}}");
+        let trials = Trials::new(name, trials, parallel, &resources, sleep);
+        let conflicts = format!(", CONFLICTS: '{}'", self.path("conflicts").display());
+        self.study_of(&trials, "gpus.sh", &conflicts)
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    /// The study file of `trials`, run by `worker` (of `tests/fixtures/workers`) with the
+    /// variables IN_USE (the folder `in-use`), GPU_LOG (the file `gpu-log`), SLEEP, then
+    /// `env` (`, NAME: 'value'`).
+    pub(crate) fn study_of(&self, trials: &Trials, worker: &str, env: &str) -> PathBuf {
+        let worker = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/workers")
+            .join(worker);
+        let text = STUDY
+            .replace("{name}", trials.name)
+            .replace("{trials}", &trials.count.to_string())
+            .replace("{parallel}", &trials.parallel.to_string())
+            .replace("{gpu_worker}", worker.to_str().unwrap())
+            .replace("{in_use}", self.path("in-use").to_str().unwrap())
+            .replace("{log}", self.path("gpu-log").to_str().unwrap())
+            .replace("{sleep}", &trials.sleep.to_string())
+            .replace("{env}", env)
+            .replace("{resources}", trials.resources);
+        self.scratch.study(&format!("{}.yaml", trials.name), &text)
+    }
+
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.scratch.path(name)
     }
 
-    /// `hptune ARGS` on this machine: the fake `nvidia-smi` first on PATH, the machine's
-    /// lock folder, and none of the test runner's own device variables.
+    /// `hptune ARGS` on this machine: its fake programs first on PATH, the machine's lock
+    /// folder, and none of the test runner's own device variables (`HPTUNE_GPUS` only when the
+    /// machine gives it).
     fn command(&self, args: &[&str]) -> Command {
         let mut command = self.scratch.command(args);
         let path = std::env::var("PATH").unwrap_or_default();
@@ -110,10 +207,13 @@ impl Machine {
             .env("HPTUNE_GPU_LOCKS", self.path("locks"))
             .env_remove("CUDA_VISIBLE_DEVICES")
             .env_remove("HPTUNE_GPUS");
+        if let Some(list) = self.given {
+            command.env("HPTUNE_GPUS", list);
+        }
         command
     }
 
-    fn run(&self, study: &Path, extra: &[&str]) -> Output {
+    pub(crate) fn run(&self, study: &Path, extra: &[&str]) -> Output {
         self.run_with(study, extra, &[])
     }
 
@@ -126,7 +226,7 @@ impl Machine {
         command.output().unwrap()
     }
 
-    fn spawn(&self, study: &Path) -> Child {
+    pub(crate) fn spawn(&self, study: &Path) -> Child {
         self.command(&["run", study.to_str().unwrap()])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -136,19 +236,15 @@ impl Machine {
 
     /// What each worker saw as it started, in order.
     fn starts(&self) -> Vec<Start> {
-        let log = std::fs::read_to_string(self.path("gpu-log")).unwrap_or_default();
-        log.lines()
-            .map(|line| {
-                let f: Vec<&str> = line.split(' ').collect();
-                assert_eq!(f.len(), 6, "{line}");
-                Start {
-                    study: f[0].into(),
-                    trial: f[1].parse().unwrap(),
-                    attempt: f[2].parse().unwrap(),
-                    cuda_visible_devices: f[3].into(),
-                    hptune_gpus: f[4].into(),
-                    in_use: f[5].parse().unwrap(),
-                }
+        self.log("gpu-log", 6)
+            .into_iter()
+            .map(|f| Start {
+                study: f[0].clone(),
+                trial: f[1].parse().unwrap(),
+                attempt: f[2].parse().unwrap(),
+                cuda_visible_devices: f[3].clone(),
+                hptune_gpus: f[4].clone(),
+                in_use: f[5].parse().unwrap(),
             })
             .collect()
     }

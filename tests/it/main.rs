@@ -10,6 +10,7 @@
 mod common;
 
 mod artifacts;
+mod ask_tell;
 mod bad_studies;
 mod bayes_study;
 mod commands;
@@ -24,6 +25,7 @@ mod enqueue;
 mod example_studies;
 mod gpus;
 mod large_studies;
+mod packing;
 mod parsers_never_panic;
 mod plot_files;
 mod remote_executors;

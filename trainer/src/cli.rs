@@ -94,6 +94,15 @@ pub struct TrainArgs {
     /// results are kept in the kernel cache).
     #[arg(long, value_enum, default_value = "balanced")]
     pub autotune: AutotuneLevel,
+    /// The most device memory the run may hold, e.g. 16GiB, 512MiB or bytes; over it the run
+    /// stops with an out-of-memory error [default: HPTUNE_GPU_MEMORY, set by hptune when
+    /// trials share a GPU]. The CPU has no device memory: there the cap does not apply.
+    #[arg(long, alias = "gpu_memory", value_parser = crate::memory::parse_bytes)]
+    pub gpu_memory: Option<u64>,
+    /// Keep only the bottom N encoder layers of the checkpoint (at most its num_hidden_layers):
+    /// a smaller, faster model [default: all of them].
+    #[arg(long, alias = "num_layers")]
+    pub num_layers: Option<usize>,
     /// How rows are batched each epoch: shuffled; length-grouped (shuffled, then sorted by
     /// length within mega-batches of up to 50 batches, fewer on small data, as transformers'
     /// group_by_length: less padding); sequential (the file's order, unshuffled).
@@ -132,6 +141,8 @@ pub struct TrainArgs {
         alias = "max_seq_len",
         alias = "max-seq-length",
         alias = "max_seq_length",
+        alias = "max-len",
+        alias = "max_len",
         default_value_t = 128
     )]
     pub max_seq_len: usize,
@@ -169,6 +180,9 @@ pub struct WarmCacheArgs {
     /// Evaluation batch size of the trials (their --eval-batch-size).
     #[arg(long, alias = "eval_batch_size", default_value_t = 64)]
     pub eval_batch_size: usize,
+    /// Classes of the trials' data (the head's width).
+    #[arg(long, alias = "num_labels", default_value_t = 2)]
+    pub num_labels: usize,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cuda")]
     pub device: String,

@@ -128,6 +128,30 @@ pub enum TrainerError {
         value: f64,
     },
 
+    /// An environment variable's value is unusable.
+    #[error("{variable}: {message}")]
+    InvalidEnvironment {
+        /// The variable.
+        variable: &'static str,
+        /// What is wrong and what would be right.
+        message: String,
+    },
+
+    /// The device's memory pool grew over the run's cap (`--gpu-memory`, `HPTUNE_GPU_MEMORY`).
+    #[error(
+        "out of memory after {moment}: the device memory pool holds {usage}, over the cap of {cap} given by {given_by}"
+    )]
+    OutOfMemory {
+        /// When it was seen.
+        moment: crate::memory::Moment,
+        /// The pool's bytes, for people.
+        usage: String,
+        /// The cap's bytes, for people.
+        cap: String,
+        /// The flag or variable that gave the cap.
+        given_by: crate::memory::CapSource,
+    },
+
     /// The backend failed to hand back a result.
     #[error("backend: {0}")]
     Backend(String),
@@ -149,7 +173,10 @@ impl TrainerError {
     /// The process exit code for this error: 2 for bad input (flags, files, data), 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
-            TrainerError::Io { .. } | TrainerError::Diverged { .. } | TrainerError::Backend(_) => 1,
+            TrainerError::Io { .. }
+            | TrainerError::Diverged { .. }
+            | TrainerError::OutOfMemory { .. }
+            | TrainerError::Backend(_) => 1,
             _ => 2,
         }
     }

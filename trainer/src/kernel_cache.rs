@@ -13,7 +13,15 @@
 //! would hand one model the other's timings and code. So each GPU model gets a sub-folder of
 //! its own, named by [`device_key`] from what the CUDA driver reports: the model's name and
 //! its compute capability.
+//!
+//! Trainers that start together on a cold folder (trials packed on one GPU) would each compile
+//! and autotune every kernel at once. [`warm_once`] lets the first of them run the warm-up
+//! (one training step and one evaluation at the run's shapes) under an exclusive `flock` on
+//! the folder while the others wait; they then find the folder warm for those shapes (a
+//! marker file, written atomically) and load what the first one stored. cubecl appends its
+//! own entries under a lock file of its own and refuses a key another process has just added.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// The variable that names the folder.
@@ -62,6 +70,110 @@ pub fn device_key(name: &str, major: i32, minor: i32) -> String {
         key.push('-');
     }
     format!("{key}sm{major}{minor}")
+}
+
+/// The lock file of a GPU model's folder, held by the trainer that warms it.
+const LOCK_FILE: &str = ".hptune-warm-up.lock";
+
+/// The folder, under a GPU model's folder, of the markers of the shapes already warmed.
+const WARM_MARKERS: &str = "hptune-warm";
+
+/// An exclusive `flock` on a cache folder, held while one trainer compiles its warm-up's
+/// kernels; released when dropped, or by the kernel when the process dies.
+#[derive(Debug)]
+pub(crate) struct WarmUpLock {
+    dir: PathBuf,
+    _file: File,
+}
+
+impl WarmUpLock {
+    /// Takes the folder's lock, waiting (and saying so in the log) while another process
+    /// holds it.
+    pub(crate) fn acquire(dir: &Path) -> std::io::Result<WarmUpLock> {
+        let path = dir.join(LOCK_FILE);
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                tracing::info!(
+                    "another trainer is warming the kernel cache {}: waiting for it, to load its kernels rather than compile them again",
+                    dir.display()
+                );
+                file.lock()?;
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+        Ok(WarmUpLock {
+            dir: dir.to_path_buf(),
+            _file: file,
+        })
+    }
+
+    /// Whether a warm-up of the shapes named `key` has completed in this folder.
+    pub(crate) fn is_warm(&self, key: &str) -> bool {
+        self.dir.join(WARM_MARKERS).join(key).is_file()
+    }
+
+    /// Records that the warm-up of the shapes named `key` has completed: a marker written to
+    /// a temporary file and renamed into place, so that it is whole or absent.
+    pub(crate) fn mark_warm(&self, key: &str) -> std::io::Result<()> {
+        let markers = self.dir.join(WARM_MARKERS);
+        std::fs::create_dir_all(&markers)?;
+        let temporary = markers.join(format!(".{key}.{}.tmp", std::process::id()));
+        std::fs::write(&temporary, format!("{key}\n"))?;
+        std::fs::rename(&temporary, markers.join(key))
+    }
+}
+
+/// What [`warm_once`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WarmUp {
+    /// This process ran the warm-up and marked the folder warm.
+    Ran,
+    /// Another process had warmed the folder for these shapes: nothing ran.
+    AlreadyWarm,
+    /// The folder's lock could not be taken (the log says why): nothing ran.
+    Unlocked,
+}
+
+/// Runs `warm` (the warm-up of the shapes named `key`) unless the folder `dir` is already warm
+/// for them, holding the folder's lock meanwhile, so that of the trainers that start together
+/// one compiles and the others wait and then load. A lock that cannot be taken is warned about
+/// and the warm-up skipped: the cache saves time, training does not need it.
+pub fn warm_once<E>(
+    dir: &Path,
+    key: &str,
+    warm: impl FnOnce() -> Result<(), E>,
+) -> Result<WarmUp, E> {
+    let lock = match WarmUpLock::acquire(dir) {
+        Ok(lock) => lock,
+        Err(e) => {
+            tracing::warn!(
+                "cannot lock the kernel cache {} ({e}): no warm-up, each trainer compiles what it meets",
+                dir.display()
+            );
+            return Ok(WarmUp::Unlocked);
+        }
+    };
+    if lock.is_warm(key) {
+        tracing::info!(
+            "kernel cache {} is warm for {key}: loading its kernels",
+            dir.display()
+        );
+        return Ok(WarmUp::AlreadyWarm);
+    }
+    warm()?;
+    if let Err(e) = lock.mark_warm(key) {
+        tracing::warn!(
+            "cannot mark the kernel cache {} warm for {key} ({e}): the next trainer warms it again",
+            dir.display()
+        );
+    }
+    Ok(WarmUp::Ran)
 }
 
 /// How hard cubecl searches for the fastest kernel of each shape the first time it meets it

@@ -5,7 +5,7 @@
 //! (the network), [`fused`] (its heavy ops and the optimiser's as single ops, with their kernels), [`checkpoint`] (safetensors in and out, with the key map), [`tokenize`],
 //! [`data`] (files and labels), [`batch`] (batch order and padding), [`optim`] (AdamW groups, clipping,
 //! schedule), [`loss_scale`] (f16's dynamic loss scale), [`train`] (the loop and evaluation), [`metrics`], [`report`] (the protocol),
-//! [`backend`] (device and precision choice), [`kernel_cache`] (where GPU kernels are cached), [`host_reads`] (device-to-host reads, counted), [`warm`] (`warm-cache`: one step's kernels compiled ahead), [`blas`] (the system's BLAS for CPU products), [`hub`] (hub ids: cache and download), [`pretrained`]
+//! [`backend`] (device and precision choice), [`kernel_cache`] (where GPU kernels are cached), [`memory`] (the device-memory cap and peak), [`host_reads`] (device-to-host reads, counted), [`warm`] (`warm-cache`: one step's kernels compiled ahead), [`blas`] (the system's BLAS for CPU products), [`hub`] (hub ids: cache and download), [`pretrained`]
 //! (checkpoint folders) and [`run`] (the commands).
 
 pub mod backend;
@@ -22,6 +22,7 @@ pub mod host_reads;
 pub mod hub;
 pub mod kernel_cache;
 pub mod loss_scale;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod optim;

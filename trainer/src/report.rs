@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Result, TrainerError};
+use crate::memory::PeakMemory;
 use crate::metrics::{EvalMetrics, Metric};
 
 /// Environment variable naming the metrics file (hptune's name).
@@ -16,6 +17,30 @@ pub const CLOUDML_METRICS_FILE_ENV: &str = "CLOUD_ML_HP_METRIC_FILE";
 pub const TRIAL_ID_ENV: &str = "HPTUNE_TRIAL_ID";
 /// cloudml-hypertune keeps at most this many lines in the file.
 pub const MAX_FILE_LINES: usize = 100;
+
+/// What a run cost, reported on the final line after its metrics, for studies that trade
+/// quality against size, speed or memory.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunCosts {
+    /// The model's parameter count (`parameters`).
+    pub parameters: usize,
+    /// Milliseconds per sample of the last evaluation (`eval_ms_per_sample`).
+    pub eval_ms_per_sample: f64,
+    /// The run's peak memory (`peak_memory_bytes` on a GPU, `peak_rss_bytes` on the CPU).
+    pub peak_memory: PeakMemory,
+}
+
+impl RunCosts {
+    /// ` parameters=N eval_ms_per_sample=X peak_memory_bytes=N`, as appended to the final line.
+    fn format(&self) -> String {
+        let (memory_key, memory) = self.peak_memory.key_value();
+        format!(
+            " parameters={} eval_ms_per_sample={} {memory_key}={memory}",
+            self.parameters,
+            format_value(self.eval_ms_per_sample)
+        )
+    }
+}
 
 /// Sends measurements to the controller.
 #[derive(Debug)]
@@ -60,9 +85,9 @@ impl<W: Write> Reporter<W> {
         self.emit(&line, step, metrics)
     }
 
-    /// Reports the final values (a line without `step`).
-    pub fn report_final(&mut self, metrics: &EvalMetrics) -> Result<()> {
-        let line = format_line(None, metrics, self.objective);
+    /// Reports the final values (a line without `step`), the run's costs after the metrics.
+    pub fn report_final(&mut self, metrics: &EvalMetrics, costs: &RunCosts) -> Result<()> {
+        let line = format_line(None, metrics, self.objective) + &costs.format();
         self.emit(&line, self.last_step, metrics)
     }
 
@@ -144,13 +169,19 @@ mod tests {
             Reporter::new(Vec::new(), Metric::Accuracy, Some(file.clone()), "7".into());
         reporter.report_step(1, &metrics(0.75)).unwrap();
         reporter.report_step(2, &metrics(0.875)).unwrap();
-        reporter.report_final(&metrics(0.875)).unwrap();
+        let costs = RunCosts {
+            parameters: 4_386_178,
+            eval_ms_per_sample: 0.0625,
+            peak_memory: PeakMemory::Device(1 << 31),
+        };
+        reporter.report_final(&metrics(0.875), &costs).unwrap();
         let out = String::from_utf8(reporter.into_inner()).unwrap();
         assert_eq!(
             out,
             "step=1 accuracy=0.750000 loss=0.500000 macro_f1=0.250000 mcc=-0.125000\n\
              step=2 accuracy=0.875000 loss=0.500000 macro_f1=0.250000 mcc=-0.125000\n\
-             accuracy=0.875000 loss=0.500000 macro_f1=0.250000 mcc=-0.125000\n"
+             accuracy=0.875000 loss=0.500000 macro_f1=0.250000 mcc=-0.125000 \
+             parameters=4386178 eval_ms_per_sample=0.062500 peak_memory_bytes=2147483648\n"
         );
         let text = std::fs::read_to_string(&file).unwrap();
         let lines: Vec<serde_json::Value> = text

@@ -1,6 +1,6 @@
 //! The two commands as library functions: `train` (the trial worker) and `predict`.
 
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, Module};
 
 use crate::backend::{BackendTask, DeviceChoice, Precision, TrainBackend, dispatch};
 use crate::batch::{EncodedExample, encode_all};
@@ -11,12 +11,14 @@ use crate::data::{ColumnSpec, LabelMap, read_examples, stratified_split};
 use crate::error::{Result, TrainerError};
 use crate::hub::resolve_model_dir;
 use crate::kernel_cache::AutotuneLevel;
+use crate::memory::{MemoryCap, MemoryWatch};
 use crate::metrics::EvalMetrics;
 use crate::optim::AdamWSettings;
 use crate::pretrained::{load_classifier, save_checkpoint};
-use crate::report::Reporter;
+use crate::report::{Reporter, RunCosts};
 use crate::tokenize::TextTokenizer;
-use crate::train::{TrainSettings, fine_tune};
+use crate::train::{TrainSettings, Trained, fine_tune};
+use crate::warm::{WarmShapes, warm_before_training};
 
 /// One prediction as printed by `predict`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -32,13 +34,14 @@ pub struct Prediction {
 /// Trains as the flags say, reporting on stdout and the metrics file; returns the final metrics.
 pub fn train(args: &TrainArgs) -> Result<EvalMetrics> {
     validate(args)?;
+    let cap = MemoryCap::resolve(args.gpu_memory)?;
     let device: DeviceChoice = args.device.parse()?;
     dispatch(
         device,
         args.cpu_backend,
         args.precision,
         args.autotune,
-        TrainTask(args),
+        TrainTask { args, cap },
     )
 }
 
@@ -88,6 +91,29 @@ fn validate(args: &TrainArgs) -> Result<()> {
     if args.eval.is_none() && !(args.eval_split > 0.0 && args.eval_split < 1.0) {
         return bad("eval-split", "must be in (0, 1) when --eval is not given");
     }
+    if args.num_layers == Some(0) {
+        return bad("num-layers", "must be at least 1");
+    }
+    Ok(())
+}
+
+/// Keeps the bottom `num_layers` encoder layers of the checkpoint `config` describes (its
+/// other layers' weights are then left unread); more layers than it has is an error.
+fn keep_bottom_layers(config: &mut BertConfig, num_layers: Option<usize>) -> Result<()> {
+    let Some(keep) = num_layers else {
+        return Ok(());
+    };
+    let all = config.num_hidden_layers;
+    if keep > all {
+        return Err(TrainerError::InvalidArgument {
+            flag: "num-layers",
+            message: format!(
+                "{keep} is more than the model's {all} encoder layers (num_hidden_layers); give at most {all}"
+            ),
+        });
+    }
+    tracing::info!("keeping the bottom {keep} of the model's {all} encoder layers");
+    config.num_hidden_layers = keep;
     Ok(())
 }
 
@@ -146,18 +172,35 @@ fn prepare(args: &TrainArgs, tokenizer: &TextTokenizer) -> Result<Prepared> {
     })
 }
 
-struct TrainTask<'a>(&'a TrainArgs);
+struct TrainTask<'a> {
+    args: &'a TrainArgs,
+    cap: Option<MemoryCap>,
+}
 
 impl BackendTask for TrainTask<'_> {
     type Output = EvalMetrics;
 
     fn run<B: TrainBackend>(self, device: B::Device) -> Result<EvalMetrics> {
-        let args = self.0;
+        let args = self.args;
         let dir = resolve_model_dir(&args.model)?;
-        let config = BertConfig::from_file(&dir.join("config.json"))?;
-        let tokenizer =
-            TextTokenizer::from_dir(&dir, args.max_seq_len.min(config.max_position_embeddings))?;
+        let mut config = BertConfig::from_file(&dir.join("config.json"))?;
+        keep_bottom_layers(&mut config, args.num_layers)?;
+        let seq = args.max_seq_len.min(config.max_position_embeddings);
+        let tokenizer = TextTokenizer::from_dir(&dir, seq)?;
         let data = prepare(args, &tokenizer)?;
+        // Before any other GPU work: the kernel caches are read when the device is first used.
+        warm_before_training::<B>(
+            &WarmShapes {
+                config: &config,
+                num_labels: data.labels.len(),
+                batch: args.batch_size,
+                seq,
+                eval_batch_size: args.eval_batch_size,
+                precision: args.precision,
+                autotune: args.autotune,
+            },
+            &device,
+        )?;
         B::seed(&device, args.seed);
         crate::model::dropout::seed(args.seed);
         let (model, _) = load_classifier::<B>(
@@ -184,7 +227,12 @@ impl BackendTask for TrainTask<'_> {
             seed: args.seed,
         };
         let mut reporter = Reporter::from_env(args.metric);
-        let (model, metrics) = fine_tune(
+        let mut memory = MemoryWatch::new(self.cap, &device);
+        let Trained {
+            model,
+            metrics,
+            eval_ms_per_sample,
+        } = fine_tune(
             model,
             &data.train,
             &data.eval,
@@ -193,6 +241,7 @@ impl BackendTask for TrainTask<'_> {
             tokenizer.pad_id(),
             &device,
             &mut reporter,
+            &mut memory,
         )?;
         if let Some(out) = &args.output_dir {
             save_checkpoint(
@@ -205,7 +254,12 @@ impl BackendTask for TrainTask<'_> {
             )?;
             tracing::info!("saved the fine-tuned model to {}", out.display());
         }
-        reporter.report_final(&metrics)?;
+        let costs = RunCosts {
+            parameters: model.num_params(),
+            eval_ms_per_sample,
+            peak_memory: memory.peak(),
+        };
+        reporter.report_final(&metrics, &costs)?;
         Ok(metrics)
     }
 }

@@ -2,6 +2,7 @@
 //! with the linear schedule, and an evaluation reported after every epoch.
 
 use std::io::Write;
+use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::tensor::{Tensor, activation::softmax, backend::Backend};
@@ -12,6 +13,7 @@ use crate::backend::TrainBackend;
 use crate::batch::{BatchOrder, EncodedExample, PaddedBatch, collate, epoch_batches};
 use crate::error::{Result, TrainerError};
 use crate::host_reads::{self, Tally};
+use crate::memory::{MemoryWatch, Moment};
 use crate::metrics::EvalMetrics;
 use crate::model::{BertClassifier, FusedOps, cross_entropy};
 use crate::optim::{AdamWSettings, GroupedAdamW, LinearSchedule};
@@ -42,8 +44,21 @@ pub struct TrainSettings {
 /// Padded batches prepared ahead of the training step that takes them.
 const BATCHES_AHEAD: usize = 2;
 
+/// A fine-tuned model, its last evaluation and what that evaluation took.
+#[derive(Debug)]
+pub struct Trained<B: Backend> {
+    /// The model after the last epoch.
+    pub model: BertClassifier<B>,
+    /// Its evaluation after the last epoch.
+    pub metrics: EvalMetrics,
+    /// Wall-clock milliseconds per evaluation sample of that evaluation (batches built,
+    /// forward passes, and the reads of losses and predictions).
+    pub eval_ms_per_sample: f64,
+}
+
 /// Fine-tunes `model` on `train`, evaluating on `eval` after each epoch and reporting each
-/// evaluation through `reporter`; returns the model and the last evaluation.
+/// evaluation through `reporter`; `memory` checks the device's memory after every training
+/// step and evaluation (the run stops over its cap).
 #[allow(clippy::too_many_arguments)] // the run's parts, each of a different kind
 pub fn fine_tune<B: TrainBackend, W: Write>(
     mut model: BertClassifier<B>,
@@ -54,7 +69,8 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
     pad_id: u32,
     device: &B::Device,
     reporter: &mut Reporter<W>,
-) -> Result<(BertClassifier<B>, EvalMetrics)> {
+    memory: &mut MemoryWatch,
+) -> Result<Trained<B>> {
     let batches_per_epoch = train.len().div_ceil(settings.batch_size);
     let total_steps = batches_per_epoch * settings.epochs;
     let schedule = LinearSchedule {
@@ -100,6 +116,7 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
                 // loop (`scaler.step(optimizer)`, then `scheduler.step()`).
                 let grads = optimizer.scale_loss(loss).backward();
                 model = optimizer.step(schedule.rate(step - 1), model, grads)?.0;
+                memory.check(device, Moment::TrainingStep(step))?;
                 progress.batch_done(index + 1, rows, || losses.read(epoch))?;
             }
             Ok(model)
@@ -110,6 +127,7 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
             batches_per_epoch,
         );
         let reads = Tally::start();
+        let started = Instant::now();
         let metrics = evaluate(
             &model.valid(),
             eval,
@@ -118,6 +136,8 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
             pad_id,
             device,
         )?;
+        let eval_ms_per_sample = started.elapsed().as_secs_f64() * 1e3 / eval.len().max(1) as f64;
+        memory.check(device, Moment::Evaluation(epoch))?;
         reads.log(
             &format!("epoch {epoch}/{} evaluation", settings.epochs),
             eval.len().div_ceil(settings.eval_batch_size),
@@ -137,13 +157,17 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
             );
         }
         reporter.report_step(epoch, &metrics)?;
-        last = Some(metrics);
+        last = Some((metrics, eval_ms_per_sample));
     }
-    let last = last.ok_or(TrainerError::InvalidArgument {
+    let (metrics, eval_ms_per_sample) = last.ok_or(TrainerError::InvalidArgument {
         flag: "epochs",
         message: "must be at least 1".to_string(),
     })?;
-    Ok((model, last))
+    Ok(Trained {
+        model,
+        metrics,
+        eval_ms_per_sample,
+    })
 }
 
 /// The training losses of the steps since the loss was last read, kept on the device.

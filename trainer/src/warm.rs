@@ -6,17 +6,20 @@
 //! The step is the trials' own: [`fine_tune`] for one epoch of one batch of `batch` texts of
 //! `seq` tokens, then an evaluation of one batch of `eval_batch_size` texts, on a model built
 //! from the checkpoint's config.json (random weights: the kernels depend on shapes, not values).
+//! A training run on a GPU runs the same warm-up first when no trainer has warmed the cache
+//! for its shapes ([`warm_before_training`]), one trainer at a time.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::backend::{BackendTask, DeviceChoice, TrainBackend, dispatch};
+use crate::backend::{BackendTask, DeviceChoice, Precision, TrainBackend, dispatch};
 use crate::batch::{BatchOrder, EncodedExample};
 use crate::cli::WarmCacheArgs;
 use crate::config::BertConfig;
 use crate::error::{Result, TrainerError};
 use crate::hub::resolve_model_dir;
-use crate::kernel_cache;
+use crate::kernel_cache::{self, AutotuneLevel};
+use crate::memory::MemoryWatch;
 use crate::metrics::Metric;
 use crate::optim::AdamWSettings;
 use crate::pretrained::classifier_config;
@@ -126,6 +129,109 @@ fn synthetic_rows(rows: usize, seq: usize, vocab_size: usize) -> Vec<EncodedExam
         .collect()
 }
 
+/// The shapes a warm-up compiles kernels for: the model's, the batches', the precision and
+/// the autotune level.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WarmShapes<'a> {
+    /// The model's architecture (its encoder layers as trained).
+    pub(crate) config: &'a BertConfig,
+    /// Classes of the head.
+    pub(crate) num_labels: usize,
+    /// Training batch size.
+    pub(crate) batch: usize,
+    /// Tokens per text.
+    pub(crate) seq: usize,
+    /// Evaluation batch size.
+    pub(crate) eval_batch_size: usize,
+    /// Float type.
+    pub(crate) precision: Precision,
+    /// cubecl's autotune level.
+    pub(crate) autotune: AutotuneLevel,
+}
+
+impl WarmShapes<'_> {
+    /// A file name that tells these shapes apart from others:
+    /// `h384-l6-a12-i1536-v30522-p512-c2-b32-s128-e64-f32-balanced`.
+    pub(crate) fn key(&self) -> String {
+        let c = self.config;
+        format!(
+            "h{}-l{}-a{}-i{}-v{}-p{}-c{}-b{}-s{}-e{}-{}-{}",
+            c.hidden_size,
+            c.num_hidden_layers,
+            c.num_attention_heads,
+            c.intermediate_size,
+            c.vocab_size,
+            c.max_position_embeddings,
+            self.num_labels,
+            self.batch,
+            self.seq,
+            self.eval_batch_size,
+            self.precision,
+            format!("{:?}", self.autotune).to_lowercase()
+        )
+    }
+}
+
+/// One training step and one evaluation at `shapes` on `device`, on a model of random weights
+/// (the kernels depend on shapes, not values); returns the seconds they took.
+pub(crate) fn warm_step<B: TrainBackend>(shapes: &WarmShapes, device: &B::Device) -> Result<f64> {
+    let vocab = shapes.config.vocab_size;
+    let model = classifier_config(shapes.config, shapes.num_labels, None).init::<B>(device);
+    let train = synthetic_rows(shapes.batch, shapes.seq, vocab);
+    let eval = synthetic_rows(shapes.eval_batch_size, shapes.seq, vocab);
+    let settings = TrainSettings {
+        learning_rate: 5e-5,
+        batch_size: shapes.batch,
+        eval_batch_size: shapes.eval_batch_size,
+        epochs: 1,
+        warmup_ratio: 0.0,
+        adamw: AdamWSettings {
+            max_grad_norm: Some(1.0),
+            ..AdamWSettings::default()
+        },
+        batch_order: BatchOrder::Sequential,
+        seed: 0,
+    };
+    let mut reporter = Reporter::new(std::io::sink(), Metric::Accuracy, None, String::new());
+    let mut memory = MemoryWatch::new(None, device);
+    let started = Instant::now();
+    fine_tune(
+        model,
+        &train,
+        &eval,
+        &settings,
+        shapes.num_labels,
+        0,
+        device,
+        &mut reporter,
+        &mut memory,
+    )?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// Before a training run on a GPU: warms the kernel cache for the run's shapes unless a trainer
+/// already has, one trainer at a time ([`kernel_cache::warm_once`]), so that trials starting
+/// together compile each kernel once. Nothing to do on the CPU, which caches no kernels.
+pub(crate) fn warm_before_training<B: TrainBackend>(
+    shapes: &WarmShapes,
+    device: &B::Device,
+) -> Result<()> {
+    let Some(dir) = kernel_cache::active() else {
+        return Ok(());
+    };
+    let key = shapes.key();
+    let ran = kernel_cache::warm_once(dir, &key, || {
+        warm_step::<B>(shapes, device).map(|seconds| {
+            tracing::info!(
+                "warmed the kernel cache {} for {key} in {seconds:.1} s",
+                dir.display()
+            )
+        })
+    })?;
+    tracing::debug!("kernel cache warm-up: {ran:?}");
+    Ok(())
+}
+
 impl BackendTask for WarmTask<'_> {
     type Output = Warmed;
 
@@ -142,37 +248,32 @@ impl BackendTask for WarmTask<'_> {
                 ),
             });
         }
-        let cache = kernel_cache::active().map(Path::to_path_buf);
-        let before = cache.as_deref().map_or(0, kernel_cache::files);
-        let model = classifier_config(&config, 2, None).init::<B>(&device);
-        let train = synthetic_rows(args.batch, args.seq, config.vocab_size);
-        let eval = synthetic_rows(args.eval_batch_size, args.seq, config.vocab_size);
-        let settings = TrainSettings {
-            learning_rate: 5e-5,
-            batch_size: args.batch,
+        let shapes = WarmShapes {
+            config: &config,
+            num_labels: args.num_labels,
+            batch: args.batch,
+            seq: args.seq,
             eval_batch_size: args.eval_batch_size,
-            epochs: 1,
-            warmup_ratio: 0.0,
-            adamw: AdamWSettings {
-                max_grad_norm: Some(1.0),
-                ..AdamWSettings::default()
-            },
-            batch_order: BatchOrder::Sequential,
-            seed: 0,
+            precision: args.precision,
+            autotune: args.autotune,
         };
-        let mut reporter = Reporter::new(std::io::sink(), Metric::Accuracy, None, String::new());
-        let started = Instant::now();
-        fine_tune(
-            model,
-            &train,
-            &eval,
-            &settings,
-            2,
-            0,
-            &device,
-            &mut reporter,
-        )?;
-        let seconds = started.elapsed().as_secs_f64();
+        let cache = kernel_cache::active().map(Path::to_path_buf);
+        // Trainers starting meanwhile wait for this warm-up, then load what it stores.
+        let lock = cache.as_deref().and_then(|path| {
+            kernel_cache::WarmUpLock::acquire(path)
+                .map_err(|e| tracing::warn!("cannot lock the kernel cache {}: {e}", path.display()))
+                .ok()
+        });
+        let before = cache.as_deref().map_or(0, kernel_cache::files);
+        let seconds = warm_step::<B>(&shapes, &device)?;
+        if let Some(lock) = &lock
+            && let Err(e) = lock.mark_warm(&shapes.key())
+        {
+            tracing::warn!(
+                "cannot mark the kernel cache warm for {}: {e}",
+                shapes.key()
+            );
+        }
         let stored = match (self.device, cache) {
             (DeviceChoice::Cpu, _) => Stored::NoCache,
             (DeviceChoice::Cuda(_), None) => Stored::Unavailable,

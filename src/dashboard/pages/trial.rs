@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use super::{layout, short_time, url_part};
 use crate::dashboard::logs::LogTail;
+use crate::gpus::placement;
 use crate::plot::axis::format_number;
 use crate::plot::svg::escape;
 use crate::storage::{AttemptRecord, MeasurementRecord, TrialRecord, TrialState};
@@ -109,7 +110,11 @@ fn attempts_table(attempts: &[AttemptRecord]) -> String {
                 .map(short_time)
                 .unwrap_or_else(|| "—".into()),
             escape(a.worker.as_deref().unwrap_or("—")),
-            escape(a.gpus.as_deref().unwrap_or("—")),
+            escape(
+                &a.gpus
+                    .as_deref()
+                    .map_or_else(|| "—".into(), |gpus| placement(gpus, a.gpu_slot))
+            ),
             escape(
                 a.error
                     .as_deref()

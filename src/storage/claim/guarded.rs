@@ -6,7 +6,7 @@ use super::super::ends::{Script, TrialEnd};
 use super::super::rows::{TrialRecord, trial_columns};
 use super::super::view::StudyView;
 use super::super::{Storage, StorageError, now};
-use super::params_json;
+use super::{Holder, params_json};
 use crate::study::space::Assignment;
 
 impl Storage {
@@ -21,7 +21,7 @@ impl Storage {
         &self,
         view: &mut StudyView,
         planned: &[Assignment],
-        owner: &str,
+        holder: Holder<'_>,
         ends: Vec<TrialEnd>,
     ) -> Result<Vec<TrialRecord>, StorageError> {
         let first = view.next_number();
@@ -34,14 +34,21 @@ impl Storage {
         let study = script.int(view.study_id);
         let since = script.int(since);
         let now = script.text(Some(&now()));
-        let owner = script.text(Some(owner));
+        let owner = script.text(Some(holder.owner));
+        let lease_expires = holder.lease.map(|l| l.expires());
+        let lease_expires = script.text(lease_expires.as_deref());
+        let lease_seconds = match holder.lease {
+            Some(lease) => script.int(lease.seconds()),
+            None => "NULL".into(),
+        };
         for (i, params) in planned.iter().enumerate() {
             // `changes()`: the rows the previous statement (this call's previous insert)
             // inserted; a trial is inserted only after the ones planned before it.
             let after_previous = if i == 0 { "" } else { "changes() = 1 AND " };
             let insert = format!(
-                "INSERT INTO trials (study_id, number, state, params, created_at, started_at, heartbeat_at, attempt, owner)
-                 SELECT {study}, {}, 'running', {}, {now}, {now}, {now}, 1, {owner}
+                "INSERT INTO trials (study_id, number, state, params, created_at, started_at, heartbeat_at, attempt, owner,
+                                     lease_expires_at, lease_seconds)
+                 SELECT {study}, {}, 'running', {}, {now}, {now}, {now}, 1, {owner}, {lease_expires}, {lease_seconds}
                  WHERE {after_previous}(SELECT COUNT(*) FROM trials WHERE +study_id = {study} AND id >= {since}) = {}
                    AND (SELECT COUNT(*) FROM trials WHERE +study_id = {study} AND id >= {since}
                         AND state IN ('pending', 'running')) = {}

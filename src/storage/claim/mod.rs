@@ -10,10 +10,13 @@
 mod changes;
 mod guarded;
 
+use std::time::Duration;
+
 use sqlx::{Any, Transaction};
 
 use super::ends::TrialEnd;
-use super::rows::{TrialRecord, TrialState, enqueued, trial_columns};
+use super::leases::ends_after;
+use super::rows::{TrialRecord, TrialState, enqueued, handed_back, trial_columns};
 use super::view::StudyView;
 use super::{Dialect, Storage, StorageError, now, query_error};
 use crate::study::Budget;
@@ -38,6 +41,57 @@ pub(crate) struct ClaimRules {
     pub queue: Queue,
 }
 
+/// Who holds the trials a claim starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Holder<'a> {
+    /// The owner recorded with them: a controller's `host:pid@start`, or [`CLIENT`].
+    pub(crate) owner: &'a str,
+    /// A client's lease; `None` for a controller, whose heartbeats keep its trials.
+    pub(crate) lease: Option<ClientLease>,
+}
+
+impl<'a> Holder<'a> {
+    /// The controller `owner`.
+    pub(crate) fn controller(owner: &'a str) -> Self {
+        Holder { owner, lease: None }
+    }
+}
+
+impl Holder<'static> {
+    /// An ask/tell client, under `lease`.
+    pub(crate) fn client(lease: ClientLease) -> Self {
+        Holder {
+            owner: CLIENT,
+            lease: Some(lease),
+        }
+    }
+}
+
+/// The owner recorded with the trials ask/tell clients hold.
+pub(crate) const CLIENT: &str = "client";
+
+/// The terms on which an ask/tell client (`hptune ask`) holds trials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClientLease {
+    /// How long a lease runs before the trial goes back to the study, renewed by each
+    /// intermediate result.
+    pub(crate) length: Duration,
+    /// How many of the study's trials clients may hold at once (`parallel_trial_count`).
+    pub(crate) at_most: usize,
+}
+
+impl ClientLease {
+    /// When a lease that starts (or is renewed) now ends, as stored.
+    pub(crate) fn expires(&self) -> String {
+        ends_after(self.seconds())
+    }
+
+    /// The length in whole seconds, as stored.
+    pub(crate) fn seconds(&self) -> i64 {
+        i64::try_from(self.length.as_secs()).unwrap_or(i64::MAX)
+    }
+}
+
 /// What [`Storage::claim_trials`] did, trial by trial.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Claim {
@@ -49,24 +103,38 @@ pub(crate) enum Claim {
     TooManyFailures,
     /// The sampler has nothing left to propose.
     Exhausted,
+    /// Clients hold as many trials as their lease allows at once ([`ClientLease::at_most`]).
+    AllLeased,
 }
 
 /// What a claim decides on a view of the study.
 enum Decision {
-    /// Run the enqueued trial with this row id.
-    Enqueued(i64),
+    /// Run the waiting trial with this row id.
+    Waiting(Waits, i64),
     /// Run trial `number` with these parameters.
     Run(u64, Assignment),
     /// Claim nothing, for this reason.
     Not(Claim),
 }
 
-/// Checks the failures on `view`, takes the next enqueued trial if the rules run them and
-/// there is one, else checks the budget with the `planned` trials (proposed in this claim,
-/// not yet in the view) counted and asks `propose` for the next number's parameters.
+/// Why a trial waits to be claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waits {
+    /// It is enqueued: it has never run.
+    Enqueued,
+    /// It was handed back (a lease ended, a controller was interrupted): its next attempt
+    /// waits.
+    HandedBack,
+}
+
+/// Checks the failures on `view` and, for a client, the trials clients hold; takes a trial
+/// handed back if a client claims and there is one, the next enqueued trial if the rules run
+/// them and there is one, else checks the budget with the `planned` trials (proposed in this
+/// claim, not yet in the view) counted and asks `propose` for the next number's parameters.
 fn decide<E>(
     view: &StudyView,
     rules: ClaimRules,
+    holder: Holder<'_>,
     planned: &[Assignment],
     propose: &mut impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
 ) -> Result<Decision, E> {
@@ -76,10 +144,23 @@ fn decide<E>(
     {
         return Ok(Decision::Not(Claim::TooManyFailures));
     }
+    if let Some(lease) = holder.lease {
+        let leased = view
+            .unfinished_trials()
+            .filter(|t| t.lease_expires_at.is_some())
+            .count();
+        if leased + planned.len() >= lease.at_most {
+            return Ok(Decision::Not(Claim::AllLeased));
+        }
+        // A controller takes these over as orphans ([`Storage::adopt_orphans`]).
+        if let Some(trial) = view.unfinished_trials().find(|t| t.is_handed_back()) {
+            return Ok(Decision::Waiting(Waits::HandedBack, trial.id));
+        }
+    }
     if rules.queue == Queue::RunFirst
         && let Some(trial) = view.next_enqueued()
     {
-        return Ok(Decision::Enqueued(trial.id));
+        return Ok(Decision::Waiting(Waits::Enqueued, trial.id));
     }
     if !rules.budget.has_room(view.trial_count() + planned.len()) {
         return Ok(Decision::Not(Claim::BudgetSpent));
@@ -91,37 +172,43 @@ fn decide<E>(
     })
 }
 
-/// What became of the enqueued trial a claim chose.
+/// What became of the waiting trial a claim chose.
 enum Taken {
-    /// It runs now, for the claiming controller.
+    /// It runs now, for the claiming controller or client.
     Started(TrialRecord),
-    /// It was no longer enqueued (another controller took it and handed it back, which the
+    /// It no longer waited (another controller took it, and maybe handed it back, which the
     /// view does not read): the row as it is.
     Changed(TrialRecord),
 }
 
-/// Starts the enqueued trial with row id `id` for `owner`, in `tx`, which holds the study's
-/// lock: its first attempt begins now.
-async fn start_enqueued(
+/// Starts the waiting trial with row id `id` for `holder`, in `tx`, which holds the study's
+/// lock: its current attempt begins now.
+async fn start_waiting(
     tx: &mut Transaction<'static, Any>,
+    waits: Waits,
     id: i64,
-    owner: &str,
+    holder: Holder<'_>,
 ) -> Result<Taken, StorageError> {
-    let doing = "starting an enqueued trial";
+    let doing = "starting a waiting trial";
     let at = now();
-    let started = sqlx::query(concat!(
-        "UPDATE trials SET state = 'running', owner = $1, started_at = $2, heartbeat_at = $2
-         WHERE id = $3 AND ",
-        enqueued!(),
-        " RETURNING ",
+    let waiting = match waits {
+        Waits::Enqueued => enqueued!(),
+        Waits::HandedBack => handed_back!(),
+    };
+    let start = format!(
+        "UPDATE trials SET state = 'running', owner = $1, started_at = $2, heartbeat_at = $2,
+         lease_expires_at = $4, lease_seconds = $5 WHERE id = $3 AND {waiting} RETURNING {}",
         trial_columns!()
-    ))
-    .bind(owner)
-    .bind(&at)
-    .bind(id)
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(query_error(doing))?;
+    );
+    let started = sqlx::query(&start)
+        .bind(holder.owner)
+        .bind(&at)
+        .bind(id)
+        .bind(holder.lease.map(|l| l.expires()))
+        .bind(holder.lease.map(|l| l.seconds()))
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(query_error(doing))?;
     let Some(row) = started else {
         let row = sqlx::query(concat!(
             "SELECT ",
@@ -134,16 +221,18 @@ async fn start_enqueued(
         .map_err(query_error(doing))?;
         return Ok(Taken::Changed(TrialRecord::from_row(&row)?));
     };
+    let trial = TrialRecord::from_row(&row)?;
     sqlx::query(
-        "UPDATE attempts SET owner = $1, started_at = $2 WHERE trial_id = $3 AND attempt = 1",
+        "UPDATE attempts SET owner = $1, started_at = $2 WHERE trial_id = $3 AND attempt = $4",
     )
-    .bind(owner)
+    .bind(holder.owner)
     .bind(&at)
     .bind(id)
+    .bind(i64::from(trial.attempt))
     .execute(&mut **tx)
     .await
     .map_err(query_error(doing))?;
-    Ok(Taken::Started(TrialRecord::from_row(&row)?))
+    Ok(Taken::Started(trial))
 }
 
 pub(super) fn params_json(params: &Assignment) -> String {
@@ -167,7 +256,7 @@ impl<E> From<StorageError> for ClaimError<E> {
 }
 
 impl Storage {
-    /// Claims up to `slots` trials of a study for `owner`, one after another: brings `view`
+    /// Claims up to `slots` trials of a study for `holder`, one after another: brings `view`
     /// up to date, checks the budget, asks `propose` for the parameters of the next number
     /// (with the trials already claimed in this call as running), and records the trial as
     /// running with its first attempt, all as one step for every controller of the study.
@@ -187,7 +276,7 @@ impl Storage {
         &self,
         view: &mut StudyView,
         rules: ClaimRules,
-        owner: &str,
+        holder: Holder<'_>,
         slots: usize,
         ends: &mut Vec<TrialEnd>,
         mut propose: impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
@@ -196,14 +285,14 @@ impl Storage {
             // The parameters of the trials numbered from the view's next number on.
             let mut planned: Vec<Assignment> = Vec::new();
             while planned.len() < slots {
-                match decide(view, rules, &planned, &mut propose) {
+                match decide(view, rules, holder, &planned, &mut propose) {
                     Ok(Decision::Run(_, params)) => planned.push(params),
                     _ => break,
                 }
             }
             if !planned.is_empty() {
                 let claimed = self
-                    .insert_if_unchanged(view, &planned, owner, std::mem::take(ends))
+                    .insert_if_unchanged(view, &planned, holder, std::mem::take(ends))
                     .await?;
                 if !claimed.is_empty() {
                     let started = claimed.into_iter().map(|t| Claim::Started(Box::new(t)));
@@ -211,7 +300,9 @@ impl Storage {
                 }
             }
         }
-        let claim = self.claim_locked(view, rules, owner, ends, propose).await?;
+        let claim = self
+            .claim_locked(view, rules, holder, ends, propose)
+            .await?;
         Ok(vec![claim])
     }
 
@@ -220,7 +311,7 @@ impl Storage {
         &self,
         view: &mut StudyView,
         rules: ClaimRules,
-        owner: &str,
+        holder: Holder<'_>,
         ends: &mut Vec<TrialEnd>,
         mut propose: impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
     ) -> Result<Claim, ClaimError<E>> {
@@ -230,32 +321,37 @@ impl Storage {
         let rows = changed_rows(&mut *tx, view).await?;
         view.absorb(&rows)?;
         let (number, params) = loop {
-            match decide(view, rules, &[], &mut propose) {
+            match decide(view, rules, holder, &[], &mut propose) {
                 Ok(Decision::Run(number, params)) => break (number, params),
-                Ok(Decision::Enqueued(id)) => match start_enqueued(&mut tx, id, owner).await? {
-                    Taken::Started(trial) => {
-                        tx.commit().await.map_err(query_error(doing))?;
-                        view.update(trial.clone());
-                        return Ok(Claim::Started(Box::new(trial)));
+                Ok(Decision::Waiting(waits, id)) => {
+                    match start_waiting(&mut tx, waits, id, holder).await? {
+                        Taken::Started(trial) => {
+                            tx.commit().await.map_err(query_error(doing))?;
+                            view.update(trial.clone());
+                            return Ok(Claim::Started(Box::new(trial)));
+                        }
+                        // The view learns what became of it, and the claim decides again.
+                        Taken::Changed(trial) => view.update(trial),
                     }
-                    // The view learns what became of it, and the claim decides again.
-                    Taken::Changed(trial) => view.update(trial),
-                },
+                }
                 Ok(Decision::Not(claim)) => return Ok(claim),
                 Err(e) => return Err(ClaimError::Proposal(e)),
             }
         };
         let started = now();
         let row = sqlx::query(concat!(
-            "INSERT INTO trials (study_id, number, state, params, created_at, started_at, heartbeat_at, attempt, owner)
-             VALUES ($1, $2, 'running', $3, $4, $4, $4, 1, $5) RETURNING ",
+            "INSERT INTO trials (study_id, number, state, params, created_at, started_at, heartbeat_at, attempt, owner,
+                                 lease_expires_at, lease_seconds)
+             VALUES ($1, $2, 'running', $3, $4, $4, $4, 1, $5, $6, $7) RETURNING ",
             trial_columns!()
         ))
         .bind(view.study_id)
         .bind(number as i64)
         .bind(params_json(&params))
         .bind(&started)
-        .bind(owner)
+        .bind(holder.owner)
+        .bind(holder.lease.map(|l| l.expires()))
+        .bind(holder.lease.map(|l| l.seconds()))
         .fetch_one(&mut *tx)
         .await
         .map_err(query_error(doing))?;

@@ -89,11 +89,18 @@ async fn a_claim_on_a_stale_view_reads_what_another_controller_did() {
                 view.update(end.trial.clone());
             }
             let claimed = storage
-                .claim_trials(view, budget, "me", 1, &mut ends, |number, view, claimed| {
-                    assert!(claimed.is_empty());
-                    seen.push((number, view.history().len(), view.unfinished_params().len()));
-                    Ok::<_, ()>(Some(Assignment::default()))
-                })
+                .claim_trials(
+                    view,
+                    budget,
+                    Holder::controller("me"),
+                    1,
+                    &mut ends,
+                    |number, view, claimed| {
+                        assert!(claimed.is_empty());
+                        seen.push((number, view.history().len(), view.unfinished_params().len()));
+                        Ok::<_, ()>(Some(Assignment::default()))
+                    },
+                )
                 .await
                 .unwrap();
             assert!(ends.is_empty(), "the claim writes every end");
@@ -204,7 +211,7 @@ async fn a_claim_of_several_slots_inserts_them_in_one_call_or_none() {
             .claim_trials(
                 view,
                 budget,
-                "me",
+                Holder::controller("me"),
                 slots,
                 &mut ends,
                 |number, view, claimed| {
@@ -263,4 +270,40 @@ async fn a_claim_of_several_slots_inserts_them_in_one_call_or_none() {
     let mut wanted = vec![(0, TrialState::Succeeded)];
     wanted.extend((1..6).map(|n| (n, TrialState::Running)));
     assert_eq!(stored, wanted);
+}
+
+#[test]
+fn a_client_takes_a_handed_back_trial_first_and_no_more_trials_than_its_lease_allows() {
+    let (rules, mut view, _) = two_controllers(1, 10);
+    let client = Holder::client(ClientLease {
+        length: Duration::from_secs(60),
+        at_most: 2,
+    });
+    let leased = TrialRecord {
+        owner: Some(CLIENT.into()),
+        lease_expires_at: Some("2100-01-01T00:00:00.000Z".into()),
+        ..TrialRecord::for_test(0)
+    };
+    let handed_back = TrialRecord {
+        started_at: Some("2026-01-01T00:00:00.000Z".into()),
+        attempt: 2,
+        ..TrialRecord::in_state(1, TrialState::Pending, None)
+    };
+    view.update(leased);
+    view.update(handed_back.clone());
+    let mut proposed = |_, _: &StudyView, _: &[Assignment]| Ok::<_, ()>(Some(Assignment::new()));
+    assert!(matches!(
+        decide(&view, rules, client, &[], &mut proposed),
+        Ok(Decision::Waiting(Waits::HandedBack, id)) if id == handed_back.id
+    ));
+    // A controller leaves it to adoption, and claims a new trial.
+    assert!(matches!(
+        decide(&view, rules, Holder::controller("me"), &[], &mut proposed),
+        Ok(Decision::Run(2, _))
+    ));
+    // One trial leased and one planned: the client's two slots are full.
+    assert!(matches!(
+        decide(&view, rules, client, &[Assignment::new()], &mut proposed),
+        Ok(Decision::Not(Claim::AllLeased))
+    ));
 }

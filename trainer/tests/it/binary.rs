@@ -5,20 +5,58 @@
 use crate::common::fixtures;
 use std::process::{Command, Output};
 
-fn trainer() -> Command {
+/// The trainer binary, without the controller's variables of the test's own environment.
+pub(crate) fn trainer() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hptune-trainer"));
     command.env_remove("HPTUNE_METRICS_FILE");
     command.env_remove("CLOUD_ML_HP_METRIC_FILE");
     command.env_remove("HPTUNE_OUTPUT_DIR");
+    command.env_remove("HPTUNE_GPU_MEMORY");
     command
 }
 
-fn stdout(output: &Output) -> String {
+/// The process's stdout.
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn stderr(output: &Output) -> String {
+/// The process's stderr.
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The protocol lines of `output` without what the machine's speed and memory decide (the
+/// final line's `eval_ms_per_sample` and peak memory): what a seed repeats.
+pub(crate) fn measurements(output: &Output) -> String {
+    let machine_dependent = [
+        "eval_ms_per_sample=",
+        "peak_rss_bytes=",
+        "peak_memory_bytes=",
+    ];
+    stdout(output)
+        .lines()
+        .map(|line| {
+            let pairs = line.split_whitespace();
+            let kept = pairs.filter(|pair| !machine_dependent.iter().any(|k| pair.starts_with(k)));
+            kept.collect::<Vec<_>>().join(" ") + "\n"
+        })
+        .collect()
+}
+
+/// Checks that the run succeeded and that its log (stderr) says `text`.
+pub(crate) fn assert_success_logging(output: &Output, text: &str) {
+    assert!(output.status.success(), "stderr: {}", stderr(output));
+    assert!(stderr(output).contains(text), "{}", stderr(output));
+}
+
+/// Checks that the run was refused as bad input: exit status 2, one line on stderr saying
+/// `text`, nothing on stdout.
+pub(crate) fn assert_refused(output: &Output, text: &str) {
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(output));
+    let message = stderr(output);
+    assert_eq!(message.trim().lines().count(), 1, "{message}");
+    assert!(message.contains(text), "{message}");
+    assert!(stdout(output).is_empty());
 }
 
 /// `key=value` pairs of a protocol line.
@@ -31,7 +69,8 @@ fn pairs(line: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-fn value(line: &str, key: &str) -> f64 {
+/// The value of `key` in a protocol line.
+pub(crate) fn value(line: &str, key: &str) -> f64 {
     pairs(line)
         .into_iter()
         .find(|(k, _)| k == key)
@@ -158,7 +197,7 @@ fn same_seed_gives_the_same_measurements() {
             .output()
             .unwrap();
         assert!(output.status.success(), "stderr: {}", stderr(&output));
-        stdout(&output)
+        measurements(&output)
     };
     assert_eq!(run(), run());
 }
@@ -174,14 +213,7 @@ fn a_bad_flag_value_exits_non_zero_with_one_line_naming_the_flag() {
         .arg("--learning-rate=-1")
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let message = stderr(&output);
-    assert_eq!(message.trim().lines().count(), 1, "{message}");
-    assert!(
-        message.contains("--learning-rate: must be a positive number"),
-        "{message}"
-    );
-    assert!(stdout(&output).is_empty());
+    assert_refused(&output, "--learning-rate: must be a positive number");
 }
 
 #[test]
@@ -240,13 +272,8 @@ fn batch_orders_give_other_batches_each_repeatable_by_its_seed_and_the_log_names
             .args(["--batch-order", order])
             .output()
             .unwrap();
-        assert!(output.status.success(), "stderr: {}", stderr(&output));
-        assert!(
-            stderr(&output).contains("device cpu, precision f32"),
-            "{}",
-            stderr(&output)
-        );
-        stdout(&output)
+        assert_success_logging(&output, "device cpu, precision f32");
+        measurements(&output)
     };
     let grouped = run("length-grouped");
     assert_eq!(grouped, run("length-grouped"));

@@ -3,6 +3,7 @@
 //! unreachable endpoint, and a checkpoint whose head has another number of labels than the data.
 #![cfg(feature = "flex")]
 
+use crate::binary;
 use crate::common::fixtures;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -50,9 +51,10 @@ fn error_line(output: &Output) -> String {
 }
 
 /// The protocol lines of a successful run.
+/// The run's protocol lines, but the machine-dependent figures ([`binary::measurements`]).
 fn measurements(output: Output) -> String {
     assert!(output.status.success(), "stderr: {}", stderr(&output));
-    let text = String::from_utf8(output.stdout).unwrap();
+    let text = binary::measurements(&output);
     assert_eq!(text.lines().count(), 2, "{text}");
     text
 }

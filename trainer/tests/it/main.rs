@@ -10,10 +10,12 @@
 mod common;
 
 mod binary;
+mod costs;
 mod data_formats;
 mod device_work;
 mod f16_loss_scaling;
 mod half_precision;
+mod kernel_cache;
 mod loading;
 mod parity;
 mod serve;

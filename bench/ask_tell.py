@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Ask/tell overhead: the time per trial of `hptune ask` + `hptune tell` against Optuna's
+ask/tell, both on SQLite, in the same command.
+
+A client asks for a trial, computes x^2 (no work) and tells the value, N times one after
+another, on a study of one double with the random sampler (the sampler's own cost apart):
+
+- hptune: two processes per trial (`hptune ask --format json`, `hptune tell --value`), as a
+  program in any language drives it, and as the Python package does;
+- Optuna in-process: `study.ask()` / `study.tell()` with its SQLite storage (RDBStorage), no
+  process per trial;
+- Optuna's own commands (`optuna ask` / `optuna tell`, a process each, as hptune's), over
+  fewer trials (`--cli-trials`): each pays Python's and Optuna's import.
+
+Prints a Markdown table (per trial: the mean, and the mean of the first and last 10% of the
+trials, which shows whether a trial costs more as the study grows); writes
+bench/results/ask_tell.json.
+
+    python3 bench/ask_tell.py [--trials 1000] [--cli-trials 50] [--profile release|debug]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_venv  # noqa: E402
+
+bench_venv.ensure(["optuna"], "optuna")
+
+import optuna  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+STUDY = """\
+name: overhead
+objective: {{metric: loss, goal: minimize}}
+parameters:
+  - {{id: x, type: double, min: -5.0, max: 5.0}}
+algorithm: random
+max_trial_count: {trials}
+parallel_trial_count: 1
+seed: 1
+trial:
+  command: ["true"]
+"""
+
+
+def hptune_binary(profile):
+    args = ["cargo", "build", "--bin", "hptune"] + (["--release"] if profile == "release" else [])
+    subprocess.run(args, cwd=ROOT, check=True, capture_output=True)
+    meta = subprocess.run(
+        ["cargo", "metadata", "--format-version", "1", "--no-deps"],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    )
+    return Path(json.loads(meta.stdout)["target_directory"]) / profile / "hptune"
+
+
+def hptune_loop(binary, trials, folder):
+    study = folder / "study.yaml"
+    study.write_text(STUDY.format(trials=trials))
+    env = {**os.environ, "HPTUNE_STORAGE": f"sqlite://{folder / 'hptune.db'}"}
+    times = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        asked = subprocess.run(
+            [binary, "ask", study, "--format", "json"], env=env, check=True,
+            capture_output=True, text=True,
+        )
+        trial = json.loads(asked.stdout)[0]
+        x = trial["params"]["x"]
+        subprocess.run(
+            [binary, "tell", "overhead", str(trial["number"]), "--value", repr(x * x)],
+            env=env, check=True, capture_output=True,
+        )
+        times.append(time.perf_counter() - start)
+    told = subprocess.run(
+        [binary, "trials", "overhead", "--state", "succeeded", "--format", "json"],
+        env=env, check=True, capture_output=True, text=True,
+    )
+    assert len(json.loads(told.stdout)) == trials, "hptune lost a trial"
+    return times
+
+
+def optuna_loop(trials, folder):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        study_name="overhead", storage=f"sqlite:///{folder / 'optuna.db'}",
+        sampler=optuna.samplers.RandomSampler(seed=1),
+    )
+    space = {"x": optuna.distributions.FloatDistribution(-5.0, 5.0)}
+    times = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        trial = study.ask(space)
+        x = trial.params["x"]
+        study.tell(trial, x * x)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def optuna_cli_loop(trials, folder):
+    optuna_cli = Path(sys.executable).with_name("optuna")
+    storage = f"sqlite:///{folder / 'optuna-cli.db'}"
+    common = ["--storage", storage, "--study-name", "overhead"]
+    subprocess.run([optuna_cli, "create-study", *common], check=True, capture_output=True)
+    space = json.dumps({"x": {"name": "FloatDistribution", "attributes": {"low": -5.0, "high": 5.0}}})
+    times = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        asked = subprocess.run(
+            [optuna_cli, "ask", *common, "--sampler", "RandomSampler", "--search-space", space],
+            check=True, capture_output=True, text=True,
+        )
+        trial = json.loads(asked.stdout.strip().splitlines()[-1])
+        x = trial["params"]["x"]
+        subprocess.run(
+            [optuna_cli, "tell", *common, "--trial-number", str(trial["number"]),
+             "--values", repr(x * x)],
+            check=True, capture_output=True,
+        )
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def summary(times):
+    tenth = max(1, len(times) // 10)
+    mean = lambda xs: 1000 * sum(xs) / len(xs)  # noqa: E731
+    return {
+        "trials": len(times),
+        "ms_per_trial": mean(times),
+        "first_10pct_ms": mean(times[:tenth]),
+        "last_10pct_ms": mean(times[-tenth:]),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--cli-trials", type=int, default=50)
+    parser.add_argument("--profile", choices=["release", "debug"], default="release")
+    args = parser.parse_args()
+    binary = hptune_binary(args.profile)
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        rows[f"hptune ask + tell ({args.profile} build)"] = summary(hptune_loop(binary, args.trials, folder))
+        rows[f"Optuna {optuna.__version__} study.ask + study.tell (in-process)"] = summary(optuna_loop(args.trials, folder))
+        rows["Optuna `optuna ask` + `optuna tell` (a process each)"] = summary(optuna_cli_loop(args.cli_trials, folder))
+    print("| client, SQLite | trials | ms per trial | first 10% | last 10% |")
+    print("|---|---:|---:|---:|---:|")
+    for name, row in rows.items():
+        print(f"| {name} | {row['trials']} | {row['ms_per_trial']:.1f} | "
+              f"{row['first_10pct_ms']:.1f} | {row['last_10pct_ms']:.1f} |")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "ask_tell.json").write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Finding the ``hptune`` binary and running its commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sysconfig
+from typing import Any, List, Optional, Sequence
+
+#: The variable that names the binary to run, before any other.
+BINARY_VARIABLE = "HPTUNE_BIN"
+
+_NAME = "hptune.exe" if os.name == "nt" else "hptune"
+
+
+class HptuneError(RuntimeError):
+    """A command of the ``hptune`` binary failed: ``message`` is what it printed on
+    stderr, ``exit_code`` its exit status (1: a failure, such as a spent budget; 2: bad
+    input, such as an unknown trial or study)."""
+
+    def __init__(self, command: Sequence[str], exit_code: int, message: str) -> None:
+        self.command: List[str] = list(command)
+        self.exit_code = exit_code
+        self.message = message
+        super().__init__(f"hptune {' '.join(self.command[1:2])} exited {exit_code}: {message}")
+
+
+def find_binary() -> str:
+    """The ``hptune`` binary that :class:`~hptune.Study` runs.
+
+    In this order: the path in ``HPTUNE_BIN``; the one the wheel installed beside this
+    package (the ``scripts`` folder of its environment, or of the user's); the first
+    ``hptune`` on ``PATH``.
+
+    Raises:
+        FileNotFoundError: none of them is an executable file.
+    """
+    named = os.environ.get(BINARY_VARIABLE)
+    if named:
+        if os.path.isfile(named) and os.access(named, os.X_OK):
+            return named
+        raise FileNotFoundError(f"{BINARY_VARIABLE}={named} is not an executable file")
+    for scheme in (None, f"{os.name}_user"):
+        try:
+            folder = sysconfig.get_path("scripts") if scheme is None else sysconfig.get_path("scripts", scheme)
+        except KeyError:
+            continue
+        candidate = os.path.join(folder, _NAME)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which(_NAME)
+    if found is None:
+        raise FileNotFoundError(
+            "no hptune binary: install the hptune wheel, put hptune on PATH, or set "
+            f"{BINARY_VARIABLE} to its path"
+        )
+    return found
+
+
+def run_command(args: Sequence[str], binary: Optional[str] = None, accept: Sequence[int] = (0,)) -> "Completed":
+    """Runs ``hptune ARGS...`` to its end.
+
+    Raises:
+        HptuneError: it exited with a code not in ``accept``.
+    """
+    command = [binary or find_binary(), *args]
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if done.returncode not in accept:
+        raise HptuneError(command, done.returncode, _message(done.stderr, done.stdout))
+    return Completed(done.returncode, done.stdout)
+
+
+class Completed:
+    """A command that ended as expected: its exit code and its stdout."""
+
+    def __init__(self, exit_code: int, stdout: str) -> None:
+        self.exit_code = exit_code
+        self.stdout = stdout
+
+    def json(self) -> Any:
+        """The stdout read as JSON.
+
+        Raises:
+            HptuneError: it is not JSON (a binary older than this package).
+        """
+        try:
+            return json.loads(self.stdout)
+        except json.JSONDecodeError as err:
+            raise HptuneError(["hptune"], self.exit_code, f"printed no JSON ({err}): {self.stdout[:200]!r}") from None
+
+
+def _message(stderr: str, stdout: str) -> str:
+    """What a failed command said: its stderr (without log prefixes' blank lines), else its stdout."""
+    text = stderr.strip() or stdout.strip()
+    return text or "(it printed nothing)"

@@ -1,0 +1,184 @@
+"""The client's side: hptune.Study driving the real binary's ask, tell, best and trials."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, List
+
+import pytest
+
+import hptune
+from conftest import hptune_json, loss_of, succeeded, write_study
+
+
+def study_in(folder: Path, name: str, trials: int, **options: Any) -> hptune.Study:
+    """A Study of a new study file in ``folder``, stored in a SQLite file there."""
+    return hptune.Study(write_study(folder, name, trials, **options), storage=f"sqlite://{folder / 'hptune.db'}")
+
+
+def test_a_sequential_ask_tell_loop_proposes_what_hptune_run_proposes(binary: str, tmp_path: Path) -> None:
+    ran, asked = tmp_path / "ran", tmp_path / "asked"
+    ran.mkdir(), asked.mkdir()
+    study_file = write_study(ran, "same", 6, parallel=1, algorithm="bayesian")
+    done = subprocess.run([binary, "run", study_file.name], cwd=ran, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    by_run = [t["params"] for t in sorted(hptune_json(binary, ran, "trials", "same"), key=lambda t: t["number"])]
+
+    study = study_in(asked, "same", 6, parallel=1, algorithm="bayesian")
+    by_client = []
+    for _ in range(6):
+        trial = study.ask()
+        by_client.append(trial.params)
+        study.tell(trial, loss_of(trial.params))
+    assert by_client == by_run
+    with pytest.raises(hptune.HptuneError) as spent:
+        study.ask()
+    assert spent.value.exit_code == 1
+
+
+def test_optimize_in_more_threads_than_slots_fills_the_budget_exactly(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "threads", 8, parallel=2)
+    seen: List[int] = []
+    study.optimize(lambda trial: seen.append(trial.number) or loss_of(trial.params), n_jobs=3)
+
+    trials = study.trials()
+    assert sorted(seen) == list(range(8))
+    assert len(succeeded(trials)) == 8
+    assert all(t["value"] == loss_of(t["params"]) for t in trials)
+    best = study.best()
+    assert best["value"] == min(t["value"] for t in trials)
+    assert best["params"] == next(t["params"] for t in trials if t["number"] == best["number"])
+
+
+def test_optimize_runs_n_trials_and_a_later_call_goes_on(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "partial", 5)
+    study.optimize(lambda trial: loss_of(trial.params), n_trials=3)
+    assert len(study.trials()) == 3
+    study.optimize(lambda trial: loss_of(trial.params), n_trials=10)
+    assert len(succeeded(study.trials())) == 5
+
+
+def test_a_report_the_stopping_rule_judges_unpromising_stops_the_trial(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "stops", 5, parallel=1, extra="early_stopping: {rule: median, min_steps: 1, min_trials: 3}\n")
+    answers = {}
+
+    def objective(trial: hptune.Trial) -> float:
+        value = 10.0 + trial.number  # each trial worse than the ones before it
+        for step in range(3):
+            if trial.report(value, step):
+                answers[trial.number] = step
+                return value
+        return value
+
+    study.optimize(objective)
+    trials = sorted(study.trials(), key=lambda t: t["number"])
+    assert [t["state"] for t in trials] == ["succeeded"] * 3 + ["stopped"] * 2
+    assert answers == {3: 1, 4: 1}
+    assert trials[3]["value"] == 13.0
+
+
+def test_an_objective_that_raises_fails_its_trial_with_the_reason(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "raises", 4)
+
+    def objective(trial: hptune.Trial) -> float:
+        if trial.number == 1:
+            raise ValueError("diverged at step 3")
+        return loss_of(trial.params)
+
+    with pytest.raises(ValueError, match="diverged"):
+        study.optimize(objective)
+    study.optimize(objective, catch=(ValueError,))
+    trials = sorted(study.trials(), key=lambda t: t["number"])
+    assert [t["state"] for t in trials] == ["succeeded", "failed", "succeeded", "succeeded"]
+    assert "ValueError: diverged at step 3" in trials[1]["error"]
+
+
+def test_a_trial_not_told_before_its_lease_ends_goes_back_to_the_study(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "leased", 3)
+    study.lease = "1s"
+    first = study.ask()
+    time.sleep(1.5)
+    again = study.ask()
+    assert (again.number, again.params) == (first.number, first.params)
+    study.tell(again, 0.5)
+    (trial,) = study.trials()
+    assert (trial["state"], trial["value"], trial["attempt"]) == ("succeeded", 0.5, 2)
+
+
+def test_bad_input_raises_the_binarys_message_and_exit_code_and_loses_nothing(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "bad", 4)
+    trial = study.ask()
+    cases = [
+        (lambda: study.tell(99, 1.0), "99"),
+        (lambda: study.tell(trial, metrics={"accuracy": 1.0}), "accuracy"),
+        (lambda: trial.report(math.nan, step=1), "NaN"),
+    ]
+    for call, said in cases:
+        with pytest.raises(hptune.HptuneError) as err:
+            call()
+        assert err.value.exit_code == 2, err.value
+        assert said in err.value.message
+    study.tell(trial, 0.25)
+    with pytest.raises(hptune.HptuneError) as twice:
+        study.tell(trial, 0.75)
+    assert twice.value.exit_code == 2
+    (record,) = study.trials()
+    assert (record["state"], record["value"]) == ("succeeded", 0.25)
+
+
+def test_a_nan_final_value_fails_the_trial_with_the_reason(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "nan", 2)
+    study.tell(study.ask(), math.nan)
+    (record,) = study.trials()
+    assert record["state"] == "failed" and "NaN" in record["error"]
+
+
+def test_calls_the_package_refuses_before_running_the_binary(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "refused", 2)
+    with pytest.raises(ValueError, match="a value or metrics="):
+        study.tell(0)
+    with pytest.raises(ValueError, match="a value or metrics="):
+        study.tell(0, 1.0, fail="both")
+    with pytest.raises(TypeError, match="must be a number, not str"):
+        study.tell(0, "0.5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="n_jobs must be at least 1"):
+        study.optimize(lambda trial: 0.0, n_jobs=0)
+
+
+def test_a_missing_study_file_and_a_missing_binary_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(hptune.HptuneError) as missing:
+        hptune.Study(tmp_path / "nowhere.yaml", storage=f"sqlite://{tmp_path / 'db'}").ask()
+    assert missing.value.exit_code == 2 and "nowhere.yaml" in missing.value.message
+    monkeypatch.setenv("HPTUNE_BIN", str(tmp_path / "no-hptune"))
+    with pytest.raises(FileNotFoundError, match="HPTUNE_BIN=.*no-hptune is not an executable file"):
+        hptune.find_binary()
+
+
+def test_two_clients_and_a_hptune_run_share_one_budget_exactly(binary: str, tmp_path: Path) -> None:
+    study = study_in(tmp_path, "shared", 12, parallel=3)
+    run = subprocess.Popen(
+        [binary, "run", study.path, "--storage", str(study.storage)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    other = hptune.Study(study.path, storage=study.storage)
+    told: List[int] = []
+
+    def objective(trial: hptune.Trial) -> float:
+        told.append(trial.number)
+        return loss_of(trial.params)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        clients = [pool.submit(s.optimize, objective, n_jobs=2) for s in (study, other)]
+    for client in clients:
+        client.result()
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 0, stderr
+
+    trials = study.trials()
+    assert sorted(t["number"] for t in trials) == list(range(12))
+    assert len(succeeded(trials)) == 12
+    assert len(told) == len(set(told))

@@ -1,0 +1,131 @@
+//! `hptune ask`: trials claimed for an ask/tell client, held under a lease, as a controller
+//! claims them for its workers.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::OpsError;
+use super::run::{load_checked, refused_warm_start};
+use crate::controller::{proposer, reclaim_expired_leases, warm_start_prior};
+use crate::sampler;
+use crate::storage::{
+    Claim, ClaimRules, ClientLease, Enqueue, Holder, Queue, Storage, StorageUrl, StudyRecord,
+    StudyView, TrialRecord,
+};
+use crate::study::Study;
+
+/// The shortest lease `ask` grants.
+const SHORTEST_LEASE: Duration = Duration::from_secs(1);
+
+/// The longest lease `ask` grants (a year): a longer one would be a trial never given back.
+const LONGEST_LEASE: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// What `hptune ask` claimed.
+#[derive(Debug, Clone)]
+pub struct Asked {
+    /// The study as stored.
+    pub study: StudyRecord,
+    /// The trials claimed, running under the client's lease, in order (at least one).
+    pub trials: Vec<TrialRecord>,
+}
+
+/// Claims up to `count` trials of the study of the study file `path` (created in the
+/// database at `url` if it is new, with the checks of `hptune run`) for a client, each held
+/// under a lease of `lease`: trials handed back first, then enqueued ones, then new ones the
+/// sampler proposes, under the study's lock. Fails when none can be claimed, saying why
+/// ([`OpsError::Failed`] when the study has no more trials to give, [`OpsError::AllLeased`]
+/// when clients hold `parallel_trial_count` trials).
+pub async fn ask(
+    path: &Path,
+    url: &StorageUrl,
+    count: usize,
+    lease: Duration,
+) -> Result<Asked, OpsError> {
+    if count == 0 {
+        return Err(OpsError::BadInput("--count: at least 1".into()));
+    }
+    if !(SHORTEST_LEASE..=LONGEST_LEASE).contains(&lease) {
+        return Err(OpsError::BadInput(format!(
+            "--lease {}: from {} to {}",
+            humantime::format_duration(lease),
+            humantime::format_duration(SHORTEST_LEASE),
+            humantime::format_duration(LONGEST_LEASE)
+        )));
+    }
+    let study = load_checked(path, url, None)?;
+    let mut sampler = sampler::for_study(&study)
+        .map_err(|e| OpsError::BadInput(format!("{}: {e}", path.display())))?;
+    let storage = Storage::open(url).await?;
+    let prior = warm_start_prior(&study, &storage)
+        .await
+        .map_err(|e| refused_warm_start(path, e))?;
+    let record = storage.ensure_study(&study).await?;
+    storage
+        .enqueue(record.id, &study.initial_trials, Enqueue::Initial)
+        .await?;
+    reclaim_expired_leases(&study, &storage, record.id).await?;
+    let mut view = StudyView::new(record.id, study.objective.goal);
+    storage.refresh(&mut view).await?;
+    let holder = Holder::client(ClientLease {
+        length: lease,
+        at_most: study.parallel_trial_count,
+    });
+    let rules = ClaimRules {
+        budget: study.budget,
+        queue: Queue::RunFirst,
+    };
+    let mut trials = Vec::new();
+    let mut why = None;
+    while trials.len() < count && why.is_none() {
+        let propose = proposer(&study, &prior, study.parallel_trial_count, sampler.as_mut());
+        let claims = storage
+            .claim_trials(
+                &mut view,
+                rules,
+                holder,
+                count - trials.len(),
+                &mut Vec::new(),
+                propose,
+            )
+            .await
+            .map_err(crate::controller::ControllerError::from)?;
+        for claim in claims {
+            match claim {
+                Claim::Started(trial) => trials.push(*trial),
+                other => why = Some(other),
+            }
+        }
+    }
+    storage.close().await;
+    match why {
+        Some(why) if trials.is_empty() => Err(nothing_to_claim(&study, &view, why)),
+        _ => Ok(Asked {
+            study: record,
+            trials,
+        }),
+    }
+}
+
+/// Why a claim that started no trial, `why`, gave the client nothing.
+fn nothing_to_claim(study: &Study, view: &StudyView, why: Claim) -> OpsError {
+    let name = &study.name;
+    let running = view.count(crate::storage::TrialState::Running);
+    match why {
+        Claim::AllLeased => OpsError::AllLeased(format!(
+            "study '{name}': clients hold {} trials, its parallel_trial_count: tell a result (or let a lease end) before asking again",
+            study.parallel_trial_count
+        )),
+        Claim::TooManyFailures => OpsError::Failed(format!(
+            "study '{name}': {} trials failed (max_failed_trial_count {}): no more trials",
+            view.count(crate::storage::TrialState::Failed),
+            study.budget.max_failed_trial_count
+        )),
+        Claim::Exhausted => OpsError::Failed(format!(
+            "study '{name}': the sampler has nothing left to propose (every grid point was tried)"
+        )),
+        Claim::BudgetSpent | Claim::Started(_) => OpsError::Failed(format!(
+            "study '{name}': its budget of {} trials is spent ({running} still running; a trial whose lease ends without a result comes back)",
+            study.budget.max_trial_count.unwrap_or_default()
+        )),
+    }
+}
