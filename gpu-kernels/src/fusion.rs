@@ -11,7 +11,7 @@ use burn_fusion::stream::{Operation, OperationStreams};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime, FusionTensor};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 
-use crate::{AdamW, GpuFusedOps, GradClip};
+use crate::{AdamW, GpuFusedOps, ScaleRule};
 
 /// One registered op: `N` inputs, `M` outputs and what computes them on the inner backend.
 struct Custom<B, K, const N: usize, const M: usize> {
@@ -160,40 +160,63 @@ impl<B: FusionBackend + GpuFusedOps> GpuFusedOps for Fusion<B> {
         output
     }
 
-    fn grad_factor(squared_sum: FloatTensor<Self>, clip: GradClip) -> FloatTensor<Self> {
-        let [factor] = register::<B, _, 1, 1>(
-            "hptune_grad_factor",
-            [squared_sum],
-            [(Shape::new([2]), DType::F32)],
-            move |[total]| [B::grad_factor(total, clip)],
-        );
-        factor
+    fn grad_factor(
+        squared_sum: FloatTensor<Self>,
+        max_norm: f64,
+        loss_scale: Option<(FloatTensor<Self>, ScaleRule)>,
+    ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
+        let factor = (Shape::new([2]), DType::F32);
+        match loss_scale {
+            None => {
+                let [factor] = register::<B, _, 1, 1>(
+                    "hptune_grad_factor",
+                    [squared_sum],
+                    [factor],
+                    move |[total]| [B::grad_factor(total, max_norm, None).0],
+                );
+                (factor, None)
+            }
+            Some((scale, rule)) => {
+                let [factor, next_scale] = register::<B, _, 2, 2>(
+                    "hptune_grad_factor_scaled",
+                    [squared_sum, scale],
+                    [factor, (Shape::new([3]), DType::F32)],
+                    move |[total, scale]| match B::grad_factor(total, max_norm, Some((scale, rule)))
+                    {
+                        (factor, Some(next_scale)) => [factor, next_scale],
+                        (_, None) => unreachable!("a scaled step returns the scale's next state"),
+                    },
+                );
+                (factor, Some(next_scale))
+            }
+        }
     }
 
     fn adamw(
         param: FloatTensor<Self>,
         grad: FloatTensor<Self>,
-        moments: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        state: Option<[FloatTensor<Self>; 3]>,
         factor: FloatTensor<Self>,
         step: &AdamW,
-    ) -> [FloatTensor<Self>; 3] {
+    ) -> [FloatTensor<Self>; 4] {
         let step = *step;
         let (shape, dtype) = like(&param);
         let outputs = [
             (shape.clone(), dtype),
             (shape.clone(), DType::F32),
             (shape, DType::F32),
+            (Shape::new([1]), DType::F32),
         ];
-        match moments {
-            Some((m, v)) => register::<B, _, 5, 3>(
+        match state {
+            Some([m, v, steps]) => register::<B, _, 6, 4>(
                 "hptune_adamw",
-                [param, grad, m, v, factor],
+                [param, grad, m, v, steps, factor],
                 outputs,
-                move |[param, grad, m, v, factor]| {
-                    B::adamw(param, grad, Some((m, v)), factor, &step)
+                move |[param, grad, m, v, steps, factor]| {
+                    B::adamw(param, grad, Some([m, v, steps]), factor, &step)
                 },
             ),
-            None => register::<B, _, 3, 3>(
+            None => register::<B, _, 3, 4>(
                 "hptune_adamw_first",
                 [param, grad, factor],
                 outputs,

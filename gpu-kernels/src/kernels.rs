@@ -262,38 +262,96 @@ pub(crate) fn gelu_backward(input: &Tensor<f32>, grad: &Tensor<f32>, output: &mu
     output[at] = grad[at] * (cdf + x * pdf);
 }
 
-/// The gradient factor of an update from the squared sum of all gradients `total` (as the
-/// loss scale leaves them), in one unit: `factor[0]` is global-norm clipping's factor divided
-/// by `loss_scale` (`max_norm` 0: no clipping), NaN when a gradient is not finite (the update is
-/// skipped: f16's dynamic loss scale), and `factor[1]` the norm before clipping, unscaled.
+/// Writes the gradient factor of an update from the squared sum of all gradients `total` (of
+/// the loss times `loss_scale`): `factor[0]` is global-norm clipping's factor divided by
+/// `loss_scale` (`max_norm` 0: no clipping), NaN when a gradient is not finite (the update is
+/// skipped), and `factor[1]` the norm before clipping, unscaled. Returns whether the gradients
+/// were finite.
+#[cube]
+fn write_grad_factor(total: f32, loss_scale: f32, max_norm: f32, factor: &mut Tensor<f32>) -> bool {
+    let norm = f32::sqrt(total) / loss_scale;
+    let mut clip = 1.0f32;
+    if max_norm > 0.0f32 {
+        clip = f32::min(max_norm / (norm + 1.0e-6f32), 1.0f32);
+    }
+    let mut scale = clip / loss_scale;
+    let finite = !(f32::is_nan(norm) || f32::is_inf(norm));
+    if !finite {
+        // NaN from the norm's bits with the quiet-NaN pattern set: WGSL has no NaN literal
+        // (nor a constant expression giving one), and arithmetic such as `inf * 0` may be
+        // folded to 0 by the driver.
+        scale = f32::reinterpret(u32::reinterpret(norm) | 0x7fc0_0000u32);
+    }
+    factor[0] = scale;
+    factor[1] = norm;
+    finite
+}
+
+/// The gradient factor of an update without loss scaling, in one unit (see
+/// [`write_grad_factor`]).
 #[cube(launch)]
-pub(crate) fn grad_factor(
-    total: &Tensor<f32>,
-    factor: &mut Tensor<f32>,
-    max_norm: f32,
-    loss_scale: f32,
-) {
+pub(crate) fn grad_factor(total: &Tensor<f32>, factor: &mut Tensor<f32>, max_norm: f32) {
     if ABSOLUTE_POS == 0 {
-        let norm = f32::sqrt(total[0]) / loss_scale;
-        let mut clip = 1.0f32;
-        if max_norm > 0.0f32 {
-            clip = f32::min(max_norm / (norm + 1.0e-6f32), 1.0f32);
-        }
-        let mut scale = clip / loss_scale;
-        if f32::is_nan(norm) || f32::is_inf(norm) {
-            // NaN from the norm's bits with the quiet-NaN pattern set: WGSL has no NaN literal
-            // (nor a constant expression giving one), and arithmetic such as `inf * 0` may be
-            // folded to 0 by the driver.
-            scale = f32::reinterpret(u32::reinterpret(norm) | 0x7fc0_0000u32);
-        }
-        factor[0] = scale;
-        factor[1] = norm;
+        write_grad_factor(total[0], 1.0f32, max_norm, factor);
     }
 }
 
+/// The gradient factor of an update whose loss was multiplied by f16's dynamic loss scale
+/// (see [`write_grad_factor`]), and the scale's next state, in one unit. A state is
+/// `[scale, finite steps in a row, steps skipped]`; as PyTorch's `GradScaler.update`: a
+/// non-finite gradient multiplies the scale by `rule.backoff` and ends the run, the run's
+/// `rule.growth_interval`-th finite step multiplies it by `rule.growth` (unless that overflows
+/// f32) and starts a new run.
+#[cube(launch)]
+pub(crate) fn grad_factor_scaled(
+    total: &Tensor<f32>,
+    scale: &Tensor<f32>,
+    factor: &mut Tensor<f32>,
+    next_scale: &mut Tensor<f32>,
+    max_norm: f32,
+    rule: ScaleRuleArgs,
+) {
+    if ABSOLUTE_POS == 0 {
+        let current = scale[0];
+        let skipped = scale[2];
+        if write_grad_factor(total[0], current, max_norm, factor) {
+            let mut next = current;
+            let mut run = scale[1] + 1.0f32;
+            if run == rule.growth_interval {
+                let grown = current * rule.growth;
+                if !f32::is_inf(grown) {
+                    next = grown;
+                }
+                run = 0.0f32;
+            }
+            next_scale[0] = next;
+            next_scale[1] = run;
+            next_scale[2] = skipped;
+        } else {
+            next_scale[0] = current * rule.backoff;
+            next_scale[1] = 0.0f32;
+            next_scale[2] = skipped + 1.0f32;
+        }
+    }
+}
+
+/// How [`grad_factor_scaled`] changes the loss scale.
+#[derive(CubeType, CubeLaunch, Clone, Copy, Debug)]
+pub(crate) struct ScaleRuleArgs {
+    /// Finite steps in a row after which the scale grows.
+    pub growth_interval: f32,
+    /// The scale's factor when it grows.
+    pub growth: f32,
+    /// The scale's factor after a non-finite gradient.
+    pub backoff: f32,
+}
+
 /// One AdamW update of `param` and its moments, in place, with the gradient times `factor[0]`
-/// (from [`grad_factor`]; NaN: nothing is written, the step is skipped). `first`: the moments
-/// are zero before this step (their buffers are written, not read).
+/// (from [`grad_factor`]) and the bias corrections of update number `steps[0] + 1`;
+/// `next_steps[0]` gets the count of updates after this one. A NaN factor skips the update:
+/// nothing is written but the count, unchanged, and (`first`) zero moments. `first`: the
+/// moments are zero before this step (their buffers are written, not read). Launched with at
+/// least one unit, which writes the count.
 #[cube(launch)]
 pub(crate) fn adamw(
     param: &mut Tensor<f32>,
@@ -301,15 +359,25 @@ pub(crate) fn adamw(
     first_moment: &mut Tensor<f32>,
     second_moment: &mut Tensor<f32>,
     factor: &Tensor<f32>,
+    steps: &Tensor<f32>,
+    next_steps: &mut Tensor<f32>,
     coefficients: AdamWArgs,
     #[comptime] first: bool,
 ) {
     let at = ABSOLUTE_POS;
+    let scale = factor[0];
+    let skip = f32::is_nan(scale);
+    if at == 0 {
+        next_steps[0] = steps[0] + select(skip, 0.0f32, 1.0f32);
+    }
     if at >= param.len() {
         terminate!();
     }
-    let scale = factor[0];
-    if f32::is_nan(scale) {
+    if skip {
+        if first {
+            first_moment[at] = 0.0f32;
+            second_moment[at] = 0.0f32;
+        }
         terminate!();
     }
     let g = grad[at] * scale;
@@ -321,8 +389,12 @@ pub(crate) fn adamw(
     }
     first_moment[at] = m;
     second_moment[at] = v;
-    let m_hat = m / coefficients.correction_1;
-    let v_hat = v / coefficients.correction_2;
+    // In f32, as PyTorch's fused AdamW computes them from its step count on the device.
+    let time = steps[0] + 1.0f32;
+    let correction_1 = 1.0f32 - f32::powf(coefficients.beta_1, time);
+    let correction_2 = 1.0f32 - f32::powf(coefficients.beta_2, time);
+    let m_hat = m / correction_1;
+    let v_hat = v / correction_2;
     let update = coefficients.lr * m_hat / (f32::sqrt(v_hat) + coefficients.epsilon);
     param[at] = param[at] * coefficients.decay - update;
 }
@@ -338,10 +410,6 @@ pub(crate) struct AdamWArgs {
     pub beta_1: f32,
     /// Second-moment decay.
     pub beta_2: f32,
-    /// `1 - beta_1^t`.
-    pub correction_1: f32,
-    /// `1 - beta_2^t`.
-    pub correction_2: f32,
     /// Added to the denominator.
     pub epsilon: f32,
 }

@@ -25,7 +25,8 @@ pub use burn_fusion::{Fusion, FusionBackend};
 /// The scalars of one AdamW update (PyTorch's `torch.optim.AdamW`):
 /// `m = b1 m + (1 - b1) g`, `v = b2 v + (1 - b2) g²`,
 /// `p = p (1 - lr wd) - lr (m / c1) / (sqrt(v / c2) + eps)`, `g` the gradient times the factor
-/// of [`GpuFusedOps::grad_factor`].
+/// of [`GpuFusedOps::grad_factor`], and the bias corrections `c1 = 1 - b1^t`, `c2 = 1 - b2^t`
+/// computed on the device from the parameter's count of updates `t`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamW {
     /// The learning rate.
@@ -38,17 +39,19 @@ pub struct AdamW {
     pub beta_2: f64,
     /// Added to the denominator.
     pub epsilon: f64,
-    /// The bias corrections `1 - b1^t` and `1 - b2^t`.
-    pub corrections: (f64, f64),
 }
 
-/// What [`GpuFusedOps::grad_factor`] folds into the gradients.
+/// How f16's dynamic loss scale changes after each step (PyTorch's `GradScaler`), for
+/// [`GpuFusedOps::grad_factor`]. The scale's state is a three-element `f32` tensor:
+/// `[scale, finite steps in a row, steps skipped]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GradClip {
-    /// The largest global L2 norm of the gradients; 0: no clipping.
-    pub max_norm: f64,
-    /// The factor the loss (and so every gradient) was multiplied by (1 without f16's scaling).
-    pub loss_scale: f64,
+pub struct ScaleRule {
+    /// Finite steps in a row after which the scale grows (`growth_interval`).
+    pub growth_interval: u32,
+    /// The scale's factor when it grows (`growth_factor`).
+    pub growth: f32,
+    /// The scale's factor after a step with a non-finite gradient (`backoff_factor`).
+    pub backoff: f32,
 }
 
 /// The fused ops of hptune-trainer on a GPU backend, each one kernel.
@@ -88,21 +91,28 @@ pub trait GpuFusedOps: Backend {
 
     /// From the squared sum of all gradients (a one-element tensor, as the loss scale leaves
     /// them), a two-element tensor on the device: the factor of every gradient in the update
-    /// (clipping's divided by the loss scale; NaN when a gradient is not finite, and then
-    /// [`GpuFusedOps::adamw`] skips the update) and the global norm before clipping. No value
-    /// is read back to the host.
-    fn grad_factor(squared_sum: FloatTensor<Self>, clip: GradClip) -> FloatTensor<Self>;
+    /// (global-norm clipping's to `max_norm`, 0 for none, divided by the loss scale; NaN when a
+    /// gradient is not finite, and then [`GpuFusedOps::adamw`] skips the update) and the
+    /// global norm before clipping. With `loss_scale`, the loss was multiplied by the scale
+    /// of that state (see [`ScaleRule`]), and its state after this step comes back too. No
+    /// value is read back to the host.
+    fn grad_factor(
+        squared_sum: FloatTensor<Self>,
+        max_norm: f64,
+        loss_scale: Option<(FloatTensor<Self>, ScaleRule)>,
+    ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>);
 
-    /// One AdamW update of `param` from its gradient and moments (`None` before the first
-    /// step), the gradient times `factor[0]` (see [`GpuFusedOps::grad_factor`]): the new
-    /// parameter and moments, written in place where the inputs are not shared.
+    /// One AdamW update of `param` from its gradient and its state (the moments and the
+    /// one-element count of updates so far; `None` before the first step), the gradient
+    /// times `factor[0]` (see [`GpuFusedOps::grad_factor`]; NaN skips the update): the new
+    /// parameter, moments and count, written in place where the inputs are not shared.
     fn adamw(
         param: FloatTensor<Self>,
         grad: FloatTensor<Self>,
-        moments: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        state: Option<[FloatTensor<Self>; 3]>,
         factor: FloatTensor<Self>,
         step: &AdamW,
-    ) -> [FloatTensor<Self>; 3];
+    ) -> [FloatTensor<Self>; 4];
 }
 
 impl<R, F, I, BT> GpuFusedOps for CubeBackend<R, F, I, BT>
@@ -278,61 +288,94 @@ where
         in_dtype(output, dtype)
     }
 
-    fn grad_factor(squared_sum: CubeTensor<R>, clip: GradClip) -> CubeTensor<R> {
+    fn grad_factor(
+        squared_sum: CubeTensor<R>,
+        max_norm: f64,
+        loss_scale: Option<(CubeTensor<R>, ScaleRule)>,
+    ) -> (CubeTensor<R>, Option<CubeTensor<R>>) {
         let total = f32_contiguous(squared_sum);
         let factor = empty_f32(&total, Shape::new([2]));
-        kernels::grad_factor::launch::<R>(
-            &total.client,
-            CubeCount::Static(1, 1, 1),
+        let (client, one) = (total.client.clone(), CubeCount::Static(1, 1, 1));
+        let Some((scale, rule)) = loss_scale else {
+            kernels::grad_factor::launch::<R>(
+                &client,
+                one,
+                CubeDim::new_1d(1),
+                total.into_tensor_arg(),
+                factor.clone().into_tensor_arg(),
+                max_norm as f32,
+            );
+            return (factor, None);
+        };
+        let scale = f32_contiguous(scale);
+        let next_scale = empty_f32(&total, Shape::new([3]));
+        kernels::grad_factor_scaled::launch::<R>(
+            &client,
+            one,
             CubeDim::new_1d(1),
-            total.clone().into_tensor_arg(),
+            total.into_tensor_arg(),
+            scale.into_tensor_arg(),
             factor.clone().into_tensor_arg(),
-            clip.max_norm as f32,
-            clip.loss_scale as f32,
+            next_scale.clone().into_tensor_arg(),
+            max_norm as f32,
+            kernels::ScaleRuleArgsLaunch::new(
+                rule.growth_interval as f32,
+                rule.growth,
+                rule.backoff,
+            ),
         );
-        factor
+        (factor, Some(next_scale))
     }
 
     fn adamw(
         param: CubeTensor<R>,
         grad: CubeTensor<R>,
-        moments: Option<(CubeTensor<R>, CubeTensor<R>)>,
+        state: Option<[CubeTensor<R>; 3]>,
         factor: CubeTensor<R>,
         step: &AdamW,
-    ) -> [CubeTensor<R>; 3] {
+    ) -> [CubeTensor<R>; 4] {
         let (dtype, shape) = (param.dtype, param.shape());
         let param = owned_f32(param);
-        let first = moments.is_none();
-        let (m, v) = match moments {
-            Some((m, v)) => (owned_f32(m), owned_f32(v)),
-            None => (empty_f32(&param, shape.clone()), empty_f32(&param, shape)),
-        };
-        let (grad, factor) = (f32_contiguous(grad), f32_contiguous(factor));
-        let (client, n) = (param.client.clone(), param.shape().num_elements());
-        if n > 0 {
-            let cube_dim = CubeDim::new(&client, n);
-            kernels::adamw::launch::<R>(
-                &client,
-                calculate_cube_count_elemwise(&client, n, cube_dim),
-                cube_dim,
-                param.clone().into_tensor_arg(),
-                grad.into_tensor_arg(),
-                m.clone().into_tensor_arg(),
-                v.clone().into_tensor_arg(),
-                factor.into_tensor_arg(),
-                kernels::AdamWArgsLaunch::new(
-                    step.lr as f32,
-                    (1.0 - step.lr * step.weight_decay) as f32,
-                    step.beta_1 as f32,
-                    step.beta_2 as f32,
-                    step.corrections.0 as f32,
-                    step.corrections.1 as f32,
-                    step.epsilon as f32,
+        let first = state.is_none();
+        let [m, v, steps] = match state {
+            Some([m, v, steps]) => [owned_f32(m), owned_f32(v), f32_contiguous(steps)],
+            None => [
+                empty_f32(&param, shape.clone()),
+                empty_f32(&param, shape),
+                zeros_client(
+                    param.client.clone(),
+                    param.device.clone(),
+                    Shape::new([1]),
+                    DType::F32,
                 ),
-                first,
-            );
-        }
-        [in_dtype(param, dtype), m, v]
+            ],
+        };
+        let next_steps = empty_f32(&param, Shape::new([1]));
+        let (grad, factor) = (f32_contiguous(grad), f32_contiguous(factor));
+        // At least one unit: it writes the count.
+        let (client, n) = (param.client.clone(), param.shape().num_elements().max(1));
+        let cube_dim = CubeDim::new(&client, n);
+        kernels::adamw::launch::<R>(
+            &client,
+            calculate_cube_count_elemwise(&client, n, cube_dim),
+            cube_dim,
+            param.clone().into_tensor_arg(),
+            grad.into_tensor_arg(),
+            m.clone().into_tensor_arg(),
+            v.clone().into_tensor_arg(),
+            factor.into_tensor_arg(),
+            steps.into_tensor_arg(),
+            next_steps.clone().into_tensor_arg(),
+            kernels::AdamWArgsLaunch::new(
+                step.lr as f32,
+                (1.0 - step.lr * step.weight_decay) as f32,
+                step.beta_1 as f32,
+                step.beta_2 as f32,
+                step.epsilon as f32,
+            ),
+            first,
+        );
+        [in_dtype(param, dtype), m, v, next_steps]
     }
 }
 

@@ -10,7 +10,7 @@ use burn::backend::wgpu::WgpuDevice;
 use burn::backend::{Autodiff, Flex, Wgpu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor, TensorData, TensorPrimitive, activation};
-use hptune_gpu_kernels::{AdamW, GpuFusedOps, GradClip};
+use hptune_gpu_kernels::{AdamW, GpuFusedOps, ScaleRule};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 /// burn's wgpu backend with its default element types.
@@ -279,14 +279,15 @@ fn gelu_and_its_backward_match_burns_autodiff() {
     }
 }
 
-/// AdamW composed of burn's ops on burn-flex, as the trainer's default: the new parameter and
-/// moments.
+/// AdamW composed of burn's ops on burn-flex, as the trainer's default, at update number
+/// `time` (bias corrections in f64 on the host): the new parameter and moments.
 fn adamw_reference(
     param: &[f32],
     grad: &[f32],
     moments: Option<(&[f32], &[f32])>,
     factor: f32,
     step: &AdamW,
+    time: i32,
 ) -> [Vec<f32>; 3] {
     let flex = Default::default();
     let n = param.len();
@@ -298,40 +299,60 @@ fn adamw_reference(
     };
     let m = m + g.clone() * (1.0 - step.beta_1);
     let v = v + g.clone() * g * (1.0 - step.beta_2);
-    let denominator = (v.clone() / step.corrections.1).sqrt() + step.epsilon;
-    let update = m.clone() / step.corrections.0 / denominator * step.lr;
+    let corrections = (1.0 - step.beta_1.powi(time), 1.0 - step.beta_2.powi(time));
+    let denominator = (v.clone() / corrections.1).sqrt() + step.epsilon;
+    let update = m.clone() / corrections.0 / denominator * step.lr;
     let p = t(param) * (1.0 - step.lr * step.weight_decay) - update;
     [values(p), values(m), values(v)]
 }
 
+/// GradScaler's factors, with a growth interval short enough to reach.
+const RULE: ScaleRule = ScaleRule {
+    growth_interval: 3,
+    growth: 2.0,
+    backoff: 0.5,
+};
+
 #[test]
 fn grad_factor_clips_unscales_and_marks_infinite_gradients() {
     let Some(gpu) = gpu() else { return };
-    let factor = |total: f32, max_norm, loss_scale| {
-        read::<Wgpu, 1>(Gpu::grad_factor(
-            primitive(tensor::<Wgpu, 1>(&[total], [1], &gpu)),
-            GradClip {
-                max_norm,
-                loss_scale,
-            },
-        ))
+    let one = |values: &[f32]| primitive(tensor::<Wgpu, 1>(values, [values.len()], &gpu));
+    let factor = |total: f32, max_norm| {
+        let (factor, next) = Gpu::grad_factor(one(&[total]), max_norm, None);
+        assert!(next.is_none());
+        read::<Wgpu, 1>(factor)
     };
-    // Norm 5 (scaled by 8: 40), clipped to 1.
-    let [scale, norm] = factor(1600.0, 1.0, 8.0)[..] else {
+    let scaled = |total: f32, max_norm, state: &[f32]| {
+        let (factor, next) = Gpu::grad_factor(one(&[total]), max_norm, Some((one(state), RULE)));
+        (read::<Wgpu, 1>(factor), read::<Wgpu, 1>(next.unwrap()))
+    };
+    // Norm 5 (scaled by 8: 40), clipped to 1; the third finite step in a row doubles the scale.
+    let (factor_clipped, next) = scaled(1600.0, 1.0, &[8.0, 2.0, 5.0]);
+    let [scale, norm] = factor_clipped[..] else {
         panic!()
     };
     assert!((norm - 5.0).abs() < 1e-5);
     assert!((scale - 1.0 / (5.0 + 1e-6) / 8.0).abs() < 1e-6);
-    // Under the limit, or no limit: only the loss scale.
-    assert_eq!(factor(0.25, 1.0, 2.0), [0.5, 0.25]);
-    assert_eq!(factor(1e6, 0.0, 1.0), [1.0, 1000.0]);
-    // A gradient overflowed: the update is skipped.
-    assert!(factor(f32::INFINITY, 1.0, 1024.0)[0].is_nan());
-    assert!(factor(f32::NAN, 1.0, 1.0)[0].is_nan());
+    assert_eq!(next, [16.0, 0.0, 5.0]);
+    // Under the limit, or no limit: only the loss scale; the run goes on.
+    assert_eq!(
+        scaled(0.25, 1.0, &[2.0, 0.0, 0.0]),
+        (vec![0.5, 0.25], vec![2.0, 1.0, 0.0])
+    );
+    assert_eq!(factor(0.25, 1.0), [1.0, 0.5]);
+    assert_eq!(factor(1e6, 0.0), [1.0, 1000.0]);
+    // A doubled scale that overflows f32 stays as it was.
+    let (_, next) = scaled(1.0, 1.0, &[f32::MAX, 2.0, 0.0]);
+    assert_eq!(next, [f32::MAX, 0.0, 0.0]);
+    // A gradient overflowed: the update is skipped, the scale halved, the skip counted.
+    let (factor_inf, next) = scaled(f32::INFINITY, 1.0, &[1024.0, 2.0, 1.0]);
+    assert!(factor_inf[0].is_nan());
+    assert_eq!(next, [512.0, 0.0, 2.0]);
+    assert!(factor(f32::NAN, 1.0)[0].is_nan());
 }
 
 #[test]
-fn adamw_matches_burns_composition_and_skips_on_nan() {
+fn adamw_matches_burns_composition_counts_its_updates_and_skips_on_nan() {
     let Some(gpu) = gpu() else { return };
     let mut rng = StdRng::seed_from_u64(4);
     let step = AdamW {
@@ -340,32 +361,46 @@ fn adamw_matches_burns_composition_and_skips_on_nan() {
         beta_1: 0.9,
         beta_2: 0.999,
         epsilon: 1e-8,
-        corrections: (1.0 - 0.9f64.powi(3), 1.0 - 0.999f64.powi(3)),
     };
     for n in [1, 1023, 4099, 0] {
         let param = random(&mut rng, n, 1.0);
         let grad = random(&mut rng, n, 10.0);
         let m = random(&mut rng, n, 0.1);
         let v: Vec<f32> = random(&mut rng, n, 0.01).iter().map(|x| x.abs()).collect();
-        let t = |values: &[f32]| primitive(tensor::<Wgpu, 1>(values, [n], &gpu));
-        let factor = || primitive(tensor::<Wgpu, 1>(&[0.25, 4.0], [2], &gpu));
+        let t = |values: &[f32]| primitive(tensor::<Wgpu, 1>(values, [values.len()], &gpu));
+        let factor = || t(&[0.25, 4.0]);
 
-        let updated = Gpu::adamw(t(&param), t(&grad), Some((t(&m), t(&v))), factor(), &step);
-        let expected = adamw_reference(&param, &grad, Some((&m, &v)), 0.25, &step);
-        for (actual, expected) in updated.into_iter().zip(&expected) {
+        // The third update: two before it.
+        let state = || Some([t(&m), t(&v), t(&[2.0])]);
+        let [p, m3, v3, steps] = Gpu::adamw(t(&param), t(&grad), state(), factor(), &step);
+        let expected = adamw_reference(&param, &grad, Some((&m, &v)), 0.25, &step, 3);
+        // The bias corrections are f32's on the device (as PyTorch's fused AdamW's), f64's in
+        // the reference: 1 - 0.999^3 differs by f32's spacing near 1 over 0.003, 4e-5 of it,
+        // 2e-5 of an update of about lr, far below the tolerance.
+        for (actual, expected) in [p, m3, v3].into_iter().zip(&expected) {
             assert_close(&read::<Wgpu, 1>(actual), expected, 1e-5);
         }
-        let first = Gpu::adamw(t(&param), t(&grad), None, factor(), &step);
-        let expected = adamw_reference(&param, &grad, None, 0.25, &step);
-        for (actual, expected) in first.into_iter().zip(&expected) {
+        assert_eq!(read::<Wgpu, 1>(steps), [3.0]);
+        let [p, m1, v1, steps] = Gpu::adamw(t(&param), t(&grad), None, factor(), &step);
+        let expected = adamw_reference(&param, &grad, None, 0.25, &step, 1);
+        for (actual, expected) in [p, m1, v1].into_iter().zip(&expected) {
             assert_close(&read::<Wgpu, 1>(actual), expected, 1e-5);
         }
-        let skip = primitive(tensor::<Wgpu, 1>(&[f32::NAN, f32::INFINITY], [2], &gpu));
-        let [p, first_moment, second] =
-            Gpu::adamw(t(&param), t(&grad), Some((t(&m), t(&v))), skip, &step);
+        assert_eq!(read::<Wgpu, 1>(steps), [1.0]);
+
+        // Skipped: nothing changes, the count neither; a first step's moments are zero.
+        let skip = || t(&[f32::NAN, f32::INFINITY]);
+        let [p, first_moment, second, steps] =
+            Gpu::adamw(t(&param), t(&grad), state(), skip(), &step);
         assert_eq!(read::<Wgpu, 1>(p), param);
         assert_eq!(read::<Wgpu, 1>(first_moment), m);
         assert_eq!(read::<Wgpu, 1>(second), v);
+        assert_eq!(read::<Wgpu, 1>(steps), [2.0]);
+        let [p, first_moment, second, steps] = Gpu::adamw(t(&param), t(&grad), None, skip(), &step);
+        assert_eq!(read::<Wgpu, 1>(p), param);
+        assert_eq!(read::<Wgpu, 1>(first_moment), vec![0.0; n]);
+        assert_eq!(read::<Wgpu, 1>(second), vec![0.0; n]);
+        assert_eq!(read::<Wgpu, 1>(steps), [0.0]);
     }
 }
 
@@ -378,14 +413,13 @@ fn adamw_updates_in_place_only_what_nothing_else_holds() {
         beta_1: 0.9,
         beta_2: 0.999,
         epsilon: 1e-8,
-        corrections: (0.1, 0.001),
     };
     let param = Tensor::<Wgpu, 1>::random([257], Distribution::Default, &gpu);
     let kept = param.clone();
     let before = values(kept.clone());
     let grad = primitive(Tensor::<Wgpu, 1>::ones([257], &gpu));
     let factor = primitive(tensor::<Wgpu, 1>(&[1.0, 1.0], [2], &gpu));
-    let [updated, _, _] = Gpu::adamw(primitive(param), grad, None, factor, &step);
+    let [updated, _, _, _] = Gpu::adamw(primitive(param), grad, None, factor, &step);
     // A clone was held: it keeps its values; the update is p - lr * sign(g).
     assert_eq!(values(kept), before);
     let expected: Vec<f32> = before.iter().map(|p| p - 0.1).collect();

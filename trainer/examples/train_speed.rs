@@ -53,7 +53,7 @@ impl BackendTask for Speed {
             let start = Instant::now();
             let loss = cross_entropy(model.forward(input.clone()), labels.clone());
             let grads = loss.backward();
-            model = optimizer.step(1e-5, model, grads).0;
+            model = optimizer.step(1e-5, model, grads)?.0;
             let _ = model.head.classifier.weight.val().into_data();
             if step > 0 {
                 timed += start.elapsed().as_secs_f64();

@@ -17,6 +17,15 @@ const GROWTH_FACTOR: f32 = 2.0;
 /// The factor of the scale after a step with an infinite or NaN gradient (`backoff_factor`).
 const BACKOFF_FACTOR: f32 = 0.5;
 
+/// The same rule for a scale kept on the device (see [`crate::fused::StepDecision`]).
+pub(crate) const SCALE_RULE: ScaleRule = ScaleRule {
+    growth_interval: GROWTH_INTERVAL,
+    growth: GROWTH_FACTOR,
+    backoff: BACKOFF_FACTOR,
+};
+
+use crate::fused::ScaleRule;
+
 /// The current loss scale and the count of skipped steps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DynamicLossScale {
@@ -44,6 +53,21 @@ impl DynamicLossScale {
     /// Optimiser steps skipped so far because a gradient was infinite or NaN.
     pub fn skipped(&self) -> u64 {
         self.skipped
+    }
+
+    /// The state of a scale kept on the device: `[scale, finite steps in a row, steps
+    /// skipped]` (see [`ScaleRule`]).
+    pub(crate) fn state(&self) -> [f32; 3] {
+        [self.scale, self.good_steps as f32, self.skipped as f32]
+    }
+
+    /// The scale of a state read back from the device (see [`Self::state`]).
+    pub(crate) fn from_state([scale, good_steps, skipped]: [f32; 3]) -> Self {
+        DynamicLossScale {
+            scale,
+            good_steps: good_steps as u32,
+            skipped: skipped as u64,
+        }
     }
 
     /// Records whether the gradients of the step taken at [`Self::scale`] were all finite and

@@ -115,7 +115,7 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
                 // The schedule advances on a skipped f16 step too, as it does in PyTorch's
                 // loop (`scaler.step(optimizer)`, then `scheduler.step()`).
                 let grads = optimizer.scale_loss(loss).backward();
-                model = optimizer.step(schedule.rate(step - 1), model, grads).0;
+                model = optimizer.step(schedule.rate(step - 1), model, grads)?.0;
                 memory.check(device, Moment::TrainingStep(step))?;
                 progress.batch_done(index + 1, rows, || losses.read(epoch))?;
             }
@@ -148,7 +148,7 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
             metrics.loss,
             metrics.accuracy
         );
-        if let Some(scale) = optimizer.loss_scale() {
+        if let Some(scale) = optimizer.loss_scale()? {
             tracing::info!(
                 "epoch {epoch}/{}: f16 loss scale {}, {} of {step} steps so far skipped for infinite or NaN gradients",
                 settings.epochs,

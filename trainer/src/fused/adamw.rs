@@ -12,9 +12,9 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 
-/// The coefficients of one update.
+/// The rates of AdamW: what every update of a run shares.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdamWStep {
+pub struct AdamWRates {
     /// The learning rate.
     pub lr: f64,
     /// Decoupled weight decay.
@@ -25,6 +25,13 @@ pub struct AdamWStep {
     pub beta_2: f64,
     /// Added to the denominator.
     pub epsilon: f64,
+}
+
+/// The coefficients of one update.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWStep {
+    /// The rates.
+    pub rates: AdamWRates,
     /// The parameter's step number, from 1.
     pub time: i32,
     /// The factor of the gradient: global-norm clipping's, divided by f16's loss scale (1
@@ -36,8 +43,8 @@ impl AdamWStep {
     /// `1 - b1^t` and `1 - b2^t`.
     pub fn bias_corrections(&self) -> (f64, f64) {
         (
-            1.0 - self.beta_1.powi(self.time),
-            1.0 - self.beta_2.powi(self.time),
+            1.0 - self.rates.beta_1.powi(self.time),
+            1.0 - self.rates.beta_2.powi(self.time),
         )
     }
 }
@@ -53,22 +60,26 @@ pub(super) fn adamw<B: Backend>(
     moments: Option<(FloatTensor<B>, FloatTensor<B>)>,
     step: &AdamWStep,
 ) -> Updated<B> {
+    let rates = &step.rates;
     let grad = B::float_mul_scalar(grad, step.grad_scale.into());
-    let first = B::float_mul_scalar(grad.clone(), (1.0 - step.beta_1).into());
-    let second = B::float_mul_scalar(B::float_mul(grad.clone(), grad), (1.0 - step.beta_2).into());
+    let first = B::float_mul_scalar(grad.clone(), (1.0 - rates.beta_1).into());
+    let second = B::float_mul_scalar(
+        B::float_mul(grad.clone(), grad),
+        (1.0 - rates.beta_2).into(),
+    );
     let (m, v) = match moments {
         Some((m, v)) => (
-            B::float_add(B::float_mul_scalar(m, step.beta_1.into()), first),
-            B::float_add(B::float_mul_scalar(v, step.beta_2.into()), second),
+            B::float_add(B::float_mul_scalar(m, rates.beta_1.into()), first),
+            B::float_add(B::float_mul_scalar(v, rates.beta_2.into()), second),
         ),
         None => (first, second),
     };
     let (correction_1, correction_2) = step.bias_corrections();
     let m_hat = B::float_div_scalar(m.clone(), correction_1.into());
     let v_hat = B::float_div_scalar(v.clone(), correction_2.into());
-    let denominator = B::float_add_scalar(B::float_sqrt(v_hat), step.epsilon.into());
-    let update = B::float_mul_scalar(B::float_div(m_hat, denominator), step.lr.into());
-    let decayed = B::float_mul_scalar(param, (1.0 - step.lr * step.weight_decay).into());
+    let denominator = B::float_add_scalar(B::float_sqrt(v_hat), rates.epsilon.into());
+    let update = B::float_mul_scalar(B::float_div(m_hat, denominator), rates.lr.into());
+    let decayed = B::float_mul_scalar(param, (1.0 - rates.lr * rates.weight_decay).into());
     (B::float_sub(decayed, update), m, v)
 }
 
@@ -94,14 +105,15 @@ pub(super) mod flex {
         step: &AdamWStep,
     ) -> Updated<Flex> {
         let (correction_1, correction_2) = step.bias_corrections();
+        let rates = &step.rates;
         let coefficients = AdamWCoefficients {
             grad_scale: step.grad_scale as f32,
-            beta_1: step.beta_1 as f32,
-            beta_2: step.beta_2 as f32,
-            step_size: (step.lr / correction_1) as f32,
+            beta_1: rates.beta_1 as f32,
+            beta_2: rates.beta_2 as f32,
+            step_size: (rates.lr / correction_1) as f32,
             inv_sqrt_correction_2: (1.0 / correction_2.sqrt()) as f32,
-            epsilon: step.epsilon as f32,
-            decay: (1.0 - step.lr * step.weight_decay) as f32,
+            epsilon: rates.epsilon as f32,
+            decay: (1.0 - rates.lr * rates.weight_decay) as f32,
         };
         let moments = match (moments, grad.as_slice::<f32>()) {
             (Some((mut m, mut v)), Some(g)) => {
@@ -168,7 +180,7 @@ mod tests {
 
     use super::super::FusedOps;
     use super::super::test_util::{assert_close, sample};
-    use super::{AdamWStep, adamw};
+    use super::{AdamWRates, AdamWStep, adamw};
 
     fn values(t: burn::tensor::ops::FloatTensor<Flex>) -> Vec<f32> {
         Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(t))
@@ -185,11 +197,13 @@ mod tests {
             let (mut ours, mut composed) = ((prim(1), None), (prim(1), None));
             for time in 1..=3 {
                 let step = AdamWStep {
-                    lr: 1e-3,
-                    weight_decay,
-                    beta_1: 0.9,
-                    beta_2: 0.999,
-                    epsilon: 1e-8,
+                    rates: AdamWRates {
+                        lr: 1e-3,
+                        weight_decay,
+                        beta_1: 0.9,
+                        beta_2: 0.999,
+                        epsilon: 1e-8,
+                    },
                     time,
                     grad_scale,
                 };
@@ -211,11 +225,13 @@ mod tests {
     fn the_optimisers_own_tensors_are_updated_in_place_and_shared_ones_are_not() {
         let prim = |seed| sample::<Flex, 1>([5000], seed).into_primitive().tensor();
         let step = |time| AdamWStep {
-            lr: 1e-3,
-            weight_decay: 0.01,
-            beta_1: 0.9,
-            beta_2: 0.999,
-            epsilon: 1e-8,
+            rates: AdamWRates {
+                lr: 1e-3,
+                weight_decay: 0.01,
+                beta_1: 0.9,
+                beta_2: 0.999,
+                epsilon: 1e-8,
+            },
             time,
             grad_scale: 1.0,
         };

@@ -1,16 +1,15 @@
 //! [`FusedOps`] on burn's CUDA backend (and any other [`Fusion`] backend over burn's CubeCL
 //! backends): attention's masked softmax and its backward, LayerNorm forward and backward, GELU
-//! forward and backward and the AdamW update are the CubeCL kernels of hptune-gpu-kernels, each
-//! registered as one op of burn's fusion stream; matrix products, dropout, embeddings and the
-//! squared norm stay burn's.
+//! forward and backward, and the optimiser's step decided on the device (the gradient factor,
+//! f16's loss scale and AdamW) are the CubeCL kernels of hptune-gpu-kernels, each registered as
+//! one op of burn's fusion stream; matrix products, dropout, embeddings and the squared norm
+//! stay burn's.
 
-use burn::tensor::TensorData;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::ops::FloatTensorOps;
-use hptune_gpu_kernels::{AdamW, Fusion, FusionBackend, GpuFusedOps};
+use hptune_gpu_kernels::{self as kernels, Fusion, FusionBackend, GpuFusedOps};
 
 use super::layer_norm::{LayerNormGrads, Normalized};
-use super::{AdamWStep, FusedOps, Updated};
+use super::{AdamWRates, FusedOps, GradFactor, ScaleRule, StepDecision, UpdatedOnDevice};
 
 impl<B: FusionBackend + GpuFusedOps> FusedOps for Fusion<B> {
     fn masked_softmax(scores: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -51,28 +50,38 @@ impl<B: FusionBackend + GpuFusedOps> FusedOps for Fusion<B> {
         <Self as GpuFusedOps>::gelu_erf_backward(input, grad)
     }
 
-    /// The kernel's gradient factor is `step.grad_scale`, uploaded (a copy to the device, not a
-    /// read back from it).
-    fn adamw(
+    const STEP_DECISION: StepDecision = StepDecision::Device;
+
+    fn grad_factor(
+        squared_sum: FloatTensor<Self>,
+        max_norm: f64,
+        loss_scale: Option<(FloatTensor<Self>, ScaleRule)>,
+    ) -> GradFactor<Self> {
+        let loss_scale = loss_scale.map(|(state, rule)| {
+            let rule = kernels::ScaleRule {
+                growth_interval: rule.growth_interval,
+                growth: rule.growth,
+                backoff: rule.backoff,
+            };
+            (state, rule)
+        });
+        <Self as GpuFusedOps>::grad_factor(squared_sum, max_norm, loss_scale)
+    }
+
+    fn adamw_on_device(
         param: FloatTensor<Self>,
         grad: FloatTensor<Self>,
-        moments: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
-        step: &AdamWStep,
-    ) -> Updated<Self> {
-        let factor = Self::float_from_data(
-            TensorData::new(vec![step.grad_scale as f32, 0.0], [2]),
-            &Self::float_device(&param),
-        );
-        let coefficients = AdamW {
-            lr: step.lr,
-            weight_decay: step.weight_decay,
-            beta_1: step.beta_1,
-            beta_2: step.beta_2,
-            epsilon: step.epsilon,
-            corrections: step.bias_corrections(),
+        state: Option<[FloatTensor<Self>; 3]>,
+        factor: FloatTensor<Self>,
+        rates: &AdamWRates,
+    ) -> UpdatedOnDevice<Self> {
+        let rates = kernels::AdamW {
+            lr: rates.lr,
+            weight_decay: rates.weight_decay,
+            beta_1: rates.beta_1,
+            beta_2: rates.beta_2,
+            epsilon: rates.epsilon,
         };
-        let [param, first, second] =
-            <Self as GpuFusedOps>::adamw(param, grad, moments, factor, &coefficients);
-        (param, first, second)
+        <Self as GpuFusedOps>::adamw(param, grad, state, factor, &rates)
     }
 }

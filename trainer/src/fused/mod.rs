@@ -18,6 +18,7 @@
 mod adamw;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod device_step;
 mod dropout;
 mod embedding;
 mod gelu;
@@ -33,7 +34,8 @@ mod softmax;
 mod squared_sum;
 mod unary;
 
-pub use adamw::{AdamWStep, Updated};
+pub use adamw::{AdamWRates, AdamWStep, Updated};
+pub use device_step::{GradFactor, ScaleRule, StepDecision, UpdatedOnDevice};
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -118,6 +120,36 @@ pub trait FusedOps: Backend {
         step: &AdamWStep,
     ) -> Updated<Self> {
         adamw::adamw::<Self>(param, grad, moments, step)
+    }
+
+    /// Where the optimiser decides each step's gradient factor on this backend: on the host
+    /// from the norm read back ([`FusedOps::adamw`], the default), or on the device
+    /// ([`FusedOps::grad_factor`] and [`FusedOps::adamw_on_device`]).
+    const STEP_DECISION: StepDecision = StepDecision::Host;
+
+    /// From the squared sum of all gradients (one element), the factor of every gradient in
+    /// the update, decided on the device (see `device_step.rs`): global-norm clipping's to
+    /// `max_norm` (0: none) divided by the loss scale of `loss_scale`'s state, NaN when a
+    /// gradient is not finite; and the scale's next state.
+    fn grad_factor(
+        squared_sum: FloatTensor<Self>,
+        max_norm: f64,
+        loss_scale: Option<(FloatTensor<Self>, ScaleRule)>,
+    ) -> GradFactor<Self> {
+        device_step::grad_factor::<Self>(squared_sum, max_norm, loss_scale)
+    }
+
+    /// One AdamW update of `param` with the factor of [`FusedOps::grad_factor`] (NaN: the
+    /// update is skipped) from its moments and count of updates (`None` before the first):
+    /// the new parameter, moments and count, all on the device.
+    fn adamw_on_device(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        state: Option<[FloatTensor<Self>; 3]>,
+        factor: FloatTensor<Self>,
+        rates: &AdamWRates,
+    ) -> UpdatedOnDevice<Self> {
+        device_step::adamw::<Self>(param, grad, state, factor, rates)
     }
 
     /// GELU in its erf form: `x * (1 + erf(x / sqrt 2)) / 2`.

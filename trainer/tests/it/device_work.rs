@@ -73,10 +73,15 @@ fn training_steps_read_the_loss_only_when_it_is_reported_and_evaluation_reads_tw
     assert_eq!(tallies.len(), 4, "{log}");
     for (what, reads, steps) in &tallies {
         if what.ends_with("training") {
-            // 48 rows in batches of 4; the loss is read at the first and last batch, and once
-            // more per 10 s of a slow epoch: far fewer reads than steps.
+            // 48 rows in batches of 4. On the CPU the optimiser reads the gradient norm once a
+            // step (on a GPU it decides on the device: see optim.rs's tests); the loss is read
+            // at the first and last batch, and once more per 10 s of a slow epoch. A second
+            // read per step (the loss's, say) would make it 24 or more.
             assert_eq!(*steps, 12, "{what}");
-            assert!((2..6).contains(reads), "{what}: {reads} reads\n{log}");
+            assert!(
+                (12 + 2..12 + 6).contains(reads),
+                "{what}: {reads} reads\n{log}"
+            );
         } else {
             assert!(what.ends_with("evaluation"), "{what}");
             // Losses and predictions of every batch, read once each.
@@ -124,11 +129,12 @@ fn warm_cache_on_the_cpu_runs_a_step_and_says_there_is_nothing_to_cache() {
             .ends_with("the CPU has no kernel cache, nothing to warm"),
         "{out}"
     );
-    // The step ran: one training step, one evaluation batch.
+    // The step ran: one training step (its gradient norm and its loss read), one evaluation
+    // batch.
     assert_eq!(
         tallies(&log),
         [
-            ("epoch 1/1 training".to_string(), 1, 1),
+            ("epoch 1/1 training".to_string(), 2, 1),
             ("epoch 1/1 evaluation".to_string(), 2, 1)
         ],
         "{log}"

@@ -97,7 +97,9 @@ fn check_parity(dir: &Path, fixture: &str, head: Option<&Path>) {
     );
     let loss = cross_entropy(model.forward(input.clone()), labels.clone());
     let before = loss.clone().into_scalar().elem::<f64>();
-    let (model, outcome) = optimizer.step(fixture.learning_rate, model, loss.backward());
+    let (model, outcome) = optimizer
+        .step(fixture.learning_rate, model, loss.backward())
+        .unwrap();
     let StepOutcome::Applied { grad_norm: norm } = outcome else {
         panic!("an f32 step is never skipped: {outcome:?}");
     };
