@@ -271,7 +271,9 @@ impl Storage {
     /// the locked claim would have decided the same. Only when another controller changed the
     /// study (or the study ends) does the claim take the lock, read the changes and decide
     /// again: a lone controller pays one round trip for the trials that ended and the ones
-    /// that replace them, instead of four per trial.
+    /// that replace them, instead of four per trial. An ask/tell client always claims under
+    /// the lock: its count of leased trials depends on trials that were handed back and taken
+    /// again, which neither adds nor finishes a trial, so the guard would not see it.
     pub(crate) async fn claim_trials<E>(
         &self,
         view: &mut StudyView,
@@ -281,7 +283,7 @@ impl Storage {
         ends: &mut Vec<TrialEnd>,
         mut propose: impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, E>,
     ) -> Result<Vec<Claim>, ClaimError<E>> {
-        if self.dialect == Dialect::Sqlite {
+        if self.dialect == Dialect::Sqlite && holder.lease.is_none() {
             // The parameters of the trials numbered from the view's next number on.
             let mut planned: Vec<Assignment> = Vec::new();
             while planned.len() < slots {

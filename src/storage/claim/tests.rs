@@ -307,3 +307,53 @@ fn a_client_takes_a_handed_back_trial_first_and_no_more_trials_than_its_lease_al
         Ok(Decision::Not(Claim::AllLeased))
     ));
 }
+
+/// A client whose view missed another client taking a handed-back trial leases no more trials
+/// than its lease allows. Taking a handed-back trial neither adds nor finishes one, so the
+/// one-call claim's guard cannot see it: clients claim under the study's lock, where the view
+/// reads its running trials again.
+#[tokio::test]
+async fn a_client_on_a_stale_view_leases_no_more_trials_than_its_lease_allows() {
+    let (_dir, storage, id) = crate::storage::test_study(10).await;
+    let (rules, mut controller, mut a) = two_controllers(id, 10);
+    let mut b = StudyView::new(id, Goal::Minimize);
+    let client = Holder::client(ClientLease {
+        length: Duration::from_secs(60),
+        at_most: 2,
+    });
+    let claim = async |view: &mut StudyView, holder: Holder<'_>| {
+        let propose = |_, _: &StudyView, _: &[Assignment]| Ok::<_, ()>(Some(Assignment::new()));
+        let claimed = storage
+            .claim_trials(view, rules, holder, 1, &mut Vec::new(), propose)
+            .await
+            .unwrap();
+        match &claimed[..] {
+            [Claim::Started(trial)] => Some(trial.number),
+            [Claim::AllLeased] => None,
+            other => panic!("unexpected claim {other:?}"),
+        }
+    };
+    // A controller runs trial 0; client A leases trial 1 (one leased: room for one more).
+    assert_eq!(
+        claim(&mut controller, Holder::controller("c")).await,
+        Some(0)
+    );
+    assert_eq!(claim(&mut a, client).await, Some(1));
+    // The controller is interrupted, trial 0 is handed back, and client B leases it.
+    sqlx::query(
+        "UPDATE trials SET state = 'pending', owner = NULL WHERE study_id = $1 AND number = 0",
+    )
+    .bind(id)
+    .execute(&storage.pool)
+    .await
+    .unwrap();
+    assert_eq!(claim(&mut b, client).await, Some(0));
+    // A's view still has trial 0 running for the controller: two are leased already.
+    assert_eq!(claim(&mut a, client).await, None);
+    let trials = storage.trials(id).await.unwrap();
+    let leased = trials
+        .iter()
+        .filter(|t| t.lease_expires_at.is_some())
+        .count();
+    assert_eq!((trials.len(), leased), (2, 2));
+}
