@@ -43,7 +43,7 @@ impl Checker<'_> {
         let grace = self.duration("trial.grace_period", raw.grace_period.as_deref());
         let executor = self.executor(raw.executor.as_ref(), timeout.flatten());
         let gpus = self.gpus(raw.resources.as_ref(), executor.as_ref());
-        let gpu_memory = self.gpu_memory(raw.resources.as_ref(), gpus.flatten());
+        let gpu_memory = self.gpu_memory(raw.resources.as_ref(), gpus);
         if let Some(Some(_)) = gpus {
             for name in DEVICE_VARIABLES
                 .iter()
@@ -126,17 +126,18 @@ impl Checker<'_> {
         Some(Some(share))
     }
 
-    /// Checks `trial.resources.gpu_memory`: a memory size, for a study whose trials hold GPUs.
+    /// Checks `trial.resources.gpu_memory`: a memory size, for a study whose trials hold GPUs
+    /// (`gpus` as [`Self::gpus`] read it: `None` when it was refused, which is its own error).
     fn gpu_memory(
         &mut self,
         raw: Option<&RawTrialResources>,
-        gpus: Option<Share>,
+        gpus: Option<Option<Share>>,
     ) -> Option<Option<u64>> {
         let field = "trial.resources.gpu_memory";
         let Some(text) = raw.and_then(|r| r.gpu_memory.as_deref()) else {
             return Some(None);
         };
-        if gpus.is_none() {
+        if gpus == Some(None) {
             self.report(
                 field,
                 "caps the memory of each trial's GPUs: give trial.resources.gpus too",
@@ -284,5 +285,9 @@ mod tests {
             alone.contains("trial.resources.gpu_memory: caps the memory"),
             "{alone}"
         );
+        // A refused gpus is the one error: the cap beside it is not blamed for it.
+        let refused = study("{gpus: 0.3, gpu_memory: 16GiB}").unwrap_err();
+        assert!(refused.contains("trial.resources.gpus: 0.3"), "{refused}");
+        assert!(!refused.contains("gpu_memory"), "{refused}");
     }
 }
