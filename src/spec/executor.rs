@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::raw::{
-    Number, RawArtifactsVolume, RawGpus, RawKind, RawKubernetes, RawRemote, RawSageMaker, RawSecretRef, RawSlurm,
-    RawVertex,
+    Number, RawArtifactsVolume, RawGpus, RawKind, RawKubernetes, RawRemote, RawSageMaker,
+    RawSecretRef, RawSlurm, RawVertex,
 };
 use super::trial::is_fraction;
 use super::{Checker, block};
@@ -116,10 +116,7 @@ impl Checker<'_> {
     /// Refuses `gpus`, the Slurm executor's field, in a cloud engine's block: it names where
     /// the engine asks for GPUs and, for a share of one, what the engine offers instead.
     fn cloud_gpus(&mut self, kind: ExecutorKind) -> bool {
-        let Some(RawGpus {
-            gpus: Some(number),
-        }) = self.block(&PATH)
-        else {
+        let Some(RawGpus { gpus: Some(number) }) = self.block(&PATH) else {
             return true;
         };
         let message = match shares_instead(kind) {

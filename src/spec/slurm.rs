@@ -116,9 +116,9 @@ impl Checker<'_> {
     /// GPU).
     fn sharded(&mut self, share: Share) -> Option<Share> {
         match share {
-            Share::Fraction(k) if SHARDS_PER_GPU % k != 0 => {
+            Share::Fraction(k) if !SHARDS_PER_GPU.is_multiple_of(k) => {
                 let shares: Vec<String> = (2..=SHARDS_PER_GPU)
-                    .filter(|k| SHARDS_PER_GPU % k == 0)
+                    .filter(|k| SHARDS_PER_GPU.is_multiple_of(*k))
                     .map(|k| format!("1/{k}"))
                     .collect();
                 self.report(

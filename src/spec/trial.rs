@@ -4,8 +4,8 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use super::raw::{Number, RawTrial, RawTrialResources};
 use super::executor::gpu_field;
+use super::raw::{Number, RawTrial, RawTrialResources};
 use super::{Checker, quoted};
 use crate::gpus::{MAX_SHARE, Share, parse_bytes};
 use crate::protocol::{DEFAULT_GRACE_PERIOD, DEVICE_VARIABLES, is_protocol_variable};

@@ -324,11 +324,13 @@ mod tests {
 
     #[test]
     fn a_share_of_a_gpu_asks_for_shards_and_whole_gpus_for_gpus() {
-        let gres = |gpus| SlurmSpec {
-            gpus,
-            ..SlurmSpec::default()
-        }
-        .gres();
+        let gres = |gpus| {
+            SlurmSpec {
+                gpus,
+                ..SlurmSpec::default()
+            }
+            .gres()
+        };
         assert_eq!(gres(None), None);
         assert_eq!(
             gres(Some(Share::Whole(NonZeroUsize::new(3).unwrap()))),
