@@ -21,7 +21,11 @@ run=/run/slurm
 logs=/var/log/slurm
 # Placeholder device files of four fake GPUs: Slurm hands them out as `gpu` GRES and sets
 # CUDA_VISIBLE_DEVICES for each job that asks for some, which is all the tests need. slurmd
-# takes only character or block devices: each is a node of /dev/null's kind (1, 3).
+# takes only character or block devices: each is a node of /dev/null's kind (1, 3). Each GPU
+# is also cut into 16 `shard` GRES (Slurm's GPU sharding, 22.05 and later), as hptune
+# assumes a cluster does for `executor.gpus: 1/K` (docs/study-file.md): a GPU is given as
+# `gpu` or as shards, never both at once.
+shards_per_gpu=16
 fake_gpus=$state/fake-gpu
 
 if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1 \
@@ -98,8 +102,8 @@ SlurmctldPidFile=$run/slurmctld.pid
 SlurmdPidFile=$run/slurmd.pid
 SlurmctldLogFile=$logs/slurmctld.log
 SlurmdLogFile=$logs/slurmd.log
-GresTypes=gpu
-NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=8192 Gres=gpu:4 State=UNKNOWN
+GresTypes=gpu,shard
+NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=8192 Gres=gpu:4,shard:$((4 * shards_per_gpu)) State=UNKNOWN
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
 PartitionName=$partition Nodes=$host Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
@@ -117,9 +121,10 @@ ConstrainDevices=no
 EOF
 )
 gres=$(cat <<EOF
-# Written by hptune's scripts/start-slurm.sh: four placeholder GPUs.
+# Written by hptune's scripts/start-slurm.sh: four placeholder GPUs, each in $shards_per_gpu shards.
 AutoDetect=off
 Name=gpu File=${fake_gpus}[0-3]
+$(for i in 0 1 2 3; do echo "Name=shard Count=$shards_per_gpu File=$fake_gpus$i"; done)
 EOF
 )
 

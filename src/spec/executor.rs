@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use super::raw::{
-    RawArtifactsVolume, RawKind, RawKubernetes, RawRemote, RawSageMaker, RawSecretRef, RawSlurm,
-    RawVertex,
+    Number, RawArtifactsVolume, RawGpus, RawKind, RawKubernetes, RawRemote, RawSageMaker,
+    RawSecretRef, RawSlurm, RawVertex,
 };
+use super::trial::is_fraction;
 use super::{Checker, block};
 use crate::study::{
     Accelerator, ArtifactsVolume, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings,
@@ -51,10 +52,16 @@ impl Checker<'_> {
             return None;
         };
         let every_kind: Vec<_> = ExecutorKind::ALL.into_iter().flat_map(fields_of).collect();
+        let mut own = fields_of(kind);
+        // A cloud engine's block may hold `gpus` only to be told where its GPUs are asked for.
+        let gpus_ok = shares_instead(kind).is_none() || {
+            own.push("gpus");
+            self.cloud_gpus(kind)
+        };
         let fields_ok = self.variant_fields(
             &PATH,
             "kind",
-            &fields_of(kind),
+            &own,
             &every_kind,
             &format!("the {} executor", kind.as_str()),
         );
@@ -80,7 +87,7 @@ impl Checker<'_> {
                 self.slurm(&raw, timeout).map(ExecutorSpec::Slurm)
             }
         };
-        spec.filter(|_| fields_ok)
+        spec.filter(|_| fields_ok && gpus_ok)
     }
 
     /// A field the engine cannot do without.
@@ -104,6 +111,60 @@ impl Checker<'_> {
                 None
             }
         }
+    }
+
+    /// Refuses `gpus`, the Slurm executor's field, in a cloud engine's block: it names where
+    /// the engine asks for GPUs and, for a share of one, what the engine offers instead.
+    fn cloud_gpus(&mut self, kind: ExecutorKind) -> bool {
+        let Some(RawGpus { gpus: Some(number) }) = self.block(&PATH) else {
+            return true;
+        };
+        let message = match shares_instead(kind) {
+            Some(instead) if is_fraction(number) => format!(
+                "{number} is a share of a GPU, which a {} job cannot ask for: {instead}",
+                kind.as_str()
+            ),
+            _ => format!(
+                "is the Slurm executor's; a {} job asks for GPUs in trial.executor: {}",
+                kind.as_str(),
+                gpu_field(kind).unwrap_or_default()
+            ),
+        };
+        self.report("trial.executor.gpus", message);
+        false
+    }
+
+    /// A count of a cloud engine's GPUs (`field`), from `min` (`default` when absent): a share of one is refused,
+    /// naming what the engine offers instead.
+    fn gpu_count(
+        &mut self,
+        kind: ExecutorKind,
+        field: &str,
+        value: Option<Number>,
+        default: u32,
+        min: i64,
+    ) -> Option<u32> {
+        let whole = match value {
+            Some(number) if is_fraction(number) => {
+                self.report(
+                    field,
+                    format!(
+                        "{number} is a share of a GPU, which a {} job cannot ask for: {}",
+                        kind.as_str(),
+                        shares_instead(kind).unwrap_or_default()
+                    ),
+                );
+                return None;
+            }
+            // Past i64 either way: as far out of range as an i64 goes.
+            Some(number) => Some(number.as_i64().unwrap_or(if number.as_f64() < 0.0 {
+                i64::MIN
+            } else {
+                i64::MAX
+            })),
+            None => None,
+        };
+        self.count(field, whole, default, min)
     }
 
     fn count(&mut self, field: &str, value: Option<i64>, default: u32, min: i64) -> Option<u32> {
@@ -149,7 +210,7 @@ impl Checker<'_> {
         let accelerator = match &raw.accelerator {
             None => Some(None),
             Some(a) => self
-                .count("trial.executor.accelerator.count", a.count, 1, 1)
+                .gpu_count(kind, "trial.executor.accelerator.count", a.count, 1, 1)
                 .map(|count| {
                     Some(Accelerator {
                         kind: a.kind.clone(),
@@ -201,7 +262,13 @@ impl Checker<'_> {
         let resources = match &raw.resources {
             None => Some(Resources::default()),
             Some(r) => self
-                .count("trial.executor.resources.gpu", r.gpu, 0, 0)
+                .gpu_count(
+                    ExecutorKind::Kubernetes,
+                    "trial.executor.resources.gpu",
+                    r.gpu,
+                    0,
+                    0,
+                )
                 .map(|gpu| Resources {
                     cpu: r.cpu.clone(),
                     memory: r.memory.clone(),
@@ -344,6 +411,36 @@ fn is_dns_subdomain(name: &str) -> bool {
                     .chars()
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         })
+}
+
+/// Where a job of `kind` asks for GPUs, as the study file writes it; none for local workers
+/// (`trial.resources.gpus`).
+pub(super) fn gpu_field(kind: ExecutorKind) -> Option<&'static str> {
+    // Exhaustive: an engine added later says here where its jobs ask for GPUs.
+    match kind {
+        ExecutorKind::Local => None,
+        ExecutorKind::Vertex => Some("accelerator: {type: NVIDIA_TESLA_T4, count: 1}"),
+        ExecutorKind::Kubernetes => Some("resources: {gpu: 1}"),
+        ExecutorKind::SageMaker => Some("a GPU instance_type, e.g. ml.g5.xlarge"),
+        ExecutorKind::Slurm => Some("gpus: 1"),
+    }
+}
+
+/// What a cloud engine offers instead of a share of a GPU (`gpus: 0.25`), which it cannot
+/// schedule; none for the engines that give shares (local workers, Slurm's shards).
+fn shares_instead(kind: ExecutorKind) -> Option<&'static str> {
+    match kind {
+        ExecutorKind::Local | ExecutorKind::Slurm => None,
+        ExecutorKind::Vertex => Some(
+            "Vertex AI gives a job whole accelerators; for a smaller device choose a smaller accelerator type (NVIDIA_L4, NVIDIA_TESLA_T4) or a machine_type with fewer GPUs, with accelerator.count 1",
+        ),
+        ExecutorKind::Kubernetes => Some(
+            "Kubernetes schedules whole nvidia.com/gpu devices; to share one, have the cluster's NVIDIA device plugin time-slice its GPUs (sharing.timeSlicing replicas) or split them with MIG (strategy single), so that each resources.gpu: 1 is a share",
+        ),
+        ExecutorKind::SageMaker => Some(
+            "SageMaker gives a job whole instances; choose an instance_type with fewer or smaller GPUs (ml.g4dn.xlarge: one T4, ml.g5.xlarge: one A10G)",
+        ),
+    }
 }
 
 /// The fields a kind takes besides `kind`: its engine's own and, for a cloud engine, the

@@ -281,6 +281,13 @@ pub(super) struct RawSageMaker {
     pub output_path: Option<String>,
 }
 
+/// A cloud engine's block read for `gpus` alone, the Slurm executor's field, which it
+/// refuses.
+#[derive(Debug, Deserialize)]
+pub(super) struct RawGpus {
+    pub gpus: Option<Number>,
+}
+
 /// `kind: slurm`: a Slurm batch job.
 #[derive(Debug, Deserialize)]
 pub(super) struct RawSlurm {
@@ -290,7 +297,7 @@ pub(super) struct RawSlurm {
     pub time: Option<String>,
     pub cpus_per_task: Option<i64>,
     pub mem: Option<String>,
-    pub gpus: Option<i64>,
+    pub gpus: Option<Number>,
     pub constraint: Option<String>,
     pub extra_args: Option<Vec<String>>,
     pub poll_interval: Option<String>,
@@ -317,7 +324,7 @@ pub(super) struct RawArtifactsVolume {
 pub(super) struct RawAccelerator {
     #[serde(rename = "type")]
     pub kind: String,
-    pub count: Option<i64>,
+    pub count: Option<Number>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -325,7 +332,7 @@ pub(super) struct RawAccelerator {
 pub(super) struct RawResources {
     pub cpu: Option<String>,
     pub memory: Option<String>,
-    pub gpu: Option<i64>,
+    pub gpu: Option<Number>,
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@ use std::time::Duration;
 use super::Checker;
 use super::executor::DEFAULT_OUTAGE_LIMIT;
 use super::raw::RawSlurm;
-use crate::study::{SlurmReport, SlurmSpec};
+use crate::gpus::Share;
+use crate::study::{SHARDS_PER_GPU, SlurmReport, SlurmSpec};
 
 /// How often a Slurm job's state is asked for, when the file does not say.
 const DEFAULT_SLURM_POLL_INTERVAL: Duration = Duration::from_secs(5);
@@ -72,7 +73,14 @@ impl Checker<'_> {
                 .at_least("trial.executor.cpus_per_task", n, 1)
                 .map(|n| Some(n.min(i64::from(u32::MAX)) as u32)),
         };
-        let gpus = self.at_least("trial.executor.gpus", raw.gpus.unwrap_or(0), 0);
+        let gpus = match raw.gpus {
+            None => Some(None),
+            Some(number) if number.as_i64() == Some(0) => Some(None),
+            Some(number) => self
+                .share("trial.executor.gpus", number, "0 for jobs without GPUs")
+                .and_then(|share| self.sharded(share))
+                .map(Some),
+        };
         let report = match raw.report.as_deref() {
             None => Some(SlurmReport::Files),
             Some(text) => SlurmReport::parse(text).or_else(|| {
@@ -93,7 +101,7 @@ impl Checker<'_> {
             time: time?.or(timeout),
             cpus_per_task: cpus?,
             mem: raw.mem.clone(),
-            gpus: gpus?.min(i64::from(u32::MAX)) as u32,
+            gpus: gpus?,
             constraint: raw.constraint.clone(),
             extra_args: raw.extra_args.clone().unwrap_or_default(),
             poll_interval: poll?.unwrap_or(DEFAULT_SLURM_POLL_INTERVAL),
@@ -101,6 +109,29 @@ impl Checker<'_> {
             report: report?,
         };
         ok.then_some(spec)
+    }
+
+    /// A share of a GPU that Slurm's shards can give: `1/K` for a `K` that divides
+    /// [`SHARDS_PER_GPU`] (a job gets `SHARDS_PER_GPU / K` shards, so at most `K` jobs share a
+    /// GPU).
+    fn sharded(&mut self, share: Share) -> Option<Share> {
+        match share {
+            Share::Fraction(k) if !SHARDS_PER_GPU.is_multiple_of(k) => {
+                let shares: Vec<String> = (2..=SHARDS_PER_GPU)
+                    .filter(|k| SHARDS_PER_GPU.is_multiple_of(*k))
+                    .map(|k| format!("1/{k}"))
+                    .collect();
+                self.report(
+                    "trial.executor.gpus",
+                    format!(
+                        "1/{k} of a GPU is not a whole number of Slurm shards: hptune assumes {SHARDS_PER_GPU} shards per GPU (docs/study-file.md), so a Slurm job holds whole GPUs or {}",
+                        shares.join(", ")
+                    ),
+                );
+                None
+            }
+            _ => Some(share),
+        }
     }
 }
 

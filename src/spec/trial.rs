@@ -4,7 +4,8 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use super::raw::{RawTrial, RawTrialResources};
+use super::executor::gpu_field;
+use super::raw::{Number, RawTrial, RawTrialResources};
 use super::{Checker, quoted};
 use crate::gpus::{MAX_SHARE, Share, parse_bytes};
 use crate::protocol::{DEFAULT_GRACE_PERIOD, DEVICE_VARIABLES, is_protocol_variable};
@@ -83,36 +84,12 @@ impl Checker<'_> {
         let Some(number) = raw.and_then(|r| r.gpus) else {
             return Some(None);
         };
-        let rule = format!(
-            "whole GPUs from 1 to {MAX_GPUS}, or 1/K of one GPU for a whole K from 2 to {MAX_SHARE} (0.5, 0.25, 0.125, ...)"
-        );
-        let share = match number.as_i64() {
-            Some(n) if (1..=MAX_GPUS).contains(&n) => {
-                Share::Whole(NonZeroUsize::new(n as usize).expect("from 1"))
-            }
-            _ => match share_of(number.as_f64()) {
-                Some(k) => Share::Fraction(k),
-                None if number.as_f64() > 0.0
-                    && number.as_f64().is_finite()
-                    && number.as_f64().fract() != 0.0 =>
-                {
-                    self.report(field, format!("{number} is neither a whole number of GPUs nor 1/K of one: a trial holds {rule}"));
-                    return None;
-                }
-                None => {
-                    self.report(field, format!("must be {rule}, got {number} (leave `resources` out for trials without GPUs)"));
-                    return None;
-                }
-            },
-        };
-        // Exhaustive: an engine added later says here where its jobs ask for GPUs.
-        let engine_field = match executor {
-            None | Some(ExecutorSpec::Local) => None,
-            Some(ExecutorSpec::Vertex(_)) => Some("accelerator: {type: NVIDIA_TESLA_T4, count: 1}"),
-            Some(ExecutorSpec::Kubernetes(_)) => Some("resources: {gpu: 1}"),
-            Some(ExecutorSpec::SageMaker(_)) => Some("a GPU instance_type, e.g. ml.g5.xlarge"),
-            Some(ExecutorSpec::Slurm(_)) => Some("gpus: 1"),
-        };
+        let share = self.share(
+            field,
+            number,
+            "leave `resources` out for trials without GPUs",
+        )?;
+        let engine_field = executor.and_then(|e| gpu_field(e.kind()));
         if let (Some(engine_field), Some(engine)) = (engine_field, executor) {
             self.report(
                 field,
@@ -124,6 +101,31 @@ impl Checker<'_> {
             return None;
         }
         Some(Some(share))
+    }
+
+    /// Checks a number of GPUs (`field`): whole GPUs from 1 to [`MAX_GPUS`], or `1/K` of one
+    /// for a whole `K` from 2 to [`MAX_SHARE`]; `without` says how to ask for none. The rule
+    /// of `trial.resources.gpus` and of the Slurm executor's `gpus`.
+    pub(super) fn share(&mut self, field: &str, number: Number, without: &str) -> Option<Share> {
+        let rule = format!(
+            "whole GPUs from 1 to {MAX_GPUS}, or 1/K of one GPU for a whole K from 2 to {MAX_SHARE} (0.5, 0.25, 0.125, ...)"
+        );
+        match number.as_i64() {
+            Some(n) if (1..=MAX_GPUS).contains(&n) => {
+                Some(Share::Whole(NonZeroUsize::new(n as usize).expect("from 1")))
+            }
+            _ => match share_of(number.as_f64()) {
+                Some(k) => Some(Share::Fraction(k)),
+                None if is_fraction(number) => {
+                    self.report(field, format!("{number} is neither a whole number of GPUs nor 1/K of one: a trial holds {rule}"));
+                    None
+                }
+                None => {
+                    self.report(field, format!("must be {rule}, got {number} ({without})"));
+                    None
+                }
+            },
+        }
     }
 
     /// Checks `trial.resources.gpu_memory`: a memory size, for a study whose trials hold GPUs
@@ -183,6 +185,12 @@ fn share_of(value: f64) -> Option<u8> {
     }
     let k = (1.0 / value).round();
     ((2.0..=f64::from(MAX_SHARE)).contains(&k) && (value * k - 1.0).abs() < 1e-4).then_some(k as u8)
+}
+
+/// Whether `number` is a positive number of GPUs that is not whole (`0.3`, `1.5`).
+pub(super) fn is_fraction(number: Number) -> bool {
+    let value = number.as_f64();
+    value > 0.0 && value.is_finite() && value.fract() != 0.0
 }
 
 /// Checks a `trial.env` entry: a name a process environment can hold, not one of the worker

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::gpus::{MAX_SHARE, Share};
+
 /// The engines a trial can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExecutorKind {
@@ -210,8 +212,9 @@ pub(crate) struct SlurmSpec {
     pub cpus_per_task: Option<u32>,
     /// Memory, as Slurm writes it (`--mem`: `16G`, `500M`).
     pub mem: Option<String>,
-    /// GPUs (`--gres=gpu:N`); 0 asks for none.
-    pub gpus: u32,
+    /// GPUs: whole ones (`--gres=gpu:N`), or a share of one (`--gres=shard:N`, see
+    /// [`SlurmSpec::gres`]); none asks for none.
+    pub gpus: Option<Share>,
     /// Features the node must have (`--constraint`).
     pub constraint: Option<String>,
     /// More `sbatch` options, passed as they are, before the job script.
@@ -223,6 +226,24 @@ pub(crate) struct SlurmSpec {
     pub outage_limit: Duration,
     /// How the job's worker reports to the controller.
     pub report: SlurmReport,
+}
+
+/// The shards of each GPU that hptune assumes a Slurm cluster configures (`gres.conf`:
+/// `Name=shard Count=16` per GPU): a job with `gpus: 1/K` asks for `16 / K` of them, so `K`
+/// must divide 16 (2, 4, 8 or 16) for `K` such jobs to fill a GPU exactly, and never more
+/// than `K` to share one. 16 is the largest share hptune gives anywhere ([`MAX_SHARE`]).
+pub(crate) const SHARDS_PER_GPU: u8 = MAX_SHARE;
+
+impl SlurmSpec {
+    /// The job's `--gres`: `gpu:N` for whole GPUs, `shard:N` for a share of one (`N` =
+    /// [`SHARDS_PER_GPU`] / `K` for `1/K`, a `K` that the study file's check let through),
+    /// none without GPUs.
+    pub(crate) fn gres(&self) -> Option<String> {
+        match self.gpus? {
+            Share::Whole(n) => Some(format!("gpu:{n}")),
+            Share::Fraction(k) => Some(format!("shard:{}", SHARDS_PER_GPU / k)),
+        }
+    }
 }
 
 /// How a Slurm job's worker reports its measurements to the controller (`report`).

@@ -244,7 +244,48 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
         (
             "negative Slurm GPUs",
             executor("kind: slurm\n    gpus: -1"),
-            "study.yaml:30:11: trial.executor.gpus: must be >= 0, got -1",
+            "study.yaml:30:11: trial.executor.gpus: must be whole GPUs from 1 to 1024, or 1/K of one GPU for a whole K from 2 to 16 (0.5, 0.25, 0.125, ...), got -1 (0 for jobs without GPUs)",
+        ),
+        (
+            "a Slurm share of a GPU that is not 1/K",
+            executor("kind: slurm\n    gpus: 0.3"),
+            "study.yaml:30:11: trial.executor.gpus: 0.3 is neither a whole number of GPUs nor 1/K of one",
+        ),
+        (
+            "a Slurm share of a GPU that is no whole number of shards",
+            executor("kind: slurm\n    gpus: 0.2"),
+            "trial.executor.gpus: 1/5 of a GPU is not a whole number of Slurm shards: hptune assumes 16 shards per GPU (docs/study-file.md), so a Slurm job holds whole GPUs or 1/2, 1/4, 1/8, 1/16",
+        ),
+        (
+            "a share of a Vertex AI accelerator",
+            executor(
+                "kind: vertex\n    project: p\n    region: r\n    image: i\n    machine_type: m\n    accelerator: {type: NVIDIA_TESLA_T4, count: 0.5}",
+            ),
+            "trial.executor.accelerator.count: 0.5 is a share of a GPU, which a vertex job cannot ask for: Vertex AI gives a job whole accelerators; for a smaller device choose a smaller accelerator type",
+        ),
+        (
+            "a share of a Kubernetes GPU",
+            executor("kind: kubernetes\n    image: i\n    resources: {gpu: 0.25}"),
+            "trial.executor.resources.gpu: 0.25 is a share of a GPU, which a kubernetes job cannot ask for: Kubernetes schedules whole nvidia.com/gpu devices; to share one, have the cluster's NVIDIA device plugin time-slice its GPUs (sharing.timeSlicing replicas) or split them with MIG",
+        ),
+        (
+            "a share of a GPU on SageMaker",
+            executor(
+                "kind: sagemaker\n    region: r\n    image: i\n    role_arn: arn:aws:iam::1:role/r\n    instance_type: ml.g5.xlarge\n    output_path: s3://b/p\n    gpus: 0.25",
+            ),
+            "trial.executor.gpus: 0.25 is a share of a GPU, which a sagemaker job cannot ask for: SageMaker gives a job whole instances; choose an instance_type with fewer or smaller GPUs",
+        ),
+        (
+            "a share of a GPU on Kubernetes, written as Slurm's gpus",
+            executor("kind: kubernetes\n    image: i\n    gpus: 0.5"),
+            "trial.executor.gpus: 0.5 is a share of a GPU, which a kubernetes job cannot ask for: Kubernetes schedules whole nvidia.com/gpu devices",
+        ),
+        (
+            "whole GPUs on Vertex AI, written as Slurm's gpus",
+            executor(
+                "kind: vertex\n    project: p\n    region: r\n    image: i\n    machine_type: m\n    gpus: 2",
+            ),
+            "trial.executor.gpus: is the Slurm executor's; a vertex job asks for GPUs in trial.executor: accelerator: {type: NVIDIA_TESLA_T4, count: 1}",
         ),
         (
             "Slurm CPUs that are not a number",

@@ -350,6 +350,68 @@ fn a_study_runs_to_completion_as_slurm_jobs_on_distinct_gpus() {
     assert!(used.len() >= 3, "GPUs used: {used:?}");
 }
 
+/// `executor.gpus: 0.25` asks Slurm for 4 of the 16 shards of a GPU (`--gres=shard:4`), so
+/// that 4 jobs share each GPU: with 4 GPUs, more jobs run at once than there are GPUs.
+#[test]
+fn a_share_of_a_gpu_is_slurm_shards_and_jobs_share_the_gpus() {
+    let _cluster = common::slurm_shared();
+    let Some(partition) = test_slurm() else {
+        return;
+    };
+    let scratch = Scratch::new();
+    let name = common::unique_name("slurm-shards");
+    let began = scratch.path("began");
+    let wrapper = noting_worker(&scratch, "$HPTUNE_TRIAL_ID $(date +%s.%N)", &began);
+    let trace = scratch.path("trace");
+    let text = study(
+        &name,
+        8,
+        8,
+        &format!("{{SLEEP: '3', TRACE: '{}'}}", trace.display()),
+        &format!(", partition: {partition}, gpus: 0.25, cpus_per_task: 1, mem: 100M, time: 10m"),
+    )
+    .replace("{worker}", wrapper.to_str().unwrap());
+    let path = scratch.study("study.yaml", &text);
+    let out = scratch.hptune(&["run", path.to_str().unwrap()]);
+    assert_success(&out);
+
+    let trials = scratch.trials(&name);
+    assert_eq!(trials.len(), 8);
+    for trial in &trials {
+        assert_eq!(trial["state"], "succeeded", "{trial}");
+        let id = job_id(trial);
+        let job = slurm_job(id);
+        assert_eq!(final_state(id), "COMPLETED", "{job:?}");
+        // Slurm's own record of what the job asked for: 4 shards, no whole GPU.
+        assert_eq!(job["TresPerNode"], "gres:shard:4", "{job:?}");
+    }
+
+    // The most jobs that ran at one moment: more than the cluster's 4 GPUs, which whole-GPU
+    // jobs could not be.
+    let span = |path: &Path, field: usize| -> HashMap<String, f64> {
+        lines(path)
+            .iter()
+            .map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (f[0].to_string(), f[field].parse().unwrap())
+            })
+            .collect()
+    };
+    let (started, ended) = (span(&began, 1), span(&trace, 2));
+    assert_eq!((started.len(), ended.len()), (8, 8));
+    let most = started
+        .values()
+        .map(|&moment| {
+            started
+                .iter()
+                .filter(|&(trial, &start)| start <= moment && moment < ended[trial])
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert!(most > 4, "at most {most} jobs ran at once on 4 GPUs");
+}
+
 #[test]
 fn parameters_and_environment_reach_the_job_whatever_they_hold() {
     let _cluster = common::slurm_shared();

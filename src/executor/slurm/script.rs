@@ -195,10 +195,7 @@ pub(super) fn sbatch_args(
         ("time", spec.time.map(slurm_time)),
         ("cpus-per-task", spec.cpus_per_task.map(|n| n.to_string())),
         ("mem", spec.mem.clone()),
-        (
-            "gres",
-            (spec.gpus > 0).then(|| format!("gpu:{}", spec.gpus)),
-        ),
+        ("gres", spec.gres()),
         ("constraint", spec.constraint.clone()),
     ];
     args.extend(
@@ -213,8 +210,11 @@ pub(super) fn sbatch_args(
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroUsize;
+
     use super::*;
     use crate::executor::Start;
+    use crate::gpus::Share;
 
     fn job(argv: &[&str], env: &[(&str, &str)], log_dir: &Path) -> TrialJob {
         TrialJob {
@@ -323,6 +323,29 @@ mod tests {
     }
 
     #[test]
+    fn a_share_of_a_gpu_asks_for_shards_and_whole_gpus_for_gpus() {
+        let gres = |gpus| {
+            SlurmSpec {
+                gpus,
+                ..SlurmSpec::default()
+            }
+            .gres()
+        };
+        assert_eq!(gres(None), None);
+        assert_eq!(
+            gres(Some(Share::Whole(NonZeroUsize::new(3).unwrap()))),
+            Some("gpu:3".into())
+        );
+        // 16 shards per GPU: 1/K of one is 16/K of them.
+        for (k, shards) in [(2, 8), (4, 4), (8, 2), (16, 1)] {
+            assert_eq!(
+                gres(Some(Share::Fraction(k))),
+                Some(format!("shard:{shards}"))
+            );
+        }
+    }
+
+    #[test]
     fn sbatch_gets_each_field_as_one_option() {
         let dir = tempfile::tempdir().unwrap();
         let job = job(&["w"], &[], dir.path());
@@ -332,7 +355,7 @@ mod tests {
             time: Some(Duration::from_secs(2 * 86_400 + 3 * 3600 + 4 * 60 + 5)),
             cpus_per_task: Some(4),
             mem: Some("16G".into()),
-            gpus: 2,
+            gpus: Some(Share::Whole(NonZeroUsize::new(2).unwrap())),
             constraint: Some("a100&ib".into()),
             extra_args: vec!["--exclusive".into()],
             ..SlurmSpec::default()
