@@ -46,6 +46,14 @@ fn trial(number: u64, state: TrialState, value: Option<f64>) -> TrialRecord {
 }
 
 fn follower(trials: Vec<TrialRecord>) -> StudyFollower {
+    follower_on_gpus(trials, |_| None)
+}
+
+/// A follower of `trials`, each with one attempt, on the GPUs (and slot) `device` gives it.
+fn follower_on_gpus(
+    trials: Vec<TrialRecord>,
+    device: impl Fn(u64) -> Option<(&'static str, Option<u32>)>,
+) -> StudyFollower {
     let attempts = trials
         .iter()
         .map(|t| AttemptRecord {
@@ -58,8 +66,8 @@ fn follower(trials: Vec<TrialRecord>) -> StudyFollower {
             outcome: Some(t.state.as_str().into()),
             error: t.error.clone(),
             last_output: None,
-            gpus: None,
-            gpu_slot: None,
+            gpus: device(t.number).map(|(gpus, _)| gpus.into()),
+            gpu_slot: device(t.number).and_then(|(_, slot)| slot),
         })
         .collect();
     let curves = trials
@@ -289,4 +297,43 @@ fn parallel_coordinates_place_categories_in_their_slots_and_inactive_parameters_
         assert_eq!(inactive, d.starts_with("M70.0,251.0L"), "{d}");
     }
     assert!(svg.contains(">adam<") && svg.contains(">sgd<") && svg.contains(">inactive<"));
+}
+
+#[test]
+fn the_timeline_of_gpu_trials_has_a_row_per_device_and_slot() {
+    // Six trials on a quarter of GPU 0 or 1 (slots 0 and 1 of each, one after another), and
+    // one on GPUs 2 and 3 whole.
+    let trials: Vec<TrialRecord> = (0..7)
+        .map(|n| trial(n, TrialState::Succeeded, Some(n as f64)))
+        .collect();
+    let follower = follower_on_gpus(trials, |n| match n {
+        6 => Some(("2,3", None)),
+        n => Some((["0", "1"][n as usize % 2], Some((n as u32 / 2) % 2))),
+    });
+    let data = StudyData::new(&follower).unwrap();
+    let svg = draw(Kind::Timeline, &data, &Options::default());
+    let labels: Vec<&str> = svg
+        .split("class=\"tick\"")
+        .skip(1)
+        .filter_map(|s| s.split('>').nth(1)?.split('<').next())
+        .filter(|l| l.starts_with("GPU") || l.starts_with("slot"))
+        .collect();
+    assert_eq!(
+        labels,
+        ["GPU 0·1", "GPU 0·2", "GPU 1·1", "GPU 1·2", "GPUs 2,3"]
+    );
+    assert!(svg.contains("on GPU 1, slot 2"), "{svg}");
+    // Trials 0 and 4 share GPU 0's first slot: their bars are on one row.
+    let row_of = |n: u64| {
+        let bar = svg.split(&format!("data-trial=\"{n}\"")).nth(1).unwrap();
+        bar.split("y=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(row_of(0), row_of(4));
+    assert_ne!(row_of(0), row_of(2));
 }

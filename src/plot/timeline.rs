@@ -1,6 +1,7 @@
-//! Timeline: every attempt of every trial as a bar over time, on the worker slot it ran in
-//! (slots assigned as attempts start: the first free one), coloured by how it ended; a
-//! retried attempt and its retry are both shown. A large study's attempts are those of its
+//! Timeline: every attempt of every trial as a bar over time, coloured by how it ended; a
+//! retried attempt and its retry are both shown. An attempt that held GPUs is on its
+//! device's row (one per slot of a shared GPU: the timeline per device); any other on a
+//! worker slot, the first free when it started. A large study's attempts are those of its
 //! newest trials and its running ones (what the [`crate::storage::StudyFollower`] holds).
 
 use super::axis::Axis;
@@ -10,9 +11,12 @@ use crate::storage::TrialState;
 
 const ROW: f64 = 20.0;
 
+/// The GPUs an attempt held, as recorded, and its slot on a shared one.
+type Device = (String, Option<u32>);
+
 pub(super) fn draw(data: &StudyData) -> String {
     let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
-    let mut bars: Vec<(f64, f64, String, String, u64)> = Vec::new();
+    let mut bars: Vec<(f64, f64, String, String, u64, Option<Device>)> = Vec::new();
     for attempt in data.follower.all_attempts() {
         let Some(start) = seconds(&attempt.started_at) else {
             continue;
@@ -45,7 +49,10 @@ pub(super) fn draw(data: &StudyData) -> String {
                 + &attempt
                     .gpus
                     .as_deref()
-                    .map(|g| format!(" on GPUs {g}"))
+                    .map(|g| match attempt.gpu_slot {
+                        Some(slot) => format!(" on GPU {g}, slot {}", slot + 1),
+                        None => format!(" on GPUs {g}"),
+                    })
                     .unwrap_or_default(),
             attempt
                 .error
@@ -59,6 +66,7 @@ pub(super) fn draw(data: &StudyData) -> String {
             outcome.to_string(),
             tip,
             attempt.number,
+            attempt.gpus.clone().map(|gpus| (gpus, attempt.gpu_slot)),
         ));
     }
     if bars.is_empty() {
@@ -71,21 +79,30 @@ pub(super) fn draw(data: &StudyData) -> String {
     let origin = bars[0].0;
     let last = bars.iter().map(|b| b.1).fold(origin, f64::max);
     let (unit, unit_name) = time_unit(last - origin);
+    let mut devices: Vec<&Device> = bars.iter().filter_map(|bar| bar.5.as_ref()).collect();
+    devices.sort();
+    devices.dedup();
     let mut slot_ends: Vec<f64> = Vec::new();
     let slots: Vec<usize> = bars
         .iter()
-        .map(|(start, end, ..)| {
-            let free = slot_ends.iter().position(|e| *e <= *start);
-            let slot = free.unwrap_or(slot_ends.len());
-            if slot == slot_ends.len() {
-                slot_ends.push(*end);
-            } else {
-                slot_ends[slot] = *end;
+        .map(|(start, end, .., device)| match device {
+            Some(device) => devices
+                .binary_search(&device)
+                .expect("every device is listed"),
+            None => {
+                let free = slot_ends.iter().position(|e| *e <= *start);
+                let slot = free.unwrap_or(slot_ends.len());
+                if slot == slot_ends.len() {
+                    slot_ends.push(*end);
+                } else {
+                    slot_ends[slot] = *end;
+                }
+                devices.len() + slot
             }
-            slot
         })
         .collect();
-    let height = 16.0 + 48.0 + slot_ends.len() as f64 * ROW + 8.0;
+    let rows = devices.len() + slot_ends.len();
+    let height = 16.0 + 48.0 + rows as f64 * ROW + 8.0;
     let frame = Frame::standard(WIDE, height);
     let x_axis = Axis::Linear {
         low: 0.0,
@@ -112,17 +129,17 @@ pub(super) fn draw(data: &StudyData) -> String {
         &x_axis,
         &format!("{unit_name} since the first trial started"),
     );
-    for slot in 0..slot_ends.len() {
-        let y = frame.top + slot as f64 * ROW + ROW / 2.0 + 4.0;
-        svg.text(
-            frame.left - 8.0,
-            y,
-            "end",
-            "tick",
-            &format!("slot {}", slot + 1),
-        );
+    for row in 0..rows {
+        let y = frame.top + row as f64 * ROW + ROW / 2.0 + 4.0;
+        let label = match devices.get(row) {
+            Some((gpus, Some(slot))) => format!("GPU {gpus}·{}", slot + 1),
+            Some((gpus, None)) if gpus.contains(',') => format!("GPUs {gpus}"),
+            Some((gpus, None)) => format!("GPU {gpus}"),
+            None => format!("slot {}", row - devices.len() + 1),
+        };
+        svg.text(frame.left - 8.0, y, "end", "tick", &label);
     }
-    for ((start, end, outcome, tip, number), slot) in bars.iter().zip(&slots) {
+    for ((start, end, outcome, tip, number, _), slot) in bars.iter().zip(&slots) {
         let x0 = frame.x(x_axis.position((start - origin) / unit).unwrap_or(0.0));
         let x1 = frame.x(x_axis.position((end - origin) / unit).unwrap_or(0.0));
         svg.raw(&format!(
