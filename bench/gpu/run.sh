@@ -6,6 +6,8 @@
 # step, host syncs, kernels, host and GPU time per step, GPU utilisation) and raw logs under
 # $OUT/gpu-diagnosis, within --budget seconds (500). Needs python3 with torch and transformers, and
 # bench/gpu/dist/hptune-trainer-cuda.tar.xz (bench/gpu/pack.sh, on a machine with Rust).
+# `bench/gpu/run.sh --packing [packing.py flags]` runs bench/gpu/packing.py instead (issue #34:
+# several trials on one GPU under `hptune run`; its header has its CPU dry run).
 # Usage: bench/gpu/run.sh [run.py flags], e.g. --models minilm,bert-base; a CPU dry run:
 #   bench/gpu/run.sh --device cpu --tiny --package bench/gpu/dist/hptune-trainer-flex.tar.xz
 set -euo pipefail
@@ -28,4 +30,8 @@ for library in libcuda.so libnvrtc.so; do
       -printf '%h\n' 2>/dev/null | sort -u)
   done
 done
+if [[ "${1:-}" == --packing ]]; then
+  shift
+  exec "$python" "$here/packing.py" "$@"
+fi
 exec "$python" "$here/run.py" "$@"
