@@ -62,7 +62,7 @@ def train(argv):
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--max-train-samples", type=int, default=1024)
     parser.add_argument("--max-eval-samples", type=int, default=256)
-    parser.add_argument("--max-seq-len", type=int, default=64)
+    parser.add_argument("--max-seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--seed", type=int, default=42)
