@@ -25,14 +25,12 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from run import make_checkpoint, unpack  # noqa: E402
+from run import finish, make_checkpoint, start, unpack  # noqa: E402
 
 
 def study_yaml(name, command, trials, k, gpu_memory=None, grid_members=None):
@@ -114,12 +112,8 @@ def main():
     args = parser.parse_args()
     if args.tiny:
         args.trials, args.train_samples, args.eval_samples, args.ks = 4, 64, 32, "1,2"
-    began = time.time()
+    began, work, logs = start(args.out, "hptune-gpu-packing-")
     left = lambda: args.budget - (time.time() - began)  # noqa: E731
-    args.out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="hptune-gpu-packing-"))
-    logs = work / "logs"
-    logs.mkdir()
     model = args.model or HERE.parent.parent / "models" / "all-MiniLM-L6-v2"
     random_weights = not (model / "model.safetensors").exists()
     trainer = vocab = None
@@ -213,11 +207,7 @@ def main():
             say(f"out of memory, K={k}, gpu_memory {cap} (isolation: {r['isolation']}): "
                 f"{'PASS' if alone else 'FAIL'}: {len(neighbours)} of {k - 1} neighbours succeeded, "
                 f"{len(hogs)} failed: {'; '.join(h[1] for h in hogs) or 'none'}")
-    say(f"took {time.time() - began:.0f} s; table.txt and the logs (logs.tar.gz) in {args.out}")
-    (args.out / "table.txt").write_text("\n".join(lines) + "\n")
-    with tarfile.open(args.out / "logs.tar.gz", "w:gz") as tar:
-        tar.add(logs, arcname="logs")
-    shutil.rmtree(work, ignore_errors=True)
+    finish(say, lines, args.out, logs, work, began)
 
 
 if __name__ == "__main__":

@@ -365,6 +365,25 @@ def unpack(package: Path, into: Path):
     return binary, into / "vocab.txt"
 
 
+def start(out: Path, prefix: str):
+    """Makes the output folder and a work folder (`prefix` names it) with its logs folder;
+    returns the start time, the work folder and the logs folder."""
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    (work / "logs").mkdir()
+    return time.time(), work, work / "logs"
+
+
+def finish(say, lines, out: Path, logs: Path, work: Path, began: float):
+    """Says how long the call took, writes the table's `lines` to out/table.txt and the folder
+    `logs` to out/logs.tar.gz, and removes the work folder."""
+    say(f"took {time.time() - began:.0f} s; table.txt and the raw logs (logs.tar.gz) in {out}")
+    (out / "table.txt").write_text("\n".join(lines) + "\n")
+    with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
+        tar.add(logs, arcname="logs")
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def fmt(value, spec, missing="n/a"):
     return missing if value is None else format(value, spec)
 
@@ -418,12 +437,8 @@ def main():
     args = parser.parse_args()
     if args.tiny:
         args.models, args.seqs, args.steps, args.batch = "tiny", "16", 4, 8
-    began = time.time()
+    began, work, logs = start(args.out, "hptune-gpu-bench-")
     left = lambda: args.budget - (time.time() - began)  # noqa: E731
-    args.out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="hptune-gpu-bench-"))
-    logs = work / "logs"
-    logs.mkdir()
     binary, vocab = (args.binary, args.vocab) if args.binary and args.vocab else unpack(args.package, work)
     binary, vocab = args.binary or binary, args.vocab or vocab
     gpu = args.device.startswith("cuda")
@@ -500,11 +515,7 @@ def main():
                                                        logs)
                 r["kernels_per_step"] = kernels.get(precision)
                 say(row(prefix, name, r))
-    say(f"took {time.time() - began:.0f} s; table.txt and the raw logs (logs.tar.gz) in {args.out}")
-    (args.out / "table.txt").write_text("\n".join(lines) + "\n")
-    with tarfile.open(args.out / "logs.tar.gz", "w:gz") as tar:
-        tar.add(logs, arcname="logs")
-    shutil.rmtree(work, ignore_errors=True)
+    finish(say, lines, args.out, logs, work, began)
 
 
 if __name__ == "__main__":
