@@ -7,7 +7,8 @@ hundred SST-2 rows), so every K trains the same configurations: the table gives 
 completed per hour of `hptune run`'s wall time, its ratio to K=1 (the goal: >= 2.5x at K=4), the
 median dev accuracy, and the isolation `hptune run` reported (MPS or time-sharing). The last
 row says whether the hog failed alone with an out-of-memory reason while its neighbours
-finished. Runs that would not fit in --budget are skipped and said so. Writes table.txt and
+finished. Studies that would not start in --budget are skipped and said so; one that overruns is
+stopped with its workers, and its row counts what completed, saying so. Writes table.txt and
 logs.tar.gz (studies, hptune's output, the workers' logs) to --out ($OUT/gpu-packing).
 
 On a GPU: bench/gpu/run.sh --packing (needs bench/gpu/dist/hptune-trainer-cuda.tar.xz, which
@@ -51,19 +52,32 @@ def study_yaml(name, command, trials, k, gpu_memory=None, grid_members=None):
 
 
 def run_study(hptune, work, logs, name, text, env, timeout):
-    """`hptune run` of one study in its own database; returns its wall time, the isolation it
-    reported, and its trials (`hptune trials --format json`), or an error."""
+    """`hptune run` of one study in its own database, stopped (its workers too) after `timeout`
+    seconds; returns its wall time, the isolation it reported, and its trials (`hptune trials
+    --format json`), or an error."""
     folder = work / name
     folder.mkdir()
     (folder / "study.yaml").write_text(text)
     storage = f"sqlite://{folder / 'hptune.db'}"
     started = time.time()
+    command = [str(hptune), "--storage", storage, "run", str(folder / "study.yaml"), "--log-dir", str(folder / "logs")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        done = subprocess.run([str(hptune), "--storage", storage, "run", str(folder / "study.yaml"), "--log-dir",
-                               str(folder / "logs")], capture_output=True, text=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        done = subprocess.CompletedProcess(e.cmd, None, e.stdout or b"", e.stderr or b"")
-        done.stdout, done.stderr = (s.decode() if isinstance(s, bytes) else s for s in (done.stdout, done.stderr))
+        stdout, stderr = process.communicate(timeout=timeout)
+        returncode = process.returncode
+    except subprocess.TimeoutExpired:
+        # Two SIGTERMs: hptune run stops its workers now (their process groups are their own), so
+        # that none is left on the GPU while the next study runs; SIGKILL if it has not ended in 15 s.
+        process.terminate()
+        time.sleep(0.5)
+        process.terminate()
+        try:
+            stdout, stderr = process.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        returncode = None
+    done = subprocess.CompletedProcess(command, returncode, stdout, stderr)
     seconds = time.time() - started
     (folder / "hptune-run.log").write_text(f"# {seconds:.1f} s, exit {done.returncode}\n## stdout\n{done.stdout}\n"
                                            f"## stderr\n{done.stderr}\n")
@@ -73,11 +87,11 @@ def run_study(hptune, work, logs, name, text, env, timeout):
     listed = subprocess.run([str(hptune), "--storage", storage, "trials", name, "--format", "json"],
                             capture_output=True, text=True, env=env)
     shutil.copytree(folder, logs / name, ignore=shutil.ignore_patterns("hptune.db*", "hptune-artifacts"))
-    if done.returncode is None:
-        return {"error": f"hptune run killed at its {timeout:.0f} s limit"}
-    if done.returncode != 0 or listed.returncode != 0:
+    if (done.returncode not in (0, None)) or listed.returncode != 0:
         tail = (done.stderr or listed.stderr).strip().splitlines()[-3:]
         return {"error": f"exit {done.returncode}: " + " | ".join(tail)}
+    if done.returncode is None:  # the trials completed per hour still hold, over the time it ran
+        isolation += f"; stopped at its {timeout:.0f} s limit"
     return {"seconds": seconds, "isolation": isolation, "trials": json.loads(listed.stdout)}
 
 
