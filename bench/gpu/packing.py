@@ -174,20 +174,25 @@ def main():
         say(f"hptune-trainer warm-cache (the trials' shared kernel cache): {outcome}, {time.time() - started:.0f} s")
     say(f"{'worker':<16} {'gpus':>6} {'K':>2} {'done':>5} {'failed':>6} {'wall s':>7} {'trials/h':>9} "
         f"{'x K=1':>6} {'median acc':>10}  isolation")
-    for worker in args.workers.split(","):
+    workers, ks = args.workers.split(","), [int(k) for k in args.ks.split(",")]
+    if not has_torch and "pytorch" in workers:
+        workers.remove("pytorch")
+        say(f"pytorch          skipped: PyTorch is not installed for {sys.executable}")
+    studies_left = len(workers) * len(ks) + 1  # and the out-of-memory study
+    # Each study may take an even share of what is left, so that a slow K=1 leaves time for the rest.
+    allowance = lambda: (left() - 20) / studies_left  # noqa: E731
+    for worker in workers:
         base = None
-        for k in (int(k) for k in args.ks.split(",")):
+        for k in ks:
             share = "1" if k == 1 else f"{1 / k:g}"
             prefix = f"{worker:<16} {share:>6} {k:>2}"
-            if worker == "pytorch" and not has_torch:
-                say(f"{prefix} skipped: PyTorch is not installed for {sys.executable}")
-                continue
             if left() < 60:
                 say(f"{prefix} skipped: {left():.0f} s of the budget left")
                 continue
             name = f"packing-{worker}-k{k}"
             r = run_study(hptune, work, logs, name, study_yaml(name, commands[worker], args.trials, k), env,
-                          timeout=left() - 30)
+                          timeout=allowance())
+            studies_left -= 1
             if "error" in r:
                 say(f"{prefix} {r['error']}")
                 continue
