@@ -36,6 +36,7 @@ import bench_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+SST2 = ROOT.parent / "shared" / "data" / "sst2"
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 if not TARGET.is_absolute():
     TARGET = ROOT / TARGET
@@ -44,9 +45,9 @@ if not TARGET.is_absolute():
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="models/all-MiniLM-L6-v2")
-    p.add_argument("--train", default="/work/shared/data/sst2/train.tsv",
+    p.add_argument("--train", default=str(SST2 / "train.tsv"),
                    help="SST-2 train.tsv (header sentence<TAB>label)")
-    p.add_argument("--dev", default="/work/shared/data/sst2/dev.tsv",
+    p.add_argument("--dev", default=str(SST2 / "dev.tsv"),
                    help="SST-2 dev.tsv, evaluated in full")
     p.add_argument("--train-samples", type=int, default=512,
                    help="the first N training rows (the issue's full run: 8000)")

@@ -23,7 +23,7 @@ python="${PYTHON:-bench/.venv/bin/python}"
 # batch to last; tokenising before it and evaluating after it are not counted); peak RSS is the
 # whole process's (`/usr/bin/time`).
 real_sentences() {
-    local data="${1:-/work/shared/data/sst2/train.tsv}" model="${2:-models/all-MiniLM-L6-v2}"
+    local data="${1:-$repo/../shared/data/sst2/train.tsv}" model="${2:-models/all-MiniLM-L6-v2}"
     local rows="${ROWS:-1024}" rate rss line
     if [[ -n "${THREADS:-}" ]]; then
         export RAYON_NUM_THREADS="$THREADS" OMP_NUM_THREADS="$THREADS"
