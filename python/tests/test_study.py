@@ -35,9 +35,38 @@ def test_a_sequential_ask_tell_loop_proposes_what_hptune_run_proposes(binary: st
         by_client.append(trial.params)
         study.tell(trial, loss_of(trial.params))
     assert by_client == by_run
-    with pytest.raises(hptune.HptuneError) as spent:
+    with pytest.raises(hptune.BudgetSpent) as spent:
         study.ask()
-    assert spent.value.exit_code == 1
+    assert spent.value.exit_code == 5 and "budget of 6 trials is spent" in spent.value.message
+
+
+def test_ask_tells_a_spent_budget_from_a_full_study_and_from_a_failed_database(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "full", 2, parallel=1)
+    first = study.ask()
+    with pytest.raises(hptune.AllLeased) as full:
+        study.ask()
+    assert full.value.exit_code == 4
+    study.tell(first, 1.0)
+    study.tell(study.ask(), 2.0)
+    with pytest.raises(hptune.BudgetSpent):
+        study.ask()
+
+    broken = tmp_path / "broken.db"
+    broken.write_text("not a database, but long enough to be read as one " * 100)
+    with pytest.raises(hptune.HptuneError) as failed:
+        hptune.Study(study.path, storage=f"sqlite://{broken}").ask()
+    assert type(failed.value) is hptune.HptuneError and failed.value.exit_code == 1
+
+
+def test_a_study_file_without_a_trial_block_is_driven_by_the_client_alone(binary: str, tmp_path: Path) -> None:
+    text = write_study(tmp_path, "clients", 3).read_text()
+    study_file = tmp_path / "clients-only.yaml"
+    study_file.write_text(text[: text.index("trial:")])
+    study = hptune.Study(study_file, storage=f"sqlite://{tmp_path / 'hptune.db'}")
+    study.optimize(lambda trial: loss_of(trial.params))
+    assert len(succeeded(study.trials())) == 3
+    done = subprocess.run([binary, "run", study_file.name, "--storage", str(study.storage)], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 2 and "no `trial:` block" in done.stderr
 
 
 def test_optimize_in_more_threads_than_slots_fills_the_budget_exactly(tmp_path: Path) -> None:

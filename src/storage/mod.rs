@@ -233,6 +233,11 @@ impl Storage {
             if existing.space != space {
                 return Err(StorageError::SpaceChanged(study.name.clone()));
             }
+            if existing.spec == study.source {
+                // No write, and no wait for the write lock, when the file has not changed
+                // (each `hptune ask` ensures its study).
+                return Ok(existing);
+            }
             sqlx::query("UPDATE studies SET spec = $1 WHERE id = $2")
                 .bind(&study.source)
                 .bind(existing.id)
