@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any, List
 import pytest
 
 import hptune
-from conftest import hptune_json, loss_of, succeeded, write_study
+from conftest import hptune_json, loss_of, postgres_url, succeeded, write_study
 
 
 def study_in(folder: Path, name: str, trials: int, **options: Any) -> hptune.Study:
@@ -187,8 +189,41 @@ def test_a_missing_study_file_and_a_missing_binary_are_named(tmp_path: Path, mon
         hptune.find_binary()
 
 
-def test_two_clients_and_a_hptune_run_share_one_budget_exactly(binary: str, tmp_path: Path) -> None:
-    study = study_in(tmp_path, "shared", 12, parallel=3)
+def test_a_client_killed_mid_trial_gives_its_trial_back_after_the_lease(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "killed", 3, parallel=1)
+    study.lease = "1s"
+    client = (
+        "import sys, time, hptune\n"
+        "study = hptune.Study(sys.argv[1], storage=sys.argv[2], lease='1s')\n"
+        "trial = study.ask()\n"
+        "print(trial.number, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    killed = subprocess.Popen(
+        [sys.executable, "-c", client, study.path, str(study.storage)], stdout=subprocess.PIPE, text=True,
+    )
+    assert killed.stdout is not None
+    number = int(killed.stdout.readline())
+    killed.kill()
+    killed.wait()
+    with pytest.raises(hptune.AllLeased):
+        study.ask()  # its lease still runs
+    time.sleep(1.5)
+    again = study.ask()
+    assert again.number == number
+    study.tell(again, 0.5)
+    (trial,) = study.trials()
+    assert (trial["state"], trial["attempt"]) == ("succeeded", 2)
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+def test_two_clients_and_a_hptune_run_share_one_budget_exactly(binary: str, tmp_path: Path, database: str) -> None:
+    if database == "sqlite":
+        study = study_in(tmp_path, "shared", 12, parallel=3)
+    else:
+        name = f"py-shared-{os.getpid()}-{time.time_ns()}"
+        study = hptune.Study(write_study(tmp_path, name, 40, parallel=3), storage=postgres_url())
+    budget = 12 if database == "sqlite" else 40
     run = subprocess.Popen(
         [binary, "run", study.path, "--storage", str(study.storage)],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -208,6 +243,6 @@ def test_two_clients_and_a_hptune_run_share_one_budget_exactly(binary: str, tmp_
     assert run.returncode == 0, stderr
 
     trials = study.trials()
-    assert sorted(t["number"] for t in trials) == list(range(12))
-    assert len(succeeded(trials)) == 12
+    assert sorted(t["number"] for t in trials) == list(range(budget))
+    assert len(succeeded(trials)) == budget
     assert len(told) == len(set(told))
