@@ -132,33 +132,25 @@ fn a_study_without_a_trial_block_is_driven_by_clients_and_refused_by_run() {
 #[test]
 fn ask_exits_5_when_the_study_gives_no_more_trials_and_1_when_the_database_fails() {
     let scratch = Scratch::new();
-    let text = study("fragile", "random", 10, 1, "max_failed_trial_count: 1");
-    let file = scratch.study("study.yaml", &text);
-    let file = file.to_str().unwrap();
-    let (_, asked) = ask(&scratch, file, &[]);
-    assert_success(&tell(
-        &scratch,
-        "fragile",
-        number(&asked[0]),
-        &["--fail", "diverged"],
-    ));
-    let (out, _) = ask(&scratch, file, &[]);
-    assert_exit_says(&out, 5, "1 trials failed (max_failed_trial_count 1)");
-
-    let grid = scratch.study(
-        "grid.yaml",
-        "name: tiny\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: k, type: categorical, values: [a]}\nalgorithm: grid\nmax_trial_count: 5\ntrial:\n  command: [{worker}]\n",
-    );
-    let grid = grid.to_str().unwrap();
-    let (_, asked) = ask(&scratch, grid, &[]);
-    assert_success(&tell(
-        &scratch,
-        "tiny",
-        number(&asked[0]),
-        &["--value", "1"],
-    ));
-    let (out, _) = ask(&scratch, grid, &[]);
-    assert_exit_says(&out, 5, "every grid point was tried");
+    let fragile = study("fragile", "random", 10, 1, "max_failed_trial_count: 1");
+    let tiny = "name: tiny\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: k, type: categorical, values: [a]}\nalgorithm: grid\nmax_trial_count: 5\ntrial:\n  command: [{worker}]\n";
+    // Each study's one trial ends, and it has no other to give.
+    for (name, text, result, says) in [
+        (
+            "fragile",
+            fragile.as_str(),
+            ["--fail", "diverged"],
+            "1 trials failed (max_failed_trial_count 1)",
+        ),
+        ("tiny", tiny, ["--value", "1"], "every grid point was tried"),
+    ] {
+        let file = scratch.study(&format!("{name}.yaml"), text);
+        let file = file.to_str().unwrap();
+        let (_, asked) = ask(&scratch, file, &[]);
+        assert_success(&tell(&scratch, name, number(&asked[0]), &result));
+        let (out, _) = ask(&scratch, file, &[]);
+        assert_exit_says(&out, 5, says);
+    }
 
     // A database that cannot be read is a failure (1), never taken for a spent budget.
     let broken = scratch.path("broken.db");
@@ -168,7 +160,8 @@ fn ask_exits_5_when_the_study_gives_no_more_trials_and_1_when_the_database_fails
     )
     .unwrap();
     let url = format!("sqlite://{}", broken.display());
-    let out = scratch.hptune(&["ask", file, "--storage", &url]);
+    let file = scratch.path("fragile.yaml");
+    let out = scratch.hptune(&["ask", file.to_str().unwrap(), "--storage", &url]);
     assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
 }
 
