@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Ask/tell overhead: the time per trial of `hptune ask` + `hptune tell` against Optuna's
-ask/tell, both on SQLite, in the same command.
+and Rustuna's ask/tell, all on SQLite, in the same command.
 
 A client asks for a trial, computes x^2 (no work) and tells the value, N times one after
 another, on a study of one double with the random sampler (the sampler's own cost apart):
@@ -9,10 +9,15 @@ another, on a study of one double with the random sampler (the sampler's own cos
   program in any language drives it, and as the Python package does;
 - Optuna in-process: `study.ask()` / `study.tell()` with its SQLite storage (RDBStorage), no
   process per trial;
+- Rustuna (Optuna's Rust port, a wheel from PyPI) in-process: `study.ask()` /
+  `study.tell()` with its `SQLite3Storage`;
 - Optuna's own commands (`optuna ask` / `optuna tell`, a process each, as hptune's), over
   fewer trials (`--cli-trials`): each pays Python's and Optuna's import.
 
-Prints a Markdown table (per trial: the mean, and the mean of the first and last 10% of the
+Then, from a wheel built of the same binary (scripts/build-wheel.py): the seconds of `pip
+install` into a fresh virtual environment and of a first trial through the installed package.
+
+Prints Markdown tables (per trial: the mean, and the mean of the first and last 10% of the
 trials, which shows whether a trial costs more as the study grows); writes
 bench/results/ask_tell.json.
 
@@ -26,14 +31,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_venv  # noqa: E402
 
-bench_venv.ensure(["optuna"], "optuna")
+bench_venv.ensure(["optuna", "rustuna"], "optuna,rustuna")
 
 import optuna  # noqa: E402
+import rustuna  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -47,8 +54,6 @@ algorithm: random
 max_trial_count: {trials}
 parallel_trial_count: 1
 seed: 1
-trial:
-  command: ["true"]
 """
 
 
@@ -105,6 +110,22 @@ def optuna_loop(trials, folder):
     return times
 
 
+def rustuna_loop(trials, folder):
+    study = rustuna.create_study(
+        study_name="overhead", storage=rustuna.storages.SQLite3Storage(str(folder / "rustuna.db")),
+        sampler=rustuna.samplers.RandomSampler(seed=1), direction="minimize",
+    )
+    times = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        trial = study.ask()
+        x = trial.suggest_float("x", -5.0, 5.0)
+        study.tell(trial.number, x * x)
+        times.append(time.perf_counter() - start)
+    assert len(study.trials) == trials, "Rustuna lost a trial"
+    return times
+
+
 def optuna_cli_loop(trials, folder):
     optuna_cli = Path(sys.executable).with_name("optuna")
     storage = f"sqlite:///{folder / 'optuna-cli.db'}"
@@ -127,6 +148,34 @@ def optuna_cli_loop(trials, folder):
         )
         times.append(time.perf_counter() - start)
     return times
+
+
+def wheel_to_first_trial(binary, folder):
+    """Seconds of `pip install` of a wheel carrying `binary` into a fresh virtual environment
+    (offline, as from a downloaded file), then of a first trial asked and told through the
+    installed package and binary."""
+    wheel = subprocess.run(
+        [sys.executable, ROOT / "scripts" / "build-wheel.py", "--binary", binary, "--out", folder / "dist"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    env_dir = folder / "wheel-venv"
+    subprocess.run([sys.executable, "-m", "venv", env_dir], check=True)
+    python = env_dir / "bin" / "python"
+    start = time.perf_counter()
+    subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-index", "--disable-pip-version-check", wheel],
+        check=True,
+    )
+    installed = time.perf_counter()
+    study = folder / "first.yaml"
+    study.write_text(STUDY.format(trials=1).replace("name: overhead", "name: first"))
+    client = (
+        "import hptune, sys; s = hptune.Study(sys.argv[1], storage=sys.argv[2]); "
+        "t = s.ask(); s.tell(t, t.params['x'] ** 2); assert s.trials()[0]['state'] == 'succeeded'"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "HPTUNE_BIN"}
+    subprocess.run([python, "-c", client, study, f"sqlite://{folder / 'first.db'}"], env=env, check=True)
+    return installed - start, time.perf_counter() - installed
 
 
 def summary(times):
@@ -152,12 +201,20 @@ def main():
         folder = Path(tmp)
         rows[f"hptune ask + tell ({args.profile} build)"] = summary(hptune_loop(binary, args.trials, folder))
         rows[f"Optuna {optuna.__version__} study.ask + study.tell (in-process)"] = summary(optuna_loop(args.trials, folder))
+        rows[f"Rustuna {version('rustuna')} study.ask + study.tell (in-process)"] = summary(rustuna_loop(args.trials, folder))
         rows["Optuna `optuna ask` + `optuna tell` (a process each)"] = summary(optuna_cli_loop(args.cli_trials, folder))
+        install, first = wheel_to_first_trial(binary, folder)
     print("| client, SQLite | trials | ms per trial | first 10% | last 10% |")
     print("|---|---:|---:|---:|---:|")
     for name, row in rows.items():
         print(f"| {name} | {row['trials']} | {row['ms_per_trial']:.1f} | "
               f"{row['first_10pct_ms']:.1f} | {row['last_10pct_ms']:.1f} |")
+    print()
+    print("| from the wheel | seconds |")
+    print("|---|---:|")
+    print(f"| `pip install --no-index` of the wheel into a fresh venv | {install:.2f} |")
+    print(f"| then a first trial asked and told through the package | {first:.2f} |")
+    rows["wheel"] = {"pip_install_s": install, "first_trial_s": first}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "ask_tell.json").write_text(json.dumps(rows, indent=2) + "\n")
 

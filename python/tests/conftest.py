@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -70,6 +71,21 @@ def hptune_json(binary: str, folder: Path, *args: str) -> Any:
     done = subprocess.run([binary, *args, "--format", "json"], cwd=folder, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def postgres_url() -> str:
+    """The PostgreSQL database of the tests: ``HPTUNE_TEST_POSTGRES``, else the one
+    scripts/start-postgres.sh starts (or finds running) and prints."""
+    url = os.environ.get("HPTUNE_TEST_POSTGRES")
+    if url:
+        return url
+    script = Path(__file__).resolve().parents[2] / "scripts" / "start-postgres.sh"
+    done = subprocess.run([str(script)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(f"scripts/start-postgres.sh failed ({done.returncode}): {done.stderr[-2000:]}")
+    url = done.stdout.strip().splitlines()[-1]
+    os.environ["HPTUNE_TEST_POSTGRES"] = url
+    return url
 
 
 @pytest.fixture

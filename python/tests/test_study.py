@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any, List
 import pytest
 
 import hptune
-from conftest import hptune_json, loss_of, succeeded, write_study
+from conftest import hptune_json, loss_of, postgres_url, succeeded, write_study
 
 
 def study_in(folder: Path, name: str, trials: int, **options: Any) -> hptune.Study:
@@ -35,9 +37,38 @@ def test_a_sequential_ask_tell_loop_proposes_what_hptune_run_proposes(binary: st
         by_client.append(trial.params)
         study.tell(trial, loss_of(trial.params))
     assert by_client == by_run
-    with pytest.raises(hptune.HptuneError) as spent:
+    with pytest.raises(hptune.BudgetSpent) as spent:
         study.ask()
-    assert spent.value.exit_code == 1
+    assert spent.value.exit_code == 5 and "budget of 6 trials is spent" in spent.value.message
+
+
+def test_ask_tells_a_spent_budget_from_a_full_study_and_from_a_failed_database(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "full", 2, parallel=1)
+    first = study.ask()
+    with pytest.raises(hptune.AllLeased) as full:
+        study.ask()
+    assert full.value.exit_code == 4
+    study.tell(first, 1.0)
+    study.tell(study.ask(), 2.0)
+    with pytest.raises(hptune.BudgetSpent):
+        study.ask()
+
+    broken = tmp_path / "broken.db"
+    broken.write_text("not a database, but long enough to be read as one " * 100)
+    with pytest.raises(hptune.HptuneError) as failed:
+        hptune.Study(study.path, storage=f"sqlite://{broken}").ask()
+    assert type(failed.value) is hptune.HptuneError and failed.value.exit_code == 1
+
+
+def test_a_study_file_without_a_trial_block_is_driven_by_the_client_alone(binary: str, tmp_path: Path) -> None:
+    text = write_study(tmp_path, "clients", 3).read_text()
+    study_file = tmp_path / "clients-only.yaml"
+    study_file.write_text(text[: text.index("trial:")])
+    study = hptune.Study(study_file, storage=f"sqlite://{tmp_path / 'hptune.db'}")
+    study.optimize(lambda trial: loss_of(trial.params))
+    assert len(succeeded(study.trials())) == 3
+    done = subprocess.run([binary, "run", study_file.name, "--storage", str(study.storage)], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 2 and "no `trial:` block" in done.stderr
 
 
 def test_optimize_in_more_threads_than_slots_fills_the_budget_exactly(tmp_path: Path) -> None:
@@ -158,8 +189,41 @@ def test_a_missing_study_file_and_a_missing_binary_are_named(tmp_path: Path, mon
         hptune.find_binary()
 
 
-def test_two_clients_and_a_hptune_run_share_one_budget_exactly(binary: str, tmp_path: Path) -> None:
-    study = study_in(tmp_path, "shared", 12, parallel=3)
+def test_a_client_killed_mid_trial_gives_its_trial_back_after_the_lease(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "killed", 3, parallel=1)
+    study.lease = "1s"
+    client = (
+        "import sys, time, hptune\n"
+        "study = hptune.Study(sys.argv[1], storage=sys.argv[2], lease='1s')\n"
+        "trial = study.ask()\n"
+        "print(trial.number, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    killed = subprocess.Popen(
+        [sys.executable, "-c", client, study.path, str(study.storage)], stdout=subprocess.PIPE, text=True,
+    )
+    assert killed.stdout is not None
+    number = int(killed.stdout.readline())
+    killed.kill()
+    killed.wait()
+    with pytest.raises(hptune.AllLeased):
+        study.ask()  # its lease still runs
+    time.sleep(1.5)
+    again = study.ask()
+    assert again.number == number
+    study.tell(again, 0.5)
+    (trial,) = study.trials()
+    assert (trial["state"], trial["attempt"]) == ("succeeded", 2)
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+def test_two_clients_and_a_hptune_run_share_one_budget_exactly(binary: str, tmp_path: Path, database: str) -> None:
+    if database == "sqlite":
+        study = study_in(tmp_path, "shared", 12, parallel=3)
+    else:
+        name = f"py-shared-{os.getpid()}-{time.time_ns()}"
+        study = hptune.Study(write_study(tmp_path, name, 40, parallel=3), storage=postgres_url())
+    budget = 12 if database == "sqlite" else 40
     run = subprocess.Popen(
         [binary, "run", study.path, "--storage", str(study.storage)],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -179,6 +243,6 @@ def test_two_clients_and_a_hptune_run_share_one_budget_exactly(binary: str, tmp_
     assert run.returncode == 0, stderr
 
     trials = study.trials()
-    assert sorted(t["number"] for t in trials) == list(range(12))
-    assert len(succeeded(trials)) == 12
+    assert sorted(t["number"] for t in trials) == list(range(budget))
+    assert len(succeeded(trials)) == budget
     assert len(told) == len(set(told))

@@ -35,6 +35,10 @@ pub const EXIT_STOPPED: u8 = 3;
 /// The exit code of `ask` when clients hold as many trials as the study runs at once.
 pub const EXIT_ALL_LEASED: u8 = 4;
 
+/// The exit code of `ask` when the study gives no more trials: its budget is spent, too many
+/// trials failed, or the grid is exhausted.
+pub const EXIT_NONE_LEFT: u8 = 5;
+
 /// Tune the hyperparameters of training jobs: Bayesian, random or grid search over parallel
 /// trial workers, every trial recorded in a database.
 #[derive(Debug, Parser)]
@@ -354,6 +358,8 @@ pub enum Failure {
     Other(String),
     /// `ask`: clients hold as many trials as the study runs at once ([`EXIT_ALL_LEASED`]).
     AllLeased(String),
+    /// `ask`: the study gives no more trials ([`EXIT_NONE_LEFT`]).
+    NoneLeft(String),
 }
 
 impl Failure {
@@ -363,6 +369,7 @@ impl Failure {
             Failure::BadInput(_) => ExitCode::from(2),
             Failure::Other(_) => ExitCode::from(1),
             Failure::AllLeased(_) => ExitCode::from(EXIT_ALL_LEASED),
+            Failure::NoneLeft(_) => ExitCode::from(EXIT_NONE_LEFT),
         }
     }
 }
@@ -370,7 +377,10 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::BadInput(m) | Failure::Other(m) | Failure::AllLeased(m) => f.write_str(m),
+            Failure::BadInput(m)
+            | Failure::Other(m)
+            | Failure::AllLeased(m)
+            | Failure::NoneLeft(m) => f.write_str(m),
         }
     }
 }
@@ -402,6 +412,7 @@ impl From<OpsError> for Failure {
             OpsError::Controller(e) => e.into(),
             OpsError::Failed(m) => Failure::Other(m),
             OpsError::AllLeased(m) => Failure::AllLeased(m),
+            OpsError::NoneLeft(m) => Failure::NoneLeft(m),
         }
     }
 }

@@ -5,14 +5,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::OpsError;
-use super::run::{load_checked, refused_warm_start};
+use super::run::{refused_warm_start, workers_checked};
 use crate::controller::{proposer, reclaim_expired_leases, warm_start_prior};
-use crate::sampler;
 use crate::storage::{
     Claim, ClaimRules, ClientLease, Enqueue, Holder, Queue, Storage, StorageUrl, StudyRecord,
     StudyView, TrialRecord,
 };
 use crate::study::Study;
+use crate::{sampler, spec};
 
 /// The shortest lease `ask` grants.
 const SHORTEST_LEASE: Duration = Duration::from_secs(1);
@@ -33,7 +33,7 @@ pub struct Asked {
 /// database at `url` if it is new, with the checks of `hptune run`) for a client, each held
 /// under a lease of `lease`: trials handed back first, then enqueued ones, then new ones the
 /// sampler proposes, under the study's lock. Fails when none can be claimed, saying why
-/// ([`OpsError::Failed`] when the study has no more trials to give, [`OpsError::AllLeased`]
+/// ([`OpsError::NoneLeft`] when the study has no more trials to give, [`OpsError::AllLeased`]
 /// when clients hold `parallel_trial_count` trials).
 pub async fn ask(
     path: &Path,
@@ -52,7 +52,12 @@ pub async fn ask(
             humantime::format_duration(LONGEST_LEASE)
         )));
     }
-    let study = load_checked(path, url, None)?;
+    let study = spec::load(path)?;
+    // A study only clients drive has no worker; one that names it is checked as for a run.
+    let study = match study.trial.has_worker() {
+        true => workers_checked(study, path, url, None)?,
+        false => study,
+    };
     let mut sampler = sampler::for_study(&study)
         .map_err(|e| OpsError::BadInput(format!("{}: {e}", path.display())))?;
     let storage = Storage::open(url).await?;
@@ -65,7 +70,12 @@ pub async fn ask(
         .await?;
     reclaim_expired_leases(&study, &storage, record.id).await?;
     let mut view = StudyView::new(record.id, study.objective.goal);
-    storage.refresh(&mut view).await?;
+    // A sampler that reads no history is proposed to from the unfinished trials alone,
+    // the finished ones counted: the ask of a random search costs the same at any size.
+    match sampler.reads_history() {
+        true => storage.refresh(&mut view).await?,
+        false => storage.refresh_unfinished(&mut view).await?,
+    }
     let holder = Holder::client(ClientLease {
         length: lease,
         at_most: study.parallel_trial_count,
@@ -115,15 +125,15 @@ fn nothing_to_claim(study: &Study, view: &StudyView, why: Claim) -> OpsError {
             "study '{name}': clients hold {} trials, its parallel_trial_count: tell a result (or let a lease end) before asking again",
             study.parallel_trial_count
         )),
-        Claim::TooManyFailures => OpsError::Failed(format!(
+        Claim::TooManyFailures => OpsError::NoneLeft(format!(
             "study '{name}': {} trials failed (max_failed_trial_count {}): no more trials",
             view.count(crate::storage::TrialState::Failed),
             study.budget.max_failed_trial_count
         )),
-        Claim::Exhausted => OpsError::Failed(format!(
+        Claim::Exhausted => OpsError::NoneLeft(format!(
             "study '{name}': the sampler has nothing left to propose (every grid point was tried)"
         )),
-        Claim::BudgetSpent | Claim::Started(_) => OpsError::Failed(format!(
+        Claim::BudgetSpent | Claim::Started(_) => OpsError::NoneLeft(format!(
             "study '{name}': its budget of {} trials is spent ({running} still running; a trial whose lease ends without a result comes back)",
             study.budget.max_trial_count.unwrap_or_default()
         )),

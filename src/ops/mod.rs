@@ -46,6 +46,10 @@ pub enum OpsError {
     /// `hptune ask`: clients hold as many of the study's trials as it runs at once.
     #[error("{0}")]
     AllLeased(String),
+    /// `hptune ask`: the study gives no more trials (its budget is spent, too many trials
+    /// failed, or the grid is exhausted).
+    #[error("{0}")]
+    NoneLeft(String),
 }
 
 /// Whether `path` names a study file rather than a study.

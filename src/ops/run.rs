@@ -149,15 +149,32 @@ pub(super) fn refused_warm_start(path: &Path, e: PriorError) -> OpsError {
     }
 }
 
-/// Reads the study file and checks what can be checked before anything runs: a local
-/// worker's program, a remote executor's storage. `executor` (`--executor`) replaces the
-/// study's executor: local always, another engine if the file configures it.
-pub(super) fn load_checked(
+/// Reads the study file of a run, which starts workers, and checks what can be checked
+/// before anything runs ([`workers_checked`]); a study file without `trial:` is refused.
+fn load_checked(
     path: &Path,
     url: &StorageUrl,
     executor: Option<ExecutorKind>,
 ) -> Result<Study, OpsError> {
-    let mut study = spec::load(path)?;
+    let study = spec::load(path)?;
+    if !study.trial.has_worker() {
+        return Err(OpsError::BadInput(format!(
+            "{}: no `trial:` block: `hptune run` starts each trial's worker with trial.command (a study without one is run by `hptune ask`/`tell` clients alone)",
+            path.display()
+        )));
+    }
+    workers_checked(study, path, url, executor)
+}
+
+/// Checks what can be checked of the workers of `study` (read from `path`) before anything
+/// runs: a local worker's program, a remote executor's storage. `executor` (`--executor`)
+/// replaces the study's executor: local always, another engine if the file configures it.
+pub(super) fn workers_checked(
+    mut study: Study,
+    path: &Path,
+    url: &StorageUrl,
+    executor: Option<ExecutorKind>,
+) -> Result<Study, OpsError> {
     let bad = |message: String| OpsError::BadInput(format!("{}: {message}", path.display()));
     match executor {
         Some(ExecutorKind::Local) => study.trial.executor = ExecutorSpec::Local,

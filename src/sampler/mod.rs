@@ -88,6 +88,12 @@ pub trait Sampler: Send {
         &mut self,
         context: &ProposalContext<'_>,
     ) -> Result<Option<Assignment>, SamplerError>;
+
+    /// Whether proposals read the finished trials ([`ProposalContext::history`]); a caller
+    /// may give a sampler that does not an empty history rather than read the trials.
+    fn reads_history(&self) -> bool {
+        true
+    }
 }
 
 /// The sampler a study asks for; each proposal's duration is logged at debug level.

@@ -33,6 +33,11 @@ impl Sampler for RandomSampler {
             .collect();
         Ok(Some(context.space.from_unit(&unit)))
     }
+
+    /// A point depends on the seed and the trial's number alone.
+    fn reads_history(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

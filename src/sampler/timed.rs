@@ -37,4 +37,8 @@ impl Sampler for Timed {
         );
         proposal
     }
+
+    fn reads_history(&self) -> bool {
+        self.inner.reads_history()
+    }
 }

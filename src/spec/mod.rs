@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::protocol::check_metric_name;
-use crate::study::{Algorithm, Budget, Goal, Objective, Study};
+use crate::study::{Algorithm, Budget, Goal, Objective, Study, TrialTemplate};
 use locate::{Locations, Position};
 use raw::RawStudy;
 
@@ -337,7 +337,10 @@ impl Checker<'_> {
             Some(raw) => self.early_stopping(raw).map(Some),
             None => Some(None),
         };
-        let trial = self.trial(raw.trial, space.as_ref());
+        let trial = match raw.trial {
+            Some(raw) => self.trial(raw, space.as_ref()),
+            None => Some(TrialTemplate::without_worker()),
+        };
         let artifacts = self.artifacts(raw.artifacts);
         let constraints = self.constraints(raw.constraints, raw.failed_as_infeasible);
         let initial_trials =

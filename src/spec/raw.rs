@@ -133,7 +133,7 @@ pub(super) struct RawStudy {
     pub max_retries: Option<i64>,
     pub seed: Option<u64>,
     pub early_stopping: Option<RawRule>,
-    pub trial: RawTrial,
+    pub trial: Option<RawTrial>,
     pub artifacts: Option<RawArtifacts>,
     pub constraints: Option<Vec<RawConstraint>>,
     pub failed_as_infeasible: Option<bool>,

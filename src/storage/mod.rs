@@ -233,6 +233,11 @@ impl Storage {
             if existing.space != space {
                 return Err(StorageError::SpaceChanged(study.name.clone()));
             }
+            if existing.spec == study.source {
+                // No write, and no wait for the write lock, when the file has not changed
+                // (each `hptune ask` ensures its study).
+                return Ok(existing);
+            }
             sqlx::query("UPDATE studies SET spec = $1 WHERE id = $2")
                 .bind(&study.source)
                 .bind(existing.id)
@@ -386,10 +391,10 @@ async fn connect(
         source,
     };
     let dialect = Dialect::of(url);
-    connect_once(&options, dialect, access)
+    let probe = connect_once(&options, dialect, access)
         .await
         .map_err(open_error)?;
-    AnyPoolOptions::new()
+    let pool = AnyPoolOptions::new()
         // SQLite: one writing connection, so its page cache stays valid (another connection's
         // write would make it read the changed pages again) and one thread stays warm; there
         // is a single writer anyway.
@@ -408,7 +413,11 @@ async fn connect(
         .after_connect(move |conn, _meta| Box::pin(prepare(conn, dialect, access)))
         .connect_with(options)
         .await
-        .map_err(open_error)
+        .map_err(open_error)?;
+    // Closed once the pool's connection is open: SQLite checkpoints a database and removes
+    // its WAL when its last connection closes, which the pool would then make again.
+    probe.close().await.map_err(open_error)?;
+    Ok(pool)
 }
 
 /// Sets up a new connection: to write, SQLite's journal, durability, foreign keys and lock
@@ -422,10 +431,13 @@ async fn prepare(
     match (access, dialect) {
         (Access::Read, _) => read_only::prepare(conn, dialect).await?,
         (Access::Write, Dialect::Sqlite) => {
-            conn.execute("PRAGMA journal_mode = WAL").await?;
-            conn.execute("PRAGMA synchronous = NORMAL").await?;
-            conn.execute("PRAGMA foreign_keys = ON").await?;
-            conn.execute("PRAGMA busy_timeout = 30000").await?;
+            // One call: each is a round trip to the connection's thread, paid by every
+            // command (`hptune ask` and `tell` open the database each time).
+            conn.execute(
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                 PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 30000",
+            )
+            .await?;
         }
         (Access::Write, Dialect::Postgres) => {
             let limit = format!(
@@ -446,17 +458,17 @@ fn is_locked(error: &sqlx::Error) -> bool {
         || matches!(error, sqlx::Error::Migrate(e) if e.to_string().contains("database is locked"))
 }
 
-/// Opens and sets up one connection, and closes it: fails at once where the pool would try
-/// again (a refused connection, a file that is not a database).
+/// Opens and sets up one connection: fails at once where the pool would try again (a
+/// refused connection, a file that is not a database).
 async fn connect_once(
     options: &AnyConnectOptions,
     dialect: Dialect,
     access: Access,
-) -> Result<(), sqlx::Error> {
+) -> Result<AnyConnection, sqlx::Error> {
     let attempt = async {
         let mut conn = AnyConnection::connect_with(options).await?;
         prepare(&mut conn, dialect, access).await?;
-        conn.close().await
+        Ok(conn)
     };
     tokio::time::timeout(CONNECT_TIMEOUT, attempt)
         .await
@@ -562,6 +574,35 @@ pub(crate) async fn test_study(max_trial_count: u64) -> (tempfile::TempDir, Stor
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sqlx::Row;
+
+    #[tokio::test]
+    async fn a_sqlite_connection_is_set_up_with_every_pragma_of_its_one_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let storage = Storage::open(&StorageUrl::parse(&url).unwrap())
+            .await
+            .unwrap();
+        let mut set = Vec::new();
+        for pragma in [
+            "journal_mode",
+            "synchronous",
+            "foreign_keys",
+            "busy_timeout",
+        ] {
+            let row = sqlx::query(&format!("PRAGMA {pragma}"))
+                .fetch_one(&storage.pool)
+                .await
+                .unwrap();
+            let value = match pragma {
+                "journal_mode" => row.get::<String, _>(0),
+                _ => row.get::<i64, _>(0).to_string(),
+            };
+            set.push(value);
+        }
+        // synchronous 1 is NORMAL.
+        assert_eq!(set, ["wal", "1", "1", "30000"]);
+    }
 
     #[test]
     fn a_slow_statement_is_shown_by_its_start() {

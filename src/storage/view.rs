@@ -30,6 +30,27 @@ pub(crate) struct StudyView {
     /// The enqueued trials, waiting to run first.
     queued: BTreeSet<u64>,
     best: Option<(u64, f64)>,
+    /// Finished trials counted in `counts` whose rows the view does not hold
+    /// ([`Self::count_finished`]), 0 for a view that holds every row.
+    counted: usize,
+    /// The newest row id among the counted trials: a finished row at or below it that the
+    /// view does not hold is one of them.
+    counted_through: i64,
+    /// The number after the counted trials' highest.
+    counted_next: u64,
+}
+
+/// The finished trials of one state, counted rather than read ([`StudyView::count_finished`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Counted {
+    /// Their state.
+    pub(super) state: TrialState,
+    /// How many there are.
+    pub(super) trials: usize,
+    /// The newest row id among them.
+    pub(super) newest_id: i64,
+    /// The highest number among them.
+    pub(super) highest_number: u64,
 }
 
 impl StudyView {
@@ -45,7 +66,24 @@ impl StudyView {
             unfinished: BTreeSet::new(),
             queued: BTreeSet::new(),
             best: None,
+            counted: 0,
+            counted_through: 0,
+            counted_next: 0,
         }
+    }
+
+    /// Counts the study's finished trials, `counted` by state, without holding their rows:
+    /// the view of a claim whose sampler reads no history, which then reads the rows of the
+    /// unfinished and enqueued trials alone. Such a view has no history and no best trial,
+    /// and rows it reads again of trials it counted change nothing. Called on a new view.
+    pub(super) fn count_finished(&mut self, counted: &[Counted]) {
+        for c in counted {
+            *self.counts.entry(c.state).or_default() += c.trials;
+            self.counted += c.trials;
+            self.counted_through = self.counted_through.max(c.newest_id);
+            self.counted_next = self.counted_next.max(c.highest_number + 1);
+        }
+        self.newest_id = self.newest_id.max(self.counted_through);
     }
 
     /// Every trial, by number.
@@ -101,12 +139,13 @@ impl StudyView {
 
     /// How many trials the study has.
     pub(super) fn trial_count(&self) -> usize {
-        self.trials.len()
+        self.trials.len() + self.counted
     }
 
     /// The number the next trial of the study gets.
     pub(super) fn next_number(&self) -> u64 {
-        self.trials.keys().next_back().map_or(0, |n| n + 1)
+        let held = self.trials.keys().next_back().map_or(0, |n| n + 1);
+        held.max(self.counted_next)
     }
 
     /// The first row id that may have changed since the view was read: the oldest
@@ -156,6 +195,9 @@ impl StudyView {
     pub(crate) fn update(&mut self, trial: TrialRecord) {
         self.newest_id = self.newest_id.max(trial.id);
         let old = self.trials.get(&trial.number);
+        if old.is_none() && trial.state.is_finished() && trial.id <= self.counted_through {
+            return; // counted already, and a finished trial never changes
+        }
         if let Some(old) = old {
             *self.counts.entry(old.state).or_default() -= 1;
         }
@@ -222,6 +264,42 @@ mod tests {
         assert_eq!(view.count(TrialState::Running), 0);
         assert_eq!(view.first_changed_id(), 105);
         assert_eq!(view.next_number(), 5);
+    }
+
+    #[test]
+    fn a_view_that_counts_the_finished_trials_counts_each_once() {
+        let mut view = StudyView::new(1, Goal::Minimize);
+        let counted = |state, trials, newest_id, highest_number| Counted {
+            state,
+            trials,
+            newest_id,
+            highest_number,
+        };
+        // Trials 0-4 and 6 finished (rows 100-104, 106), trial 5 (row 105) runs.
+        view.count_finished(&[
+            counted(TrialState::Succeeded, 5, 106, 6),
+            counted(TrialState::Failed, 1, 103, 3),
+        ]);
+        view.update(trial(5, TrialState::Running, None));
+        assert_eq!((view.trial_count(), view.next_number()), (7, 7));
+        assert_eq!(view.count(TrialState::Succeeded), 5);
+        assert_eq!(view.first_changed_id(), 105);
+        // Read again under the lock: the counted rows change nothing, trial 5's end and a
+        // new trial count.
+        view.update(trial(4, TrialState::Succeeded, Some(1.0)));
+        view.update(trial(6, TrialState::Succeeded, Some(2.0)));
+        view.update(trial(5, TrialState::Failed, None));
+        view.update(trial(7, TrialState::Succeeded, Some(0.5)));
+        assert_eq!(view.trial_count(), 8);
+        assert_eq!(view.count(TrialState::Succeeded), 6);
+        assert_eq!(view.count(TrialState::Failed), 2);
+        assert_eq!(view.count(TrialState::Running), 0);
+        assert_eq!((view.next_number(), view.best()), (8, Some((7, 0.5))));
+        assert_eq!(
+            view.history().len(),
+            2,
+            "trials 5 and 7, read as they finished"
+        );
     }
 
     #[test]

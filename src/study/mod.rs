@@ -52,7 +52,8 @@ pub enum Algorithm {
 /// How one trial worker is started.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialTemplate {
-    /// The program and its fixed arguments.
+    /// The program and its fixed arguments; empty for a study file without `trial:`, whose
+    /// trials only ask/tell clients run ([`TrialTemplate::has_worker`]).
     pub command: Vec<String>,
     /// Argument template with `{id}` placeholders; when absent each active parameter is
     /// appended as `--<id>=<value>`.
@@ -70,6 +71,29 @@ pub struct TrialTemplate {
     pub gpu_memory: Option<u64>,
     /// Where the worker runs.
     pub(crate) executor: ExecutorSpec,
+}
+
+impl TrialTemplate {
+    /// The template of a study file without `trial:`: no worker program; `hptune ask` and
+    /// `hptune tell` clients run its trials, and `hptune run` refuses it.
+    pub(crate) fn without_worker() -> Self {
+        TrialTemplate {
+            command: Vec::new(),
+            args: None,
+            env: BTreeMap::new(),
+            timeout: None,
+            grace_period: crate::protocol::DEFAULT_GRACE_PERIOD,
+            gpus: None,
+            gpu_memory: None,
+            executor: ExecutorSpec::Local,
+        }
+    }
+
+    /// Whether the study file names a worker program (`trial.command`), which `hptune run`
+    /// starts for each trial.
+    pub fn has_worker(&self) -> bool {
+        !self.command.is_empty()
+    }
 }
 
 /// The trials' model folders (`artifacts`): each attempt of a trial gets a folder of its own,

@@ -87,7 +87,82 @@ fn a_sequential_ask_tell_loop_proposes_what_run_proposes_for_the_same_results() 
         assert_eq!(told["trial"]["state"], "succeeded");
     }
     let (out, _) = ask(&client, file, &[]);
-    assert_exit_says(&out, 1, "budget of 9 trials is spent");
+    assert_exit_says(&out, 5, "budget of 9 trials is spent");
+}
+
+#[test]
+fn a_study_without_a_trial_block_is_driven_by_clients_and_refused_by_run() {
+    let scratch = Scratch::new();
+    let text = study("clients", "random", 2, 1, "");
+    let text = &text[..text.find("trial:").unwrap()];
+    let file = scratch.study("study.yaml", text);
+    let file = file.to_str().unwrap();
+    for _ in 0..2 {
+        let (out, asked) = ask(&scratch, file, &[]);
+        assert_success(&out);
+        let value = expected_loss(&asked[0]).to_string();
+        assert_success(&tell(
+            &scratch,
+            "clients",
+            number(&asked[0]),
+            &["--value", &value],
+        ));
+    }
+    assert_eq!(states(&scratch.trials("clients")), vec!["succeeded"; 2]);
+    for command in [
+        vec!["run", file],
+        vec![
+            "trial", file, "--param", "x=0", "--param", "y=0", "--param", "n=1",
+        ],
+    ] {
+        let out = scratch.hptune(&command);
+        assert_exit_says(
+            &out,
+            2,
+            "no `trial:` block: `hptune run` starts each trial's worker",
+        );
+    }
+    assert_eq!(
+        scratch.trials("clients").len(),
+        2,
+        "a refused run adds no trial"
+    );
+}
+
+#[test]
+fn ask_exits_5_when_the_study_gives_no_more_trials_and_1_when_the_database_fails() {
+    let scratch = Scratch::new();
+    let fragile = study("fragile", "random", 10, 1, "max_failed_trial_count: 1");
+    let tiny = "name: tiny\nobjective: {metric: loss, goal: minimize}\nparameters:\n  - {id: k, type: categorical, values: [a]}\nalgorithm: grid\nmax_trial_count: 5\ntrial:\n  command: [{worker}]\n";
+    // Each study's one trial ends, and it has no other to give.
+    for (name, text, result, says) in [
+        (
+            "fragile",
+            fragile.as_str(),
+            ["--fail", "diverged"],
+            "1 trials failed (max_failed_trial_count 1)",
+        ),
+        ("tiny", tiny, ["--value", "1"], "every grid point was tried"),
+    ] {
+        let file = scratch.study(&format!("{name}.yaml"), text);
+        let file = file.to_str().unwrap();
+        let (_, asked) = ask(&scratch, file, &[]);
+        assert_success(&tell(&scratch, name, number(&asked[0]), &result));
+        let (out, _) = ask(&scratch, file, &[]);
+        assert_exit_says(&out, 5, says);
+    }
+
+    // A database that cannot be read is a failure (1), never taken for a spent budget.
+    let broken = scratch.path("broken.db");
+    std::fs::write(
+        &broken,
+        "not a database, but long enough to be read as one ".repeat(100),
+    )
+    .unwrap();
+    let url = format!("sqlite://{}", broken.display());
+    let file = scratch.path("fragile.yaml");
+    let out = scratch.hptune(&["ask", file.to_str().unwrap(), "--storage", &url]);
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
 }
 
 #[test]
@@ -135,7 +210,7 @@ fn fill_a_budget_together(scratch: &Scratch, name: &str) {
                     let (out, asked) = ask(scratch, file, &[]);
                     match out.status.code() {
                         Some(0) => {}
-                        Some(1) => break,
+                        Some(5) => break,
                         Some(4) => {
                             std::thread::sleep(Duration::from_millis(20));
                             continue;

@@ -63,9 +63,9 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
             "missing field `objective`",
         ),
         (
-            "missing trial",
+            "missing trial (which only ask/tell clients may leave out)",
             GOOD[..GOOD.find("trial:").unwrap()].to_string(),
-            "missing field `trial`",
+            "no `trial:` block: `hptune run` starts each trial's worker",
         ),
         (
             "unknown top-level field",

@@ -7,11 +7,13 @@ which runs the ``hptune`` binary and reads its JSON: the sampler, the budget and
 the storage are the binary's, never a second copy in Python.
 """
 
-from hptune._binary import HptuneError, find_binary
+from hptune._binary import AllLeased, BudgetSpent, HptuneError, find_binary
 from hptune._study import Study, Trial
 from hptune._worker import ParamValue, params, report
 
 __all__ = [
+    "AllLeased",
+    "BudgetSpent",
     "HptuneError",
     "ParamValue",
     "Study",

@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import sysconfig
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Type
 
 #: The variable that names the binary to run, before any other.
 BINARY_VARIABLE = "HPTUNE_BIN"
@@ -17,7 +17,7 @@ _NAME = "hptune.exe" if os.name == "nt" else "hptune"
 
 class HptuneError(RuntimeError):
     """A command of the ``hptune`` binary failed: ``message`` is what it printed on
-    stderr, ``exit_code`` its exit status (1: a failure, such as a spent budget; 2: bad
+    stderr, ``exit_code`` its exit status (1: a failure, such as the database's; 2: bad
     input, such as an unknown trial or study)."""
 
     def __init__(self, command: Sequence[str], exit_code: int, message: str) -> None:
@@ -25,6 +25,37 @@ class HptuneError(RuntimeError):
         self.exit_code = exit_code
         self.message = message
         super().__init__(f"hptune {' '.join(self.command[1:2])} exited {exit_code}: {message}")
+
+
+class BudgetSpent(HptuneError):
+    """``ask`` found no trial left to give (exit code 5): the study's budget is spent,
+    ``max_failed_trial_count`` trials failed, or every grid point was tried. Asking again
+    gives nothing more, unless a trial whose lease ends without a result comes back."""
+
+
+class AllLeased(HptuneError):
+    """``ask`` found every one of the study's ``parallel_trial_count`` slots leased (exit
+    code 4): asking again after another client's ``tell`` (or a lease's end) gives a trial."""
+
+
+def run_command(
+    args: Sequence[str],
+    binary: Optional[str] = None,
+    accept: Sequence[int] = (0,),
+    errors: Optional[Mapping[int, Type[HptuneError]]] = None,
+) -> "Completed":
+    """Runs ``hptune ARGS...`` to its end.
+
+    Raises:
+        HptuneError: it exited with a code not in ``accept``; of the class ``errors`` gives
+            for that code, if any.
+    """
+    command = [binary or find_binary(), *args]
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if done.returncode not in accept:
+        error = (errors or {}).get(done.returncode, HptuneError)
+        raise error(command, done.returncode, _message(done.stderr, done.stdout))
+    return Completed(done.returncode, done.stdout)
 
 
 def find_binary() -> str:
@@ -57,19 +88,6 @@ def find_binary() -> str:
             f"{BINARY_VARIABLE} to its path"
         )
     return found
-
-
-def run_command(args: Sequence[str], binary: Optional[str] = None, accept: Sequence[int] = (0,)) -> "Completed":
-    """Runs ``hptune ARGS...`` to its end.
-
-    Raises:
-        HptuneError: it exited with a code not in ``accept``.
-    """
-    command = [binary or find_binary(), *args]
-    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
-    if done.returncode not in accept:
-        raise HptuneError(command, done.returncode, _message(done.stderr, done.stdout))
-    return Completed(done.returncode, done.stdout)
 
 
 class Completed:

@@ -7,17 +7,15 @@ import os
 import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from hptune._binary import HptuneError, run_command
+from hptune._binary import AllLeased, BudgetSpent, HptuneError, run_command
 from hptune._worker import ParamValue, as_float, number_text
 
 # The exit code of `tell --step` when the stopping rule stopped the trial.
 _STOPPED = 3
-# The exit code of `ask` when every parallel slot of the study is leased.
-_SLOTS_FULL = 4
-# The exit code of `ask` when there is no trial left to claim (the budget spent).
-_NONE_LEFT = 1
+# The exceptions of `ask`'s own exit codes: every parallel slot leased, no trial left.
+_ASK_ERRORS = {4: AllLeased, 5: BudgetSpent}
 
 #: What an objective returns: the objective's value.
 Objective = Callable[["Trial"], float]
@@ -68,19 +66,26 @@ class Study:
         self.lease = lease
         self.binary = binary
 
-    def _run(self, args: Sequence[str], accept: Sequence[int] = (0,)) -> Any:
+    def _run(
+        self,
+        args: Sequence[str],
+        accept: Sequence[int] = (0,),
+        errors: Optional[Mapping[int, Type[HptuneError]]] = None,
+    ) -> Any:
         storage = [] if self.storage is None else ["--storage", self.storage]
-        return run_command([*args, *storage], self.binary, accept).json()
+        return run_command([*args, *storage], self.binary, accept, errors).json()
 
     def ask(self) -> Trial:
         """Claims the study's next trial (creating the study on the first ask) and returns it.
 
         Raises:
-            HptuneError: no trial left to claim, the budget spent (exit code 1); the study
-                file is bad (2); every parallel slot of the study is leased (4).
+            BudgetSpent: no trial left to claim: the budget is spent, too many trials
+                failed, or the grid is exhausted (exit code 5).
+            AllLeased: every parallel slot of the study is leased (4).
+            HptuneError: the study file is bad (2), the database failed (1).
         """
         lease = [] if self.lease is None else ["--lease", self.lease]
-        (record,) = self._run(["ask", self.path, "--format", "json", *lease])
+        (record,) = self._run(["ask", self.path, "--format", "json", *lease], errors=_ASK_ERRORS)
         return Trial(self, int(record["number"]), dict(record["params"]))
 
     def tell(
@@ -185,12 +190,11 @@ class Study:
         while not stop.is_set():
             try:
                 return self.ask()
-            except HptuneError as err:
-                if err.exit_code == _NONE_LEFT:
-                    stop.set()
-                    return None
-                if err.exit_code != _SLOTS_FULL:
-                    raise
+            except BudgetSpent:
+                stop.set()
+                return None
+            except AllLeased:
+                pass
             stop.wait(wait)
             wait = min(wait * 2, 1.0)
         return None

@@ -1,12 +1,14 @@
 //! Reading what changed in a study since a view of it was last brought up to date: what
 //! every claim does first, under the study's lock, and what a controller does while it waits.
 
-use sqlx::Any;
-use sqlx::any::AnyRow;
+use std::str::FromStr;
 
-use super::super::rows::trial_columns;
-use super::super::view::StudyView;
-use super::super::{Storage, StorageError, query_error};
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row};
+
+use super::super::rows::{TrialState, corrupt, trial_columns};
+use super::super::view::{Counted, StudyView};
+use super::super::{Dialect, Storage, StorageError, query_error};
 
 /// The rows of the view's study that are new or may have changed since it was last read:
 /// rows past the newest it read; started or finished rows from its oldest unfinished or
@@ -60,4 +62,60 @@ impl Storage {
         let rows = changed_rows(&self.pool, view).await?;
         view.absorb(&rows)
     }
+
+    /// Brings a new view up to date holding the rows of the unfinished and enqueued trials
+    /// alone, the finished ones counted by state ([`StudyView::count_finished`]): all that a
+    /// claim whose sampler reads no history needs, read in a time that does not grow with
+    /// the finished trials. Both reads see one snapshot of the study.
+    pub(crate) async fn refresh_unfinished(
+        &self,
+        view: &mut StudyView,
+    ) -> Result<(), StorageError> {
+        let doing = "reading trials";
+        let mut tx = self.pool.begin().await.map_err(query_error(doing))?;
+        if self.dialect == Dialect::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error(doing))?;
+        }
+        let finished = sqlx::query(
+            "SELECT state, COUNT(*) AS trials, MAX(id) AS newest_id, MAX(number) AS highest_number
+             FROM trials WHERE study_id = $1 AND state IN ('succeeded', 'failed', 'stopped')
+             GROUP BY state",
+        )
+        .bind(view.study_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            trial_columns!(),
+            " FROM trials WHERE study_id = $1 AND state IN ('pending', 'running') ORDER BY id"
+        ))
+        .bind(view.study_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(query_error(doing))?;
+        tx.commit().await.map_err(query_error(doing))?;
+        let counted = finished
+            .iter()
+            .map(counted)
+            .collect::<Result<Vec<_>, _>>()?;
+        view.count_finished(&counted);
+        view.absorb(&rows)
+    }
+}
+
+/// A row of the finished trials counted by state.
+fn counted(row: &AnyRow) -> Result<Counted, StorageError> {
+    let state: String = row.try_get("state").map_err(corrupt)?;
+    let whole =
+        |column: &str| -> Result<i64, StorageError> { row.try_get(column).map_err(corrupt) };
+    Ok(Counted {
+        state: TrialState::from_str(&state).map_err(StorageError::Corrupt)?,
+        trials: usize::try_from(whole("trials")?).unwrap_or_default(),
+        newest_id: whole("newest_id")?,
+        highest_number: u64::try_from(whole("highest_number")?).unwrap_or_default(),
+    })
 }
