@@ -46,6 +46,23 @@ impl Storage {
         Ok(())
     }
 
+    /// Records that the trial's current attempt resumed from the checkpoint folder `dir`
+    /// (an earlier attempt's, `HPTUNE_RESUME_FROM`).
+    pub(crate) async fn set_resumed_from(
+        &self,
+        trial: &TrialRecord,
+        dir: &str,
+    ) -> Result<(), StorageError> {
+        sqlx::query("UPDATE attempts SET resumed_from = $1 WHERE trial_id = $2 AND attempt = $3")
+            .bind(dir)
+            .bind(trial.id)
+            .bind(i64::from(trial.attempt))
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("recording the checkpoint an attempt resumed from"))?;
+        Ok(())
+    }
+
     /// Records the GPUs of the trial's current attempt, and its slot on a GPU it shares,
     /// before its worker starts: a controller that takes the trial over finds the devices its
     /// worker may hold. Fails with [`StorageError::TakenOver`] when the attempt is no longer
