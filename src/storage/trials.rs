@@ -155,46 +155,6 @@ impl Storage {
         self.curves_of(study_id, metric, &TrialIds::from(0)).await
     }
 
-    /// The learning curves of the study's trials that `ids` picks.
-    pub(super) async fn curves_of(
-        &self,
-        study_id: i64,
-        metric: &str,
-        ids: &TrialIds,
-    ) -> Result<Vec<Curve>, StorageError> {
-        let sql = format!(
-            "SELECT t.number, t.state, m.step, m.value FROM measurements m JOIN trials t ON t.id = m.trial_id
-             WHERE {} = $1 AND m.metric = $2 AND m.step IS NOT NULL AND m.attempt = t.attempt
-               AND {}
-             ORDER BY t.number, m.step, m.id",
-            ids.study_column(),
-            ids.condition("m.trial_id")
-        );
-        let rows = sqlx::query(&sql)
-            .bind(study_id)
-            .bind(metric)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(query_error("reading learning curves"))?;
-        let mut curves: Vec<Curve> = Vec::new();
-        for row in &rows {
-            let get = |name| sqlx::Row::try_get::<i64, _>(row, name).map_err(super::rows::corrupt);
-            let number = get("number")? as u64;
-            let step = get("step")?;
-            let value: f64 = sqlx::Row::try_get(row, "value").map_err(super::rows::corrupt)?;
-            let state: String = sqlx::Row::try_get(row, "state").map_err(super::rows::corrupt)?;
-            match curves.last_mut() {
-                Some(curve) if curve.number == number => curve.points.push((step, value)),
-                _ => curves.push(Curve {
-                    number,
-                    points: vec![(step, value)],
-                    succeeded: state == TrialState::Succeeded.as_str(),
-                }),
-            }
-        }
-        Ok(curves)
-    }
-
     /// The attempts of trial `trial_id` (row id), first first.
     pub(crate) async fn trial_attempts(
         &self,
