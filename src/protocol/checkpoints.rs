@@ -50,7 +50,10 @@ impl Checkpoints {
     /// Cloud Storage FUSE): `<root>/<study>/trial-N[-attempt-K]/checkpoints`, each in its
     /// attempt's model folder; it may resume from any earlier attempt's, newest first.
     pub(crate) fn of_attempt(root: &Path, study: &str, number: u64, attempt: u32) -> Self {
-        let folder = |k| root.join(model_folder(study, number, k)).join(CHECKPOINT_FOLDER);
+        let folder = |k| {
+            root.join(model_folder(study, number, k))
+                .join(CHECKPOINT_FOLDER)
+        };
         Self {
             dir: folder(attempt),
             resume_from: (1..attempt).rev().map(folder).collect(),
@@ -101,7 +104,10 @@ mod tests {
     fn an_attempt_resumes_from_the_newest_earlier_folder_with_files() {
         let root = tempfile::tempdir().unwrap();
         let third = Checkpoints::of_attempt(root.path(), "s", 4, 3);
-        assert_eq!(third.dir, root.path().join("s/trial-4-attempt-3/checkpoints"));
+        assert_eq!(
+            third.dir,
+            root.path().join("s/trial-4-attempt-3/checkpoints")
+        );
         assert_eq!(
             third.resume_from,
             [
@@ -133,7 +139,11 @@ mod tests {
                 third.resume_from[1].display().to_string()
             )
         );
-        assert!(Checkpoints::of_attempt(root.path(), "s", 4, 1).resume_from.is_empty());
+        assert!(
+            Checkpoints::of_attempt(root.path(), "s", 4, 1)
+                .resume_from
+                .is_empty()
+        );
         assert_eq!(trial_checkpoints("s", 4), "s/trial-4/checkpoints");
     }
 }

@@ -63,9 +63,11 @@ pub(crate) fn relay_command(
     let attempt = attempt.to_string();
     let flag = |name: &str, path: &std::path::Path| [name.to_string(), path.display().to_string()];
     let checkpoint_flags = checkpoints.into_iter().flat_map(|c| {
-        flag("--checkpoint-dir", &c.dir)
-            .into_iter()
-            .chain(c.resume_from.iter().flat_map(|dir| flag("--resume-from", dir)))
+        flag("--checkpoint-dir", &c.dir).into_iter().chain(
+            c.resume_from
+                .iter()
+                .flat_map(|dir| flag("--resume-from", dir)),
+        )
     });
     [
         "hptune",

@@ -320,9 +320,10 @@ impl Checker<'_> {
             ("Exists" | "Equal", _, _) => None,
             _ => Some("`operator` must be Equal or Exists"),
         };
-        let effect_ok = raw.effect.as_deref().is_none_or(|effect| {
-            ["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect)
-        });
+        let effect_ok = raw
+            .effect
+            .as_deref()
+            .is_none_or(|effect| ["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect));
         let seconds_ok =
             raw.toleration_seconds.is_none() || raw.effect.as_deref() == Some("NoExecute");
         if let Some(problem) = problem {
@@ -450,14 +451,21 @@ impl Checker<'_> {
     /// A SageMaker job's `MaxWaitTimeInSeconds` with `spot: true`: `max_wait`, at least the
     /// job's run time (the trial's timeout, else SageMaker's default day); twice that run
     /// time when the file does not say. `max_wait` without `spot: true` is refused.
-    fn spot_wait(&mut self, raw: &RawSageMaker, timeout: Option<Duration>) -> Option<Option<Duration>> {
+    fn spot_wait(
+        &mut self,
+        raw: &RawSageMaker,
+        timeout: Option<Duration>,
+    ) -> Option<Option<Duration>> {
         let field = "trial.executor.max_wait";
         let max_wait = self.duration(field, raw.max_wait.as_deref())?;
         let runtime = timeout.unwrap_or(SAGEMAKER_DEFAULT_RUNTIME);
         match (raw.spot.unwrap_or(false), max_wait) {
             (false, None) => Some(None),
             (false, Some(_)) => {
-                self.report(field, "is the time a spot job may wait for capacity: set spot: true too");
+                self.report(
+                    field,
+                    "is the time a spot job may wait for capacity: set spot: true too",
+                );
                 None
             }
             (true, Some(wait)) if wait < runtime => {

@@ -51,7 +51,8 @@ impl Storage {
         let points = rows
             .iter()
             .map(|row| {
-                let get = |name| sqlx::Row::try_get::<i64, _>(row, name).map_err(super::rows::corrupt);
+                let get =
+                    |name| sqlx::Row::try_get::<i64, _>(row, name).map_err(super::rows::corrupt);
                 let resumed: Option<String> =
                     sqlx::Row::try_get(row, "resumed_from").map_err(super::rows::corrupt)?;
                 let state: String =
@@ -81,7 +82,9 @@ fn join_attempts(points: &[Point]) -> Vec<Curve> {
         // Steps below `below` are still to be taken from older attempts.
         let mut below = i64::MAX;
         let mut attempts = trial.chunk_by(|a, b| a.attempt == b.attempt);
-        let mut next = attempts.next().filter(|newest| newest[0].attempt == newest[0].current);
+        let mut next = attempts
+            .next()
+            .filter(|newest| newest[0].attempt == newest[0].current);
         while let Some(attempt) = next {
             let mut own: Vec<(i64, f64)> = Vec::new();
             for point in attempt.iter().filter(|p| p.step < below) {
@@ -150,7 +153,14 @@ mod tests {
         ];
         assert_eq!(
             curve(2, &rows),
-            [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.40), (5, 0.50), (6, 0.60)]
+            [
+                (1, 0.1),
+                (2, 0.2),
+                (3, 0.3),
+                (4, 0.40),
+                (5, 0.50),
+                (6, 0.60)
+            ]
         );
     }
 

@@ -59,7 +59,9 @@ impl Storage {
             .bind(i64::from(trial.attempt))
             .execute(&self.pool)
             .await
-            .map_err(query_error("recording the checkpoint an attempt resumed from"))?;
+            .map_err(query_error(
+                "recording the checkpoint an attempt resumed from",
+            ))?;
         Ok(())
     }
 
@@ -169,6 +171,25 @@ impl Storage {
         .fetch_all(&self.pool)
         .await
         .map_err(query_error("reading attempts"))?;
+        rows.iter().map(AttemptRecord::from_row).collect()
+    }
+
+    /// The attempts of the study's trials that resumed from a checkpoint, by trial and
+    /// attempt.
+    pub(crate) async fn resumed_attempts(
+        &self,
+        study_id: i64,
+    ) -> Result<Vec<AttemptRecord>, StorageError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM attempts a JOIN trials t ON t.id = a.trial_id
+             WHERE t.study_id = $1 AND a.resumed_from IS NOT NULL ORDER BY t.number, a.attempt"
+        ))
+        .bind(study_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("reading resumed attempts"))?;
         rows.iter().map(AttemptRecord::from_row).collect()
     }
 

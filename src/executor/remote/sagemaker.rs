@@ -101,7 +101,11 @@ impl SageMaker {
             .env_with_storage_url()
             .map(|(k, v)| (k.to_string(), json!(v)))
             .collect();
-        let runtime = job.timeout.unwrap_or(SAGEMAKER_DEFAULT_RUNTIME).as_secs().max(1);
+        let runtime = job
+            .timeout
+            .unwrap_or(SAGEMAKER_DEFAULT_RUNTIME)
+            .as_secs()
+            .max(1);
         let mut stopping = json!({"MaxRuntimeInSeconds": runtime});
         if let Some(wait) = self.spec.spot {
             stopping["MaxWaitTimeInSeconds"] = json!(wait.as_secs().max(runtime));
