@@ -112,3 +112,65 @@ fn a_trial_retried_without_a_checkpoint_starts_afresh() {
     assert_eq!(trials[0]["state"], "succeeded");
     assert!(trials[0].get("resumed").is_none(), "{trials:?}");
 }
+
+/// On the project's Slurm cluster: a job requeued by Slurm (`scontrol requeue`, as a
+/// preemption does) after it wrote a checkpoint is cancelled, and its trial's next attempt,
+/// a job of its own, resumes from that checkpoint on the filesystem the cluster shares.
+#[test]
+fn a_requeued_slurm_job_s_trial_resumes_from_its_checkpoint() {
+    let _cluster = crate::common::slurm_shared();
+    if crate::common::test_slurm().is_none() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let text = std::fs::read_to_string(killed_at_60_percent(&scratch))
+        .unwrap()
+        .replace("KILL_AT: '6'", "SLEEP: '0.5'")
+        .replace("STEPS: '10'", "STEPS: '12'")
+        .replace("CHECKPOINT_EVERY: '2'", "CHECKPOINT_EVERY: '1'")
+        .replace("name: resumed", "name: requeued-resumes")
+        + "  executor: {kind: slurm, poll_interval: 200ms}\n";
+    let study = scratch.study("slurm.yaml", &text);
+    let mut run = scratch
+        .command(&["run", study.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let checkpoint = scratch.path("hptune-artifacts/requeued-resumes/trial-0/checkpoints/step");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !checkpoint.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint in a minute"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let job = scratch.query("SELECT worker FROM trials")[0][0]
+        .as_str()
+        .and_then(|w| w.strip_prefix("slurm:"))
+        .expect("the job's id")
+        .to_string();
+    let requeue = std::process::Command::new("scontrol")
+        .args(["requeue", &job])
+        .status()
+        .unwrap();
+    assert!(requeue.success());
+    assert!(run.wait().unwrap().success());
+
+    let trials = scratch.trials("requeued-resumes");
+    assert_eq!(trials[0]["state"], "succeeded", "{trials:?}");
+    assert_eq!(trials[0]["attempt"], 2);
+    let starts = std::fs::read_to_string(scratch.path("starts.txt")).unwrap();
+    let second: i64 = starts
+        .lines()
+        .nth(1)
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(second > 1, "the second attempt resumed: {starts}");
+    assert_eq!(trials[0]["resumed"][0]["at_step"], second, "{trials:?}");
+}
