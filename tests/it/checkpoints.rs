@@ -174,3 +174,26 @@ fn a_requeued_slurm_job_s_trial_resumes_from_its_checkpoint() {
     assert!(second > 1, "the second attempt resumed: {starts}");
     assert_eq!(trials[0]["resumed"][0]["at_step"], second, "{trials:?}");
 }
+
+/// Preemptions are infrastructure failures: three trials each killed from outside once, with
+/// `max_failed_trial_count: 1`, are retried and the study completes.
+#[test]
+fn preempted_trials_are_retried_and_never_count_as_failed() {
+    let scratch = Scratch::new();
+    let text = std::fs::read_to_string(killed_at_60_percent(&scratch))
+        .unwrap()
+        .replace("values: [0.5]", "values: [0.125, 0.25, 0.5]")
+        .replace(
+            "max_trial_count: 1",
+            "max_trial_count: 3\nmax_failed_trial_count: 1",
+        );
+    let study = scratch.study("three.yaml", &text);
+    assert_success(&scratch.hptune(&["run", study.to_str().unwrap()]));
+    let trials = scratch.trials("resumed");
+    assert_eq!(trials.len(), 3);
+    for trial in &trials {
+        assert_eq!(trial["state"], "succeeded", "{trial}");
+        assert_eq!(trial["attempt"], 2, "{trial}");
+        assert_eq!(trial["resumed"][0]["at_step"], 5, "{trial}");
+    }
+}
