@@ -222,6 +222,13 @@ enum Command {
         /// HPTUNE_RELAY_LOG_DIR to a folder of its own on its node).
         #[arg(long, env = hptune::protocol::RELAY_LOG_DIR_VARIABLE, default_value = DEFAULT_LOG_DIR)]
         log_dir: PathBuf,
+        /// The attempt's checkpoint folder in the job (the worker's HPTUNE_CHECKPOINT_DIR).
+        #[arg(long)]
+        checkpoint_dir: Option<PathBuf>,
+        /// A checkpoint folder of an earlier attempt to resume from, the first one given that
+        /// has files in it (the worker's HPTUNE_RESUME_FROM); repeated, newest first.
+        #[arg(long, requires = "checkpoint_dir")]
+        resume_from: Vec<PathBuf>,
         /// The worker's command line.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -489,6 +496,8 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             attempt,
             metric,
             log_dir,
+            checkpoint_dir,
+            resume_from,
             command,
         } => {
             let job = hptune::executor::relay::RelayJob {
@@ -498,6 +507,8 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
                 metric,
                 argv: command,
                 log_dir,
+                checkpoint_dir,
+                resume_from,
             };
             relay::relay(&url, &job).await
         }

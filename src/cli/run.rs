@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use hptune::controller::{RunSummary, StudyEnd};
 use hptune::executor::StopRequest;
-use hptune::ops::{self, Prepared, WorkerOptions};
+use hptune::ops::{self, Prepared, Resumptions, WorkerOptions};
 use hptune::storage::{StorageUrl, TrialState, best_first};
 
 use super::progress::Display;
@@ -50,6 +50,7 @@ pub async fn run_trial(
     show::print_trials(
         std::slice::from_ref(trial),
         &summary.study,
+        &Resumptions::new(),
         super::TrialsFormat::Table,
     )?;
     Ok(match (trial.state, &summary.end) {
@@ -110,7 +111,12 @@ pub(super) async fn wait_for_signal() {
 fn print_end(summary: &RunSummary) -> ExitCode {
     let best = best_first(&summary.trials, summary.study.goal, TOP_TRIALS);
     if !best.is_empty()
-        && let Err(e) = show::print_trials(&best, &summary.study, super::TrialsFormat::Table)
+        && let Err(e) = show::print_trials(
+            &best,
+            &summary.study,
+            &Resumptions::new(),
+            super::TrialsFormat::Table,
+        )
     {
         eprintln!("error: {e}");
     }

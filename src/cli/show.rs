@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
-use hptune::ops::{self, Best, BestBy};
+use hptune::ops::{self, Best, BestBy, Resumption, Resumptions};
 use hptune::storage::{StorageUrl, StudyRecord, TrialRecord, TrialState};
 use hptune::study::space::ParamValue;
 
@@ -62,8 +62,8 @@ pub async fn trials(
     state: Option<TrialState>,
     format: TrialsFormat,
 ) -> Result<ExitCode, Failure> {
-    let (record, trials) = ops::trials(url, study, best, state).await?;
-    print_trials(&trials, &record, format)?;
+    let (record, trials, resumed) = ops::trials(url, study, best, state).await?;
+    print_trials(&trials, &record, &resumed, format)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -124,6 +124,7 @@ pub fn flags(study: &StudyRecord, trial: &TrialRecord) -> Result<String, Failure
 pub fn print_trials(
     trials: &[TrialRecord],
     study: &StudyRecord,
+    resumed: &Resumptions,
     format: TrialsFormat,
 ) -> Result<(), Failure> {
     let space = study.space()?;
@@ -131,27 +132,45 @@ pub fn print_trials(
     let value = |t: &TrialRecord| t.value.map(|v| v.to_string()).unwrap_or_default();
     let param =
         |t: &TrialRecord, id: &str| t.params.get(id).map(|v| v.to_string()).unwrap_or_default();
-    // The devices of a study's trials, shown only for a study with GPUs.
+    // The devices of a study's trials, shown only for a study with GPUs; then the attempts
+    // that resumed from a checkpoint, shown only when some did.
     let gpus = trials.iter().any(|t| !t.gpus.is_empty());
-    let with_gpus = |row: &mut Vec<String>, t: &TrialRecord| {
+    let with_extra_cells = |row: &mut Vec<String>, t: &TrialRecord| {
         if gpus {
             row.push(t.placement());
         }
+        if !resumed.is_empty() {
+            row.push(resumed_cell(resumed.get(&t.number)));
+        }
+    };
+    let extra_headers = || {
+        let mut header = Vec::new();
+        if gpus {
+            header.push("gpus");
+        }
+        if !resumed.is_empty() {
+            header.push("resumed");
+        }
+        header
     };
     match format {
         TrialsFormat::Json => {
+            let mut list = json!(trials);
+            for (trial, value) in trials.iter().zip(list.as_array_mut().into_iter().flatten()) {
+                if let Some(attempts) = resumed.get(&trial.number) {
+                    value["resumed"] = json!(attempts);
+                }
+            }
             output(&format!(
                 "{}\n",
-                serde_json::to_string_pretty(trials).expect("JSON serialises")
+                serde_json::to_string_pretty(&list).expect("JSON serialises")
             ))?;
         }
         TrialsFormat::Csv => {
             let mut header = vec!["number", "state", study.metric.as_str()];
             header.extend(&ids);
             header.extend(["error", "started_at", "finished_at"]);
-            if gpus {
-                header.push("gpus");
-            }
+            header.extend(extra_headers());
             let rows: Vec<Vec<String>> = trials
                 .iter()
                 .map(|t| {
@@ -160,7 +179,7 @@ pub fn print_trials(
                     row.push(error_cell(t));
                     row.push(t.started_at.clone().unwrap_or_default());
                     row.push(t.finished_at.clone().unwrap_or_default());
-                    with_gpus(&mut row, t);
+                    with_extra_cells(&mut row, t);
                     row
                 })
                 .collect();
@@ -186,18 +205,29 @@ pub fn print_trials(
                         params.join(" "),
                         shorten(&error_cell(t)),
                     ];
-                    with_gpus(&mut row, t);
+                    with_extra_cells(&mut row, t);
                     row
                 })
                 .collect();
             let mut header = vec!["trial", "state", &study.metric, "parameters", "error"];
-            if gpus {
-                header.push("gpus");
-            }
+            header.extend(extra_headers());
             output(&table::render(&header, &rows))?;
         }
     }
     Ok(())
+}
+
+/// A trial's resumed attempts as listed: "attempt 2 at step 41".
+fn resumed_cell(attempts: Option<&Vec<Resumption>>) -> String {
+    let described: Vec<String> = attempts
+        .into_iter()
+        .flatten()
+        .map(|r| match r.at_step {
+            Some(step) => format!("attempt {} at step {step}", r.attempt),
+            None => format!("attempt {}", r.attempt),
+        })
+        .collect();
+    described.join("; ")
 }
 
 /// A trial's state as listed: `infeasible` added where it broke a constraint.

@@ -14,7 +14,7 @@ use crate::executor::{
     FolderOwner, ModelFolder, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
 };
 use crate::gpus::Lease;
-use crate::protocol::{AttemptFiles, Measurement, command_line, worker_env};
+use crate::protocol::{AttemptFiles, Checkpoints, Measurement, command_line, worker_env};
 use crate::storage::{NextAttempt, StorageError, TrialEnd, TrialRecord, TrialState};
 use crate::study::ExecutorSpec;
 
@@ -93,6 +93,15 @@ impl Run<'_> {
             ),
             _ => None,
         };
+        // Beside it, its checkpoints; a remote job's are its engine's.
+        let checkpoints = path.is_some().then(|| {
+            Checkpoints::of_attempt(
+                &self.plan.artifacts.dir,
+                &study.name,
+                trial.number,
+                trial.attempt,
+            )
+        });
         let output_dir = path.map(|path| ModelFolder {
             path,
             owner: FolderOwner {
@@ -122,6 +131,7 @@ impl Run<'_> {
                 lease,
             ),
             output_dir,
+            checkpoints,
             log_path: files.log,
             metrics_path: files.metrics,
             timeout: study
@@ -151,8 +161,12 @@ impl Run<'_> {
                 handle,
                 findable_without_handle,
                 model,
+                resumed_from,
             } => {
                 if let Some(r) = self.running.get_mut(&trial_id) {
+                    if let Some(dir) = resumed_from {
+                        self.storage.set_resumed_from(&r.trial, &dir).await?;
+                    }
                     r.trial.worker = Some(handle);
                     if model.is_some() {
                         r.trial.artifact_dir = model;

@@ -25,7 +25,8 @@ use super::output::{Output, wrote_output};
 use super::process::{ProcessId, find_by_environment};
 use super::{Executor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome};
 use crate::protocol::{
-    GPU_MEMORY_VARIABLE, GPUS_VARIABLE, PROTOCOL_VARIABLES, STORAGE_VARIABLE, error_log_path,
+    CHECKPOINT_DIR_VARIABLE, GPU_MEMORY_VARIABLE, GPUS_VARIABLE, PROTOCOL_VARIABLES,
+    RESUME_FROM_VARIABLE, STORAGE_VARIABLE, error_log_path,
 };
 
 /// How often an adopted worker is looked at.
@@ -61,6 +62,7 @@ impl Executor for LocalExecutor {
                         handle: format!("pid:{id}"),
                         findable_without_handle: true,
                         model: None,
+                        resumed_from: worker.resumed_from.take(),
                     });
                 }
                 let output = Output::new(&job, events);
@@ -84,6 +86,9 @@ struct LocalWorker {
     process: Process,
     /// The leader of the worker's process group; `None` once it is known to be gone.
     id: Option<ProcessId>,
+    /// The checkpoint folder the worker was started to resume from (`HPTUNE_RESUME_FROM`);
+    /// `None` for a worker that starts afresh, or that was not started here.
+    resumed_from: Option<String>,
 }
 
 impl LocalWorker {
@@ -93,6 +98,7 @@ impl LocalWorker {
                 .map_err(|e| format!("cannot create the log directory {}: {e}", dir.display()))?;
         }
         job.create_output_dir()?;
+        let checkpoints = job.prepare_checkpoints()?;
         // A metrics file left by an earlier attempt must not be read as this one's.
         let _ = std::fs::remove_file(&job.metrics_path);
         let create = |path: &Path| {
@@ -112,7 +118,11 @@ impl LocalWorker {
             // own below (job.env), a trial without gets none; nor the controller's cap.
             .env_remove(GPUS_VARIABLE)
             .env_remove(GPU_MEMORY_VARIABLE)
-            .envs(job.env.iter().map(|(k, v)| (k, v)))
+            // Nor the checkpoints of the controller's own attempt, when it runs in one (a
+            // relay's): a worker resumes only from what its own attempt is given.
+            .env_remove(CHECKPOINT_DIR_VARIABLE)
+            .env_remove(RESUME_FROM_VARIABLE)
+            .envs(job.env.iter().chain(&checkpoints.env).map(|(k, v)| (k, v)))
             // The database URL may hold a password, and workers never write the database.
             .env_remove(STORAGE_VARIABLE)
             .stdin(Stdio::null())
@@ -138,6 +148,9 @@ impl LocalWorker {
         Ok(Self {
             process: Process::Child(child),
             id: Some(id),
+            resumed_from: checkpoints
+                .resumed_from
+                .map(|dir| dir.display().to_string()),
         })
     }
 
@@ -149,6 +162,7 @@ impl LocalWorker {
         Ok(Self {
             process: Process::Adopted(id),
             id: Some(id),
+            resumed_from: None,
         })
     }
 
@@ -158,6 +172,7 @@ impl LocalWorker {
         Self {
             process: Process::EndedUnwatched,
             id: None,
+            resumed_from: None,
         }
     }
 

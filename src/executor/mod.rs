@@ -31,7 +31,7 @@ pub use remote::relay;
 pub(crate) use remote::{check_storage, for_study};
 pub(crate) use slurm::{SlurmEngine, SlurmExecutor};
 
-use crate::protocol::Measurement;
+use crate::protocol::{CheckpointStart, Checkpoints, Measurement};
 use crate::study::space::Assignment;
 
 /// Everything an executor needs to run one trial.
@@ -54,6 +54,10 @@ pub(crate) struct TrialJob {
     /// The attempt's model folder (`HPTUNE_OUTPUT_DIR`), created before a local or Slurm
     /// worker starts; `None` for a remote worker, which saves where its engine says.
     pub output_dir: Option<ModelFolder>,
+    /// The attempt's checkpoint folder and the earlier ones it may resume from, for a
+    /// worker that starts here (local, Slurm, a relay's); `None` for a remote job, whose
+    /// relay is told its engine's folders.
+    pub checkpoints: Option<Checkpoints>,
     /// Wall-clock limit.
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL.
@@ -81,6 +85,18 @@ impl TrialJob {
         match &self.output_dir {
             Some(folder) => folder.create().map_err(|e| e.to_string()),
             None => Ok(()),
+        }
+    }
+
+    /// Creates the attempt's checkpoint folder, if it has one, and settles the earlier one
+    /// its worker resumes from ([`Checkpoints::prepare`]), just before the worker starts.
+    pub(crate) fn prepare_checkpoints(&self) -> Result<CheckpointStart, String> {
+        match &self.checkpoints {
+            Some(checkpoints) => checkpoints.prepare(),
+            None => Ok(CheckpointStart {
+                env: Vec::new(),
+                resumed_from: None,
+            }),
         }
     }
 }
@@ -122,6 +138,10 @@ pub(crate) enum WorkerEvent {
         /// for a local or Slurm worker (its folder is [`TrialJob::output_dir`]) and for a
         /// job whose engine keeps none.
         model: Option<String>,
+        /// The checkpoint folder of an earlier attempt the worker resumes from
+        /// (`HPTUNE_RESUME_FROM`), when it was started here and given one; a remote job's
+        /// relay records its own.
+        resumed_from: Option<String>,
     },
     /// The worker reported a measurement (each one once, whichever way it came).
     Measured {

@@ -1,5 +1,6 @@
 //! `hptune studies`, `trials` and `best`: what the database holds, read without writing.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::{OpsError, find_study};
@@ -15,14 +16,29 @@ pub async fn studies(url: &StorageUrl) -> Result<Vec<StudySummary>, OpsError> {
     Ok(storage.list_studies().await?)
 }
 
+/// An attempt of a trial that resumed from an earlier attempt's checkpoint.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Resumption {
+    /// The attempt.
+    pub attempt: u32,
+    /// The step it resumed at: the first step it reported (`None` before it reports one).
+    pub at_step: Option<i64>,
+    /// The checkpoint folder it resumed from.
+    pub from: String,
+}
+
+/// The resumed attempts of a study's trials, by trial number.
+pub type Resumptions = BTreeMap<u64, Vec<Resumption>>;
+
 /// The trials of `study` (its name or its study file) in the database at `url`: those in
-/// `state` if given, the `best` best succeeded ones, best first, if given; by number else.
+/// `state` if given, the `best` best succeeded ones, best first, if given; by number else;
+/// with the attempts of theirs that resumed from a checkpoint.
 pub async fn trials(
     url: &StorageUrl,
     study: &str,
     best: Option<usize>,
     state: Option<TrialState>,
-) -> Result<(StudyRecord, Vec<TrialRecord>), OpsError> {
+) -> Result<(StudyRecord, Vec<TrialRecord>, Resumptions), OpsError> {
     let storage = Storage::open_read_only(url).await?;
     let record = find_study(&storage, study).await?;
     let mut trials = storage.trials(record.id).await?;
@@ -32,7 +48,15 @@ pub async fn trials(
     if let Some(n) = best {
         trials = best_first(&trials, record.goal, n);
     }
-    Ok((record, trials))
+    let mut resumed = Resumptions::new();
+    for attempt in storage.resumed_attempts(record.id).await? {
+        resumed.entry(attempt.number).or_default().push(Resumption {
+            attempt: attempt.attempt,
+            at_step: attempt.resumed_at,
+            from: attempt.resumed_from.unwrap_or_default(),
+        });
+    }
+    Ok((record, trials, resumed))
 }
 
 /// Which trial is the best.

@@ -68,6 +68,8 @@ fn follower_on_gpus(
             last_output: None,
             gpus: device(t.number).map(|(gpus, _)| gpus.into()),
             gpu_slot: device(t.number).and_then(|(_, slot)| slot),
+            resumed_from: None,
+            resumed_at: None,
         })
         .collect();
     let curves = trials

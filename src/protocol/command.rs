@@ -1,6 +1,7 @@
 //! The command lines of the protocol: the worker's (its program, then its parameters), and
 //! the relay's that a remote job runs around it.
 
+use super::Checkpoints;
 use crate::study::space::{Assignment, Space};
 use crate::study::{TemplatePart, TrialTemplate, template_parts};
 
@@ -46,17 +47,28 @@ fn fill_template(template: &str, study: &str, number: u64, params: &Assignment) 
 }
 
 /// The command a job that reports through the database runs: `hptune relay --study S
-/// --trial N --attempt A --metric M -- <the worker's command line>` (the flags `hptune
-/// relay` reads, `cli/mod.rs`). The relay then runs the worker as a local one.
+/// --trial N --attempt A --metric M [--checkpoint-dir D [--resume-from R ...]] -- <the
+/// worker's command line>` (the flags `hptune relay` reads, `cli/mod.rs`). The relay then
+/// runs the worker as a local one, with the checkpoint folders of `checkpoints` as the job
+/// sees them.
 pub(crate) fn relay_command(
     study: &str,
     number: u64,
     attempt: u32,
     metric: &str,
+    checkpoints: Option<&Checkpoints>,
     worker: &[String],
 ) -> Vec<String> {
     let number = number.to_string();
     let attempt = attempt.to_string();
+    let flag = |name: &str, path: &std::path::Path| [name.to_string(), path.display().to_string()];
+    let checkpoint_flags = checkpoints.into_iter().flat_map(|c| {
+        flag("--checkpoint-dir", &c.dir).into_iter().chain(
+            c.resume_from
+                .iter()
+                .flat_map(|dir| flag("--resume-from", dir)),
+        )
+    });
     [
         "hptune",
         "relay",
@@ -68,10 +80,11 @@ pub(crate) fn relay_command(
         &attempt,
         "--metric",
         metric,
-        "--",
     ]
     .into_iter()
     .map(str::to_string)
+    .chain(checkpoint_flags)
+    .chain(["--".to_string()])
     .chain(worker.iter().cloned())
     .collect()
 }
@@ -166,7 +179,7 @@ mod tests {
     fn the_relay_command_ends_with_the_workers_after_two_dashes() {
         let worker = ["python3", "train.py", "--lr=0.1"].map(String::from);
         assert_eq!(
-            relay_command("s", 3, 2, "loss", &worker),
+            relay_command("s", 3, 2, "loss", None, &worker),
             [
                 "hptune",
                 "relay",
@@ -178,6 +191,21 @@ mod tests {
                 "2",
                 "--metric",
                 "loss",
+                "--",
+                "python3",
+                "train.py",
+                "--lr=0.1"
+            ]
+        );
+        let checkpoints = Checkpoints::of_attempt(std::path::Path::new("/models"), "s", 3, 2);
+        let with_checkpoints = relay_command("s", 3, 2, "loss", Some(&checkpoints), &worker);
+        assert_eq!(
+            with_checkpoints[10..],
+            [
+                "--checkpoint-dir",
+                "/models/s/trial-3-attempt-2/checkpoints",
+                "--resume-from",
+                "/models/s/trial-3/checkpoints",
                 "--",
                 "python3",
                 "train.py",

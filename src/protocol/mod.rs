@@ -11,7 +11,8 @@
 //!   ([`DEVICE_VARIABLES`]); a study may set none of them ([`is_protocol_variable`]);
 //! - its files ([`AttemptFiles`]): stdout, stderr ([`error_log_path`]) and the metrics file,
 //!   named after its attempt ([`attempt_stem`]), and its model folder ([`model_folder`],
-//!   created by `executor::ModelFolder` with the owner file it must leave);
+//!   created by `executor::ModelFolder` with the owner file it must leave), and its
+//!   checkpoint folder and the earlier attempt's it resumes from ([`Checkpoints`]);
 //! - its stop: SIGTERM, then SIGKILL after the grace period ([`DEFAULT_GRACE_PERIOD`] unless
 //!   the study says).
 //!
@@ -21,6 +22,7 @@
 //! the trial's value; an error on stderr that says it ran out of device memory
 //! ([`out_of_memory_line`]) fails the trial as such.
 
+mod checkpoints;
 mod command;
 mod env;
 mod files;
@@ -30,6 +32,9 @@ mod report;
 
 use std::time::Duration;
 
+pub(crate) use checkpoints::{
+    CHECKPOINT_DIR_VARIABLE, CheckpointStart, Checkpoints, RESUME_FROM_VARIABLE, trial_checkpoints,
+};
 pub(crate) use command::{command_line, relay_command};
 pub use env::RELAY_LOG_DIR_VARIABLE;
 pub(crate) use env::{

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use super::raw::{
     Number, RawArtifactsVolume, RawGpus, RawKind, RawKubernetes, RawRemote, RawSageMaker,
-    RawSecretRef, RawSlurm, RawVertex,
+    RawSecretRef, RawSlurm, RawToleration, RawVertex,
 };
 use super::trial::is_fraction;
 use super::{Checker, block};
 use crate::study::{
     Accelerator, ArtifactsVolume, ExecutorKind, ExecutorSpec, KubernetesSpec, RemoteSettings,
-    Resources, SageMakerSpec, SecretRef, VertexSpec,
+    Resources, SAGEMAKER_DEFAULT_RUNTIME, SageMakerSpec, SecretRef, Toleration, VertexSpec,
 };
 
 /// How often a remote job's state is asked for, when the file does not say.
@@ -80,7 +80,8 @@ impl Checker<'_> {
             ExecutorKind::SageMaker => {
                 let remote = self.remote_settings(kind);
                 let raw = self.block(&PATH)?;
-                self.sagemaker(&raw, remote).map(ExecutorSpec::SageMaker)
+                self.sagemaker(&raw, remote, timeout)
+                    .map(ExecutorSpec::SageMaker)
             }
             ExecutorKind::Slurm => {
                 let raw = self.block(&PATH)?;
@@ -232,6 +233,7 @@ impl Checker<'_> {
             accelerator: accelerator?,
             service_account: raw.service_account.clone(),
             base_output_dir: base_output_dir?,
+            spot: raw.spot.unwrap_or(false),
         })
     }
 
@@ -284,6 +286,15 @@ impl Checker<'_> {
             None => Some(None),
             Some(volume) => self.artifacts_volume(volume).map(Some),
         };
+        let tolerations: Option<Vec<Toleration>> = raw
+            .tolerations
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, t)| self.toleration(i, t))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .collect();
         Some(KubernetesSpec {
             remote: remote?,
             namespace: raw.namespace.clone(),
@@ -293,6 +304,49 @@ impl Checker<'_> {
             ttl: ttl?.unwrap_or(DEFAULT_TTL),
             storage_secret: storage_secret?,
             artifacts_volume: artifacts_volume?,
+            tolerations: tolerations?,
+        })
+    }
+
+    /// Toleration `i` of the pod, checked as the API server would: `Exists` or `Equal`
+    /// (the default), no value with `Exists`, a key unless `Exists`, a known effect, and
+    /// `tolerationSeconds` only with `NoExecute`.
+    fn toleration(&mut self, i: usize, raw: &RawToleration) -> Option<Toleration> {
+        let field = format!("trial.executor.tolerations[{i}]");
+        let operator = raw.operator.clone().unwrap_or_else(|| "Equal".into());
+        let problem = match (operator.as_str(), &raw.key, &raw.value) {
+            ("Exists", _, Some(_)) => Some("`value` must be absent with operator Exists"),
+            ("Equal", None, _) => Some("needs a `key` (or operator: Exists for every taint)"),
+            ("Exists" | "Equal", _, _) => None,
+            _ => Some("`operator` must be Equal or Exists"),
+        };
+        let effect_ok = raw
+            .effect
+            .as_deref()
+            .is_none_or(|effect| ["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect));
+        let seconds_ok =
+            raw.toleration_seconds.is_none() || raw.effect.as_deref() == Some("NoExecute");
+        if let Some(problem) = problem {
+            self.report(&field, problem);
+        }
+        if !effect_ok {
+            self.report(
+                format!("{field}.effect"),
+                "must be NoSchedule, PreferNoSchedule or NoExecute",
+            );
+        }
+        if !seconds_ok {
+            self.report(
+                format!("{field}.tolerationSeconds"),
+                "is for effect: NoExecute only",
+            );
+        }
+        (problem.is_none() && effect_ok && seconds_ok).then(|| Toleration {
+            key: raw.key.clone(),
+            operator,
+            value: raw.value.clone(),
+            effect: raw.effect.clone(),
+            toleration_seconds: raw.toleration_seconds,
         })
     }
 
@@ -358,10 +412,13 @@ impl Checker<'_> {
         })
     }
 
+    /// The SageMaker block; `timeout` is the trial's, the job's `MaxRuntimeInSeconds`, which
+    /// a spot job's `max_wait` may not be shorter than.
     fn sagemaker(
         &mut self,
         raw: &RawSageMaker,
         remote: Option<RemoteSettings>,
+        timeout: Option<Duration>,
     ) -> Option<SageMakerSpec> {
         let kind = ExecutorKind::SageMaker;
         let region = self.required(kind, "region", &raw.region);
@@ -378,6 +435,7 @@ impl Checker<'_> {
         let output_path = self
             .required(kind, "output_path", &raw.output_path)
             .and_then(|url| self.bucket_url("trial.executor.output_path", &url, Bucket::S3));
+        let spot = self.spot_wait(raw, timeout);
         Some(SageMakerSpec {
             remote: remote?,
             region: region?,
@@ -386,7 +444,43 @@ impl Checker<'_> {
             instance_count: instance_count?,
             volume_size_gb: volume?,
             output_path: output_path?,
+            spot: spot?,
         })
+    }
+
+    /// A SageMaker job's `MaxWaitTimeInSeconds` with `spot: true`: `max_wait`, at least the
+    /// job's run time (the trial's timeout, else SageMaker's default day); twice that run
+    /// time when the file does not say. `max_wait` without `spot: true` is refused.
+    fn spot_wait(
+        &mut self,
+        raw: &RawSageMaker,
+        timeout: Option<Duration>,
+    ) -> Option<Option<Duration>> {
+        let field = "trial.executor.max_wait";
+        let max_wait = self.duration(field, raw.max_wait.as_deref())?;
+        let runtime = timeout.unwrap_or(SAGEMAKER_DEFAULT_RUNTIME);
+        match (raw.spot.unwrap_or(false), max_wait) {
+            (false, None) => Some(None),
+            (false, Some(_)) => {
+                self.report(
+                    field,
+                    "is the time a spot job may wait for capacity: set spot: true too",
+                );
+                None
+            }
+            (true, Some(wait)) if wait < runtime => {
+                self.report(
+                    field,
+                    format!(
+                        "{} is shorter than the job's run time ({}, the trial's timeout or SageMaker's default day): SageMaker wants MaxWaitTimeInSeconds >= MaxRuntimeInSeconds",
+                        humantime::format_duration(wait),
+                        humantime::format_duration(runtime)
+                    ),
+                );
+                None
+            }
+            (true, wait) => Some(Some(wait.unwrap_or(runtime * 2))),
+        }
     }
 }
 

@@ -256,6 +256,7 @@ pub(super) struct RawVertex {
     pub accelerator: Option<RawAccelerator>,
     pub service_account: Option<String>,
     pub base_output_dir: Option<String>,
+    pub spot: Option<bool>,
 }
 
 /// `kind: kubernetes`: a Kubernetes Job.
@@ -268,6 +269,7 @@ pub(super) struct RawKubernetes {
     pub ttl: Option<String>,
     pub storage_secret: Option<RawSecretRef>,
     pub artifacts_volume: Option<RawArtifactsVolume>,
+    pub tolerations: Option<Vec<RawToleration>>,
 }
 
 /// `kind: sagemaker`: a SageMaker training job.
@@ -279,6 +281,8 @@ pub(super) struct RawSageMaker {
     pub instance_count: Option<i64>,
     pub volume_size_gb: Option<i64>,
     pub output_path: Option<String>,
+    pub spot: Option<bool>,
+    pub max_wait: Option<String>,
 }
 
 /// A cloud engine's block read for `gpus` alone, the Slurm executor's field, which it
@@ -310,6 +314,17 @@ pub(super) struct RawSlurm {
 pub(super) struct RawSecretRef {
     pub name: String,
     pub key: String,
+}
+
+/// A toleration of a Kubernetes pod, as its API names the fields.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawToleration {
+    pub key: Option<String>,
+    pub operator: Option<String>,
+    pub value: Option<String>,
+    pub effect: Option<String>,
+    pub toleration_seconds: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -9,6 +9,7 @@
 mod artifacts;
 mod best;
 mod claim;
+mod curves;
 mod ends;
 mod enqueue;
 mod follow;

@@ -387,13 +387,20 @@ pub(crate) struct AttemptRecord {
     pub gpus: Option<String>,
     /// Its slot on the GPU it shared (`gpus: 1/K`), from 0.
     pub gpu_slot: Option<u32>,
+    /// The checkpoint folder it resumed from (`HPTUNE_RESUME_FROM`); `None`: it started
+    /// afresh.
+    pub resumed_from: Option<String>,
+    /// The step it resumed at, for an attempt that resumed: the first step it reported
+    /// (`None` until it reports one).
+    pub resumed_at: Option<i64>,
 }
 
 /// The columns of an attempt joined with its trial, in the order
 /// [`AttemptRecord::from_row`] reads them.
 macro_rules! attempt_columns {
     () => {
-        "t.number, a.attempt, a.worker, a.owner, a.started_at, a.finished_at, a.outcome, a.error, a.last_output, a.gpus, a.gpu_slot"
+        "t.number, a.attempt, a.worker, a.owner, a.started_at, a.finished_at, a.outcome, a.error, a.last_output, a.gpus, a.gpu_slot, a.resumed_from,
+         CASE WHEN a.resumed_from IS NULL THEN NULL ELSE (SELECT MIN(m.step) FROM measurements m WHERE m.trial_id = a.trial_id AND m.attempt = a.attempt) END AS resumed_at"
     };
 }
 pub(crate) use attempt_columns;
@@ -416,6 +423,8 @@ impl AttemptRecord {
             last_output: row.try_get("last_output").map_err(corrupt)?,
             gpus: row.try_get("gpus").map_err(corrupt)?,
             gpu_slot: slot(row)?,
+            resumed_from: row.try_get("resumed_from").map_err(corrupt)?,
+            resumed_at: row.try_get("resumed_at").map_err(corrupt)?,
         })
     }
 }

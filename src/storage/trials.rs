@@ -46,6 +46,25 @@ impl Storage {
         Ok(())
     }
 
+    /// Records that the trial's current attempt resumed from the checkpoint folder `dir`
+    /// (an earlier attempt's, `HPTUNE_RESUME_FROM`).
+    pub(crate) async fn set_resumed_from(
+        &self,
+        trial: &TrialRecord,
+        dir: &str,
+    ) -> Result<(), StorageError> {
+        sqlx::query("UPDATE attempts SET resumed_from = $1 WHERE trial_id = $2 AND attempt = $3")
+            .bind(dir)
+            .bind(trial.id)
+            .bind(i64::from(trial.attempt))
+            .execute(&self.pool)
+            .await
+            .map_err(query_error(
+                "recording the checkpoint an attempt resumed from",
+            ))?;
+        Ok(())
+    }
+
     /// Records the GPUs of the trial's current attempt, and its slot on a GPU it shares,
     /// before its worker starts: a controller that takes the trial over finds the devices its
     /// worker may hold. Fails with [`StorageError::TakenOver`] when the attempt is no longer
@@ -138,46 +157,6 @@ impl Storage {
         self.curves_of(study_id, metric, &TrialIds::from(0)).await
     }
 
-    /// The learning curves of the study's trials that `ids` picks.
-    pub(super) async fn curves_of(
-        &self,
-        study_id: i64,
-        metric: &str,
-        ids: &TrialIds,
-    ) -> Result<Vec<Curve>, StorageError> {
-        let sql = format!(
-            "SELECT t.number, t.state, m.step, m.value FROM measurements m JOIN trials t ON t.id = m.trial_id
-             WHERE {} = $1 AND m.metric = $2 AND m.step IS NOT NULL AND m.attempt = t.attempt
-               AND {}
-             ORDER BY t.number, m.step, m.id",
-            ids.study_column(),
-            ids.condition("m.trial_id")
-        );
-        let rows = sqlx::query(&sql)
-            .bind(study_id)
-            .bind(metric)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(query_error("reading learning curves"))?;
-        let mut curves: Vec<Curve> = Vec::new();
-        for row in &rows {
-            let get = |name| sqlx::Row::try_get::<i64, _>(row, name).map_err(super::rows::corrupt);
-            let number = get("number")? as u64;
-            let step = get("step")?;
-            let value: f64 = sqlx::Row::try_get(row, "value").map_err(super::rows::corrupt)?;
-            let state: String = sqlx::Row::try_get(row, "state").map_err(super::rows::corrupt)?;
-            match curves.last_mut() {
-                Some(curve) if curve.number == number => curve.points.push((step, value)),
-                _ => curves.push(Curve {
-                    number,
-                    points: vec![(step, value)],
-                    succeeded: state == TrialState::Succeeded.as_str(),
-                }),
-            }
-        }
-        Ok(curves)
-    }
-
     /// The attempts of trial `trial_id` (row id), first first.
     pub(crate) async fn trial_attempts(
         &self,
@@ -192,6 +171,25 @@ impl Storage {
         .fetch_all(&self.pool)
         .await
         .map_err(query_error("reading attempts"))?;
+        rows.iter().map(AttemptRecord::from_row).collect()
+    }
+
+    /// The attempts of the study's trials that resumed from a checkpoint, by trial and
+    /// attempt.
+    pub(crate) async fn resumed_attempts(
+        &self,
+        study_id: i64,
+    ) -> Result<Vec<AttemptRecord>, StorageError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM attempts a JOIN trials t ON t.id = a.trial_id
+             WHERE t.study_id = $1 AND a.resumed_from IS NOT NULL ORDER BY t.number, a.attempt"
+        ))
+        .bind(study_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("reading resumed attempts"))?;
         rows.iter().map(AttemptRecord::from_row).collect()
     }
 

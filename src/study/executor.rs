@@ -111,8 +111,12 @@ pub(crate) struct VertexSpec {
     pub service_account: Option<String>,
     /// The Cloud Storage folder (`gs://bucket/prefix`) under which each attempt's job gets
     /// its `baseOutputDirectory`, `<base>/<study>/trial-<n>[-attempt-<k>]`, its model going
-    /// to `model/` in it (Vertex's `AIP_MODEL_DIR`); `None`: the jobs have none.
+    /// to `model/` in it (Vertex's `AIP_MODEL_DIR`) and its checkpoints to
+    /// `checkpoints/`; `None`: the jobs have none.
     pub base_output_dir: Option<String>,
+    /// Run on Spot VMs (`scheduling.strategy: SPOT`): a preempted job's trial is retried,
+    /// resuming from its checkpoints.
+    pub spot: bool,
 }
 
 /// Accelerators of a Vertex AI machine.
@@ -142,8 +146,28 @@ pub(crate) struct KubernetesSpec {
     /// The Secret whose key holds the storage URL the job's `HPTUNE_STORAGE` takes
     /// (`secretKeyRef`); without it, the controller's URL is written in the Job.
     pub storage_secret: Option<SecretRef>,
-    /// The volume the trials save their models to; `None`: the models stay in the pods.
+    /// The volume the trials save their models (and checkpoints) to; `None`: they stay in
+    /// the pods.
     pub artifacts_volume: Option<ArtifactsVolume>,
+    /// The taints of nodes the trial's pod may run on (a spot node pool's), as the pod's
+    /// `tolerations`.
+    pub tolerations: Vec<Toleration>,
+}
+
+/// A toleration of the trial's pod: it may run on nodes with a matching taint.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Toleration {
+    /// The taint's key; `None` with `Exists`: every taint.
+    pub key: Option<String>,
+    /// `Equal` (the key's value is `value`) or `Exists` (any value).
+    pub operator: String,
+    /// The taint's value, with `Equal`.
+    pub value: Option<String>,
+    /// The taint's effect it tolerates (`NoSchedule`, `PreferNoSchedule`, `NoExecute`);
+    /// `None`: every effect.
+    pub effect: Option<String>,
+    /// With `NoExecute`: how long the pod stays once the taint appears; `None`: for ever.
+    pub toleration_seconds: Option<i64>,
 }
 
 /// A PersistentVolumeClaim mounted in each trial's pod for its model: each attempt saves
@@ -177,6 +201,10 @@ pub(crate) struct Resources {
     pub gpu: u32,
 }
 
+/// A SageMaker job's limit (`MaxRuntimeInSeconds`) when the study sets no `trial.timeout`:
+/// SageMaker's default, one day.
+pub(crate) const SAGEMAKER_DEFAULT_RUNTIME: Duration = Duration::from_secs(86_400);
+
 /// A SageMaker training job's settings.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SageMakerSpec {
@@ -192,8 +220,13 @@ pub(crate) struct SageMakerSpec {
     pub instance_count: u32,
     /// The instance's storage volume, in GB.
     pub volume_size_gb: u32,
-    /// Where SageMaker puts the job's output (`s3://bucket/prefix`).
+    /// Where SageMaker puts the job's output (`s3://bucket/prefix`), and each trial's
+    /// checkpoints (`<output_path>/<study>/trial-<n>/checkpoints`, its `CheckpointConfig`).
     pub output_path: String,
+    /// Managed spot training (`EnableManagedSpotTraining`), and the job's limit including
+    /// the time spent waiting for spot capacity (`MaxWaitTimeInSeconds`); `None`: on-demand
+    /// instances.
+    pub spot: Option<Duration>,
 }
 
 /// A Slurm job's settings: what `sbatch` is asked for.

@@ -19,7 +19,8 @@ pub(crate) use constraint::{Bound, Constraint, Constraints};
 pub use executor::ExecutorKind;
 pub(crate) use executor::{
     Accelerator, ArtifactsVolume, ExecutorSpec, KubernetesSpec, RemoteSettings, Resources,
-    SHARDS_PER_GPU, SageMakerSpec, SecretRef, SlurmReport, SlurmSpec, VertexSpec,
+    SAGEMAKER_DEFAULT_RUNTIME, SHARDS_PER_GPU, SageMakerSpec, SecretRef, SlurmReport, SlurmSpec,
+    Toleration, VertexSpec,
 };
 pub use goal::Goal;
 pub(crate) use template::{TEMPLATE_BUILTINS, TemplatePart, template_parts};

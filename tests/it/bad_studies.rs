@@ -416,6 +416,34 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
             "trial.executor.base_output_dir: must be a Cloud Storage URL (gs://bucket/prefix), not 'gs:///p'",
         ),
         (
+            "a spot job's wait without spot capacity",
+            executor(
+                "kind: sagemaker\n    region: r\n    image: i\n    role_arn: arn:aws:iam::1:role/r\n    instance_type: ml.m5.large\n    output_path: s3://b/p\n    max_wait: 2h",
+            ),
+            "trial.executor.max_wait: is the time a spot job may wait for capacity: set spot: true too",
+        ),
+        (
+            "a spot job's wait shorter than its run time",
+            executor(
+                "kind: sagemaker\n    region: r\n    image: i\n    role_arn: arn:aws:iam::1:role/r\n    instance_type: ml.m5.large\n    output_path: s3://b/p\n    spot: true\n    max_wait: 5s",
+            ),
+            "trial.executor.max_wait: 5s is shorter than the job's run time (10s,",
+        ),
+        (
+            "a toleration of any value with a value",
+            executor(
+                "kind: kubernetes\n    image: i\n    tolerations: [{key: spot, operator: Exists, value: 'true'}]",
+            ),
+            "trial.executor.tolerations[0]: `value` must be absent with operator Exists",
+        ),
+        (
+            "a toleration of an unknown effect",
+            executor(
+                "kind: kubernetes\n    image: i\n    tolerations: [{key: spot, value: 'true', effect: NoRun}]",
+            ),
+            "trial.executor.tolerations[0].effect: must be NoSchedule, PreferNoSchedule or NoExecute",
+        ),
+        (
             "a models volume whose claim is no name",
             executor(
                 "kind: kubernetes\n    image: i\n    artifacts_volume: {claim: My_Models, mount_path: /models}",

@@ -13,6 +13,7 @@ mod artifacts;
 mod ask_tell;
 mod bad_studies;
 mod bayes_study;
+mod checkpoints;
 mod commands;
 mod concurrent_controllers;
 mod constraints;

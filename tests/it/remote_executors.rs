@@ -868,3 +868,104 @@ fn a_storage_secret_is_checked_before_anything_runs() {
         }
     }
 }
+
+/// A study of one trial of the checkpointing worker on spot capacity: `spot` is the engine's
+/// spot fields, added to the executor block.
+const SPOT_STUDY: &str = r#"
+name: {name}
+objective: {metric: loss, goal: minimize}
+parameters:
+  - {id: x, type: discrete, values: [0.5]}
+max_trial_count: 1
+trial:
+  command: [sh, '{worker}']
+  env: {STEPS: '8', SLEEP: '0.3', STARTS: '{starts}'}
+  timeout: 5m
+  executor:
+{block}{spot}
+"#;
+
+/// The engine's spot fields in a study file, and what its API must receive of them.
+fn spot_of(api: Api) -> (&'static str, Value) {
+    match api {
+        Api::Vertex => ("    spot: true\n", serde_json::json!({"strategy": "SPOT"})),
+        Api::Kubernetes => (
+            "    tolerations:\n      - {key: cloud.google.com/gke-spot, operator: Equal, value: 'true', effect: NoSchedule}\n",
+            serde_json::json!({"tolerations": [{"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}),
+        ),
+        Api::SageMaker => (
+            "    spot: true\n    max_wait: 1h\n",
+            serde_json::json!({
+                "EnableManagedSpotTraining": true,
+                "MaxWaitTimeInSeconds": 3600,
+                "CheckpointConfig": {"S3Uri": "s3://bucket/hptune/{name}/trial-0/checkpoints", "LocalPath": "/opt/ml/checkpoints"},
+            }),
+        ),
+    }
+}
+
+/// On spot capacity, a job whose machine is taken away after it wrote a checkpoint is
+/// retried, and its next job resumes from that checkpoint: the engine received the spot and
+/// checkpoint fields as its API documents them.
+fn a_preempted_spot_job_resumes_from_its_checkpoint(api: Api) {
+    let script = Script {
+        preempt: vec![0],
+        preempt_after_checkpoint: true,
+        ..Script::default()
+    };
+    let Some(cloud) = cloud(api, script) else {
+        return;
+    };
+    let name = common::unique_name("spot");
+    let (fields, expected) = spot_of(api);
+    let worker =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/workers/checkpointed.sh");
+    let starts = cloud.scratch.path("starts.txt");
+    let text = SPOT_STUDY
+        .replace("{name}", &name)
+        .replace("{worker}", &worker.display().to_string())
+        .replace("{starts}", &starts.display().to_string())
+        .replace("{block}", &cloud.block)
+        .replace("{spot}", fields);
+    let study = cloud.scratch.study("spot.yaml", &text);
+    assert_success(&cloud.run(&study));
+    cloud.assert_requests_were_right();
+
+    let expected: Value =
+        serde_json::from_str(&expected.to_string().replace("{name}", &name)).unwrap();
+    let seen = cloud.fake.seen(|s| s.spot.clone());
+    assert_eq!(seen.len(), 2, "two jobs: {seen:?}");
+    for (_, _, fields) in &seen {
+        assert_eq!(fields, &expected);
+    }
+    let trials = cloud.scratch.trials(&name);
+    assert_eq!(trials[0]["state"], "succeeded", "{trials:?}");
+    assert_eq!(trials[0]["resumed"][0]["attempt"], 2, "{trials:?}");
+    let starts = std::fs::read_to_string(&starts).unwrap();
+    let first_steps: Vec<&str> = starts
+        .lines()
+        .map(|l| l.rsplit(' ').next().unwrap())
+        .collect();
+    assert_eq!(first_steps[0], "1", "{starts}");
+    assert_ne!(first_steps[1], "1", "the second job resumed: {starts}");
+    assert_eq!(
+        trials[0]["resumed"][0]["at_step"].to_string(),
+        first_steps[1],
+        "{trials:?}"
+    );
+}
+
+#[test]
+fn a_preempted_vertex_ai_spot_job_resumes_from_its_checkpoint() {
+    a_preempted_spot_job_resumes_from_its_checkpoint(Api::Vertex);
+}
+
+#[test]
+fn a_preempted_kubernetes_job_on_a_spot_pool_resumes_from_its_checkpoint() {
+    a_preempted_spot_job_resumes_from_its_checkpoint(Api::Kubernetes);
+}
+
+#[test]
+fn an_interrupted_sagemaker_spot_job_resumes_from_its_checkpoint() {
+    a_preempted_spot_job_resumes_from_its_checkpoint(Api::SageMaker);
+}

@@ -96,13 +96,13 @@ fn attempts_table(attempts: &[AttemptRecord]) -> String {
         return r#"<p class="muted">None recorded.</p>"#.into();
     }
     let mut html = String::from(
-        r#"<table class="grid-table compact"><thead><tr><th>#</th><th>Outcome</th><th>Started</th><th>Finished</th><th>Worker</th><th>GPUs</th><th>Error</th></tr></thead><tbody>"#,
+        r#"<table class="grid-table compact"><thead><tr><th>#</th><th>Outcome</th><th>Started</th><th>Finished</th><th>Worker</th><th>GPUs</th><th>Resumed</th><th>Error</th></tr></thead><tbody>"#,
     );
     for a in attempts {
         let outcome = a.outcome.as_deref().unwrap_or("running");
         let _ = write!(
             html,
-            r#"<tr><td>{}</td><td><span class="badge {o}">{o}</span></td><td>{}</td><td>{}</td><td class="mono">{}</td><td class="mono">{}</td><td>{}</td></tr>"#,
+            r#"<tr><td>{}</td><td><span class="badge {o}">{o}</span></td><td>{}</td><td>{}</td><td class="mono">{}</td><td class="mono">{}</td><td>{}</td><td>{}</td></tr>"#,
             a.attempt,
             short_time(&a.started_at),
             a.finished_at
@@ -115,6 +115,12 @@ fn attempts_table(attempts: &[AttemptRecord]) -> String {
                     .as_deref()
                     .map_or_else(|| "—".into(), |gpus| placement(gpus, a.gpu_slot))
             ),
+            match (&a.resumed_from, a.resumed_at) {
+                (None, _) => "—".to_string(),
+                (Some(dir), Some(step)) =>
+                    format!(r#"<span title="{}">at step {step}</span>"#, escape(dir)),
+                (Some(dir), None) => format!(r#"<span title="{}">yes</span>"#, escape(dir)),
+            },
             escape(
                 a.error
                     .as_deref()

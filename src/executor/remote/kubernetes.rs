@@ -11,6 +11,8 @@
 //! its node drained: the `DisruptionTarget` condition) is an infrastructure failure and the
 //! trial is retried; a container that exited non-zero is the worker's own failure.
 
+use std::path::Path;
+
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
@@ -19,8 +21,8 @@ use super::credentials::kube::KubeAccess;
 use super::http::{Http, RemoteError};
 use super::{Container, Engine, JobState, ModelOutput};
 use crate::executor::TrialJob;
-use crate::protocol::{STORAGE_VARIABLE, model_folder};
-use crate::study::KubernetesSpec;
+use crate::protocol::{Checkpoints, STORAGE_VARIABLE, model_folder};
+use crate::study::{KubernetesSpec, Toleration};
 
 /// The name of the trial's container in its pod.
 const CONTAINER: &str = "trial";
@@ -119,6 +121,9 @@ impl Kubernetes {
         });
         if !self.spec.node_selector.is_empty() {
             pod["nodeSelector"] = json!(self.spec.node_selector);
+        }
+        if !self.spec.tolerations.is_empty() {
+            pod["tolerations"] = self.spec.tolerations.iter().map(toleration).collect();
         }
         if let Some(account) = &self.spec.service_account {
             pod["serviceAccountName"] = json!(account);
@@ -248,6 +253,18 @@ impl Engine for Kubernetes {
         ))
     }
 
+    /// `checkpoints/` in the attempt's model folder on the claim of `artifacts_volume`; it
+    /// may resume from an earlier attempt's.
+    fn checkpoints(&self, job: &TrialJob) -> Option<Checkpoints> {
+        let volume = self.spec.artifacts_volume.as_ref()?;
+        Some(Checkpoints::of_attempt(
+            Path::new(&volume.mount_path),
+            &job.study,
+            job.number,
+            job.attempt,
+        ))
+    }
+
     async fn cancel(&self, handle: &str) -> Result<(), RemoteError> {
         let (namespace, name) = split_handle(handle)?;
         let path = format!("{}/{name}", self.jobs_path(namespace));
@@ -267,6 +284,23 @@ impl Engine for Kubernetes {
             _ => Ok(()),
         }
     }
+}
+
+/// A toleration as the pod's API takes it, without the fields the study left out.
+fn toleration(t: &Toleration) -> serde_json::Value {
+    let mut entry = json!({"operator": t.operator});
+    let fields = [
+        ("key", t.key.as_ref().map(|k| json!(k))),
+        ("value", t.value.as_ref().map(|v| json!(v))),
+        ("effect", t.effect.as_ref().map(|e| json!(e))),
+        ("tolerationSeconds", t.toleration_seconds.map(|s| json!(s))),
+    ];
+    for (name, value) in fields {
+        if let Some(value) = value {
+            entry[name] = value;
+        }
+    }
+    entry
 }
 
 /// `namespace/name` apart.

@@ -28,7 +28,9 @@ use crate::executor::{
     Executor, LocalExecutor, SlurmEngine, SlurmExecutor, Start, StopRequest, TrialJob, WorkerEnd,
     WorkerEvent, WorkerOutcome,
 };
-use crate::protocol::{STORAGE_VARIABLE, is_protocol_variable, output_env, relay_command};
+use crate::protocol::{
+    Checkpoints, STORAGE_VARIABLE, is_protocol_variable, output_env, relay_command,
+};
 use crate::storage::{Storage, StorageUrl};
 use crate::study::{ExecutorSpec, SlurmReport};
 pub(crate) use http::RemoteError;
@@ -126,6 +128,9 @@ pub(super) trait Engine: Send + Sync {
     /// Where the job named `name` of `job` saves its model; `None` when the study gives
     /// the engine no place for models.
     fn model_output(&self, job: &TrialJob, name: &str) -> Option<ModelOutput>;
+    /// Where the job of `job` writes its checkpoints and may resume from, as the job sees
+    /// them; `None` when the study gives the engine no place for them.
+    fn checkpoints(&self, job: &TrialJob) -> Option<Checkpoints>;
 }
 
 /// Runs trials as jobs of an [`Engine`], their measurements relayed through the database.
@@ -211,7 +216,15 @@ pub(crate) fn for_study(
 impl RemoteExecutor {
     /// What the job of `job` runs.
     fn container(&self, job: &TrialJob) -> Container {
-        let command = relay_command(&job.study, job.number, job.attempt, &job.metric, &job.argv);
+        let checkpoints = self.engine.checkpoints(job);
+        let command = relay_command(
+            &job.study,
+            job.number,
+            job.attempt,
+            &job.metric,
+            checkpoints.as_ref(),
+            &job.argv,
+        );
         let name = job_name(&job.study, job.number, job.attempt);
         let model = self.engine.model_output(job, &name);
         let env = job
@@ -360,6 +373,7 @@ impl Executor for RemoteExecutor {
             handle: handle.clone(),
             findable_without_handle: false,
             model,
+            resumed_from: None,
         });
         let end = self.watch(&job, &handle, &events, stop).await;
         let last_output = match end {

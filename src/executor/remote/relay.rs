@@ -16,7 +16,8 @@ use crate::executor::{
     Executor, LocalExecutor, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
 };
 use crate::protocol::{
-    AttemptFiles, DEFAULT_GRACE_PERIOD, Measurement, ReportError, final_value, protocol_env,
+    AttemptFiles, Checkpoints, DEFAULT_GRACE_PERIOD, Measurement, ReportError, final_value,
+    protocol_env,
 };
 use crate::storage::{Storage, StorageError, TrialRecord, TrialState};
 use crate::study::space::Assignment;
@@ -39,6 +40,11 @@ pub struct RelayJob {
     pub argv: Vec<String>,
     /// Where the worker's output and metrics files go.
     pub log_dir: PathBuf,
+    /// The attempt's checkpoint folder in the job, if its engine gives one.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// The checkpoint folders the worker may resume from, newest first: the first with
+    /// files in it is the one.
+    pub resume_from: Vec<PathBuf>,
 }
 
 /// Why the relay could not do its job.
@@ -92,6 +98,10 @@ pub async fn relay(
         reported: Vec::new(),
         gpu_locks: Vec::new(),
         output_dir: None,
+        checkpoints: job.checkpoint_dir.clone().map(|dir| Checkpoints {
+            dir,
+            resume_from: job.resume_from.clone(),
+        }),
     };
     let log_path = worker.log_path.clone();
     let (events_tx, mut events) = mpsc::unbounded_channel();
@@ -167,17 +177,24 @@ async fn running_attempt(storage: &Storage, job: &RelayJob) -> Result<TrialRecor
     Ok(trial)
 }
 
-/// Records a measurement of the worker (the controller records the handle of the job, not
-/// the relay's pid).
+/// Records a measurement of the worker, and the checkpoint folder it resumed from (the
+/// controller records the handle of the job, not the relay's pid).
 async fn record(
     storage: &Storage,
     trial: &TrialRecord,
     event: WorkerEvent,
     measurements: &mut Vec<Measurement>,
 ) -> Result<(), StorageError> {
-    if let WorkerEvent::Measured { measurement, .. } = event {
-        storage.record_measurement(trial, &measurement).await?;
-        measurements.push(measurement);
+    match event {
+        WorkerEvent::Measured { measurement, .. } => {
+            storage.record_measurement(trial, &measurement).await?;
+            measurements.push(measurement);
+        }
+        WorkerEvent::Started {
+            resumed_from: Some(dir),
+            ..
+        } => storage.set_resumed_from(trial, &dir).await?,
+        WorkerEvent::Started { .. } => {}
     }
     Ok(())
 }

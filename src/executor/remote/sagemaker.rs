@@ -15,14 +15,17 @@ use super::credentials::aws::AwsCredentials;
 use super::http::{Http, RemoteError};
 use super::{Container, Engine, JobState, ModelOutput};
 use crate::executor::TrialJob;
-use crate::study::SageMakerSpec;
+use crate::protocol::{Checkpoints, trial_checkpoints};
+use crate::study::{SAGEMAKER_DEFAULT_RUNTIME, SageMakerSpec};
 
 /// Where a training container saves its model: SageMaker uploads the folder, as
 /// `model.tar.gz`, to the job's output path when the job ends.
 const MODEL_DIR: &str = "/opt/ml/model";
 
-/// The job's limit when the study sets no `trial.timeout`: SageMaker's default, one day.
-const DEFAULT_MAX_RUNTIME_S: u64 = 86_400;
+/// Where a training container writes its checkpoints: SageMaker uploads them to the job's
+/// `CheckpointConfig.S3Uri` as they are written, and downloads them back into it when a job
+/// with the same URI starts (a retried attempt, or a spot job SageMaker restarted).
+const CHECKPOINT_DIR: &str = "/opt/ml/checkpoints";
 
 /// The SageMaker engine of a study.
 pub(super) struct SageMaker {
@@ -98,6 +101,15 @@ impl SageMaker {
             .env_with_storage_url()
             .map(|(k, v)| (k.to_string(), json!(v)))
             .collect();
+        let runtime = job
+            .timeout
+            .unwrap_or(SAGEMAKER_DEFAULT_RUNTIME)
+            .as_secs()
+            .max(1);
+        let mut stopping = json!({"MaxRuntimeInSeconds": runtime});
+        if let Some(wait) = self.spec.spot {
+            stopping["MaxWaitTimeInSeconds"] = json!(wait.as_secs().max(runtime));
+        }
         json!({
             "TrainingJobName": container.name,
             "AlgorithmSpecification": {
@@ -114,10 +126,13 @@ impl SageMaker {
                 "InstanceCount": self.spec.instance_count,
                 "VolumeSizeInGB": self.spec.volume_size_gb,
             },
-            "StoppingCondition": {
-                "MaxRuntimeInSeconds": job.timeout.map_or(DEFAULT_MAX_RUNTIME_S, |t| t.as_secs().max(1)),
-            },
+            "StoppingCondition": stopping,
             "OutputDataConfig": {"S3OutputPath": self.spec.output_path},
+            "CheckpointConfig": {
+                "S3Uri": format!("{}/{}", self.spec.output_path, trial_checkpoints(&job.study, job.number)),
+                "LocalPath": CHECKPOINT_DIR,
+            },
+            "EnableManagedSpotTraining": self.spec.spot.is_some(),
             "Tags": [{"Key": "hptune:study", "Value": job.study}],
         })
     }
@@ -170,6 +185,12 @@ impl Engine for SageMaker {
     fn model_output(&self, _job: &TrialJob, name: &str) -> Option<ModelOutput> {
         let location = format!("{}/{name}/output/model.tar.gz", self.spec.output_path);
         Some(ModelOutput::in_container(location, MODEL_DIR))
+    }
+
+    /// `/opt/ml/checkpoints`, the same for every attempt: SageMaker restores into it what
+    /// the trial's earlier jobs wrote to its `CheckpointConfig`.
+    fn checkpoints(&self, _job: &TrialJob) -> Option<Checkpoints> {
+        Some(Checkpoints::kept_by_engine(CHECKPOINT_DIR))
     }
 
     async fn cancel(&self, handle: &str) -> Result<(), RemoteError> {

@@ -3,6 +3,8 @@
 //! with `GET {endpoint}/v1/{name}`, cancelled with `POST {endpoint}/v1/{name}:cancel`.
 //! Authenticated with an OAuth token from Application Default Credentials.
 
+use std::path::Path;
+
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
@@ -11,7 +13,7 @@ use super::credentials::google::GoogleAuth;
 use super::http::{Http, RemoteError};
 use super::{Container, Engine, JobState, ModelOutput};
 use crate::executor::TrialJob;
-use crate::protocol::{OUTPUT_DIR_VARIABLE, model_folder};
+use crate::protocol::{Checkpoints, OUTPUT_DIR_VARIABLE, model_folder};
 use crate::study::VertexSpec;
 
 /// gRPC's code UNAVAILABLE, which Vertex gives a job whose machine was preempted.
@@ -80,7 +82,10 @@ impl Vertex {
             }],
         });
         if let Some(timeout) = job.timeout {
-            spec["scheduling"] = json!({"timeout": format!("{}s", timeout.as_secs().max(1))});
+            spec["scheduling"]["timeout"] = json!(format!("{}s", timeout.as_secs().max(1)));
+        }
+        if self.spec.spot {
+            spec["scheduling"]["strategy"] = json!("SPOT");
         }
         if let Some(account) = &self.spec.service_account {
             spec["serviceAccount"] = json!(account);
@@ -180,6 +185,19 @@ impl Engine for Vertex {
             location,
             env: vec![(OUTPUT_DIR_VARIABLE.to_string(), mounted)],
         })
+    }
+
+    /// `checkpoints/` in the attempt's `baseOutputDirectory`, through Cloud Storage FUSE;
+    /// it may resume from an earlier attempt's.
+    fn checkpoints(&self, job: &TrialJob) -> Option<Checkpoints> {
+        let base = self.spec.base_output_dir.as_ref()?;
+        let mounted = base.replacen("gs://", "/gcs/", 1);
+        Some(Checkpoints::of_attempt(
+            Path::new(&mounted),
+            &job.study,
+            job.number,
+            job.attempt,
+        ))
     }
 
     async fn cancel(&self, handle: &str) -> Result<(), RemoteError> {

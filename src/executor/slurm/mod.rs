@@ -63,8 +63,9 @@ impl SlurmExecutor {
         Ok(Self { spec: spec.clone() })
     }
 
-    /// Submits the job of `job`: writes its script, then `sbatch`.
-    async fn submit(&self, job: &TrialJob) -> Result<SlurmJob, String> {
+    /// Submits the job of `job`: writes its script, then `sbatch`. Returns the job, and the
+    /// checkpoint folder its worker resumes from, if any.
+    async fn submit(&self, job: &TrialJob) -> Result<(SlurmJob, Option<String>), String> {
         let absolute = |path: &std::path::Path| {
             std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
         };
@@ -75,6 +76,10 @@ impl SlurmExecutor {
                 .map_err(|e| format!("cannot create the log directory {}: {e}", dir.display()))?;
         }
         job.create_output_dir()?;
+        // Settled here, on the filesystem the cluster shares: the job runs with its result.
+        let checkpoints = job.prepare_checkpoints()?;
+        let mut job = job.clone();
+        job.env.extend(checkpoints.env);
         // The files of an earlier try of this attempt must not be read as this one's.
         for stale in [
             &log_path,
@@ -84,7 +89,7 @@ impl SlurmExecutor {
         ] {
             let _ = std::fs::remove_file(stale);
         }
-        std::fs::write(&files.script, job_script(job, &files)?).map_err(|e| {
+        std::fs::write(&files.script, job_script(&job, &files)?).map_err(|e| {
             format!(
                 "cannot write the job script {}: {e}",
                 files.script.display()
@@ -92,9 +97,12 @@ impl SlurmExecutor {
         })?;
         let work_dir = std::env::current_dir()
             .map_err(|e| format!("cannot tell the directory hptune runs in: {e}"))?;
-        let args = sbatch_args(&self.spec, job, Some(&log_path), &files.script, &work_dir)?;
+        let args = sbatch_args(&self.spec, &job, Some(&log_path), &files.script, &work_dir)?;
         let id = commands::submit(&args, None).await?;
-        Ok(SlurmJob::new(id, job, &self.spec))
+        let resumed_from = checkpoints
+            .resumed_from
+            .map(|dir| dir.display().to_string());
+        Ok((SlurmJob::new(id, &job, &self.spec), resumed_from))
     }
 
     /// The job of an attempt that a controller now gone submitted without recording its id:
@@ -122,16 +130,17 @@ impl Executor for SlurmExecutor {
         events: mpsc::UnboundedSender<WorkerEvent>,
         stop: watch::Receiver<StopRequest>,
     ) -> WorkerOutcome {
+        let found = |job| (job, None);
         let started = match &job.start {
-            Start::Adopt(handle) => SlurmJob::adopt(handle, &job, &self.spec).await,
+            Start::Adopt(handle) => SlurmJob::adopt(handle, &job, &self.spec).await.map(found),
             Start::Recover { since } => match self.recover(&job, *since).await {
-                Ok(Some(found)) => Ok(found),
+                Ok(Some(job)) => Ok(found(job)),
                 Ok(None) => self.submit(&job).await,
                 Err(e) => Err(e),
             },
             Start::Fresh => self.submit(&job).await,
         };
-        let mut slurm_job = match started {
+        let (mut slurm_job, resumed_from) = match started {
             Ok(slurm_job) => slurm_job,
             Err(message) => {
                 return WorkerOutcome::new(job.trial_id, WorkerEnd::LaunchFailed(message));
@@ -143,6 +152,7 @@ impl Executor for SlurmExecutor {
                 handle: format!("slurm:{id}"),
                 findable_without_handle: false,
                 model: None,
+                resumed_from,
             });
         }
         let output = Output::new(&job, events);

@@ -4,7 +4,7 @@
 //! container does; the remote executor polls Slurm through this engine, and the database for
 //! the measurements the relay writes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
@@ -13,6 +13,7 @@ use super::script::{JobFiles, relay_script, sbatch_args};
 use super::{check_cluster, job_id};
 use crate::executor::remote::{Container, Engine, JobState, ModelOutput, RemoteError};
 use crate::executor::{TrialJob, WorkerEnd};
+use crate::protocol::Checkpoints;
 use crate::study::SlurmSpec;
 
 /// Submits, watches and cancels the Slurm jobs of trials that report through the database.
@@ -93,6 +94,21 @@ impl Engine for SlurmEngine {
         let dir = std::path::absolute(&job.output_dir.as_ref()?.path).ok()?;
         let dir = dir.display().to_string();
         Some(ModelOutput::in_container(dir.clone(), &dir))
+    }
+
+    /// The attempt's checkpoint folders as absolute paths, on the filesystem the cluster
+    /// shares, as its model folder.
+    fn checkpoints(&self, job: &TrialJob) -> Option<Checkpoints> {
+        let checkpoints = job.checkpoints.as_ref()?;
+        let absolute = |dir: &PathBuf| std::path::absolute(dir).ok();
+        Some(Checkpoints {
+            dir: absolute(&checkpoints.dir)?,
+            resume_from: checkpoints
+                .resume_from
+                .iter()
+                .map(absolute)
+                .collect::<Option<_>>()?,
+        })
     }
 }
 

@@ -237,6 +237,7 @@ mod tests {
             reported: Vec::new(),
             gpu_locks: Vec::new(),
             output_dir: None,
+            checkpoints: None,
         }
     }
 

@@ -17,6 +17,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::fake_capacity::{container_folder, has_files, spot_fields};
+
 /// Which API the fake plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Api {
@@ -40,6 +42,8 @@ pub struct Script {
     pub slow_poll: Option<(usize, Duration)>,
     /// Trials whose first attempt's machine is taken away while it runs.
     pub preempt: Vec<u64>,
+    /// Take a machine away (`preempt`) only once its job has written a checkpoint.
+    pub preempt_after_checkpoint: bool,
     /// Environment added to the job of a trial (e.g. `MODE=fail`).
     pub trial_env: HashMap<u64, Vec<(String, String)>>,
     /// The credential every request must carry: the bearer token, or (SageMaker) the
@@ -65,6 +69,8 @@ struct Job {
     attempt: u32,
     command: Vec<String>,
     env: Vec<(String, String)>,
+    /// The fake's folder of the job's checkpoints (`--checkpoint-dir` of its relay).
+    checkpoints: Option<PathBuf>,
     process: Option<Child>,
     polls: u32,
     end: Option<End>,
@@ -97,6 +103,9 @@ pub struct Seen {
     pub bodies: Vec<String>,
     /// Where each created job's model goes, as the engine reads its definition.
     pub models: Vec<SeenModel>,
+    /// The spot and checkpoint fields of each created job, by trial and attempt
+    /// ([`super::fake_capacity::spot_fields`]).
+    pub spot: Vec<(u64, u32, Value)>,
 }
 
 /// Where a job's model goes.
@@ -643,6 +652,21 @@ impl State {
         {
             return Err("the job's environment has no HPTUNE_STORAGE".into());
         }
+        let spot = spot_fields(self.api, body)?;
+        // The folders the relay is told of, as the fake's folders the container would see.
+        let root = self.workdir.join("storage");
+        let mut command = command;
+        let mut checkpoints = None;
+        for i in 1..command.len() {
+            if ["--checkpoint-dir", "--resume-from"].contains(&command[i - 1].as_str()) {
+                let folder = container_folder(self.api, body, &root, &command[i]);
+                if command[i - 1] == "--checkpoint-dir" {
+                    checkpoints = Some(folder.clone());
+                }
+                command[i] = folder.display().to_string();
+            }
+        }
+        self.seen.spot.push((trial, attempt as u32, spot));
         self.seen.created.push((trial, attempt as u32));
         let variable = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         self.seen.models.push(SeenModel {
@@ -657,6 +681,7 @@ impl State {
             attempt: attempt as u32,
             command,
             env,
+            checkpoints,
             process: None,
             polls: 0,
             end: None,
@@ -727,7 +752,9 @@ impl State {
         let workdir = self.workdir.clone();
         let extra = self.script.trial_env.clone();
         let preempt = self.script.preempt.clone();
+        let after_checkpoint = self.script.preempt_after_checkpoint;
         let job = &mut self.jobs[i];
+        let checkpointed = job.checkpoints.as_deref().is_some_and(has_files);
         job.polls += 1;
         if job.process.is_none() && job.end.is_none() && job.polls > 1 {
             job.process = Some(launch(job, &workdir, extra.get(&job.trial)));
@@ -735,7 +762,11 @@ impl State {
         if job.end.is_none()
             && let Some(child) = &mut job.process
         {
-            if job.attempt == 1 && preempt.contains(&job.trial) && job.polls > 2 {
+            if job.attempt == 1
+                && preempt.contains(&job.trial)
+                && job.polls > 2
+                && (checkpointed || !after_checkpoint)
+            {
                 terminate(child);
                 job.end = Some(End::Preempted);
             } else if let Ok(Some(status)) = child.try_wait() {

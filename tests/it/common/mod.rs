@@ -3,6 +3,7 @@
 
 pub mod browser;
 pub mod dashboard;
+pub mod fake_capacity;
 pub mod fake_cloud;
 
 use std::path::{Path, PathBuf};
