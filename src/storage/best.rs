@@ -63,7 +63,7 @@ pub fn front_numbers(trials: &[TrialRecord], study: &StudyRecord) -> BTreeSet<u6
 }
 
 /// The `n` first results of `trials` of `study`: the best values first with one objective
-/// ([`best_first`]), by Pareto rank with several ([`pareto_first`]).
+/// ([`best_first`]), by Pareto rank with several (`pareto_first`).
 pub fn ranked_first(trials: &[TrialRecord], study: &StudyRecord, n: usize) -> Vec<TrialRecord> {
     match study.objectives.len() {
         1 => best_first(trials, study.goal, n),
