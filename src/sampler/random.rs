@@ -54,6 +54,7 @@ mod tests {
         let context = ProposalContext {
             space,
             goal: Goal::Minimize,
+            goals: &[Goal::Minimize],
             constraints: &Default::default(),
             number,
             history: &[],
