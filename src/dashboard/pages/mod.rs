@@ -160,8 +160,13 @@ pub(super) fn study_page(study: &mut Followed) -> String {
     let name = follower.study.name.clone();
     let cards = summary_cards(study);
     let mut figures = String::new();
-    let drawn = study.figures(&Kind::ALL, &Options::default());
-    for (kind, svg) in Kind::ALL.into_iter().zip(drawn) {
+    let several = follower.study.objectives.len() > 1;
+    let kinds: Vec<Kind> = Kind::ALL
+        .into_iter()
+        .filter(|kind| several || !kind.needs_several_objectives())
+        .collect();
+    let drawn = study.figures(&kinds, &Options::default());
+    for (kind, svg) in kinds.into_iter().zip(drawn) {
         let svg = svg.unwrap_or_else(|e| crate::plot::svg::message(&e).into());
         let wide = kind.is_wide();
         let toggle = match kind {
@@ -271,18 +276,26 @@ impl<'a> From<&'a TrialRecord> for TableRow<'a> {
     }
 }
 
-/// The summary cards of a study: trials by state, the best trial, last activity.
+/// The summary cards of a study: trials by state, the best trial (with several objectives,
+/// the front's size and hypervolume), last activity.
 pub(super) fn summary_cards(study: &Followed) -> String {
     let f = &study.follower;
     let total = f.trials().count();
-    let best = match f.best() {
-        Some((number, value)) => format!(
-            r##"<div class="stat-value mono">{}</div><div class="stat-sub"><a href="#" data-trial="{number}">trial {number}</a></div>"##,
+    let best = match (crate::plot::front_summary(f), f.best()) {
+        (Some(front), _) => format!(
+            r#"<div class="stat-label">Pareto front</div><div class="stat-value" id="front-size">{} trials</div><div class="stat-sub">hypervolume {}</div>"#,
+            front.trials,
+            format_number(front.hypervolume)
+        ),
+        (None, Some((number, value))) => format!(
+            r##"<div class="stat-label">Best {}</div><div class="stat-value mono">{}</div><div class="stat-sub"><a href="#" data-trial="{number}">trial {number}</a></div>"##,
+            escape(&f.study.metric),
             format_number(value)
         ),
-        None => {
-            r#"<div class="stat-value">—</div><div class="stat-sub">no result yet</div>"#.into()
-        }
+        (None, None) => format!(
+            r#"<div class="stat-label">Best {}</div><div class="stat-value">—</div><div class="stat-sub">no result yet</div>"#,
+            escape(&f.study.metric),
+        ),
     };
     let last = f
         .trials()
@@ -296,13 +309,12 @@ pub(super) fn summary_cards(study: &Followed) -> String {
         )
     };
     format!(
-        r#"<div class="card stat best"><div class="stat-label">Best {metric}</div>{best}</div>{}{}{}{}{}<div class="card stat"><div class="stat-label">Last activity</div><div class="stat-value small">{last}</div></div>"#,
+        r#"<div class="card stat best">{best}</div>{}{}{}{}{}<div class="card stat"><div class="stat-label">Last activity</div><div class="stat-value small">{last}</div></div>"#,
         stat("Trials", total, "total"),
         stat("Succeeded", f.count(TrialState::Succeeded), "succeeded"),
         stat("Running", f.count(TrialState::Running), "running"),
         stat("Failed", f.count(TrialState::Failed), "failed"),
         stat("Stopped", f.count(TrialState::Stopped), "stopped"),
-        metric = escape(&f.study.metric),
     )
 }
 
