@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::executor::{WorkerEnd, WorkerOutcome};
 use crate::protocol::{Measurement, ReportError, final_value};
-use crate::storage::TrialState;
+use crate::storage::{TrialEnd, TrialRecord, TrialState};
 use crate::study::Study;
 use crate::study::stopping::Curve;
 
@@ -61,6 +61,68 @@ pub(super) fn feasibility(
         _ => None,
     };
     (values, infeasible)
+}
+
+/// The end of `trial` in `state` with `value` and `error`, as its attempt's `measurements`
+/// (all of them; `unsaved` are those not recorded yet) make it: with several objectives, every
+/// objective's value, a succeeded trial that lacks one failed instead; then its constraints
+/// judged.
+pub(super) fn trial_end(
+    study: &Study,
+    trial: TrialRecord,
+    (state, value, error): (TrialState, Option<f64>, Option<String>),
+    measurements: &[Measurement],
+    unsaved: Vec<Measurement>,
+) -> TrialEnd {
+    let (state, value, error, values) = match objective_values(study, state, measurements) {
+        Ok(values) => (state, value, error, values),
+        Err(reason) => (TrialState::Failed, None, Some(reason), Vec::new()),
+    };
+    let mut end = TrialEnd::now(trial, state, value, error, unsaved);
+    end.trial.objective_values = values;
+    (end.trial.constraint_values, end.trial.infeasible) = feasibility(study, state, measurements);
+    end
+}
+
+/// Every objective's value of a trial of a study with several that ended in `state`: a
+/// succeeded trial's final value of each (`Err`: why one is missing, which fails the trial),
+/// a stopped trial's last values when it reported each; none otherwise, and none with one
+/// objective (its value is the trial's `value`).
+fn objective_values(
+    study: &Study,
+    state: TrialState,
+    measurements: &[Measurement],
+) -> Result<Vec<f64>, String> {
+    if !study.has_several_objectives() {
+        return Ok(Vec::new());
+    }
+    match state {
+        TrialState::Succeeded => {
+            let finals: Vec<Result<f64, ReportError>> = study
+                .objectives()
+                .map(|o| final_value(measurements, &o.metric))
+                .collect();
+            let missing: Vec<String> = finals
+                .iter()
+                .filter_map(|f| f.as_ref().err().map(ReportError::to_string))
+                .collect();
+            if missing.is_empty() {
+                return Ok(finals.into_iter().flatten().collect());
+            }
+            let all: Vec<&str> = study.objectives().map(|o| o.metric.as_str()).collect();
+            Err(format!(
+                "{} (a study of several objectives needs a final value of each: {})",
+                missing.join("; "),
+                all.join(", ")
+            ))
+        }
+        TrialState::Stopped => Ok(study
+            .objectives()
+            .map(|o| last_value(measurements, &o.metric))
+            .collect::<Option<Vec<f64>>>()
+            .unwrap_or_default()),
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// How an attempt ended.
