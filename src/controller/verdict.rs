@@ -409,4 +409,78 @@ mod tests {
             Some("the worker reported mem=NaN at step 3 (mem <= 16)")
         );
     }
+
+    #[test]
+    fn with_several_objectives_a_trial_records_each_or_fails_saying_which_is_missing() {
+        let yaml = "name: s\nmax_trial_count: 1\nobjectives: [{metric: acc, goal: maximize}, {metric: ms, goal: minimize}]\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\ntrial: {command: [w]}\nconstraints: [{metric: mem, max: 16}]\nfailed_as_infeasible: true\n";
+        let several = crate::spec::parse(std::path::Path::new("s.yaml"), yaml).unwrap();
+        let m = |metric: &str, step, value| Measurement {
+            step,
+            metric: metric.into(),
+            value,
+        };
+        let end = |state, measurements: &[Measurement]| {
+            let value = last_value(measurements, "acc");
+            let trial = TrialRecord::for_test(0);
+            trial_end(
+                &several,
+                trial,
+                (state, value, None),
+                measurements,
+                Vec::new(),
+            )
+            .trial
+        };
+        let all = [
+            m("acc", None, 0.9),
+            m("ms", Some(1), 30.0),
+            m("ms", None, 12.0),
+            m("mem", None, 8.0),
+        ];
+        let done = end(TrialState::Succeeded, &all);
+        assert_eq!((done.state, done.value), (TrialState::Succeeded, Some(0.9)));
+        assert_eq!(done.objective_values, vec![0.9, 12.0]);
+        assert_eq!(done.infeasible, None);
+        // One objective missing, or NaN: the trial fails, infeasible as failed trials are here.
+        for reported in [
+            &all[..1],
+            &[m("acc", None, 0.9), m("ms", None, f64::NAN)][..],
+        ] {
+            let failed = end(TrialState::Succeeded, reported);
+            assert_eq!((failed.state, failed.value), (TrialState::Failed, None));
+            let error = failed.error.unwrap();
+            assert!(
+                error.contains("'ms'") || error.contains("ms=NaN"),
+                "{error}"
+            );
+            assert!(
+                error.ends_with("needs a final value of each: acc, ms)"),
+                "{error}"
+            );
+            assert!(failed.objective_values.is_empty() && failed.infeasible.is_some());
+        }
+        // A stopped trial keeps its last values when it reported each, else none.
+        let stopped = end(
+            TrialState::Stopped,
+            &[m("acc", Some(1), 0.5), m("ms", Some(1), 3.0)],
+        );
+        assert_eq!(stopped.objective_values, vec![0.5, 3.0]);
+        assert!(
+            end(TrialState::Stopped, &all[..1])
+                .objective_values
+                .is_empty()
+        );
+        // One objective: its value alone, as before.
+        let reported = [loss(None, 2.0)];
+        let outcome = (TrialState::Succeeded, Some(2.0), None);
+        let one = trial_end(
+            &study(),
+            TrialRecord::for_test(1),
+            outcome,
+            &reported,
+            Vec::new(),
+        );
+        assert_eq!(one.trial.value, Some(2.0));
+        assert!(one.trial.objective_values.is_empty());
+    }
 }
