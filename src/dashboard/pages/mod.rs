@@ -12,7 +12,7 @@ use super::source::Followed;
 use crate::plot::axis::format_number;
 use crate::plot::svg::escape;
 use crate::plot::{FIGURE_CSS, Kind, Options};
-use crate::storage::{StudyOverview, TrialRecord, TrialState};
+use crate::storage::{StudyOverview, StudyRecord, TrialRecord, TrialState};
 use crate::study::space::Assignment;
 
 const STYLE: &str = include_str!("../assets/style.css");
@@ -107,7 +107,7 @@ pub(super) fn studies_rows(overviews: &[StudyOverview]) -> String {
         let running = o.count(TrialState::Running);
         let _ = write!(
             rows,
-            r#"<tr class="study-row" data-href="/studies/{href}"><td><a href="/studies/{href}" class="strong">{name}</a>{live}</td><td><span class="chip">{goal} {metric}</span></td><td class="num">{total}</td><td>{states}</td><td class="num mono">{best}</td><td class="muted">{last}</td></tr>"#,
+            r#"<tr class="study-row" data-href="/studies/{href}"><td><a href="/studies/{href}" class="strong">{name}</a>{live}</td><td>{objectives}</td><td class="num">{total}</td><td>{states}</td><td class="num mono">{best}</td><td class="muted">{last}</td></tr>"#,
             href = url_part(&o.study.name),
             name = escape(&o.study.name),
             live = if running > 0 {
@@ -115,8 +115,7 @@ pub(super) fn studies_rows(overviews: &[StudyOverview]) -> String {
             } else {
                 String::new()
             },
-            goal = o.study.goal.as_str(),
-            metric = escape(&o.study.metric),
+            objectives = objective_chips(&o.study),
             total = o.total(),
             states = state_bar(&o.counts),
             best = o.best.map(format_number).unwrap_or_else(|| "—".into()),
@@ -128,6 +127,22 @@ pub(super) fn studies_rows(overviews: &[StudyOverview]) -> String {
         );
     }
     rows
+}
+
+/// What a study optimises, one chip per objective (`maximize accuracy`).
+fn objective_chips(study: &StudyRecord) -> String {
+    study
+        .objectives
+        .iter()
+        .map(|o| {
+            format!(
+                r#"<span class="chip">{} {}</span>"#,
+                o.goal.as_str(),
+                escape(&o.metric)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A bar of the trials by state, with the counts as text.
@@ -199,15 +214,14 @@ pub(super) fn study_page(study: &mut Followed) -> String {
         trials: follower.trials().map(TableRow::from).collect(),
     };
     let body = format!(
-        r#"<section class="page-head"><h1>{title}</h1><p class="muted"><span class="chip">{goal} {metric}</span> created {created}</p></section>
+        r#"<section class="page-head"><h1>{title}</h1><p class="muted">{objectives} created {created}</p></section>
 <section class="cards" id="summary">{cards}</section>
 <section class="figures">{figures}</section>
 <section class="card flush" id="trials"><div class="card-head pad"><h2>Trials</h2><div class="tools"><input id="filter" type="search" placeholder="Filter: text, or param&gt;value, value&lt;0.5"><select id="state-filter"><option value="">all states</option>{states}</select></div></div>
 <div class="table-wrap"><table class="grid-table" id="trial-table"><thead></thead><tbody></tbody></table></div><div class="pager" id="pager"></div></section>
 <script type="application/json" id="study-data">{data}</script>"#,
         title = escape(&name),
-        goal = follower.study.goal.as_str(),
-        metric = escape(&follower.study.metric),
+        objectives = objective_chips(&follower.study),
         created = short_time(&follower.study.created_at),
         states = TrialState::ALL
             .iter()
