@@ -20,12 +20,7 @@ pub(super) fn draw(front: &Front) -> String {
             "No feasible trial yet: the hypervolume starts with the first one.",
         );
     };
-    let standard = Frame::standard(NARROW, HEIGHT);
-    let frame = Frame {
-        top: standard.top + 14.0,
-        height: standard.height - 14.0,
-        ..standard
-    };
+    let frame = Frame::below_a_key(NARROW, HEIGHT);
     let mut svg = Svg::new(NARROW, HEIGHT);
     svg.x_axis(&frame, &x_axis, "trial");
     svg.y_axis(&frame, &y_axis, "hypervolume");

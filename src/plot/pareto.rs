@@ -27,13 +27,7 @@ pub(super) fn draw(front: &Front) -> String {
         .collect();
     let (mut svg, label) = if objectives == 2 {
         let mut svg = Svg::new(NARROW, HEIGHT);
-        // A band above the plotting area for the key, as the history has.
-        let standard = Frame::standard(NARROW, HEIGHT);
-        let frame = Frame {
-            top: standard.top + 14.0,
-            height: standard.height - 14.0,
-            ..standard
-        };
+        let frame = Frame::below_a_key(NARROW, HEIGHT);
         pair(&mut svg, &frame, front, &outcomes, (0, 1), Titles::Both);
         (svg, "Pareto front")
     } else {
