@@ -117,6 +117,24 @@ fn a_study_of_two_objectives_shows_its_front_and_the_growth_of_its_hypervolume()
         "document.querySelectorAll('.figure-slot[data-kind=hypervolume] path.hv-line').length",
     );
     assert_eq!(growth, json!(1));
+    // The table has a column per objective.
+    let head = browser.eval("document.querySelector('#trial-table thead').innerText");
+    let head = head.as_str().unwrap();
+    assert!(head.contains("accuracy") && head.contains("ms"), "{head}");
+    let ms = browser.eval(&format!(
+        "document.querySelector('#trial-table tbody tr[data-trial=\"{}\"] td:nth-child(4)').innerText",
+        front[0]
+    ));
+    let stored = plot_files::tradeoff_trials(&scratch)
+        .into_iter()
+        .find(|t| t.number == front[0])
+        .unwrap()
+        .ms;
+    let shown: f64 = ms.as_str().unwrap().parse().unwrap();
+    assert!(
+        (shown - stored).abs() < 1e-3 * stored,
+        "{ms} against {stored}"
+    );
     let card = browser.eval("document.querySelector('#front-size').textContent");
     assert_eq!(card, json!(format!("{} trials", front.len())));
     // A point on the front opens its trial.

@@ -69,9 +69,9 @@ pub(crate) fn run_tradeoff_study() -> Scratch {
 /// feasible.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Tradeoff {
-    number: u64,
+    pub(crate) number: u64,
     accuracy: f64,
-    ms: f64,
+    pub(crate) ms: f64,
     feasible: bool,
 }
 

@@ -207,6 +207,12 @@ pub(super) fn study_page(study: &mut Followed) -> String {
     let init = PageData {
         study: &name,
         metric: &follower.study.metric,
+        objectives: follower
+            .study
+            .objectives
+            .iter()
+            .map(|o| o.metric.as_str())
+            .collect(),
         goal: follower.study.goal.as_str(),
         params: ids,
         instance: instance(&follower.study),
@@ -246,6 +252,8 @@ pub(super) fn study_page(study: &mut Followed) -> String {
 struct PageData<'a> {
     study: &'a str,
     metric: &'a str,
+    /// Every objective's metric, in order (one: `metric`).
+    objectives: Vec<&'a str>,
     goal: &'a str,
     params: Vec<String>,
     instance: String,
@@ -268,6 +276,9 @@ pub(super) struct TableRow<'a> {
     state: TrialState,
     params: &'a Assignment,
     value: Option<f64>,
+    /// Its value of every objective of a study with several (none before it ends).
+    #[serde(skip_serializing_if = "<[f64]>::is_empty")]
+    values: &'a [f64],
     error: Option<&'a str>,
     /// Why the trial is infeasible (the page's badge; never the best).
     infeasible: Option<&'a str>,
@@ -282,6 +293,7 @@ impl<'a> From<&'a TrialRecord> for TableRow<'a> {
             state: t.state,
             params: &t.params,
             value: t.value,
+            values: &t.objective_values,
             error: t.error.as_deref(),
             infeasible: t.infeasible.as_deref(),
             started_at: t.started_at.as_deref(),
