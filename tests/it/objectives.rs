@@ -195,6 +195,19 @@ fn two_objectives_end_to_end(scratch: &Scratch, name: &str) {
     }
     assert_eq!(table.matches(" yes ").count(), front.len(), "{table}");
 
+    // `studies`: every objective, and no single best value.
+    let out = scratch.hptune(&["studies"]);
+    assert_success(&out);
+    let listed = stdout(&out);
+    let row = listed.lines().find(|l| l.starts_with(name)).unwrap();
+    let row: Vec<&str> = row
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(row[1], "maximize accuracy, minimize latency_ms", "{listed}");
+    assert_eq!(row.len(), 6, "no best column: {listed}");
+
     // A model: only by the trial's number.
     let out = scratch.hptune(&["best", name, "--artifact"]);
     assert_exit_says(
