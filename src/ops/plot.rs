@@ -32,7 +32,8 @@ impl Format {
 }
 
 /// Draws figure `kind` of `study` (its name or its study file; in the database at `url`,
-/// opened read-only) into `out`, as SVG, PNG or HTML by its extension.
+/// opened read-only) into `out`, as SVG, PNG or HTML by its extension. The Pareto front and
+/// the hypervolume of a study of one objective are bad input.
 pub async fn plot(
     url: &StorageUrl,
     study: &str,
@@ -43,6 +44,14 @@ pub async fn plot(
     let format = Format::of(out)?;
     let storage = Storage::open_read_only(url).await?;
     let record = find_study(&storage, study).await?;
+    if kind.needs_several_objectives() && record.objectives.len() < 2 {
+        return Err(OpsError::BadInput(format!(
+            "study '{}' has one objective ({}): --kind {} needs several (`objectives:` in its study file)",
+            record.name,
+            record.metric,
+            kind.as_str()
+        )));
+    }
     let mut follower = StudyFollower::new(record);
     storage.follow(&mut follower).await?;
     let data = StudyData::new(&follower)?;

@@ -52,13 +52,7 @@ pub(super) fn draw(data: &StudyData, by: HistoryX) -> String {
         low: 0.0,
         high: 1.0,
     });
-    // A band above the plotting area for the key, so that it never hides a point.
-    let standard = Frame::standard(WIDE, HEIGHT);
-    let frame = Frame {
-        top: standard.top + 14.0,
-        height: standard.height - 14.0,
-        ..standard
-    };
+    let frame = Frame::below_a_key(WIDE, HEIGHT);
     let mut svg = Svg::new(WIDE, HEIGHT);
     let x_title = match by {
         HistoryX::Number => "trial".to_string(),

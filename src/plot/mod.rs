@@ -8,10 +8,13 @@
 pub(crate) mod axis;
 mod contour;
 mod edf;
+mod front;
 mod history;
+mod hypervolume;
 mod importance;
 mod intermediate;
 mod parallel;
+mod pareto;
 pub(crate) mod png;
 mod slice;
 pub(crate) mod svg;
@@ -46,11 +49,17 @@ pub enum Kind {
     Edf,
     /// Trials' attempts over worker slots and time.
     Timeline,
+    /// The trials by their objectives, the Pareto front highlighted (several objectives).
+    Pareto,
+    /// The hypervolume of the front against trial number (several objectives).
+    Hypervolume,
 }
 
 impl Kind {
     /// Every figure, in the order the study page shows them.
-    pub(crate) const ALL: [Kind; 8] = [
+    pub(crate) const ALL: [Kind; 10] = [
+        Kind::Pareto,
+        Kind::Hypervolume,
         Kind::History,
         Kind::Intermediate,
         Kind::Importance,
@@ -81,6 +90,8 @@ impl Kind {
             Kind::Contour => "contour",
             Kind::Edf => "edf",
             Kind::Timeline => "timeline",
+            Kind::Pareto => "pareto",
+            Kind::Hypervolume => "hypervolume",
         }
     }
 
@@ -95,7 +106,14 @@ impl Kind {
             Kind::Contour => "Contour",
             Kind::Edf => "Empirical distribution",
             Kind::Timeline => "Timeline",
+            Kind::Pareto => "Pareto front",
+            Kind::Hypervolume => "Hypervolume history",
         }
+    }
+
+    /// Whether the figure is only for studies with several objectives.
+    pub(crate) fn needs_several_objectives(self) -> bool {
+        matches!(self, Kind::Pareto | Kind::Hypervolume)
     }
 }
 
@@ -182,6 +200,14 @@ impl<'a> StudyData<'a> {
         svg::message(&text)
     }
 
+    /// Figure `draw` of the study's Pareto front, or the figure that says why there is none.
+    fn with_front(&self, draw: fn(&front::Front) -> String) -> String {
+        match front::Front::of(self) {
+            Ok(front) => draw(&front),
+            Err(figure) => figure,
+        }
+    }
+
     /// Ranks from 0 (best) to 1 (worst) of `values` under the goal, for colours.
     fn rank_shares(&self, values: &[f64]) -> Vec<f64> {
         let mut order: Vec<usize> = (0..values.len()).collect();
@@ -197,6 +223,26 @@ impl<'a> StudyData<'a> {
         }
         shares
     }
+}
+
+/// The Pareto front of a study with several objectives in numbers, for a summary.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct FrontSummary {
+    /// How many trials are on the front.
+    pub trials: usize,
+    /// The hypervolume they dominate up to the reference point.
+    pub hypervolume: f64,
+}
+
+/// The front of the study `follower` follows, in numbers; `None` for a study of one
+/// objective, or with no result yet.
+pub(crate) fn front_summary(follower: &StudyFollower) -> Option<FrontSummary> {
+    let data = StudyData::new(follower).ok()?;
+    let front = front::Front::of(&data).ok()?;
+    Some(FrontSummary {
+        trials: front.on_front().count(),
+        hypervolume: front.hypervolume(),
+    })
 }
 
 /// Options of the figures that have some.
@@ -217,6 +263,8 @@ pub(crate) fn draw(kind: Kind, data: &StudyData, options: &Options) -> String {
         Kind::Contour => contour::draw(data),
         Kind::Edf => edf::draw(data),
         Kind::Timeline => timeline::draw(data),
+        Kind::Pareto => data.with_front(pareto::draw),
+        Kind::Hypervolume => data.with_front(hypervolume::draw),
     }
 }
 
@@ -282,6 +330,11 @@ fn tip(trial: &TrialRecord, metric: &str) -> String {
         Some(v) => format!("{metric} {}", axis::format_number(v)),
         None => trial.state.as_str().to_string(),
     };
+    tip_with(trial, &value)
+}
+
+/// A trial's tooltip: its number, `value` (what it measured, in words) and parameters.
+fn tip_with(trial: &TrialRecord, value: &str) -> String {
     let params: Vec<String> = trial
         .params
         .iter()

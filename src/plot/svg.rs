@@ -37,6 +37,17 @@ impl Frame {
         }
     }
 
+    /// [`Frame::standard`] with a band above the plotting area for a key or a caption, so
+    /// that it never hides a point.
+    pub(crate) fn below_a_key(width: f64, height: f64) -> Self {
+        let standard = Self::standard(width, height);
+        Frame {
+            top: standard.top + 14.0,
+            height: standard.height - 14.0,
+            ..standard
+        }
+    }
+
     /// The x coordinate of a position from 0 (left) to 1 (right).
     pub(crate) fn x(&self, position: f64) -> f64 {
         self.left + position * self.width

@@ -1,10 +1,12 @@
 //! The dashboard in a real browser (headless Chromium over the DevTools protocol) against the
 //! real binary serving a real study: the pages render, the figures show what the study holds,
-//! a trial opens with its log, a running study's trials appear without a reload, and a site
-//! that points its name at the dashboard reads nothing.
+//! a trial opens with its log, a running study's trials appear without a reload, a study of
+//! two objectives shows its Pareto front and hypervolume, and a site that points its name at
+//! the dashboard reads nothing.
 //! Screenshots of each page go to target/dashboard-screenshots/ (printed).
 
 use crate::common;
+use crate::plot_files;
 
 use common::browser::{Browser, chromium};
 use common::dashboard::{Dashboard, wait_until};
@@ -75,7 +77,80 @@ fn every_page_renders_and_the_history_has_one_point_per_finished_trial() {
     let rows =
         browser.eval("document.querySelectorAll('#trial-table tbody tr[data-trial]').length");
     assert_eq!(rows, json!(40));
+    // One objective: no front to draw.
+    let fronts = browser.eval(
+        "document.querySelectorAll('.figure-slot[data-kind=pareto], .figure-slot[data-kind=hypervolume]').length",
+    );
+    assert_eq!(fronts, json!(0));
     browser.screenshot("study.png");
+}
+
+#[test]
+fn a_study_of_two_objectives_shows_its_front_and_the_growth_of_its_hypervolume() {
+    let Some(chromium) = chromium() else { return };
+    let scratch = plot_files::run_tradeoff_study();
+    let front = plot_files::tradeoff_front(&plot_files::tradeoff_trials(&scratch));
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let mut browser = Browser::start(&chromium, 1400);
+    browser.open(&format!("{}/studies/tradeoff", dashboard.base));
+    let slot = ".figure-slot[data-kind=pareto]";
+    let on_front = browser.eval(&format!(
+        "[...document.querySelectorAll('{slot} circle.front[data-trial]')].map(c => Number(c.dataset.trial)).sort((a, b) => a - b)"
+    ));
+    assert_eq!(on_front, json!(front));
+    // Dominated trials are drawn faded (a pale blue), the front in the best line's orange.
+    let fills = browser.eval(&format!(
+        "['dominated', 'front'].map(c => getComputedStyle(document.querySelector(`{slot} circle.${{c}}[data-trial]`)).fill)"
+    ));
+    assert_eq!(fills, json!(["rgb(198, 208, 249)", "rgb(247, 103, 7)"]));
+    let reference = browser.eval(&format!(
+        "document.querySelector('{slot} path.ref-point title').textContent"
+    ));
+    assert!(
+        reference
+            .as_str()
+            .unwrap()
+            .starts_with("reference point: accuracy "),
+        "{reference}"
+    );
+    let growth = browser.eval(
+        "document.querySelectorAll('.figure-slot[data-kind=hypervolume] path.hv-line').length",
+    );
+    assert_eq!(growth, json!(1));
+    // The table has a column per objective.
+    let head = browser.eval("document.querySelector('#trial-table thead').innerText");
+    let head = head.as_str().unwrap();
+    assert!(head.contains("accuracy") && head.contains("ms"), "{head}");
+    let ms = browser.eval(&format!(
+        "document.querySelector('#trial-table tbody tr[data-trial=\"{}\"] td:nth-child(4)').innerText",
+        front[0]
+    ));
+    let stored = plot_files::tradeoff_trials(&scratch)
+        .into_iter()
+        .find(|t| t.number == front[0])
+        .unwrap()
+        .ms;
+    let shown: f64 = ms.as_str().unwrap().parse().unwrap();
+    assert!(
+        (shown - stored).abs() < 1e-3 * stored,
+        "{ms} against {stored}"
+    );
+    let card = browser.eval("document.querySelector('#front-size').textContent");
+    assert_eq!(card, json!(format!("{} trials", front.len())));
+    // A point on the front opens its trial.
+    browser.eval(&format!(
+        "document.querySelector('{slot} circle.front[data-trial=\"{}\"]').dispatchEvent(new MouseEvent('click', {{bubbles: true}}))",
+        front[0]
+    ));
+    browser.wait_for(
+        "the details of the trial clicked",
+        &format!(
+            "document.querySelector('#drawer:not([hidden]) [data-trial-detail=\"{}\"]')",
+            front[0]
+        ),
+    );
+    browser.eval("document.querySelector('#drawer-close').click()");
+    browser.screenshot("pareto.png");
 }
 
 #[test]

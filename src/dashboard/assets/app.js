@@ -104,7 +104,11 @@
     const columns = [
       { key: "number", label: "#", num: true, get: (t) => t.number, show: (t) => t.number },
       { key: "state", label: "State", get: (t) => t.state, show: (t) => `<span class="badge ${t.state}">${t.state}</span>${t.infeasible ? ' <span class="badge infeasible">infeasible</span>' : ""}` },
-      { key: "value", label: init.metric, num: true, get: (t) => t.value, show: (t) => fmtNum(t.value) },
+      // One column per objective (the first's key is "value", as with one).
+      ...init.objectives.map((metric, i) => {
+        const get = init.objectives.length > 1 ? (t) => (t.values || [])[i] : (t) => t.value;
+        return { key: i ? `value${i}` : "value", label: metric, num: true, get, show: (t) => fmtNum(get(t)) };
+      }),
       ...init.params.map((p) => ({ key: p, label: p, num: true, get: (t) => t.params[p], show: (t) => fmtNum(t.params[p]) })),
       { key: "duration", label: "Duration", num: true, get: duration, show: (t) => fmtDur(duration(t)) },
       { key: "started", label: "Started", get: (t) => t.started_at || "", show: (t) => fmtTime(t.started_at) },
@@ -142,6 +146,8 @@
     }
 
     function bestNumber() {
+      // Several objectives have a front, drawn above, rather than one best trial.
+      if (init.objectives.length > 1) return null;
       let best = null;
       for (const t of trials.values()) {
         if (t.state !== "succeeded" || t.value === null || t.infeasible) continue;

@@ -12,7 +12,7 @@ use super::source::Followed;
 use crate::plot::axis::format_number;
 use crate::plot::svg::escape;
 use crate::plot::{FIGURE_CSS, Kind, Options};
-use crate::storage::{StudyOverview, TrialRecord, TrialState};
+use crate::storage::{StudyOverview, StudyRecord, TrialRecord, TrialState};
 use crate::study::space::Assignment;
 
 const STYLE: &str = include_str!("../assets/style.css");
@@ -107,7 +107,7 @@ pub(super) fn studies_rows(overviews: &[StudyOverview]) -> String {
         let running = o.count(TrialState::Running);
         let _ = write!(
             rows,
-            r#"<tr class="study-row" data-href="/studies/{href}"><td><a href="/studies/{href}" class="strong">{name}</a>{live}</td><td><span class="chip">{goal} {metric}</span></td><td class="num">{total}</td><td>{states}</td><td class="num mono">{best}</td><td class="muted">{last}</td></tr>"#,
+            r#"<tr class="study-row" data-href="/studies/{href}"><td><a href="/studies/{href}" class="strong">{name}</a>{live}</td><td>{objectives}</td><td class="num">{total}</td><td>{states}</td><td class="num mono">{best}</td><td class="muted">{last}</td></tr>"#,
             href = url_part(&o.study.name),
             name = escape(&o.study.name),
             live = if running > 0 {
@@ -115,8 +115,7 @@ pub(super) fn studies_rows(overviews: &[StudyOverview]) -> String {
             } else {
                 String::new()
             },
-            goal = o.study.goal.as_str(),
-            metric = escape(&o.study.metric),
+            objectives = objective_chips(&o.study),
             total = o.total(),
             states = state_bar(&o.counts),
             best = o.best.map(format_number).unwrap_or_else(|| "—".into()),
@@ -128,6 +127,22 @@ pub(super) fn studies_rows(overviews: &[StudyOverview]) -> String {
         );
     }
     rows
+}
+
+/// What a study optimises, one chip per objective (`maximize accuracy`).
+fn objective_chips(study: &StudyRecord) -> String {
+    study
+        .objectives
+        .iter()
+        .map(|o| {
+            format!(
+                r#"<span class="chip">{} {}</span>"#,
+                o.goal.as_str(),
+                escape(&o.metric)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A bar of the trials by state, with the counts as text.
@@ -160,8 +175,13 @@ pub(super) fn study_page(study: &mut Followed) -> String {
     let name = follower.study.name.clone();
     let cards = summary_cards(study);
     let mut figures = String::new();
-    let drawn = study.figures(&Kind::ALL, &Options::default());
-    for (kind, svg) in Kind::ALL.into_iter().zip(drawn) {
+    let several = follower.study.objectives.len() > 1;
+    let kinds: Vec<Kind> = Kind::ALL
+        .into_iter()
+        .filter(|kind| several || !kind.needs_several_objectives())
+        .collect();
+    let drawn = study.figures(&kinds, &Options::default());
+    for (kind, svg) in kinds.into_iter().zip(drawn) {
         let svg = svg.unwrap_or_else(|e| crate::plot::svg::message(&e).into());
         let wide = kind.is_wide();
         let toggle = match kind {
@@ -187,6 +207,12 @@ pub(super) fn study_page(study: &mut Followed) -> String {
     let init = PageData {
         study: &name,
         metric: &follower.study.metric,
+        objectives: follower
+            .study
+            .objectives
+            .iter()
+            .map(|o| o.metric.as_str())
+            .collect(),
         goal: follower.study.goal.as_str(),
         params: ids,
         instance: instance(&follower.study),
@@ -194,15 +220,14 @@ pub(super) fn study_page(study: &mut Followed) -> String {
         trials: follower.trials().map(TableRow::from).collect(),
     };
     let body = format!(
-        r#"<section class="page-head"><h1>{title}</h1><p class="muted"><span class="chip">{goal} {metric}</span> created {created}</p></section>
+        r#"<section class="page-head"><h1>{title}</h1><p class="muted">{objectives} created {created}</p></section>
 <section class="cards" id="summary">{cards}</section>
 <section class="figures">{figures}</section>
 <section class="card flush" id="trials"><div class="card-head pad"><h2>Trials</h2><div class="tools"><input id="filter" type="search" placeholder="Filter: text, or param&gt;value, value&lt;0.5"><select id="state-filter"><option value="">all states</option>{states}</select></div></div>
 <div class="table-wrap"><table class="grid-table" id="trial-table"><thead></thead><tbody></tbody></table></div><div class="pager" id="pager"></div></section>
 <script type="application/json" id="study-data">{data}</script>"#,
         title = escape(&name),
-        goal = follower.study.goal.as_str(),
-        metric = escape(&follower.study.metric),
+        objectives = objective_chips(&follower.study),
         created = short_time(&follower.study.created_at),
         states = TrialState::ALL
             .iter()
@@ -227,6 +252,8 @@ pub(super) fn study_page(study: &mut Followed) -> String {
 struct PageData<'a> {
     study: &'a str,
     metric: &'a str,
+    /// Every objective's metric, in order (one: `metric`).
+    objectives: Vec<&'a str>,
     goal: &'a str,
     params: Vec<String>,
     instance: String,
@@ -249,6 +276,9 @@ pub(super) struct TableRow<'a> {
     state: TrialState,
     params: &'a Assignment,
     value: Option<f64>,
+    /// Its value of every objective of a study with several (none before it ends).
+    #[serde(skip_serializing_if = "<[f64]>::is_empty")]
+    values: &'a [f64],
     error: Option<&'a str>,
     /// Why the trial is infeasible (the page's badge; never the best).
     infeasible: Option<&'a str>,
@@ -263,6 +293,7 @@ impl<'a> From<&'a TrialRecord> for TableRow<'a> {
             state: t.state,
             params: &t.params,
             value: t.value,
+            values: &t.objective_values,
             error: t.error.as_deref(),
             infeasible: t.infeasible.as_deref(),
             started_at: t.started_at.as_deref(),
@@ -271,18 +302,26 @@ impl<'a> From<&'a TrialRecord> for TableRow<'a> {
     }
 }
 
-/// The summary cards of a study: trials by state, the best trial, last activity.
+/// The summary cards of a study: trials by state, the best trial (with several objectives,
+/// the front's size and hypervolume), last activity.
 pub(super) fn summary_cards(study: &Followed) -> String {
     let f = &study.follower;
     let total = f.trials().count();
-    let best = match f.best() {
-        Some((number, value)) => format!(
-            r##"<div class="stat-value mono">{}</div><div class="stat-sub"><a href="#" data-trial="{number}">trial {number}</a></div>"##,
+    let best = match (crate::plot::front_summary(f), f.best()) {
+        (Some(front), _) => format!(
+            r#"<div class="stat-label">Pareto front</div><div class="stat-value" id="front-size">{} trials</div><div class="stat-sub">hypervolume {}</div>"#,
+            front.trials,
+            format_number(front.hypervolume)
+        ),
+        (None, Some((number, value))) => format!(
+            r##"<div class="stat-label">Best {}</div><div class="stat-value mono">{}</div><div class="stat-sub"><a href="#" data-trial="{number}">trial {number}</a></div>"##,
+            escape(&f.study.metric),
             format_number(value)
         ),
-        None => {
-            r#"<div class="stat-value">—</div><div class="stat-sub">no result yet</div>"#.into()
-        }
+        (None, None) => format!(
+            r#"<div class="stat-label">Best {}</div><div class="stat-value">—</div><div class="stat-sub">no result yet</div>"#,
+            escape(&f.study.metric),
+        ),
     };
     let last = f
         .trials()
@@ -296,13 +335,12 @@ pub(super) fn summary_cards(study: &Followed) -> String {
         )
     };
     format!(
-        r#"<div class="card stat best"><div class="stat-label">Best {metric}</div>{best}</div>{}{}{}{}{}<div class="card stat"><div class="stat-label">Last activity</div><div class="stat-value small">{last}</div></div>"#,
+        r#"<div class="card stat best">{best}</div>{}{}{}{}{}<div class="card stat"><div class="stat-label">Last activity</div><div class="stat-value small">{last}</div></div>"#,
         stat("Trials", total, "total"),
         stat("Succeeded", f.count(TrialState::Succeeded), "succeeded"),
         stat("Running", f.count(TrialState::Running), "running"),
         stat("Failed", f.count(TrialState::Failed), "failed"),
         stat("Stopped", f.count(TrialState::Stopped), "stopped"),
-        metric = escape(&f.study.metric),
     )
 }
 
