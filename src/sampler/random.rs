@@ -55,6 +55,7 @@ mod tests {
             prior: &[],
             running: &[],
             parallel: 1,
+            curves: &[],
         };
         sampler.propose(&context).unwrap().unwrap()
     }
