@@ -121,6 +121,7 @@ fn main() {
                     prior: &[],
                     running: &[],
                     parallel: 1,
+                    curves: &[],
                 })
                 .expect("a proposal");
             (start.elapsed().as_secs_f64() * 1000.0, cpu_millis() - cpu)

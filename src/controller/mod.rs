@@ -35,12 +35,15 @@ use crate::executor::process::controller_id;
 use crate::executor::{Executor, StopRequest, StudyMark, WorkerEvent, WorkerOutcome};
 use crate::gpus::{GpuPlan, GpuPool, Lease};
 use crate::protocol::Measurement;
-use crate::sampler::{Observation, ProposalContext, Sampler, SamplerError};
+use crate::sampler::{
+    Observation, ProposalContext, Sampler, SamplerError, TrialCurve, reads_curves,
+};
 use crate::storage::{
     ClaimError, ClaimRules, Queue, Storage, StorageError, StudyRecord, StudyView, TrialEnd,
     TrialRecord,
 };
 use crate::study::space::Assignment;
+use crate::study::stopping::Curve;
 use crate::study::{Budget, Study};
 use devices::{GPU_POLL, LEASE_CHECK, Waiting};
 use steps::Phase;
@@ -275,17 +278,29 @@ pub(crate) async fn run(
 
 /// What a claim asks `sampler` for `study`: the parameters of trial `number`, given the
 /// claim's view (its finished trials; as running, its unfinished ones and the trials the claim
-/// took before `number`), the warm-start `prior`, and `parallel` trials run at once.
+/// took before `number`), the warm-start `prior`, `parallel` trials run at once, and the
+/// learning `curves` read for it ([`read_curves`]).
 pub(crate) fn proposer<'a>(
     study: &'a Study,
     prior: &'a [Observation],
     parallel: usize,
     sampler: &'a mut dyn Sampler,
+    curves: &'a [Curve],
 ) -> impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, SamplerError> + 'a {
     let goals: Vec<_> = study.objectives().map(|o| o.goal).collect();
     move |number, view, claimed| {
         let mut running = view.unfinished_params();
         running.extend_from_slice(claimed);
+        let curves: Vec<TrialCurve> = curves
+            .iter()
+            .filter_map(|c| {
+                Some(TrialCurve {
+                    number: c.number,
+                    params: view.trial(c.number)?.params.clone(),
+                    points: c.points.clone(),
+                })
+            })
+            .collect();
         sampler.propose(&ProposalContext {
             space: &study.space,
             goal: study.objective.goal,
@@ -296,7 +311,21 @@ pub(crate) fn proposer<'a>(
             prior,
             running: &running,
             parallel,
+            curves: &curves,
         })
+    }
+}
+
+/// The learning curves of the study's trials where its sampler models them
+/// ([`reads_curves`]); none otherwise.
+pub(crate) async fn read_curves(
+    study: &Study,
+    storage: &Storage,
+    study_id: i64,
+) -> Result<Vec<Curve>, StorageError> {
+    match reads_curves(study) {
+        true => storage.curves(study_id, &study.objective.metric).await,
+        false => Ok(Vec::new()),
     }
 }
 

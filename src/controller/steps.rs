@@ -7,7 +7,7 @@ use tokio::task::{self, JoinError};
 
 use super::liveness::is_orphan;
 use super::{
-    ControllerError, Run, RunEvent, RunObserver, RunSummary, StudyEnd, proposer,
+    ControllerError, Run, RunEvent, RunObserver, RunSummary, StudyEnd, proposer, read_curves,
     reclaim_expired_leases,
 };
 use crate::executor::{StopRequest, WorkerEvent, WorkerOutcome};
@@ -106,7 +106,14 @@ impl Run<'_> {
         while phase == Phase::Claiming
             && self.running.len() + self.waiting.len() < plan.parallel_trial_count
         {
-            let propose = proposer(study, &plan.prior, plan.parallel_trial_count, &mut *sampler);
+            let curves = read_curves(study, self.storage, self.study_id).await?;
+            let propose = proposer(
+                study,
+                &plan.prior,
+                plan.parallel_trial_count,
+                &mut *sampler,
+                &curves,
+            );
             let mut slots = plan.parallel_trial_count - self.running.len() - self.waiting.len();
             // With GPUs, as many trials as there are free devices for.
             let mut leases = self.leases(slots)?.into_iter();

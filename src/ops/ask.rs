@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::OpsError;
 use super::run::{refused_warm_start, workers_checked};
-use crate::controller::{proposer, reclaim_expired_leases, warm_start_prior};
+use crate::controller::{proposer, read_curves, reclaim_expired_leases, warm_start_prior};
 use crate::storage::{
     Claim, ClaimRules, ClientLease, Enqueue, Holder, Queue, Storage, StorageUrl, StudyRecord,
     StudyView, TrialRecord,
@@ -87,7 +87,16 @@ pub async fn ask(
     let mut trials = Vec::new();
     let mut why = None;
     while trials.len() < count && why.is_none() {
-        let propose = proposer(&study, &prior, study.parallel_trial_count, sampler.as_mut());
+        let curves = read_curves(&study, &storage, record.id)
+            .await
+            .map_err(crate::controller::ControllerError::from)?;
+        let propose = proposer(
+            &study,
+            &prior,
+            study.parallel_trial_count,
+            sampler.as_mut(),
+            &curves,
+        );
         let claims = storage
             .claim_trials(
                 &mut view,

@@ -51,6 +51,17 @@ impl Observation {
     }
 }
 
+/// A trial's learning curve with its parameters, as a multi-fidelity model sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialCurve {
+    /// The trial's number in its study.
+    pub number: u64,
+    /// Its parameters.
+    pub params: Assignment,
+    /// Its values of the objective that have a step, by increasing step.
+    pub points: Vec<(i64, f64)>,
+}
+
 /// What a sampler may look at to propose trial `number`.
 #[derive(Debug, Clone, Copy)]
 pub struct ProposalContext<'a> {
@@ -72,6 +83,9 @@ pub struct ProposalContext<'a> {
     pub prior: &'a [Observation],
     /// The parameters of the trials still running.
     pub running: &'a [Assignment],
+    /// The learning curves of the study's trials, finished or running, by number; read only
+    /// where the sampler models them ([`reads_curves`]), empty otherwise.
+    pub curves: &'a [TrialCurve],
     /// How many trials the study runs at once (its `parallel_trial_count`): the proposals go
     /// in batches of this many.
     pub parallel: usize,
@@ -114,7 +128,16 @@ pub(crate) fn for_study(study: &Study) -> Result<Box<dyn Sampler>, SamplerError>
                 message: e.to_string(),
             })?),
         ),
-        Algorithm::Bayesian => ("bayesian", Box::new(BayesSampler::new(study.seed))),
+        Algorithm::Bayesian => (
+            "bayesian",
+            Box::new(BayesSampler::new(study.seed).with_fidelity(bayes::fidelity::settings(study))),
+        ),
     };
     Ok(Box::new(Timed::new(name, sampler)))
+}
+
+/// Whether the sampler of `study` models learning curves: the controller then reads them from
+/// storage before each proposal ([`ProposalContext::curves`]).
+pub(crate) fn reads_curves(study: &Study) -> bool {
+    study.algorithm == Algorithm::Bayesian && bayes::fidelity::settings(study).is_some()
 }

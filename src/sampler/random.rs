@@ -61,6 +61,7 @@ mod tests {
             prior: &[],
             running: &[],
             parallel: 1,
+            curves: &[],
         };
         sampler.propose(&context).unwrap().unwrap()
     }

@@ -3,7 +3,7 @@
 
 use super::raw::{RawAsha, RawMedian, RawRule};
 use super::{Checker, block};
-use crate::study::stopping::StoppingRule;
+use crate::study::stopping::{CurveModel, StoppingRule};
 
 /// Where the block stands in the study file.
 const PATH: [&str; 1] = ["early_stopping"];
@@ -60,9 +60,30 @@ impl Checker<'_> {
             );
             return None;
         }
+        let max_resource = match raw.max_resource {
+            Some(max) => Some(self.at_least(
+                "early_stopping.max_resource",
+                max,
+                min_resource.unwrap_or(1),
+            )?),
+            None => None,
+        };
+        let curves = match raw.fidelity.as_deref() {
+            None | Some("model") => CurveModel::Fidelity,
+            Some("off") => CurveModel::Off,
+            Some(other) => {
+                self.report(
+                    "early_stopping.fidelity",
+                    format!("'{other}' is not a fidelity setting: use model or off"),
+                );
+                return None;
+            }
+        };
         Some(StoppingRule::Asha {
             min_resource: min_resource?,
             reduction_factor,
+            max_resource,
+            curves,
         })
     }
 }

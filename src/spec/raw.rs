@@ -187,6 +187,8 @@ pub(super) struct RawMedian {
 pub(super) struct RawAsha {
     pub min_resource: Option<i64>,
     pub reduction_factor: Option<f64>,
+    pub max_resource: Option<i64>,
+    pub fidelity: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -49,6 +49,17 @@ impl Curve {
     }
 }
 
+/// Whether the Bayesian sampler models the learning curves ASHA judges
+/// (`early_stopping.fidelity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CurveModel {
+    /// A model of (configuration, resource) fed by every intermediate value
+    /// (`sampler::bayes::fidelity`); the default.
+    Fidelity,
+    /// The model of the final values alone, a stopped trial at the worst value.
+    Off,
+}
+
 /// An early-stopping rule and its settings, as the study file gives them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum StoppingRule {
@@ -65,6 +76,11 @@ pub enum StoppingRule {
         min_resource: i64,
         /// The factor between rungs, and the share of trials kept at each (1 in it).
         reduction_factor: f64,
+        /// The step at which curves end, where the Bayesian sampler's model proposes; the
+        /// largest step reported so far when absent.
+        max_resource: Option<i64>,
+        /// Whether the Bayesian sampler models the curves.
+        curves: CurveModel,
     },
 }
 
@@ -80,6 +96,7 @@ impl StoppingRule {
             StoppingRule::Asha {
                 min_resource,
                 reduction_factor,
+                ..
             } => asha(goal, trial, others, min_resource, reduction_factor),
         }
     }
@@ -230,6 +247,8 @@ mod tests {
     const ASHA: StoppingRule = StoppingRule::Asha {
         min_resource: 1,
         reduction_factor: 2.0,
+        max_resource: None,
+        curves: CurveModel::Fidelity,
     };
 
     #[test]

@@ -363,7 +363,23 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
                 "algorithm: random",
                 "algorithm: random\nearly_stopping: {rule: asha, min_step: 2}",
             ),
-            "early_stopping: unknown field `min_step`, expected one of `min_resource`, `reduction_factor`",
+            "early_stopping: unknown field `min_step`, expected one of `min_resource`, `reduction_factor`, `max_resource`, `fidelity`",
+        ),
+        (
+            "curves ending before the first rung",
+            edit(
+                "algorithm: random",
+                "algorithm: random\nearly_stopping: {rule: asha, min_resource: 3, max_resource: 2}",
+            ),
+            "early_stopping.max_resource: must be >= 3, got 2",
+        ),
+        (
+            "an unknown fidelity setting",
+            edit(
+                "algorithm: random",
+                "algorithm: random\nearly_stopping: {rule: asha, fidelity: curves}",
+            ),
+            "early_stopping.fidelity: 'curves' is not a fidelity setting: use model or off",
         ),
         (
             "endpoint not a URL",

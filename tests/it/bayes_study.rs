@@ -215,3 +215,48 @@ fn the_mixed_30_objective_has_its_stated_minimum_and_names_a_bad_value() {
     let message = String::from_utf8(bad.stderr).unwrap();
     assert!(message.contains("--x22: 'd'"), "{message}");
 }
+
+#[test]
+fn a_resumed_multi_fidelity_study_proposes_what_one_run_would_have() {
+    // Bayesian + ASHA: the model reads every trial's curve from storage before each proposal,
+    // so a study stopped after 7 trials and run again proposes its 8th and 9th as one run of
+    // 9 does. One trial at a time, and steps slow enough that a stopped worker reports no
+    // step past the one it was stopped at: the curves do not depend on timing.
+    let study = |count: u32| {
+        format!(
+            r#"
+name: curves
+objective: {{metric: loss, goal: minimize}}
+parameters:
+  - {{id: x1, type: double, min: -5.0, max: 10.0}}
+  - {{id: x2, type: double, min: 0.0, max: 15.0}}
+algorithm: bayesian
+max_trial_count: {count}
+parallel_trial_count: 1
+seed: 5
+early_stopping: {{rule: asha, min_resource: 1, reduction_factor: 3, max_resource: 9}}
+trial:
+  command: [{}, --function, branin, --steps, "9", --sleep-ms, "300"]
+"#,
+            objective_example().display()
+        )
+    };
+    let run = |counts: &[u32]| {
+        let scratch = Scratch::new();
+        for &count in counts {
+            let path = scratch.study("study.yaml", &study(count));
+            assert_success(&scratch.hptune(&["run", path.to_str().unwrap()]));
+        }
+        scratch.trials("curves")
+    };
+    let whole = run(&[9]);
+    let resumed = run(&[7, 9]);
+    assert!(
+        whole.iter().any(|t| t["state"] == "stopped"),
+        "ASHA stopped a trial: {whole:?}"
+    );
+    let params = |trials: &[serde_json::Value]| -> Vec<String> {
+        trials.iter().map(|t| t["params"].to_string()).collect()
+    };
+    assert_eq!(params(&whole), params(&resumed));
+}

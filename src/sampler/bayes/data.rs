@@ -97,7 +97,7 @@ impl TrainingData {
 }
 
 /// `1` when larger is better, `-1` when smaller is.
-fn goal_sign(goal: Goal) -> f64 {
+pub(super) fn goal_sign(goal: Goal) -> f64 {
     match goal {
         Goal::Maximize => 1.0,
         Goal::Minimize => -1.0,
@@ -135,7 +135,7 @@ pub(super) struct OutputMap {
 impl OutputMap {
     /// The map fitted to the values `raw` (larger is better, at least one); the warp is the
     /// identity unless `may_warp`.
-    fn fitted(goal: Goal, raw: &[f64], may_warp: bool) -> Self {
+    pub(super) fn fitted(goal: Goal, raw: &[f64], may_warp: bool) -> Self {
         let (mean, scale) = moments(raw.iter().copied());
         let standardised: Vec<f64> = raw.iter().map(|v| (v - mean) / scale).collect();
         let warp = match may_warp {
@@ -154,7 +154,7 @@ impl OutputMap {
     }
 
     /// The model's value for `signed`, a value made larger-is-better.
-    fn warped(&self, signed: f64) -> f64 {
+    pub(super) fn warped(&self, signed: f64) -> f64 {
         (self.warp.apply((signed - self.mean) / self.scale) - self.warped_mean) / self.warped_scale
     }
 

@@ -24,6 +24,7 @@ mod data;
 pub(crate) mod design;
 pub(crate) mod encoding;
 pub(crate) mod feasibility;
+pub(crate) mod fidelity;
 pub(crate) mod search;
 pub(crate) mod trust;
 
@@ -37,6 +38,7 @@ use data::TrainingData;
 use design::{has_many_parameters, initial_design_size, sobol_point};
 use encoding::Encoding;
 use feasibility::Feasibility;
+use fidelity::Rungs;
 use hptune_gp::{Gp, GpError, stream};
 use search::propose;
 use trust::Region;
@@ -48,6 +50,8 @@ use trust::Region;
 pub struct BayesSampler {
     seed: u64,
     anchors: Anchors,
+    /// Where the study's learning curves are modelled ([`fidelity`]): ASHA's rungs.
+    fidelity: Option<Rungs>,
 }
 
 impl BayesSampler {
@@ -56,6 +60,16 @@ impl BayesSampler {
         Self {
             seed,
             anchors: Anchors::default(),
+            fidelity: None,
+        }
+    }
+
+    /// This sampler, modelling the learning curves at `rungs` where given
+    /// ([`fidelity::settings`]).
+    pub(crate) fn with_fidelity(self, rungs: Option<Rungs>) -> Self {
+        Self {
+            fidelity: rungs,
+            ..self
         }
     }
 
@@ -63,6 +77,16 @@ impl BayesSampler {
     fn design(&self, context: &ProposalContext<'_>) -> Assignment {
         let unit = sobol_point(context.number, context.space.dimension(), self.seed);
         context.space.from_unit(&unit)
+    }
+
+    /// The design's point, where the model could not be built (`error`), with a warning.
+    fn fallback(&self, context: &ProposalContext<'_>, error: GpError) -> Assignment {
+        tracing::warn!(
+            trial = context.number,
+            %error,
+            "the Gaussian process could not be fitted; proposing a design point instead"
+        );
+        self.design(context)
     }
 
     /// The model's proposal, as unit coordinates, from `history` (the `warm_start` study's
@@ -148,20 +172,21 @@ impl Sampler for BayesSampler {
         };
         let known = context.number + context.prior.len() as u64;
         let in_design = known < initial_design_size(context.space.dimension());
+        if let (Some(rungs), false) = (&self.fidelity, in_design) {
+            let proposal = fidelity::proposal(self.seed, rungs, context, history);
+            return Ok(Some(match proposal {
+                Ok(Some(unit)) => context.space.from_unit(&unit),
+                Ok(None) => self.design(context),
+                Err(error) => self.fallback(context, error),
+            }));
+        }
         let data = match TrainingData::new(&encoding, context.goal, history) {
             Some(data) if !in_design => data,
             _ => return Ok(Some(self.design(context))),
         };
         match self.model_proposal(context, &encoding, history, data) {
             Ok(unit) => Ok(Some(context.space.from_unit(&unit))),
-            Err(error) => {
-                tracing::warn!(
-                    trial = context.number,
-                    %error,
-                    "the Gaussian process could not be fitted; proposing a design point instead"
-                );
-                Ok(Some(self.design(context)))
-            }
+            Err(error) => Ok(Some(self.fallback(context, error))),
         }
     }
 }

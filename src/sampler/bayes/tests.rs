@@ -41,6 +41,7 @@ fn propose_under(
         prior: &[],
         running,
         parallel: running.len() + 1,
+        curves: &[],
     };
     let proposal = sampler.propose(&context).unwrap().unwrap();
     space.check(&proposal).unwrap();
@@ -253,6 +254,7 @@ fn a_warm_start_skips_the_design_and_proposes_from_the_other_studys_trials() {
         prior,
         running: &[],
         parallel: 1,
+        curves: &[],
     };
     let mut sampler = BayesSampler::new(3);
     let cold = sampler.propose(&context(&[])).unwrap().unwrap();
