@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Acquisition;
+use super::acquisition::Acquisition;
 use super::data::{INCUMBENTS, MAX_MODEL_POINTS, OutputMap, goal_sign, nearest};
 use super::design::has_many_parameters;
 use super::encoding::Encoding;
