@@ -89,7 +89,8 @@ impl TrialTemplate {
             args: None,
             env: BTreeMap::new(),
             timeout: None,
-            grace_period: crate::protocol::DEFAULT_GRACE_PERIOD,
+            // No process of its own to stop.
+            grace_period: Duration::ZERO,
             gpus: None,
             gpu_memory: None,
             executor: ExecutorSpec::Local,
