@@ -24,16 +24,15 @@ pub fn read<E: Element, B: Backend, const D: usize, K: BasicOps<B>>(
     tensor: Tensor<B, D, K>,
     what: &str,
 ) -> Result<Vec<E>> {
-    read_data(tensor)
-        .convert::<E>()
-        .to_vec::<E>()
-        .map_err(|e| {
-            TrainerError::Backend(format!("cannot read {what} back from the device: {e:?}"))
-        })
+    read_data(tensor).convert::<E>().to_vec::<E>().map_err(|e| {
+        TrainerError::Backend(format!("cannot read {what} back from the device: {e:?}"))
+    })
 }
 
 /// Reads `tensor`'s values to the host as they are (dtype and shape), counting one read.
-pub fn read_data<B: Backend, const D: usize, K: BasicOps<B>>(tensor: Tensor<B, D, K>) -> TensorData {
+pub fn read_data<B: Backend, const D: usize, K: BasicOps<B>>(
+    tensor: Tensor<B, D, K>,
+) -> TensorData {
     READS.set(READS.get() + 1);
     tensor.into_data()
 }

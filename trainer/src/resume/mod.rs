@@ -21,8 +21,8 @@ use crate::backend::TrainBackend;
 use crate::error::{Result, TrainerError};
 use crate::model::BertClassifier;
 use crate::optim::GroupedAdamW;
-pub(crate) use snapshot::{LastEval, Position, RngState};
 use snapshot::Snapshot;
+pub(crate) use snapshot::{LastEval, Position, RngState};
 use store::Store;
 
 /// Environment variable naming the folder to write checkpoints into (this attempt's).
@@ -142,7 +142,11 @@ impl Checkpointing {
             Some(dir) => store::list(dir)?,
             None => Vec::new(),
         };
-        if let Some(from) = self.resume_from.as_deref().filter(|&from| Some(from) != own) {
+        if let Some(from) = self
+            .resume_from
+            .as_deref()
+            .filter(|&from| Some(from) != own)
+        {
             found.extend(store::list(from)?);
         }
         // Stable: of two checkpoints of the same step, the run's own comes first.

@@ -187,7 +187,8 @@ impl Snapshot {
             .into_iter()
             .map(|(name, view)| {
                 let dtype = burn_dtype(view.dtype()).map_err(|e| format!("{name}: {e}"))?;
-                let data = TensorData::from_bytes_vec(view.data().to_vec(), view.shape().to_vec(), dtype);
+                let data =
+                    TensorData::from_bytes_vec(view.data().to_vec(), view.shape().to_vec(), dtype);
                 Ok((name, data))
             })
             .collect::<std::result::Result<_, String>>()?;
@@ -330,10 +331,10 @@ impl<B: TrainBackend> ModuleMapper<B> for Restore<'_, B> {
         match stored {
             Some(data) if data.shape.as_slice() == dims.as_slice() && data.dtype == dtype => {
                 let values = B::InnerBackend::float_from_data(data, &self.device);
-                let values = Tensor::<B::InnerBackend, D>::from_primitive(TensorPrimitive::Float(
-                    values,
-                ));
-                let restored = Tensor::from_inner(values).set_require_grad(tensor.is_require_grad());
+                let values =
+                    Tensor::<B::InnerBackend, D>::from_primitive(TensorPrimitive::Float(values));
+                let restored =
+                    Tensor::from_inner(values).set_require_grad(tensor.is_require_grad());
                 self.restored.push((id, key));
                 Param::from_mapped_value(id, restored, mapper)
             }

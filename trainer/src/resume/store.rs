@@ -103,9 +103,8 @@ impl Store {
         for entry in entries.flatten() {
             if entry.file_name().to_string_lossy().ends_with(TEMPORARY) {
                 let path = entry.path();
-                std::fs::remove_file(&path).map_err(|e| {
-                    TrainerError::io(path, "removing an unfinished checkpoint", e)
-                })?;
+                std::fs::remove_file(&path)
+                    .map_err(|e| TrainerError::io(path, "removing an unfinished checkpoint", e))?;
             }
         }
         Ok(Store {
@@ -162,7 +161,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         for step in [10, 20, 30] {
-            store.write(step, format!("state {step}").as_bytes()).unwrap();
+            store
+                .write(step, format!("state {step}").as_bytes())
+                .unwrap();
         }
         let found = list(dir.path()).unwrap();
         assert_eq!(

@@ -107,7 +107,11 @@ fn resumed_step(output: &Output) -> usize {
     let text = stdout(output);
     let line = text.lines().next().unwrap_or_default();
     assert!(line.starts_with("hptune: resumed step="), "{text}");
-    line.split_once("training_step=").unwrap().1.parse().unwrap()
+    line.split_once("training_step=")
+        .unwrap()
+        .1
+        .parse()
+        .unwrap()
 }
 
 /// Checks that a resumed run reported what the uninterrupted one did after the resumed
@@ -172,7 +176,11 @@ fn a_damaged_newest_checkpoint_falls_back_to_the_one_before() {
         .output()
         .unwrap();
     assert!(complete.status.success(), "{}", stderr(&complete));
-    assert_eq!(measurements(&complete), uninterrupted().0, "checkpoints change nothing");
+    assert_eq!(
+        measurements(&complete),
+        uninterrupted().0,
+        "checkpoints change nothing"
+    );
     assert_eq!(checkpoint_steps(&folder), [STEPS, 470]);
     // One bit of the newest flipped, in the middle of its tensors: the restarted run says so,
     // resumes from step 470 and ends as the uninterrupted run did.
@@ -237,16 +245,25 @@ fn a_full_disk_fails_the_run_with_its_reason_and_keeps_the_older_checkpoints() {
     let last = message.trim().lines().last().unwrap_or_default();
     assert!(
         last.starts_with("hptune-trainer: error: ")
-            && last.contains("writing a checkpoint (the older ones are kept) failed: File too large"),
+            && last
+                .contains("writing a checkpoint (the older ones are kept) failed: File too large"),
         "{message}"
     );
     assert_eq!(resumed_step(&wrapped), kept_steps[0]);
     for (path, bytes) in &kept {
-        assert!(std::fs::read(path).unwrap() == *bytes, "{} changed", path.display());
+        assert!(
+            std::fs::read(path).unwrap() == *bytes,
+            "{} changed",
+            path.display()
+        );
     }
     let names: Vec<String> = std::fs::read_dir(&folder)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert_eq!(names.len(), kept.len(), "nothing but the checkpoints: {names:?}");
+    assert_eq!(
+        names.len(),
+        kept.len(),
+        "nothing but the checkpoints: {names:?}"
+    );
 }
