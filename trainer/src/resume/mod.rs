@@ -101,7 +101,7 @@ impl Checkpointing {
     /// Whether a checkpoint is due after optimiser step `step` (by `--checkpoint-every`; the
     /// epochs' ends are the caller's).
     pub(crate) fn due(&self, step: usize) -> bool {
-        self.store.is_some() && self.every.is_some_and(|every| step % every == 0)
+        self.store.is_some() && self.every.is_some_and(|every| step.is_multiple_of(every))
     }
 
     /// Writes a checkpoint of `model` and `optimizer` at `position`, when the run has a
