@@ -352,22 +352,27 @@ impl<B: TrainBackend> ModuleMapper<B> for Restore<'_, B> {
     }
 }
 
+/// The float dtypes a checkpoint holds, as burn and safetensors name them.
+const DTYPES: [(DType, Dtype); 3] = [
+    (DType::F32, Dtype::F32),
+    (DType::F16, Dtype::F16),
+    (DType::BF16, Dtype::BF16),
+];
+
 /// safetensors' name of a float dtype.
 fn safetensors_dtype(dtype: DType) -> std::result::Result<Dtype, String> {
-    match dtype {
-        DType::F32 => Ok(Dtype::F32),
-        DType::F16 => Ok(Dtype::F16),
-        DType::BF16 => Ok(Dtype::BF16),
-        other => Err(format!("of dtype {other:?}, not F32, F16 or BF16")),
-    }
+    DTYPES
+        .iter()
+        .find(|(burn, _)| *burn == dtype)
+        .map(|&(_, stored)| stored)
+        .ok_or_else(|| format!("of dtype {dtype:?}, not F32, F16 or BF16"))
 }
 
 /// burn's dtype of a safetensors float dtype.
 fn burn_dtype(dtype: Dtype) -> std::result::Result<DType, String> {
-    match dtype {
-        Dtype::F32 => Ok(DType::F32),
-        Dtype::F16 => Ok(DType::F16),
-        Dtype::BF16 => Ok(DType::BF16),
-        other => Err(format!("dtype {other:?}, not F32, F16 or BF16")),
-    }
+    DTYPES
+        .iter()
+        .find(|(_, stored)| *stored == dtype)
+        .map(|&(burn, _)| burn)
+        .ok_or_else(|| format!("dtype {dtype:?}, not F32, F16 or BF16"))
 }
