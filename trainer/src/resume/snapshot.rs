@@ -362,17 +362,15 @@ const DTYPES: [(DType, Dtype); 3] = [
 /// safetensors' name of a float dtype.
 fn safetensors_dtype(dtype: DType) -> std::result::Result<Dtype, String> {
     DTYPES
-        .iter()
-        .find(|(burn, _)| *burn == dtype)
-        .map(|&(_, stored)| stored)
+        .into_iter()
+        .find_map(|(burn, stored)| (burn == dtype).then_some(stored))
         .ok_or_else(|| format!("of dtype {dtype:?}, not F32, F16 or BF16"))
 }
 
 /// burn's dtype of a safetensors float dtype.
 fn burn_dtype(dtype: Dtype) -> std::result::Result<DType, String> {
     DTYPES
-        .iter()
-        .find(|(_, stored)| *stored == dtype)
-        .map(|&(burn, _)| burn)
+        .into_iter()
+        .find_map(|(burn, stored)| (stored == dtype).then_some(burn))
         .ok_or_else(|| format!("dtype {dtype:?}, not F32, F16 or BF16"))
 }
