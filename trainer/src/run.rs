@@ -227,7 +227,7 @@ impl BackendTask for TrainTask<'_> {
             batch_order: args.batch_order,
             seed: args.seed,
         };
-        let checkpoints = Checkpointing::new(
+        let mut checkpoints = Checkpointing::new(
             args.checkpoint_dir.as_deref(),
             args.resume_from.as_deref(),
             args.checkpoint_every,
@@ -249,7 +249,7 @@ impl BackendTask for TrainTask<'_> {
             &device,
             &mut reporter,
             &mut memory,
-            &checkpoints,
+            &mut checkpoints,
         )?;
         if let Some(out) = &args.output_dir {
             save_checkpoint(

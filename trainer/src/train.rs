@@ -62,7 +62,8 @@ pub struct Trained<B: Backend> {
 /// Fine-tunes `model` on `train`, evaluating on `eval` after each epoch and reporting each
 /// evaluation through `reporter`; `memory` checks the device's memory after every training
 /// step and evaluation (the run stops over its cap). `checkpoints` says where checkpoints are
-/// written (every `--checkpoint-every` steps and at each epoch's end, after its report) and
+/// written (every `--checkpoint-every` steps and at each epoch's end, after its report; the
+/// last one is on disk when this returns) and
 /// which one the run resumes from: then it goes on from that checkpoint's step exactly as the
 /// run that wrote it would have gone on (the same batches, dropout masks and rates).
 #[allow(clippy::too_many_arguments)] // the run's parts, each of a different kind
@@ -76,7 +77,7 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
     device: &B::Device,
     reporter: &mut Reporter<W>,
     memory: &mut MemoryWatch,
-    checkpoints: &Checkpointing,
+    checkpoints: &mut Checkpointing,
 ) -> Result<Trained<B>> {
     let batches_per_epoch = train.len().div_ceil(settings.batch_size);
     let total_steps = batches_per_epoch * settings.epochs;
@@ -212,6 +213,7 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
         };
         checkpoints.save(&model, &optimizer, &position)?;
     }
+    checkpoints.finish()?;
     let last = last.ok_or(TrainerError::InvalidArgument {
         flag: "epochs",
         message: "must be at least 1".to_string(),

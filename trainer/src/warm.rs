@@ -206,7 +206,7 @@ pub(crate) fn warm_step<B: TrainBackend>(shapes: &WarmShapes, device: &B::Device
         device,
         &mut reporter,
         &mut memory,
-        &Checkpointing::off(),
+        &mut Checkpointing::off(),
     )?;
     Ok(started.elapsed().as_secs_f64())
 }

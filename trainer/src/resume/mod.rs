@@ -5,7 +5,8 @@
 //! into a folder that keeps the last two ([`store`]).
 //!
 //! A run given a checkpoint folder (`--checkpoint-dir`, `HPTUNE_CHECKPOINT_DIR`) writes one at
-//! each epoch's end (after its evaluation is reported) and every `--checkpoint-every` steps.
+//! each epoch's end (after its evaluation is reported) and every `--checkpoint-every` steps,
+//! the file on a thread of its own while training goes on.
 //! On start it resumes from the newest usable checkpoint of that folder (a restarted process)
 //! and of `--resume-from` / `HPTUNE_RESUME_FROM` (the previous attempt's folder), falling
 //! back to an older one when the newest is damaged.
@@ -14,6 +15,7 @@ mod snapshot;
 mod store;
 
 use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 
 use rand_chacha::ChaCha8Rng;
 
@@ -38,6 +40,8 @@ pub struct Checkpointing {
     every: Option<usize>,
     /// The settings that decide the run's numbers: a checkpoint of a run with others is refused.
     run: serde_json::Value,
+    /// The write in progress, on a thread of its own: its file's path, or why it failed.
+    writing: Option<JoinHandle<Result<PathBuf>>>,
 }
 
 /// `path` unless it is empty (an empty variable counts as unset).
@@ -85,6 +89,7 @@ impl Checkpointing {
             resume_from: given(resume_from).map(Path::to_path_buf),
             every,
             run,
+            writing: None,
         })
     }
 
@@ -95,6 +100,7 @@ impl Checkpointing {
             resume_from: None,
             every: None,
             run: serde_json::Value::Null,
+            writing: None,
         }
     }
 
@@ -105,23 +111,34 @@ impl Checkpointing {
     }
 
     /// Writes a checkpoint of `model` and `optimizer` at `position`, when the run has a
-    /// checkpoint folder.
+    /// checkpoint folder. The state is read to the host here; the file is written on a thread
+    /// of its own while training goes on, after the previous write has ended: a write that
+    /// failed fails the run here, at the next checkpoint, or at [`Self::finish`].
     pub(crate) fn save<B: TrainBackend>(
-        &self,
+        &mut self,
         model: &BertClassifier<B>,
         optimizer: &GroupedAdamW<B>,
         position: &Position,
     ) -> Result<()> {
+        self.finish()?;
         let Some(store) = &self.store else {
             return Ok(());
         };
         let payload = snapshot::encode(model, optimizer, position, &self.run)?;
-        let path = store.write(position.step, &payload)?;
-        tracing::debug!(
-            "checkpoint of step {} written to {}",
-            position.step,
-            path.display()
-        );
+        let (store, step) = (store.clone(), position.step);
+        self.writing = Some(std::thread::spawn(move || store.write(step, &payload)));
+        Ok(())
+    }
+
+    /// Waits for the checkpoint being written, if any: an error when its write failed.
+    pub(crate) fn finish(&mut self) -> Result<()> {
+        let Some(writing) = self.writing.take() else {
+            return Ok(());
+        };
+        let path = writing.join().map_err(|_| {
+            TrainerError::Backend("the thread writing a checkpoint panicked".to_string())
+        })??;
+        tracing::debug!("checkpoint written to {}", path.display());
         Ok(())
     }
 
