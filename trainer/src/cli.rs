@@ -80,6 +80,20 @@ pub struct TrainArgs {
     /// AIP_MODEL_DIR) unless the flag is given.
     #[arg(long, alias = "output_dir", env = "HPTUNE_OUTPUT_DIR")]
     pub output_dir: Option<PathBuf>,
+    /// Folder to write checkpoints into (the model, the optimiser's state, the position in the
+    /// data and the generators', atomically, keeping the last two): at each epoch's end and
+    /// every --checkpoint-every steps; a restarted run resumes from its newest [default:
+    /// HPTUNE_CHECKPOINT_DIR, this attempt's folder under hptune].
+    #[arg(long, alias = "checkpoint_dir", env = crate::resume::CHECKPOINT_DIR_ENV)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Folder of checkpoints to resume from (its newest usable one, or --checkpoint-dir's when
+    /// newer) [default: HPTUNE_RESUME_FROM, the previous attempt's folder when hptune retries
+    /// a trial].
+    #[arg(long, alias = "resume_from", env = crate::resume::RESUME_FROM_ENV)]
+    pub resume_from: Option<PathBuf>,
+    /// Also write a checkpoint every N optimiser steps (needs a checkpoint folder).
+    #[arg(long, alias = "checkpoint_every")]
+    pub checkpoint_every: Option<usize>,
     /// cpu, cuda or cuda:N (cuda needs the `cuda` build feature).
     #[arg(long, default_value = "cpu")]
     pub device: String,

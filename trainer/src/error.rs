@@ -152,6 +152,15 @@ pub enum TrainerError {
         given_by: String,
     },
 
+    /// A training checkpoint that is intact but cannot be resumed from by this run.
+    #[error("checkpoint {path}: {message}")]
+    Checkpoint {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// What does not fit and what would.
+        message: String,
+    },
+
     /// The backend failed to hand back a result.
     #[error("backend: {0}")]
     Backend(String),

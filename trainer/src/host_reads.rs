@@ -2,14 +2,14 @@
 //!
 //! On a GPU a read waits until the device has run everything queued before it: the host stops
 //! enqueuing work, and the device then idles while the host enqueues the next. The training loop
-//! reads through [`read`] only, so that [`Tally`] can say how many reads a training step made
+//! reads through [`read`] (or [`read_data`]) only, so that [`Tally`] can say how many reads a training step made
 //! (the goal is none between two progress reports). Reads are counted per thread, the thread
 //! that runs the training loop being the one that matters; the figures are logged at debug level under
 //! this module's target, `hptune_trainer::host_reads` (`HPTUNE_TRAINER_LOG=info,hptune_trainer::host_reads=debug`).
 
 use std::cell::Cell;
 
-use burn::tensor::{BasicOps, Element, Tensor, backend::Backend};
+use burn::tensor::{BasicOps, Element, Tensor, TensorData, backend::Backend};
 
 use crate::error::{Result, TrainerError};
 
@@ -24,14 +24,17 @@ pub fn read<E: Element, B: Backend, const D: usize, K: BasicOps<B>>(
     tensor: Tensor<B, D, K>,
     what: &str,
 ) -> Result<Vec<E>> {
+    read_data(tensor).convert::<E>().to_vec::<E>().map_err(|e| {
+        TrainerError::Backend(format!("cannot read {what} back from the device: {e:?}"))
+    })
+}
+
+/// Reads `tensor`'s values to the host as they are (dtype and shape), counting one read.
+pub fn read_data<B: Backend, const D: usize, K: BasicOps<B>>(
+    tensor: Tensor<B, D, K>,
+) -> TensorData {
     READS.set(READS.get() + 1);
-    tensor
-        .into_data()
-        .convert::<E>()
-        .to_vec::<E>()
-        .map_err(|e| {
-            TrainerError::Backend(format!("cannot read {what} back from the device: {e:?}"))
-        })
+    tensor.into_data()
 }
 
 /// How many reads [`read`] has made on this thread.

@@ -4,7 +4,7 @@
 //! The parts, each in its own module: [`config`] (the checkpoint's config.json), [`model`]
 //! (the network), [`fused`] (its heavy ops and the optimiser's as single ops, with their kernels), [`checkpoint`] (safetensors in and out, with the key map), [`tokenize`],
 //! [`data`] (files and labels), [`batch`] (batch order and padding), [`optim`] (AdamW groups, clipping,
-//! schedule), [`loss_scale`] (f16's dynamic loss scale), [`train`] (the loop and evaluation), [`metrics`], [`report`] (the protocol),
+//! schedule), [`loss_scale`] (f16's dynamic loss scale), [`train`] (the loop and evaluation), [`resume`] (training checkpoints: written, and resumed from), [`metrics`], [`report`] (the protocol),
 //! [`backend`] (device and precision choice), [`kernel_cache`] (where GPU kernels are cached), [`memory`] (the device-memory cap and peak), [`host_reads`] (device-to-host reads, counted), [`warm`] (`warm-cache`: one step's kernels compiled ahead), [`blas`] (the system's BLAS for CPU products), [`hub`] (hub ids: cache and download), [`pretrained`]
 //! (checkpoint folders) and [`run`] (the commands).
 
@@ -29,6 +29,7 @@ pub mod optim;
 pub mod pretrained;
 pub mod progress;
 pub mod report;
+pub mod resume;
 pub mod run;
 pub mod serve;
 pub mod tokenize;

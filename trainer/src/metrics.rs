@@ -1,7 +1,7 @@
 //! Classification metrics: accuracy, macro-F1 and Matthews correlation (multi-class).
 
 /// The evaluation metrics of one pass over a labelled set.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EvalMetrics {
     /// Mean cross-entropy.
     pub loss: f64,

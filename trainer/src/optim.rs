@@ -216,6 +216,88 @@ impl<B: TrainBackend> GroupedAdamW<B> {
         }
     }
 
+    /// The loss scale's state `[scale, finite steps in a row, steps skipped]`, for an f16
+    /// model (for a checkpoint).
+    pub(crate) fn loss_scale_state(&self) -> Result<Option<[f32; 3]>> {
+        Ok(self.loss_scale()?.map(|scale| scale.state()))
+    }
+
+    /// Sets the loss scale to a state of [`Self::loss_scale_state`]; an error when the model
+    /// has no loss scale (it is not f16) and `state` is one, or the other way round.
+    pub(crate) fn set_loss_scale_state(&mut self, state: Option<[f32; 3]>) -> Result<()> {
+        match (&mut self.decider, state) {
+            (Decider::Host(None) | Decider::Device(None), None) => {}
+            (Decider::Host(Some(scale)), Some(state)) => {
+                *scale = DynamicLossScale::from_state(state);
+            }
+            (Decider::Device(Some(scale)), Some(state)) => {
+                *scale = Tensor::from_floats(state, &scale.device());
+            }
+            (_, state) => {
+                return Err(TrainerError::Backend(format!(
+                    "a loss scale of {state:?} for a model {} an f16 loss scale",
+                    if state.is_some() { "without" } else { "with" }
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// What the optimiser keeps for parameter `id`, read to the host (for a checkpoint);
+    /// `None` before its first update.
+    pub(crate) fn param_state(&self, id: ParamId) -> Result<Option<ParamState>> {
+        let Some(moments) = self.moments.get(&id) else {
+            return Ok(None);
+        };
+        let count = match &moments.count {
+            Count::Host(count) => *count as f32,
+            Count::Device(count) => {
+                let count = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(
+                    count.clone(),
+                ));
+                let count = host_reads::read::<f32, _, 1, _>(count, "a count of updates")?;
+                count.first().copied().ok_or_else(|| {
+                    TrainerError::Backend("a parameter's count of updates is empty".to_string())
+                })?
+            }
+        };
+        Ok(Some(ParamState {
+            first: primitive_data::<B::InnerBackend>(moments.first.clone()),
+            second: primitive_data::<B::InnerBackend>(moments.second.clone()),
+            master: moments
+                .master
+                .clone()
+                .map(primitive_data::<B::InnerBackend>),
+            count,
+        }))
+    }
+
+    /// Gives parameter `id` the moments, count and master copy of `state` (from a
+    /// checkpoint), on `device`.
+    pub(crate) fn set_param_state(
+        &mut self,
+        id: ParamId,
+        state: ParamState,
+        device: &burn::tensor::Device<B::InnerBackend>,
+    ) {
+        let count = match &self.decider {
+            Decider::Host(_) => Count::Host(state.count as i32),
+            Decider::Device(_) => Count::Device(B::InnerBackend::float_from_data(
+                TensorData::new(vec![state.count], [1]),
+                device,
+            )),
+        };
+        let moments = Moments {
+            first: B::InnerBackend::float_from_data(state.first, device),
+            second: B::InnerBackend::float_from_data(state.second, device),
+            count,
+            master: state
+                .master
+                .map(|master| B::InnerBackend::float_from_data(master, device)),
+        };
+        self.moments.insert(id, moments);
+    }
+
     /// Parameters excluded from weight decay (biases and LayerNorm), for inspection.
     pub fn no_decay_ids(&self) -> &[ParamId] {
         &self.no_decay_ids
@@ -299,6 +381,30 @@ impl<B: TrainBackend> GroupedAdamW<B> {
         let model = burn::module::Module::map(model, &mut update);
         Ok((model, outcome))
     }
+}
+
+/// What the optimiser keeps for one parameter, on the host: the moments and the f32 master
+/// copy (of a half-precision parameter) in their own dtype and shape, and the count of updates.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ParamState {
+    /// The first moment.
+    pub(crate) first: TensorData,
+    /// The second moment.
+    pub(crate) second: TensorData,
+    /// The f32 master copy of a bf16 or f16 parameter.
+    pub(crate) master: Option<TensorData>,
+    /// The updates applied so far (the bias corrections' exponent).
+    pub(crate) count: f32,
+}
+
+/// A tensor primitive's values, read to the host (counted as a host read) with its shape.
+fn primitive_data<I: Backend>(tensor: FloatTensor<I>) -> TensorData {
+    let shape = tensor.shape();
+    let flat = I::float_reshape(tensor, [shape.num_elements()].into());
+    let mut data =
+        host_reads::read_data(Tensor::<I, 1>::from_primitive(TensorPrimitive::Float(flat)));
+    data.shape = shape;
+    data
 }
 
 /// Replaces each parameter that has a gradient by its AdamW update.

@@ -15,6 +15,8 @@ pub const METRICS_FILE_ENV: &str = "HPTUNE_METRICS_FILE";
 pub const CLOUDML_METRICS_FILE_ENV: &str = "CLOUD_ML_HP_METRIC_FILE";
 /// Environment variable holding the trial's id.
 pub const TRIAL_ID_ENV: &str = "HPTUNE_TRIAL_ID";
+/// The start of the line that says a run resumed from a checkpoint.
+pub const RESUMED_PREFIX: &str = "hptune: resumed";
 /// cloudml-hypertune keeps at most this many lines in the file.
 pub const MAX_FILE_LINES: usize = 100;
 
@@ -83,6 +85,19 @@ impl<W: Write> Reporter<W> {
         self.last_step = step;
         let line = format_line(Some(step), metrics, self.objective);
         self.emit(&line, step, metrics)
+    }
+
+    /// Says that the run resumed from a checkpoint, on a line of its own that reports no
+    /// measurement (docs/worker-protocol.md): `hptune: resumed step=E training_step=S`, `E`
+    /// the last epoch it had reported (0: none), `S` the optimiser steps it had done.
+    pub fn report_resumed(&mut self, reported_step: usize, training_step: usize) -> Result<()> {
+        self.last_step = reported_step;
+        writeln!(
+            self.out,
+            "{RESUMED_PREFIX} step={reported_step} training_step={training_step}"
+        )
+        .and_then(|_| self.out.flush())
+        .map_err(|e| TrainerError::io("<stdout>", "writing", e))
     }
 
     /// Reports the final values (a line without `step`), the run's costs after the metrics.

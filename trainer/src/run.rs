@@ -16,6 +16,7 @@ use crate::metrics::EvalMetrics;
 use crate::optim::AdamWSettings;
 use crate::pretrained::{load_classifier, save_checkpoint};
 use crate::report::{Reporter, RunCosts};
+use crate::resume::Checkpointing;
 use crate::tokenize::TextTokenizer;
 use crate::train::{TrainSettings, Trained, fine_tune};
 use crate::warm::{WarmShapes, warm_before_training};
@@ -226,6 +227,12 @@ impl BackendTask for TrainTask<'_> {
             batch_order: args.batch_order,
             seed: args.seed,
         };
+        let mut checkpoints = Checkpointing::new(
+            args.checkpoint_dir.as_deref(),
+            args.resume_from.as_deref(),
+            args.checkpoint_every,
+            run_settings(args, data.train.len(), data.labels.len()),
+        )?;
         let mut reporter = Reporter::from_env(args.metric);
         let mut memory = MemoryWatch::new(self.cap, &device);
         let Trained {
@@ -242,6 +249,7 @@ impl BackendTask for TrainTask<'_> {
             &device,
             &mut reporter,
             &mut memory,
+            &mut checkpoints,
         )?;
         if let Some(out) = &args.output_dir {
             save_checkpoint(
@@ -262,6 +270,29 @@ impl BackendTask for TrainTask<'_> {
         reporter.report_final(&metrics, &costs)?;
         Ok(metrics)
     }
+}
+
+/// The settings that decide a run's numbers, as a checkpoint records them: a run resumes only
+/// from a checkpoint written with the same ones.
+fn run_settings(args: &TrainArgs, train_rows: usize, num_labels: usize) -> serde_json::Value {
+    serde_json::json!({
+        "model": args.model,
+        "num_layers": args.num_layers,
+        "train_rows": train_rows,
+        "num_labels": num_labels,
+        "max_seq_len": args.max_seq_len,
+        "precision": format!("{:?}", args.precision),
+        "batch_order": format!("{:?}", args.batch_order),
+        "learning_rate": args.learning_rate,
+        "batch_size": args.batch_size,
+        "epochs": args.epochs,
+        "warmup_ratio": args.warmup_ratio,
+        "weight_decay": args.weight_decay,
+        "dropout": args.dropout,
+        "max_grad_norm": args.max_grad_norm,
+        "adam_epsilon": args.adam_epsilon,
+        "seed": args.seed,
+    })
 }
 
 struct PredictTask<'a>(&'a PredictArgs);

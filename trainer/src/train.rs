@@ -1,5 +1,6 @@
 //! The fine-tuning loop: seeded batch order, per-batch padding on a thread of its own, AdamW
-//! with the linear schedule, and an evaluation reported after every epoch.
+//! with the linear schedule, an evaluation reported after every epoch, and checkpoints to
+//! resume from.
 
 use std::io::Write;
 use std::time::Instant;
@@ -15,10 +16,12 @@ use crate::error::{Result, TrainerError};
 use crate::host_reads::{self, Tally};
 use crate::memory::{MemoryWatch, Moment};
 use crate::metrics::EvalMetrics;
+use crate::model::dropout;
 use crate::model::{BertClassifier, FusedOps, cross_entropy};
 use crate::optim::{AdamWSettings, GroupedAdamW, LinearSchedule};
 use crate::progress::EpochProgress;
 use crate::report::Reporter;
+use crate::resume::{Checkpointing, LastEval, Position, Resumed, RngState};
 
 /// The hyperparameters of a run (Hugging Face's defaults where it has one).
 #[derive(Debug, Clone, PartialEq)]
@@ -58,10 +61,14 @@ pub struct Trained<B: Backend> {
 
 /// Fine-tunes `model` on `train`, evaluating on `eval` after each epoch and reporting each
 /// evaluation through `reporter`; `memory` checks the device's memory after every training
-/// step and evaluation (the run stops over its cap).
+/// step and evaluation (the run stops over its cap). `checkpoints` says where checkpoints are
+/// written (every `--checkpoint-every` steps and at each epoch's end, after its report; the
+/// last one is on disk when this returns) and
+/// which one the run resumes from: then it goes on from that checkpoint's step exactly as the
+/// run that wrote it would have gone on (the same batches, dropout masks and rates).
 #[allow(clippy::too_many_arguments)] // the run's parts, each of a different kind
 pub fn fine_tune<B: TrainBackend, W: Write>(
-    mut model: BertClassifier<B>,
+    model: BertClassifier<B>,
     train: &[EncodedExample],
     eval: &[EncodedExample],
     settings: &TrainSettings,
@@ -70,6 +77,7 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
     device: &B::Device,
     reporter: &mut Reporter<W>,
     memory: &mut MemoryWatch,
+    checkpoints: &mut Checkpointing,
 ) -> Result<Trained<B>> {
     let batches_per_epoch = train.len().div_ceil(settings.batch_size);
     let total_steps = batches_per_epoch * settings.epochs;
@@ -79,11 +87,29 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
         total_steps,
     };
     let mut optimizer = GroupedAdamW::new(&model, settings.adamw);
-    let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
+    let (mut model, resumed) = checkpoints.resume(model, &mut optimizer)?;
+    let (mut rng, mut step, first_epoch, mut skip, mut last) = match resumed {
+        Some(Resumed {
+            position,
+            batch_rng,
+        }) => {
+            dropout::resume_calls(position.dropout_calls);
+            let reported = position.last_eval.map_or(0, |last| last.epoch);
+            reporter.report_resumed(reported, position.step)?;
+            let last = position.last_eval;
+            (
+                batch_rng,
+                position.step,
+                position.epoch,
+                position.batches_done,
+                last,
+            )
+        }
+        None => (ChaCha8Rng::seed_from_u64(settings.seed), 0, 1, 0, None),
+    };
     let lengths: Vec<usize> = train.iter().map(|e| e.ids.len()).collect();
-    let mut step = 0;
-    let mut last = None;
-    for epoch in 1..=settings.epochs {
+    for epoch in first_epoch..=settings.epochs {
+        let epoch_rng = RngState::of(&rng);
         let batches = epoch_batches(
             &lengths,
             settings.batch_size,
@@ -92,13 +118,15 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
         );
         let mut progress = EpochProgress::start(epoch, settings.epochs, batches_per_epoch);
         let reads = Tally::start();
+        let done_before = std::mem::take(&mut skip);
         // Padding runs on a thread of its own, a few batches ahead of the training step; when
         // the step stops early (an error), the dropped receiver ends that thread.
         model = std::thread::scope(|scope| -> Result<BertClassifier<B>> {
             let mut model = model;
             let (sender, receiver) = std::sync::mpsc::sync_channel(BATCHES_AHEAD);
+            let batches = &batches[done_before.min(batches.len())..];
             scope.spawn(move || {
-                for batch in &batches {
+                for batch in batches {
                     let items: Vec<&EncodedExample> = batch.iter().map(|&i| &train[i]).collect();
                     if sender.send(PaddedBatch::pad(&items, pad_id)).is_err() {
                         break;
@@ -107,6 +135,7 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
             });
             let mut losses = PendingLosses::default();
             for (index, padded) in receiver.into_iter().enumerate() {
+                let index = done_before + index;
                 let rows = padded.batch;
                 let (input, labels) = padded.to_device::<B>(device);
                 let loss = cross_entropy(model.forward(input), labels);
@@ -118,6 +147,18 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
                 model = optimizer.step(schedule.rate(step - 1), model, grads)?.0;
                 memory.check(device, Moment::TrainingStep(step))?;
                 progress.batch_done(index + 1, rows, || losses.read(epoch))?;
+                // The epoch's last batch is followed by the epoch's own checkpoint.
+                if index + 1 < batches_per_epoch && checkpoints.due(step) {
+                    let position = Position {
+                        step,
+                        epoch,
+                        batches_done: index + 1,
+                        batch_rng: epoch_rng.clone(),
+                        dropout_calls: dropout::calls(),
+                        last_eval: last,
+                    };
+                    checkpoints.save(&model, &optimizer, &position)?;
+                }
             }
             Ok(model)
         })?;
@@ -157,16 +198,30 @@ pub fn fine_tune<B: TrainBackend, W: Write>(
             );
         }
         reporter.report_step(epoch, &metrics)?;
-        last = Some((metrics, eval_ms_per_sample));
+        last = Some(LastEval {
+            epoch,
+            metrics,
+            eval_ms_per_sample,
+        });
+        let position = Position {
+            step,
+            epoch: epoch + 1,
+            batches_done: 0,
+            batch_rng: RngState::of(&rng),
+            dropout_calls: dropout::calls(),
+            last_eval: last,
+        };
+        checkpoints.save(&model, &optimizer, &position)?;
     }
-    let (metrics, eval_ms_per_sample) = last.ok_or(TrainerError::InvalidArgument {
+    checkpoints.finish()?;
+    let last = last.ok_or(TrainerError::InvalidArgument {
         flag: "epochs",
         message: "must be at least 1".to_string(),
     })?;
     Ok(Trained {
         model,
-        metrics,
-        eval_ms_per_sample,
+        metrics: last.metrics,
+        eval_ms_per_sample: last.eval_ms_per_sample,
     })
 }
 

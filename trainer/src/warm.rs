@@ -24,6 +24,7 @@ use crate::metrics::Metric;
 use crate::optim::AdamWSettings;
 use crate::pretrained::classifier_config;
 use crate::report::Reporter;
+use crate::resume::Checkpointing;
 use crate::train::{TrainSettings, fine_tune};
 
 /// What a `warm-cache` run did.
@@ -205,6 +206,7 @@ pub(crate) fn warm_step<B: TrainBackend>(shapes: &WarmShapes, device: &B::Device
         device,
         &mut reporter,
         &mut memory,
+        &mut Checkpointing::off(),
     )?;
     Ok(started.elapsed().as_secs_f64())
 }

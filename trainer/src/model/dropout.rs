@@ -13,7 +13,9 @@
 //! Each mask is a function of (seed, call number, chunk) only, so a run is reproducible for a
 //! given seed whatever the thread timing: [`seed`] sets the seed and restarts the call count
 //! (the trainer calls it with `--seed` before training), and every training-mode forward pass
-//! of any [`Dropout`] takes the next call number of this process.
+//! of any [`Dropout`] takes the next call number of this process. A checkpoint keeps the count
+//! ([`calls`]), and a resumed run goes on from it ([`resume_calls`]): its masks are the ones the
+//! uninterrupted run would have drawn.
 //!
 //! On a GPU, drawing on the host and copying the mask would be slower than the backend's own
 //! generator, so [`crate::backend::dispatch`] calls [`use_host_masks`]`(false)` for
@@ -40,6 +42,18 @@ static HOST_MASKS: AtomicBool = AtomicBool::new(true);
 pub fn seed(seed: u64) {
     SEED.store(seed, Ordering::SeqCst);
     CALLS.store(0, Ordering::SeqCst);
+}
+
+/// The training-mode dropout calls made since [`seed`] (or set by [`resume_calls`]): where
+/// the masks' stream stands, for a checkpoint.
+pub fn calls() -> u64 {
+    CALLS.load(Ordering::SeqCst)
+}
+
+/// Sets the count of calls made to `calls` (a checkpoint's [`calls`]), so that the masks go on
+/// where that run's stood; the seed stays [`seed`]'s.
+pub fn resume_calls(calls: u64) {
+    CALLS.store(calls, Ordering::SeqCst);
 }
 
 /// Chooses where masks come from: our host generator (`true`, the default, for CPU backends)

@@ -12,6 +12,8 @@ pub(crate) fn trainer() -> Command {
     command.env_remove("CLOUD_ML_HP_METRIC_FILE");
     command.env_remove("HPTUNE_OUTPUT_DIR");
     command.env_remove("HPTUNE_GPU_MEMORY");
+    command.env_remove("HPTUNE_CHECKPOINT_DIR");
+    command.env_remove("HPTUNE_RESUME_FROM");
     command
 }
 

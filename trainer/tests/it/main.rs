@@ -10,6 +10,7 @@
 mod common;
 
 mod binary;
+mod checkpoints;
 mod costs;
 mod data_formats;
 mod device_work;
