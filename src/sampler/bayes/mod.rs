@@ -24,6 +24,7 @@ mod data;
 pub(crate) mod design;
 pub(crate) mod encoding;
 pub(crate) mod feasibility;
+pub(crate) mod hypervolume_improvement;
 pub(crate) mod search;
 pub(crate) mod trust;
 
