@@ -282,12 +282,14 @@ pub(crate) fn proposer<'a>(
     parallel: usize,
     sampler: &'a mut dyn Sampler,
 ) -> impl FnMut(u64, &StudyView, &[Assignment]) -> Result<Option<Assignment>, SamplerError> + 'a {
+    let goals: Vec<_> = study.objectives().map(|o| o.goal).collect();
     move |number, view, claimed| {
         let mut running = view.unfinished_params();
         running.extend_from_slice(claimed);
         sampler.propose(&ProposalContext {
             space: &study.space,
             goal: study.objective.goal,
+            goals: &goals,
             constraints: &study.constraints,
             number,
             history: view.history(),

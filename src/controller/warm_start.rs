@@ -75,12 +75,17 @@ pub(crate) async fn warm_start_prior(
         .find_study(&warm.study)
         .await?
         .ok_or_else(|| PriorError::NoStudy(warm.study.clone()))?;
-    let objective = |goal: crate::study::Goal, metric: &str| format!("{}s {metric}", goal.as_str());
-    if record.metric != study.objective.metric || record.goal != study.objective.goal {
+    let describe = |objectives: &mut dyn Iterator<Item = &crate::study::Objective>| {
+        let each: Vec<String> = objectives
+            .map(|o| format!("{}s {}", o.goal.as_str(), o.metric))
+            .collect();
+        each.join(", ")
+    };
+    if !study.keeps_objectives(&record.objectives) {
         return Err(PriorError::OtherObjective {
+            there: describe(&mut record.objectives.iter()),
+            here: describe(&mut study.objectives()),
             name: record.name,
-            there: objective(record.goal, &record.metric),
-            here: objective(study.objective.goal, &study.objective.metric),
         });
     }
     let other = record.space()?;
@@ -181,6 +186,11 @@ mod tests {
             name: "earlier".into(),
             metric: "loss".into(),
             goal: Goal::Minimize,
+            objectives: vec![crate::study::Objective {
+                metric: "loss".into(),
+                goal: Goal::Minimize,
+                reference_point: None,
+            }],
             spec: String::new(),
             space: serde_json::to_string(&study.space).unwrap(),
             created_at: String::new(),

@@ -9,6 +9,11 @@ fn study(parameters: Vec<Parameter>) -> StudyRecord {
         name: "s".into(),
         metric: "loss".into(),
         goal: Goal::Minimize,
+        objectives: vec![crate::study::Objective {
+            metric: "loss".into(),
+            goal: Goal::Minimize,
+            reference_point: None,
+        }],
         spec: String::new(),
         space: serde_json::to_string(&Space::new(parameters)).unwrap(),
         created_at: "2026-01-01T00:00:00.000Z".into(),

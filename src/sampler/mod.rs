@@ -27,6 +27,9 @@ pub struct Observation {
     pub params: Assignment,
     /// Its final value; `None` when it failed or was stopped before reporting one.
     pub value: Option<f64>,
+    /// Its final value of every objective of a study with several, in the study's order
+    /// (the first is `value`); empty with one objective, or when it has no result.
+    pub values: Vec<f64>,
     /// Whether it kept the study's constraints (see [`crate::study::Constraints::judge`]).
     pub feasible: bool,
     /// The final values it reported of the constrained metrics.
@@ -41,6 +44,7 @@ impl Observation {
             number: 0,
             params: Assignment::default(),
             value: None,
+            values: Vec::new(),
             feasible: true,
             constraint_values: BTreeMap::new(),
         }
@@ -52,8 +56,11 @@ impl Observation {
 pub struct ProposalContext<'a> {
     /// The search space.
     pub space: &'a Space,
-    /// Whether larger or smaller values are better.
+    /// Whether larger or smaller values are better (of the first objective, with several).
     pub goal: Goal,
+    /// Every objective's goal, in the study's order (the first is `goal`): one for a study
+    /// of one objective.
+    pub goals: &'a [Goal],
     /// The bounds on the trials' other metrics.
     pub constraints: &'a Constraints,
     /// The number the proposed trial will get.

@@ -49,6 +49,7 @@ mod tests {
         let context = ProposalContext {
             space,
             goal: Goal::Minimize,
+            goals: &[Goal::Minimize],
             constraints: &Default::default(),
             number,
             history: &[],

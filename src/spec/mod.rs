@@ -12,6 +12,7 @@ mod early_stopping;
 mod executor;
 mod initial_trials;
 mod locate;
+mod objectives;
 mod parameters;
 mod raw;
 mod slurm;
@@ -24,8 +25,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::protocol::check_metric_name;
-use crate::study::{Algorithm, Budget, Goal, Objective, Study};
+use crate::study::{Algorithm, Budget, Study};
 use locate::{Locations, Position};
 use raw::RawStudy;
 
@@ -288,21 +288,7 @@ impl Checker<'_> {
         if let Err(message) = check_name(&raw.name) {
             self.report("name", message);
         }
-        if raw.objective.metric.trim().is_empty() {
-            self.report("objective.metric", "must not be empty");
-        } else if let Err(message) = check_metric_name(&raw.objective.metric) {
-            self.report("objective.metric", message);
-        }
-        let goal = Goal::parse(&raw.objective.goal);
-        if goal.is_none() {
-            self.report(
-                "objective.goal",
-                format!(
-                    "'{}' is not a goal: use maximize or minimize",
-                    raw.objective.goal
-                ),
-            );
-        }
+        let objectives = self.objectives(&raw);
         let algorithm = match raw.algorithm.as_deref() {
             None | Some("bayesian") => Some(Algorithm::Bayesian),
             Some("random") => Some(Algorithm::Random),
@@ -348,12 +334,11 @@ impl Checker<'_> {
         {
             self.report("parameters", e.to_string());
         }
+        let (objective, further_objectives) = objectives?;
         Some(Study {
             name: raw.name,
-            objective: Objective {
-                metric: raw.objective.metric,
-                goal: goal?,
-            },
+            objective,
+            further_objectives,
             space: space?,
             algorithm: algorithm?,
             budget: Budget {
@@ -470,7 +455,7 @@ trial:
     fn reads_a_complete_study() {
         let study = parse(Path::new("study.yaml"), GOOD).unwrap();
         assert_eq!(study.name, "demo");
-        assert_eq!(study.objective.goal, Goal::Maximize);
+        assert_eq!(study.objective.goal, crate::study::Goal::Maximize);
         assert_eq!(study.space.dimension(), 4);
         assert_eq!(study.algorithm, Algorithm::Random);
         assert_eq!(study.parallel_trial_count, 2);

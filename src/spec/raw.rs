@@ -124,7 +124,8 @@ impl<'de> Deserialize<'de> for Number {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStudy {
     pub name: String,
-    pub objective: RawObjective,
+    pub objective: Option<RawObjective>,
+    pub objectives: Option<Vec<RawObjective>>,
     pub parameters: Vec<RawParameter>,
     pub algorithm: Option<String>,
     pub max_trial_count: Option<i64>,
@@ -193,6 +194,7 @@ pub(super) struct RawAsha {
 pub(super) struct RawObjective {
     pub metric: String,
     pub goal: String,
+    pub reference_point: Option<Number>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -7,7 +7,8 @@
 use std::cmp::Ordering;
 
 use super::rows::{TrialRecord, TrialState};
-use crate::study::Goal;
+use crate::study::pareto;
+use crate::study::{Goal, Objective};
 
 /// A trial's value as a result of the study, in SQL, for `concat!`: NULL unless the trial
 /// succeeded and is feasible (see [`TrialRecord::result`], which it must agree with).
@@ -25,6 +26,29 @@ impl TrialRecord {
         self.value
             .filter(|_| self.state == TrialState::Succeeded && self.infeasible.is_none())
     }
+}
+
+impl TrialRecord {
+    /// Its values as a result of a study of `count` objectives: a succeeded, feasible trial's
+    /// value of every objective (as [`TrialRecord::result`] says which trials have results).
+    pub(crate) fn results(&self, count: usize) -> Option<&[f64]> {
+        (self.result().is_some() && self.objective_values.len() == count)
+            .then_some(self.objective_values.as_slice())
+    }
+}
+
+/// The trials of `trials` on the Pareto front of a study of several `objectives`, by number:
+/// the results (see [`TrialRecord::results`]) that no other result dominates; trials with
+/// equal values are on it together.
+pub(crate) fn pareto_front<'a>(
+    trials: &'a [TrialRecord],
+    objectives: &[Objective],
+) -> Vec<&'a TrialRecord> {
+    let goals: Vec<Goal> = objectives.iter().map(|o| o.goal).collect();
+    pareto::front(trials, &goals, |t| t.results(goals.len()))
+        .into_iter()
+        .map(|i| &trials[i])
+        .collect()
 }
 
 /// Which of two results, each `(number, value)`, ranks first for `goal`: the better value,

@@ -199,13 +199,16 @@ impl Script {
         let constraint_values = (!trial.constraint_values.is_empty()).then(|| {
             serde_json::to_string(&trial.constraint_values).expect("a map of numbers serialises")
         });
+        let objective_values = (!trial.objective_values.is_empty()).then(|| {
+            serde_json::to_string(&trial.objective_values).expect("a list of numbers serialises")
+        });
         // The owner and attempt are the row's own when this controller still runs the trial;
         // otherwise the database refuses the end (migration 0005).
         format!(
             "UPDATE trials SET state = {}, error = {}, finished_at = {finished_at}, value = {value}, \
              worker = COALESCE({}, worker), log_path = COALESCE({}, log_path), \
              artifact_dir = COALESCE({}, artifact_dir), constraint_values = {}, infeasible = {}, \
-             owner = {}, attempt = {} WHERE id = {id}",
+             objective_values = {}, owner = {}, attempt = {} WHERE id = {id}",
             self.text(Some(trial.state.as_str())),
             self.text(trial.error.as_deref()),
             self.text(trial.worker.as_deref()),
@@ -213,6 +216,7 @@ impl Script {
             self.text(trial.artifact_dir.as_deref()),
             self.text(constraint_values.as_deref()),
             self.text(trial.infeasible.as_deref()),
+            self.text(objective_values.as_deref()),
             self.text(trial.owner.as_deref()),
             self.int(i64::from(trial.attempt)),
         )

@@ -27,9 +27,9 @@ use chrono::{SecondsFormat, Utc};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 
-use crate::study::Study;
+use crate::study::{Objective, Study};
 pub use best::best_first;
-pub(crate) use best::best_trial;
+pub(crate) use best::{best_trial, pareto_front};
 pub(crate) use claim::{Claim, ClaimError, ClaimRules, ClientLease, Holder, Queue};
 pub(crate) use ends::TrialEnd;
 pub(crate) use enqueue::Enqueue;
@@ -94,12 +94,12 @@ pub enum StorageError {
     SpaceChanged(String),
     /// The study already exists with another objective.
     #[error(
-        "study '{name}' already exists in this database with objective {was}: keep it to continue the study, or give the study a new name"
+        "study '{name}' already exists in this database with objective {was}: keep the objectives as they were (the same metrics, goals and order) to continue the study, or give the study a new name"
     )]
     ObjectiveChanged {
         /// The study.
         name: String,
-        /// The recorded objective.
+        /// The recorded objectives (`maximize accuracy, minimize latency_ms`).
         was: String,
     },
 }
@@ -219,30 +219,45 @@ impl Storage {
         Ok(Self { pool, dialect })
     }
 
-    /// The record of `study`, created on first run. A rerun must keep the objective and the
-    /// search space; the study file text is updated (budgets may grow).
+    /// The record of `study`, created on first run. A rerun must keep the objectives and
+    /// the search space; the study file text is updated (budgets may grow), and with several
+    /// objectives their reference points.
     pub(crate) async fn ensure_study(&self, study: &Study) -> Result<StudyRecord, StorageError> {
         let space = serde_json::to_string(&study.space).expect("a space serialises");
+        let objectives: Vec<&Objective> = study.objectives().collect();
+        // A study of one objective keeps it in `metric` and `goal` alone, as before 0013.
+        let several = study
+            .has_several_objectives()
+            .then(|| serde_json::to_string(&objectives).expect("objectives serialise"));
         if let Some(existing) = self.find_study(&study.name).await? {
-            if existing.metric != study.objective.metric || existing.goal != study.objective.goal {
+            if !study.keeps_objectives(&existing.objectives) {
+                let was: Vec<String> = existing
+                    .objectives
+                    .iter()
+                    .map(|o| format!("{} {}", o.goal.as_str(), o.metric))
+                    .collect();
                 return Err(StorageError::ObjectiveChanged {
                     name: study.name.clone(),
-                    was: format!("{} {}", existing.goal.as_str(), existing.metric),
+                    was: was.join(", "),
                 });
             }
             if existing.space != space {
                 return Err(StorageError::SpaceChanged(study.name.clone()));
             }
-            sqlx::query("UPDATE studies SET spec = $1 WHERE id = $2")
+            sqlx::query("UPDATE studies SET spec = $1, objectives = $2 WHERE id = $3")
                 .bind(&study.source)
+                .bind(several)
                 .bind(existing.id)
                 .execute(&self.pool)
                 .await
                 .map_err(query_error("updating the study file"))?;
-            return Ok(existing);
+            return Ok(StudyRecord {
+                objectives: objectives.into_iter().cloned().collect(),
+                ..existing
+            });
         }
         sqlx::query(
-            "INSERT INTO studies (name, metric, goal, spec, space, created_at) VALUES ($1, $2, $3, $4, $5, $6)
+            "INSERT INTO studies (name, metric, goal, spec, space, created_at, objectives) VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (name) DO NOTHING",
         )
         .bind(&study.name)
@@ -251,6 +266,7 @@ impl Storage {
         .bind(&study.source)
         .bind(&space)
         .bind(now())
+        .bind(several)
         .execute(&self.pool)
         .await
         .map_err(query_error("creating the study"))?;

@@ -10,13 +10,13 @@ use sqlx::any::AnyRow;
 use super::StorageError;
 use crate::protocol::Measurement;
 use crate::sampler::Observation;
-use crate::study::Goal;
 use crate::study::space::{Assignment, Space};
+use crate::study::{Goal, Objective};
 
 /// The columns of a trial, in the order [`TrialRecord::from_row`] reads them.
 macro_rules! trial_columns {
     () => {
-        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus, gpu_slot, artifact_dir, artifact_removed_at, constraint_values, infeasible, lease_expires_at, lease_seconds"
+        "id, number, state, params, value, error, worker, log_path, started_at, finished_at, attempt, owner, gpus, gpu_slot, artifact_dir, artifact_removed_at, constraint_values, infeasible, lease_expires_at, lease_seconds, objective_values"
     };
 }
 pub(crate) use trial_columns;
@@ -40,7 +40,7 @@ pub(crate) use handed_back;
 /// The columns of a study, in the order [`StudyRecord::from_row`] reads them.
 macro_rules! study_columns {
     () => {
-        "id, name, metric, goal, spec, space, created_at"
+        "id, name, metric, goal, spec, space, created_at, objectives"
     };
 }
 pub(crate) use study_columns;
@@ -111,10 +111,13 @@ pub struct StudyRecord {
     pub id: i64,
     /// Unique name.
     pub name: String,
-    /// Objective metric.
+    /// Objective metric (the first objective's, with several).
     pub metric: String,
-    /// Objective goal.
+    /// Objective goal (the first objective's, with several).
     pub goal: Goal,
+    /// Every objective, in the study file's order: one (`metric` and `goal`), or 2 to 4
+    /// (`objectives:`), with the reference points its last run gave.
+    pub objectives: Vec<Objective>,
     /// The study file as last run.
     pub spec: String,
     /// The search space, JSON.
@@ -169,6 +172,10 @@ pub struct TrialRecord {
     pub lease_expires_at: Option<String>,
     /// The length of that lease in seconds, for which each intermediate result renews it.
     pub lease_seconds: Option<u64>,
+    /// Its final value of every objective of a study with several, in the study's order
+    /// (the first is `value`); empty with one objective, or when it has none.
+    #[serde(skip)]
+    pub objective_values: Vec<f64>,
 }
 
 #[cfg(test)]
@@ -197,6 +204,7 @@ impl TrialRecord {
             infeasible: None,
             lease_expires_at: None,
             lease_seconds: None,
+            objective_values: Vec::new(),
         }
     }
 
@@ -255,12 +263,23 @@ pub(super) fn corrupt(e: sqlx::Error) -> StorageError {
 impl StudyRecord {
     pub(super) fn from_row(row: &AnyRow) -> Result<Self, StorageError> {
         let goal: String = row.try_get("goal").map_err(corrupt)?;
+        let metric: String = row.try_get("metric").map_err(corrupt)?;
+        let goal =
+            Goal::parse(&goal).ok_or_else(|| StorageError::Corrupt(format!("goal '{goal}'")))?;
+        let objectives = match json_column(row, "objectives", "objectives")? {
+            Some(several) => several,
+            None => vec![Objective {
+                metric: metric.clone(),
+                goal,
+                reference_point: None,
+            }],
+        };
         Ok(Self {
             id: row.try_get("id").map_err(corrupt)?,
             name: row.try_get("name").map_err(corrupt)?,
-            metric: row.try_get("metric").map_err(corrupt)?,
-            goal: Goal::parse(&goal)
-                .ok_or_else(|| StorageError::Corrupt(format!("goal '{goal}'")))?,
+            metric,
+            goal,
+            objectives,
             spec: row.try_get("spec").map_err(corrupt)?,
             space: row.try_get("space").map_err(corrupt)?,
             created_at: row.try_get("created_at").map_err(corrupt)?,
@@ -301,6 +320,10 @@ impl TrialRecord {
             number: self.number,
             params: self.params.clone(),
             value: self.value.filter(|_| self.state == TrialState::Succeeded),
+            values: match self.state {
+                TrialState::Succeeded => self.objective_values.clone(),
+                _ => Vec::new(),
+            },
             feasible: self.infeasible.is_none(),
             constraint_values: self.constraint_values.clone(),
         })
@@ -336,22 +359,33 @@ impl TrialRecord {
             gpu_slot: slot(row)?,
             artifact_dir: row.try_get("artifact_dir").map_err(corrupt)?,
             artifact_removed_at: row.try_get("artifact_removed_at").map_err(corrupt)?,
-            constraint_values: match row
-                .try_get::<Option<String>, _>("constraint_values")
-                .map_err(corrupt)?
-            {
-                Some(text) => serde_json::from_str(&text)
-                    .map_err(|e| StorageError::Corrupt(format!("constraint values {text}: {e}")))?,
-                None => BTreeMap::new(),
-            },
+            constraint_values: json_column(row, "constraint_values", "constraint values")?
+                .unwrap_or_default(),
             infeasible: row.try_get("infeasible").map_err(corrupt)?,
             lease_expires_at: row.try_get("lease_expires_at").map_err(corrupt)?,
             lease_seconds: row
                 .try_get::<Option<i64>, _>("lease_seconds")
                 .map_err(corrupt)?
                 .map(|s| s.max(0) as u64),
+            objective_values: json_column(row, "objective_values", "objective values")?
+                .unwrap_or_default(),
         })
     }
+}
+
+/// The JSON text of `column` read into `T`; `None` where it is NULL. `what` names it in the
+/// error of a value that does not read.
+fn json_column<T: serde::de::DeserializeOwned>(
+    row: &AnyRow,
+    column: &str,
+    what: &str,
+) -> Result<Option<T>, StorageError> {
+    let text: Option<String> = row.try_get(column).map_err(corrupt)?;
+    text.map(|text| {
+        serde_json::from_str(&text)
+            .map_err(|e| StorageError::Corrupt(format!("{what} {text}: {e}")))
+    })
+    .transpose()
 }
 
 pub(super) fn measurement_from_row(row: &AnyRow) -> Result<Measurement, StorageError> {

@@ -5,6 +5,7 @@
 mod constraint;
 mod executor;
 mod goal;
+pub(crate) mod pareto;
 pub mod space;
 pub(crate) mod stopping;
 mod template;
@@ -29,13 +30,18 @@ use crate::gpus::Share;
 use space::Space;
 use stopping::StoppingRule;
 
-/// What the study optimises.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the study optimises: one metric and its direction.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Objective {
     /// The tag workers report (`accuracy`).
     pub metric: String,
     /// Up or down.
     pub goal: Goal,
+    /// The corner of the hypervolume on this objective (`reference_point`, given with
+    /// several objectives only); `None`: derived from the trials
+    /// (see `pareto::reference_point`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_point: Option<f64>,
 }
 
 /// How trials are proposed.
@@ -117,8 +123,12 @@ impl Budget {
 pub struct Study {
     /// Unique key of the study in the database.
     pub name: String,
-    /// What is optimised.
+    /// What is optimised: the only objective, or the first of several (the one a trial's
+    /// `value` holds).
     pub objective: Objective,
+    /// The objectives after the first of a study with several (`objectives:`, 2 to 4 in all);
+    /// empty with one.
+    pub further_objectives: Vec<Objective>,
     /// The parameters.
     pub space: Space,
     /// How trials are proposed.
@@ -149,4 +159,27 @@ pub struct Study {
     pub warm_start: Option<WarmStart>,
     /// The file as written, kept in the database.
     pub source: String,
+}
+
+impl Study {
+    /// Every objective, in the study file's order: the first is [`Study::objective`].
+    pub fn objectives(&self) -> impl Iterator<Item = &Objective> {
+        std::iter::once(&self.objective).chain(&self.further_objectives)
+    }
+
+    /// Whether `recorded` (a stored study's objectives) are this study's: the same metrics
+    /// with the same goals in the same order. Reference points may differ: they only place
+    /// the hypervolume's corner.
+    pub(crate) fn keeps_objectives(&self, recorded: &[Objective]) -> bool {
+        recorded.len() == self.objectives().count()
+            && recorded
+                .iter()
+                .zip(self.objectives())
+                .all(|(a, b)| a.metric == b.metric && a.goal == b.goal)
+    }
+
+    /// Whether the study trades several objectives against each other.
+    pub fn has_several_objectives(&self) -> bool {
+        !self.further_objectives.is_empty()
+    }
 }

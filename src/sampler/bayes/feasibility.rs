@@ -225,6 +225,7 @@ mod tests {
             number,
             params: Assignment::from([("a".to_string(), ParamValue::Float(a))]),
             value: ran.then_some(a),
+            values: Vec::new(),
             feasible: ran && memory.is_none_or(|m| m <= 16.0),
             constraint_values: memory
                 .map(|m| BTreeMap::from([("memory".to_string(), m)]))

@@ -34,6 +34,7 @@ fn propose_under(
     let context = ProposalContext {
         space,
         goal: Goal::Minimize,
+        goals: &[Goal::Minimize],
         constraints,
         number: (history.len() + running.len()) as u64,
         history,
@@ -159,6 +160,7 @@ fn run_constrained(
         history.push(Observation {
             number,
             value,
+            values: Vec::new(),
             feasible: constraints.judge(false, &values).is_none(),
             constraint_values: values,
             params,
@@ -244,6 +246,7 @@ fn a_warm_start_skips_the_design_and_proposes_from_the_other_studys_trials() {
     let context = |prior| ProposalContext {
         space: &space,
         goal: Goal::Minimize,
+        goals: &[Goal::Minimize],
         constraints: &constraints,
         number: 0,
         history: &[],

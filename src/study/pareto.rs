@@ -1,0 +1,374 @@
+//! Several objectives at once: which trials no other beats on every objective (the Pareto
+//! front), non-dominated sorting, the hypervolume a front dominates, and the reference point
+//! that bounds it. No I/O: points in, indices and numbers out.
+//!
+//! A point is one trial's values, one per objective, in the study's order; each objective has
+//! its [`Goal`]. Inside this module every point is turned so that every objective is
+//! minimised (a maximised value negated), so one rule serves all goals.
+
+use super::Goal;
+
+/// The share of each objective's range by which the derived reference point lies past the
+/// worst feasible value (BoTorch's `infer_reference_point` uses the same 10%): the extreme
+/// trials of the front then add volume of their own.
+const REFERENCE_MARGIN: f64 = 0.1;
+
+/// `values` turned so that every objective is minimised.
+fn minimised(values: &[f64], goals: &[Goal]) -> Vec<f64> {
+    values
+        .iter()
+        .zip(goals)
+        .map(|(&v, goal)| match goal {
+            Goal::Minimize => v,
+            Goal::Maximize => -v,
+        })
+        .collect()
+}
+
+/// Whether `a` dominates `b`, both already minimised: no worse on any objective and better
+/// on one. Equal points do not dominate each other.
+fn dominates_minimised(a: &[f64], b: &[f64]) -> bool {
+    a.iter().zip(b).all(|(x, y)| x <= y) && a.iter().zip(b).any(|(x, y)| x < y)
+}
+
+/// Whether `values` is a point of `goals`' space: one finite value per objective.
+fn is_point(values: &[f64], goals: &[Goal]) -> bool {
+    values.len() == goals.len() && values.iter().all(|v| v.is_finite())
+}
+
+/// Sorts `points` into fronts (Deb's fast non-dominated sorting): the first holds the indices
+/// of the points nothing dominates, each next one those that only points of earlier fronts
+/// dominate; each front in index order. A point that is not one finite value per objective
+/// is in no front. Points equal to each other share a front.
+pub(crate) fn non_dominated_sort(points: &[&[f64]], goals: &[Goal]) -> Vec<Vec<usize>> {
+    let kept: Vec<usize> = (0..points.len())
+        .filter(|&i| is_point(points[i], goals))
+        .collect();
+    let turned: Vec<Vec<f64>> = kept.iter().map(|&i| minimised(points[i], goals)).collect();
+    // For each kept point: how many dominate it, and which it dominates.
+    let mut dominated_by = vec![0usize; kept.len()];
+    let mut dominated: Vec<Vec<usize>> = vec![Vec::new(); kept.len()];
+    for a in 0..kept.len() {
+        for b in a + 1..kept.len() {
+            if dominates_minimised(&turned[a], &turned[b]) {
+                dominated[a].push(b);
+                dominated_by[b] += 1;
+            } else if dominates_minimised(&turned[b], &turned[a]) {
+                dominated[b].push(a);
+                dominated_by[a] += 1;
+            }
+        }
+    }
+    let mut fronts = Vec::new();
+    let mut current: Vec<usize> = (0..kept.len()).filter(|&k| dominated_by[k] == 0).collect();
+    while !current.is_empty() {
+        let mut next = Vec::new();
+        for &k in &current {
+            for &d in &dominated[k] {
+                dominated_by[d] -= 1;
+                if dominated_by[d] == 0 {
+                    next.push(d);
+                }
+            }
+        }
+        fronts.push(current.iter().map(|&k| kept[k]).collect());
+        next.sort_unstable();
+        current = next;
+    }
+    fronts
+}
+
+/// The indices, in order, of the `items` on the Pareto front: those with values (`values`
+/// gives `None` for an item that is no result: a failed, stopped or infeasible trial), one
+/// finite value per objective (an item with a NaN is left out), that no other such item
+/// dominates. Items with equal values are on the front together or not at all.
+pub(crate) fn front<T>(
+    items: &[T],
+    goals: &[Goal],
+    values: impl Fn(&T) -> Option<&[f64]>,
+) -> Vec<usize> {
+    let results: Vec<(usize, &[f64])> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| Some((i, values(item)?)))
+        .collect();
+    let points: Vec<&[f64]> = results.iter().map(|(_, v)| *v).collect();
+    non_dominated_sort(&points, goals)
+        .into_iter()
+        .next()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|k| results[k].0)
+        .collect()
+}
+
+/// The reference point of the hypervolume of `points` under `goals`: each objective's
+/// `given` value where the study gives one, else the worst value among `points` (the
+/// feasible results) widened by 10% of their range on that objective (by 10% of the value's
+/// size, at least 0.1, when all are equal); `None` when an objective has no given value and
+/// no point to derive one from. Points that are not one finite value per objective are
+/// ignored.
+pub(crate) fn reference_point(
+    points: &[&[f64]],
+    goals: &[Goal],
+    given: &[Option<f64>],
+) -> Option<Vec<f64>> {
+    let points: Vec<Vec<f64>> = points
+        .iter()
+        .filter(|p| is_point(p, goals))
+        .map(|p| minimised(p, goals))
+        .collect();
+    goals
+        .iter()
+        .enumerate()
+        .map(|(j, goal)| {
+            if let Some(value) = given.get(j).copied().flatten() {
+                return Some(value);
+            }
+            let worst = points
+                .iter()
+                .map(|p| p[j])
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))?;
+            let best = points.iter().map(|p| p[j]).fold(worst, f64::min);
+            let range = worst - best;
+            let margin = match range > 0.0 {
+                true => REFERENCE_MARGIN * range,
+                false => REFERENCE_MARGIN * worst.abs().max(1.0),
+            };
+            let corner = worst + margin;
+            Some(match goal {
+                Goal::Minimize => corner,
+                Goal::Maximize => -corner,
+            })
+        })
+        .collect()
+}
+
+/// The hypervolume of `points` under `goals`: the measure of the region between them and the
+/// `reference` point that some point dominates. Points that do not beat the reference on
+/// every objective add nothing; points that are not one finite value per objective are
+/// ignored. Exact: a sweep in two dimensions, slices along the last objective above that
+/// (the hypervolume by slicing objectives, HSO; O(n^(d-1) log n) for n points, enough for
+/// the fronts of studies with up to 4 objectives).
+pub(crate) fn hypervolume(points: &[&[f64]], goals: &[Goal], reference: &[f64]) -> f64 {
+    if reference.len() != goals.len() || reference.iter().any(|r| !r.is_finite()) {
+        return 0.0;
+    }
+    let reference = minimised(reference, goals);
+    let inside: Vec<Vec<f64>> = points
+        .iter()
+        .filter(|p| is_point(p, goals))
+        .map(|p| minimised(p, goals))
+        .filter(|p| p.iter().zip(&reference).all(|(x, r)| x < r))
+        .collect();
+    volume(inside, &reference)
+}
+
+/// The volume `points` (minimised, each beating `reference` everywhere) dominate below
+/// `reference`.
+fn volume(mut points: Vec<Vec<f64>>, reference: &[f64]) -> f64 {
+    let d = reference.len();
+    if points.is_empty() {
+        return 0.0;
+    }
+    match d {
+        1 => reference[0] - points.iter().map(|p| p[0]).fold(f64::INFINITY, f64::min),
+        2 => {
+            // By the first objective, then the second: each point below the lowest second
+            // value so far adds the strip it uncovers.
+            points.sort_by(|a, b| a[0].total_cmp(&b[0]).then(a[1].total_cmp(&b[1])));
+            let mut lowest = reference[1];
+            let mut area = 0.0;
+            for p in &points {
+                if p[1] < lowest {
+                    area += (reference[0] - p[0]) * (lowest - p[1]);
+                    lowest = p[1];
+                }
+            }
+            area
+        }
+        _ => {
+            // Slices along the last objective: between the last values of two successive
+            // points, the points below the slice dominate a (d-1)-dimensional volume.
+            points.sort_by(|a, b| a[d - 1].total_cmp(&b[d - 1]));
+            let mut total = 0.0;
+            let mut below: Vec<Vec<f64>> = Vec::with_capacity(points.len());
+            for (i, p) in points.iter().enumerate() {
+                let projected = p[..d - 1].to_vec();
+                if !below
+                    .iter()
+                    .any(|q| q.iter().zip(&projected).all(|(x, y)| x <= y))
+                {
+                    below.retain(|q| !projected.iter().zip(q).all(|(x, y)| x <= y));
+                    below.push(projected);
+                }
+                let top = points.get(i + 1).map_or(reference[d - 1], |n| n[d - 1]);
+                if top > p[d - 1] {
+                    total += volume(below.clone(), &reference[..d - 1]) * (top - p[d - 1]);
+                }
+            }
+            total
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+
+    const MIN2: [Goal; 2] = [Goal::Minimize, Goal::Minimize];
+
+    fn refs(points: &[Vec<f64>]) -> Vec<&[f64]> {
+        points.iter().map(Vec::as_slice).collect()
+    }
+
+    #[test]
+    fn a_point_dominates_only_when_no_worse_anywhere_and_better_somewhere() {
+        let goals = [Goal::Maximize, Goal::Minimize];
+        let dominates = |a: &[f64], b: &[f64]| {
+            dominates_minimised(&minimised(a, &goals), &minimised(b, &goals))
+        };
+        assert!(dominates(&[0.9, 10.0], &[0.8, 10.0]));
+        assert!(!dominates(&[0.9, 10.0], &[0.9, 10.0]));
+        assert!(!dominates(&[0.9, 12.0], &[0.8, 10.0]));
+        assert!(dominates(&[0.8, 9.0], &[0.8, 10.0]));
+    }
+
+    #[test]
+    fn the_fronts_of_a_full_grid_are_its_diagonals() {
+        // On the grid {0..n-1}^d, minimised, (a, b, ...) is in front a + b + ...: it is
+        // dominated by the points one step lower on one axis, and by nothing else of its sum.
+        for d in [2usize, 3] {
+            let n: usize = 4;
+            let points: Vec<Vec<f64>> = (0..n.pow(d as u32))
+                .map(|k| (0..d).map(|j| ((k / n.pow(j as u32)) % n) as f64).collect())
+                .collect();
+            let goals = vec![Goal::Minimize; d];
+            let fronts = non_dominated_sort(&refs(&points), &goals);
+            assert_eq!(fronts.len(), d * (n - 1) + 1);
+            for (rank, front) in fronts.iter().enumerate() {
+                for &i in front {
+                    assert_eq!(
+                        points[i].iter().sum::<f64>() as usize,
+                        rank,
+                        "{:?}",
+                        points[i]
+                    );
+                }
+            }
+            assert_eq!(fronts.iter().map(Vec::len).sum::<usize>(), points.len());
+        }
+    }
+
+    #[test]
+    fn a_maximised_objective_is_sorted_the_other_way() {
+        let points = vec![
+            vec![0.9, 5.0],
+            vec![0.8, 4.0],
+            vec![0.7, 6.0],
+            vec![0.9, 5.0],
+        ];
+        let fronts = non_dominated_sort(&refs(&points), &[Goal::Maximize, Goal::Minimize]);
+        assert_eq!(fronts, vec![vec![0, 1, 3], vec![2]]);
+    }
+
+    #[test]
+    fn the_front_keeps_ties_and_leaves_out_nan_and_non_results() {
+        // (number, values): None is a failed or infeasible trial.
+        let trials: Vec<(u64, Option<Vec<f64>>)> = vec![
+            (0, Some(vec![1.0, 3.0])),
+            (1, Some(vec![1.0, 3.0])), // a tie with trial 0: both on the front
+            (2, Some(vec![2.0, 2.0])), // on the front
+            (3, Some(vec![f64::NAN, 0.0])), // NaN: never on it, and dominates nothing
+            (4, None),                 // failed
+            (5, Some(vec![0.5])),      // reported one objective of two
+            (6, Some(vec![2.0, 3.0])), // dominated by 0 and 2
+            (7, Some(vec![3.0, f64::INFINITY])), // not finite
+        ];
+        let on = front(&trials, &MIN2, |t| t.1.as_deref());
+        let numbers: Vec<u64> = on.iter().map(|&i| trials[i].0).collect();
+        assert_eq!(numbers, vec![0, 1, 2]);
+        assert!(front(&trials[4..5], &MIN2, |t| t.1.as_deref()).is_empty());
+    }
+
+    #[test]
+    fn the_two_dimensional_hypervolume_of_a_linear_front_has_its_closed_form() {
+        // m + 1 points evenly on x + y = 1, reference (1, 1): the staircase under them has
+        // area (m - 1) / (2m).
+        for m in [1usize, 2, 5, 40] {
+            let points: Vec<Vec<f64>> = (0..=m)
+                .map(|i| vec![i as f64 / m as f64, 1.0 - i as f64 / m as f64])
+                .collect();
+            let hv = hypervolume(&refs(&points), &MIN2, &[1.0, 1.0]);
+            let expected = (m as f64 - 1.0) / (2.0 * m as f64);
+            assert!((hv - expected).abs() < 1e-12, "m = {m}: {hv} != {expected}");
+        }
+    }
+
+    #[test]
+    fn the_hypervolume_of_one_point_is_its_box_whatever_the_goals() {
+        let goals = [Goal::Maximize, Goal::Minimize, Goal::Maximize];
+        let hv = hypervolume(&[&[0.9, 2.0, 5.0]], &goals, &[0.5, 10.0, 1.0]);
+        assert!((hv - 0.4 * 8.0 * 4.0).abs() < 1e-12);
+        // Dominated and outside points add nothing.
+        let points = [[0.9, 2.0, 5.0], [0.8, 3.0, 4.0], [0.95, 11.0, 9.0]];
+        let points: Vec<&[f64]> = points.iter().map(|p| p.as_slice()).collect();
+        assert!((hypervolume(&points, &goals, &[0.5, 10.0, 1.0]) - 12.8).abs() < 1e-12);
+    }
+
+    /// The hypervolume of integer points below an integer reference, by counting the unit
+    /// cells some point dominates.
+    fn counted(points: &[Vec<f64>], reference: usize) -> f64 {
+        let d = points[0].len();
+        let cells = reference.pow(d as u32);
+        (0..cells)
+            .filter(|&k| {
+                let cell: Vec<f64> = (0..d)
+                    .map(|j| ((k / reference.pow(j as u32)) % reference) as f64)
+                    .collect();
+                points
+                    .iter()
+                    .any(|p| p.iter().zip(&cell).all(|(x, c)| x <= c))
+            })
+            .count() as f64
+    }
+
+    #[test]
+    fn the_hypervolume_in_three_and_four_dimensions_matches_a_count_of_grid_cells() {
+        let mut rng = ChaCha8Rng::seed_from_u64(35);
+        for (d, side) in [(3usize, 12usize), (4, 7)] {
+            for round in 0..20 {
+                let n = 1 + round % 9;
+                let points: Vec<Vec<f64>> = (0..n)
+                    .map(|_| (0..d).map(|_| rng.random_range(0..side) as f64).collect())
+                    .collect();
+                let goals = vec![Goal::Minimize; d];
+                let hv = hypervolume(&refs(&points), &goals, &vec![side as f64; d]);
+                assert_eq!(hv, counted(&points, side), "d = {d}, points {points:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_derived_reference_lies_past_the_worst_value_by_a_tenth_of_the_range() {
+        let goals = [Goal::Maximize, Goal::Minimize];
+        let points = [[0.9, 10.0], [0.7, 30.0], [f64::NAN, 99.0]];
+        let points: Vec<&[f64]> = points.iter().map(|p| p.as_slice()).collect();
+        let r = reference_point(&points, &goals, &[None, None]).unwrap();
+        assert!(
+            (r[0] - 0.68).abs() < 1e-12 && (r[1] - 32.0).abs() < 1e-12,
+            "{r:?}"
+        );
+        // A given value is kept; a single value is widened by a tenth of its size.
+        let r = reference_point(&points[..1], &goals, &[Some(0.5), None]).unwrap();
+        assert_eq!(r, vec![0.5, 11.0]);
+        assert_eq!(reference_point(&[], &goals, &[Some(0.5), None]), None);
+        assert_eq!(
+            reference_point(&[], &goals, &[Some(0.5), Some(40.0)]),
+            Some(vec![0.5, 40.0])
+        );
+    }
+}
