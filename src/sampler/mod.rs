@@ -108,7 +108,11 @@ pub(crate) fn for_study(study: &Study) -> Result<Box<dyn Sampler>, SamplerError>
                 message: e.to_string(),
             })?),
         ),
-        Algorithm::Bayesian => ("bayesian", Box::new(BayesSampler::new(study.seed))),
+        Algorithm::Bayesian => {
+            let references = study.objectives().map(|o| o.reference_point).collect();
+            let sampler = BayesSampler::new(study.seed).with_reference_point(references);
+            ("bayesian", Box::new(sampler))
+        }
     };
     Ok(Box::new(Timed::new(name, sampler)))
 }

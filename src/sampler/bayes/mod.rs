@@ -26,11 +26,13 @@ pub(crate) mod encoding;
 pub(crate) mod feasibility;
 pub(crate) mod hypervolume_improvement;
 pub(crate) mod search;
+mod several;
 pub(crate) mod trust;
 
 pub(crate) use believed::believed_best;
 
 use super::{Observation, ProposalContext, Sampler, SamplerError};
+use crate::study::Goal;
 use crate::study::space::Assignment;
 use acquisition::Acquisition;
 use anchor::Anchors;
@@ -40,6 +42,7 @@ use encoding::Encoding;
 use feasibility::Feasibility;
 use hptune_gp::{Gp, GpError, stream};
 use search::propose;
+use several::{MAX_EXACT, Several, scalarised};
 use trust::Region;
 
 /// Proposes trials by Bayesian optimisation with a Gaussian process. Given the same seed and
@@ -49,6 +52,10 @@ use trust::Region;
 pub struct BayesSampler {
     seed: u64,
     anchors: Anchors,
+    /// The models of a study of several objectives.
+    several: Several,
+    /// The reference point the study gives, per objective (`None`: derived from the trials).
+    references: Vec<Option<f64>>,
 }
 
 impl BayesSampler {
@@ -57,13 +64,38 @@ impl BayesSampler {
         Self {
             seed,
             anchors: Anchors::default(),
+            several: Several::default(),
+            references: Vec::new(),
         }
+    }
+
+    /// The sampler with the reference point of the hypervolume a study of several objectives
+    /// gives, per objective (`None`: derived from the trials).
+    pub(crate) fn with_reference_point(mut self, references: Vec<Option<f64>>) -> Self {
+        self.references = references;
+        self
     }
 
     /// The design's point for trial `number`.
     fn design(&self, context: &ProposalContext<'_>) -> Assignment {
         let unit = sobol_point(context.number, context.space.dimension(), self.seed);
         context.space.from_unit(&unit)
+    }
+
+    /// The model's proposal for one objective, as unit coordinates, from `history`; `None`
+    /// while no trial has a value.
+    fn one_objective(
+        &mut self,
+        context: &ProposalContext<'_>,
+        encoding: &Encoding<'_>,
+        history: &[Observation],
+    ) -> Result<Option<Vec<f64>>, GpError> {
+        match TrainingData::new(encoding, context.goal, history) {
+            Some(data) => self
+                .model_proposal(context, encoding, history, data)
+                .map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The model's proposal, as unit coordinates, from `history` (the `warm_start` study's
@@ -148,13 +180,30 @@ impl Sampler for BayesSampler {
             }
         };
         let known = context.number + context.prior.len() as u64;
-        let in_design = known < initial_design_size(context.space.dimension());
-        let data = match TrainingData::new(&encoding, context.goal, history) {
-            Some(data) if !in_design => data,
-            _ => return Ok(Some(self.design(context))),
+        if known < initial_design_size(context.space.dimension()) {
+            return Ok(Some(self.design(context)));
+        }
+        // Several objectives: the hypervolume's improvement for up to MAX_EXACT, a
+        // scalarisation drawn afresh as one objective past that.
+        let proposal = match context.goals.len() {
+            0 | 1 => self.one_objective(context, &encoding, history),
+            n if n <= MAX_EXACT => {
+                self.several
+                    .proposal(self.seed, context, &encoding, history, &self.references)
+            }
+            _ => {
+                let scalar = scalarised(history, context.goals, self.seed, context.number);
+                let one = ProposalContext {
+                    goal: Goal::Minimize,
+                    goals: &[Goal::Minimize],
+                    ..*context
+                };
+                self.one_objective(&one, &encoding, &scalar)
+            }
         };
-        match self.model_proposal(context, &encoding, history, data) {
-            Ok(unit) => Ok(Some(context.space.from_unit(&unit))),
+        match proposal {
+            Ok(Some(unit)) => Ok(Some(context.space.from_unit(&unit))),
+            Ok(None) => Ok(Some(self.design(context))),
             Err(error) => {
                 tracing::warn!(
                     trial = context.number,
