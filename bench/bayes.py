@@ -247,6 +247,24 @@ def worker_args(function, seed):
     return ["--function", WORKER.get(function, function)]
 
 
+def run_study(hptune, work, study):
+    """`hptune run` of the study file text `study` in the folder `work`, on SQLite there; the
+    storage's URL and the time of each proposal by trial number, from the sampler's log."""
+    path = Path(work) / "study.yaml"
+    path.write_text(study)
+    storage = f"sqlite://{work}/bench.db"
+    env = dict(os.environ, RUST_LOG="hptune::sampler=debug", NO_COLOR="1")
+    run = subprocess.run([hptune, "run", str(path), "--storage", storage], cwd=work,
+                         env=env, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"hptune run failed ({run.returncode}): {run.stderr[-2000:]}")
+    timings = {}
+    for line in ANSI.sub("", run.stderr).splitlines():
+        if m := PROPOSED.search(line):
+            timings[int(m[1])] = int(m[2]) / 1e6
+    return storage, timings
+
+
 def run_hptune(binaries, sampler, function, trials, mode, seed):
     """`hptune run` of the study; as every runner, the trials' values (None: failed or
     infeasible), proposal times, the parameters named best (noisy functions) and proposals."""
@@ -258,18 +276,8 @@ def run_hptune(binaries, sampler, function, trials, mode, seed):
         command = [objective, *worker_args(function, seed)]
         if mode == "async":
             command += ["--in-order", work, "--running", parallel, "--trials", trials]
-        study = Path(work) / "study.yaml"
-        study.write_text(study_yaml(name, function, algorithm, trials, parallel, seed, command))
-        storage = f"sqlite://{work}/bench.db"
-        env = dict(os.environ, RUST_LOG="hptune::sampler=debug", NO_COLOR="1")
-        run = subprocess.run([hptune, "run", str(study), "--storage", storage], cwd=work,
-                             env=env, capture_output=True, text=True)
-        if run.returncode != 0:
-            raise RuntimeError(f"hptune run failed ({run.returncode}): {run.stderr[-2000:]}")
-        timings = {}
-        for line in ANSI.sub("", run.stderr).splitlines():
-            if m := PROPOSED.search(line):
-                timings[int(m[1])] = int(m[2]) / 1e6
+        storage, timings = run_study(hptune, work, study_yaml(
+            name, function, algorithm, trials, parallel, seed, command))
         listed = subprocess.run([hptune, "trials", name, "--format", "json", "--storage",
                                  storage], cwd=work, capture_output=True, text=True, check=True)
         trials_json = sorted(json.loads(listed.stdout), key=lambda t: t["number"])
@@ -327,6 +335,24 @@ def in_controller_order(trials, mode, ask, tell):
             running -= 1
 
 
+def ask_and_tell(study, function, trials, mode, tell):
+    """Runs an Optuna `study` of `function` through ask/tell in the controller's order
+    (`in_controller_order`), `tell(trial)` evaluating the oldest running trial and telling
+    it; the time of each proposal and its parameters, by trial number."""
+    dists = distributions(function)
+    timings, proposals, pending = [None] * trials, [None] * trials, []
+
+    def ask():
+        start = time.perf_counter()
+        trial = study.ask(dists)
+        timings[trial.number] = time.perf_counter() - start
+        proposals[trial.number] = trial.params
+        pending.append(trial)
+
+    in_controller_order(trials, mode, ask, lambda: tell(pending.pop(0)))
+    return timings, proposals
+
+
 def run_optuna(binaries, sampler, function, trials, mode, seed):
     """Optuna through ask/tell, evaluating with the same worker binary as hptune."""
     import optuna
@@ -346,18 +372,9 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
         "optuna-random": lambda: optuna.samplers.RandomSampler(seed=seed),
     }[sampler]
     study = optuna.create_study(direction="minimize", sampler=make())
-    dists = distributions(function)
-    values, timings, proposals, pending = [None] * trials, [None] * trials, [None] * trials, []
+    values = [None] * trials
 
-    def ask():
-        start = time.perf_counter()
-        trial = study.ask(dists)
-        timings[trial.number] = time.perf_counter() - start
-        proposals[trial.number] = trial.params
-        pending.append(trial)
-
-    def tell():
-        trial = pending.pop(0)
+    def tell(trial):
         value, constraint = evaluate(binaries[1], function, trial.params, seed)
         if constraint is not None:
             trial.set_user_attr("constraint", constraint)
@@ -365,7 +382,7 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
         values[trial.number] = value if feasible else None
         study.tell(trial, value)
 
-    in_controller_order(trials, mode, ask, tell)
+    timings, proposals = ask_and_tell(study, function, trials, mode, tell)
     chosen = {"observed": study.best_trial.params} if function in NOISY else {}
     return values, timings, chosen, proposals
 
@@ -524,18 +541,8 @@ def run_hptune_several(binaries, sampler, function, trials, mode, seed):
                    f"--seed={seed}", f"--log={log}"]
         if mode == "async":
             command += [f"--in-order={work}", f"--running={parallel}", f"--trials={trials}"]
-        study = Path(work) / "study.yaml"
-        study.write_text(study_yaml(name, function, algorithm, trials, parallel, seed, command))
-        env = dict(os.environ, RUST_LOG="hptune::sampler=debug", NO_COLOR="1")
-        run = subprocess.run([hptune, "run", str(study), "--storage",
-                              f"sqlite://{work}/bench.db"], cwd=work, env=env,
-                             capture_output=True, text=True)
-        if run.returncode != 0:
-            raise RuntimeError(f"hptune run failed ({run.returncode}): {run.stderr[-2000:]}")
-        timings = {}
-        for line in ANSI.sub("", run.stderr).splitlines():
-            if m := PROPOSED.search(line):
-                timings[int(m[1])] = int(m[2]) / 1e6
+        _, timings = run_study(hptune, work, study_yaml(
+            name, function, algorithm, trials, parallel, seed, command))
         ended = [json.loads(line) for line in log.read_text().splitlines()]
     evaluations = [(e["observed"], e["clean"], e["feasible"]) for e in ended]
     return evaluations, [timings.get(i) for i in range(trials)], [e["params"] for e in ended]
@@ -558,24 +565,15 @@ def run_optuna_several(binaries, sampler, function, trials, mode, seed):
     }[sampler]
     study = optuna.create_study(directions=["minimize"] * len(MULTI[function]["metrics"]),
                                 sampler=make())
-    dists = distributions(function)
-    timings, proposals, pending, evaluations = [None] * trials, [None] * trials, [], []
+    evaluations = []
 
-    def ask():
-        start = time.perf_counter()
-        trial = study.ask(dists)
-        timings[trial.number] = time.perf_counter() - start
-        proposals[trial.number] = trial.params
-        pending.append(trial)
-
-    def tell():
-        trial = pending.pop(0)
+    def tell(trial):
         observed, clean, constraints, feasible = evaluate_several(function, trial.params, seed)
         trial.set_user_attr("constraints", [c - b for c, (_, b) in zip(constraints, bounds)])
         evaluations.append((observed, clean, feasible))
         study.tell(trial, observed)
 
-    in_controller_order(trials, mode, ask, tell)
+    timings, proposals = ask_and_tell(study, function, trials, mode, tell)
     return evaluations, timings, proposals
 
 
