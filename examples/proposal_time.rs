@@ -61,6 +61,7 @@ fn history(n: usize) -> Vec<Observation> {
                 number: k as u64,
                 params,
                 value: Some(objective(&x)),
+                values: Vec::new(),
                 feasible: true,
                 constraint_values: Default::default(),
             }
@@ -113,6 +114,7 @@ fn main() {
                 .propose(&ProposalContext {
                     space: &study.space,
                     goal: Goal::Minimize,
+                    goals: &[Goal::Minimize],
                     constraints: &study.constraints,
                     number: length as u64,
                     history: &all[..length],

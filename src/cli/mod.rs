@@ -87,7 +87,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = TrialsFormat::Table)]
         format: TrialsFormat,
     },
-    /// Print the best trial's parameters.
+    /// Print the best trial's parameters (with several objectives, those of the trials on
+    /// the Pareto front).
     Best {
         /// The study's name, or its study file.
         study: String,
@@ -97,6 +98,10 @@ enum Command {
         /// Print the folder of the best trial's model instead (fails when it was not kept).
         #[arg(long, conflicts_with = "format")]
         artifact: bool,
+        /// With --artifact: the model of trial N instead of the best one's (a study of
+        /// several objectives has no single best: pick one from its front).
+        #[arg(long, value_name = "N", requires = "artifact")]
+        trial: Option<u64>,
         /// observed: the best value reported; model: the best posterior mean of the
         /// Bayesian sampler's model fitted to the trials (for noisy metrics).
         #[arg(long, value_enum, default_value_t = BestBy::Observed)]
@@ -514,9 +519,10 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             study,
             format,
             artifact,
+            trial,
             by,
         } => match artifact {
-            true => show::best_artifact(&url, &study, by).await,
+            true => show::best_artifact(&url, &study, by, trial).await,
             false => show::best(&url, &study, format, by).await,
         },
     }

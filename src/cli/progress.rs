@@ -14,7 +14,8 @@ use hptune::study::Study;
 /// Shows the events of a running study on stderr.
 pub struct Display {
     bar: Option<ProgressBar>,
-    metric: String,
+    /// The study's objectives' metrics, in order.
+    metrics: Vec<String>,
 }
 
 impl Display {
@@ -38,7 +39,7 @@ impl Display {
         });
         Self {
             bar,
-            metric: study.objective.metric.clone(),
+            metrics: study.objectives().map(|o| o.metric.clone()).collect(),
         }
     }
 
@@ -61,12 +62,18 @@ impl Display {
     fn finished(&self, trial: &TrialRecord) -> String {
         match (trial.state, trial.value) {
             (TrialState::Succeeded, Some(value)) => {
-                format!(
-                    "trial {} succeeded: {}={}",
-                    trial.number,
-                    self.metric,
-                    short(value)
-                )
+                // With several objectives, each one's value; else the trial's value.
+                let values = match trial.objective_values.as_slice() {
+                    [] => std::slice::from_ref(&value),
+                    several => several,
+                };
+                let shown: Vec<String> = self
+                    .metrics
+                    .iter()
+                    .zip(values)
+                    .map(|(metric, v)| format!("{metric}={}", short(*v)))
+                    .collect();
+                format!("trial {} succeeded: {}", trial.number, shown.join(" "))
             }
             (state, _) => format!(
                 "trial {} {}: {}",

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use hptune::controller::{RunSummary, StudyEnd};
 use hptune::executor::StopRequest;
 use hptune::ops::{self, Prepared, WorkerOptions};
-use hptune::storage::{StorageUrl, TrialState, best_first};
+use hptune::storage::{StorageUrl, TrialState, front_numbers, ranked_first};
 
 use super::progress::Display;
 use super::table::printable;
@@ -50,6 +50,7 @@ pub async fn run_trial(
     show::print_trials(
         std::slice::from_ref(trial),
         &summary.study,
+        &front_numbers(&summary.trials, &summary.study),
         super::TrialsFormat::Table,
     )?;
     Ok(match (trial.state, &summary.end) {
@@ -106,11 +107,14 @@ pub(super) async fn wait_for_signal() {
     }
 }
 
-/// Prints the best trials and why the study ended; returns the exit code.
+/// Prints the best trials (with several objectives, by Pareto rank, the front first) and why
+/// the study ended; returns the exit code.
 fn print_end(summary: &RunSummary) -> ExitCode {
-    let best = best_first(&summary.trials, summary.study.goal, TOP_TRIALS);
+    let study = &summary.study;
+    let best = ranked_first(&summary.trials, study, TOP_TRIALS);
+    let front = front_numbers(&summary.trials, study);
     if !best.is_empty()
-        && let Err(e) = show::print_trials(&best, &summary.study, super::TrialsFormat::Table)
+        && let Err(e) = show::print_trials(&best, study, &front, super::TrialsFormat::Table)
     {
         eprintln!("error: {e}");
     }

@@ -1,11 +1,12 @@
 //! `hptune studies`, `trials` and `best`: what [`hptune::ops`] reads, printed.
 
+use std::collections::BTreeSet;
 use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
 
 use serde_json::json;
 
-use hptune::ops::{self, Best, BestBy};
+use hptune::ops::{self, Best, BestBy, Chosen, Front, TrialList};
 use hptune::storage::{StorageUrl, StudyRecord, TrialRecord, TrialState};
 use hptune::study::space::ParamValue;
 
@@ -21,10 +22,13 @@ pub async fn studies(url: &StorageUrl) -> Result<ExitCode, Failure> {
     let rows: Vec<Vec<String>> = summaries
         .iter()
         .map(|s| {
-            let mut row = vec![
-                s.study.name.clone(),
-                format!("{} {}", s.study.goal.as_str(), s.study.metric),
-            ];
+            let objectives: Vec<String> = s
+                .study
+                .objectives
+                .iter()
+                .map(|o| format!("{} {}", o.goal.as_str(), o.metric))
+                .collect();
+            let mut row = vec![s.study.name.clone(), objectives.join(", ")];
             row.extend(
                 [
                     TrialState::Succeeded,
@@ -62,19 +66,29 @@ pub async fn trials(
     state: Option<TrialState>,
     format: TrialsFormat,
 ) -> Result<ExitCode, Failure> {
-    let (record, trials) = ops::trials(url, study, best, state).await?;
-    print_trials(&trials, &record, format)?;
+    let TrialList {
+        study,
+        trials,
+        front,
+    } = ops::trials(url, study, best, state).await?;
+    print_trials(&trials, &study, &front, format)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints the folder of the best trial's model.
-pub async fn best_artifact(url: &StorageUrl, study: &str, by: BestBy) -> Result<ExitCode, Failure> {
-    let dir = ops::best_artifact(url, study, by).await?;
+/// Prints the folder of the best trial's model, or of trial `number`.
+pub async fn best_artifact(
+    url: &StorageUrl,
+    study: &str,
+    by: BestBy,
+    number: Option<u64>,
+) -> Result<ExitCode, Failure> {
+    let dir = ops::best_artifact(url, study, by, number).await?;
     output(&format!("{dir}\n"))?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints the best trial's parameters: the best observed, or the one the model believes best.
+/// Prints the best trial's parameters: the best observed, or the one the model believes best;
+/// with several objectives, those of each trial on the Pareto front.
 pub async fn best(
     url: &StorageUrl,
     study: &str,
@@ -85,7 +99,10 @@ pub async fn best(
         study: record,
         trial,
         model_value,
-    } = ops::best(url, study, by).await?;
+    } = match ops::best(url, study, by).await? {
+        Chosen::Best(best) => *best,
+        Chosen::Front(front) => return print_front(&front, format),
+    };
     match format {
         BestFormat::Flags => output(&format!("{}\n", flags(&record, &trial)?))?,
         BestFormat::Json => {
@@ -95,18 +112,92 @@ pub async fn best(
                 "metric": record.metric,
                 "value": trial.value,
                 "params": trial.params,
-                "artifact": trial.artifact_removed_at.is_none().then_some(&trial.artifact_dir),
+                "artifact": artifact(&trial),
             });
             if let Some(v) = model_value {
                 out["model_value"] = json!(v);
             }
-            output(&format!(
-                "{}\n",
-                serde_json::to_string_pretty(&out).expect("JSON serialises")
-            ))?;
+            output(&pretty(&out))?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the Pareto set of a study of several objectives: one line of flags per trial, or
+/// one JSON object with the objectives, the reference point, the hypervolume and the trials.
+fn print_front(front: &Front, format: BestFormat) -> Result<ExitCode, Failure> {
+    let record = &front.study;
+    match format {
+        BestFormat::Flags => {
+            let lines: Vec<String> = front
+                .trials
+                .iter()
+                .map(|t| flags(record, t))
+                .collect::<Result<_, _>>()?;
+            output(&format!("{}\n", lines.join("\n")))?;
+        }
+        BestFormat::Json => {
+            let trials: Vec<serde_json::Value> = front
+                .trials
+                .iter()
+                .map(|t| {
+                    json!({
+                        "number": t.number,
+                        "values": values_by_metric(record, t),
+                        "params": t.params,
+                        "artifact": artifact(t),
+                    })
+                })
+                .collect();
+            let out = json!({
+                "study": record.name,
+                "objectives": record.objectives,
+                "reference_point": front.reference_point,
+                "hypervolume": front.hypervolume,
+                "front": trials,
+            });
+            output(&pretty(&out))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A trial's model folder as `best --format json` shows it: `null` once removed.
+fn artifact(trial: &TrialRecord) -> Option<&String> {
+    trial
+        .artifact_removed_at
+        .is_none()
+        .then_some(trial.artifact_dir.as_ref())
+        .flatten()
+}
+
+/// `value` as indented JSON, with a final newline.
+fn pretty(value: &serde_json::Value) -> String {
+    format!(
+        "{}\n",
+        serde_json::to_string_pretty(value).expect("JSON serialises")
+    )
+}
+
+/// Each objective's value of `trial` (a study of several objectives), by metric.
+fn values_by_metric(study: &StudyRecord, trial: &TrialRecord) -> serde_json::Value {
+    study
+        .objectives
+        .iter()
+        .zip(objective_values(study, trial))
+        .map(|(o, v)| (o.metric.clone(), json!(v)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// `trial`'s value of each of `study`'s objectives, in order: its `value` with one objective.
+fn objective_values(study: &StudyRecord, trial: &TrialRecord) -> Vec<Option<f64>> {
+    match study.objectives.len() {
+        1 => vec![trial.value],
+        n => (0..n)
+            .map(|i| trial.objective_values.get(i).copied())
+            .collect(),
+    }
 }
 
 /// The trial's parameters as the worker's flags (`--id=value`), in the space's order.
@@ -120,17 +211,36 @@ pub fn flags(study: &StudyRecord, trial: &TrialRecord) -> Result<String, Failure
     Ok(flags.join(" "))
 }
 
-/// Prints trials in a format.
+/// Prints trials in a format; with several objectives, each objective's value and whether
+/// the trial is on the study's Pareto front (its number in `front`).
 pub fn print_trials(
     trials: &[TrialRecord],
     study: &StudyRecord,
+    front: &BTreeSet<u64>,
     format: TrialsFormat,
 ) -> Result<(), Failure> {
     let space = study.space()?;
     let ids: Vec<&str> = space.parameters().iter().map(|p| p.id.as_str()).collect();
-    let value = |t: &TrialRecord| t.value.map(|v| v.to_string()).unwrap_or_default();
+    let metrics: Vec<&str> = study.objectives.iter().map(|o| o.metric.as_str()).collect();
+    let several = metrics.len() > 1;
     let param =
         |t: &TrialRecord, id: &str| t.params.get(id).map(|v| v.to_string()).unwrap_or_default();
+    // The value cells of a trial, one per objective, each written by `write`; then, with
+    // several objectives, whether it is on the front.
+    let values = |t: &TrialRecord, write: fn(f64) -> String| {
+        let mut cells: Vec<String> = objective_values(study, t)
+            .into_iter()
+            .map(|v| v.map(write).unwrap_or_default())
+            .collect();
+        if several {
+            cells.push(if front.contains(&t.number) { "yes" } else { "" }.into());
+        }
+        cells
+    };
+    let mut value_header = metrics.clone();
+    if several {
+        value_header.push("front");
+    }
     // The devices of a study's trials, shown only for a study with GPUs.
     let gpus = trials.iter().any(|t| !t.gpus.is_empty());
     let with_gpus = |row: &mut Vec<String>, t: &TrialRecord| {
@@ -139,6 +249,18 @@ pub fn print_trials(
         }
     };
     match format {
+        TrialsFormat::Json if several => {
+            let listed: Vec<serde_json::Value> = trials
+                .iter()
+                .map(|t| {
+                    let mut out = serde_json::to_value(t).expect("JSON serialises");
+                    out["values"] = values_by_metric(study, t);
+                    out["on_front"] = json!(front.contains(&t.number));
+                    out
+                })
+                .collect();
+            output(&pretty(&json!(listed)))?;
+        }
         TrialsFormat::Json => {
             output(&format!(
                 "{}\n",
@@ -146,7 +268,8 @@ pub fn print_trials(
             ))?;
         }
         TrialsFormat::Csv => {
-            let mut header = vec!["number", "state", study.metric.as_str()];
+            let mut header = vec!["number", "state"];
+            header.extend(&value_header);
             header.extend(&ids);
             header.extend(["error", "started_at", "finished_at"]);
             if gpus {
@@ -155,7 +278,8 @@ pub fn print_trials(
             let rows: Vec<Vec<String>> = trials
                 .iter()
                 .map(|t| {
-                    let mut row = vec![t.number.to_string(), state_cell(t), value(t)];
+                    let mut row = vec![t.number.to_string(), state_cell(t)];
+                    row.extend(values(t, |v| v.to_string()));
                     row.extend(ids.iter().map(|id| param(t, id)));
                     row.push(error_cell(t));
                     row.push(t.started_at.clone().unwrap_or_default());
@@ -179,18 +303,17 @@ pub fn print_trials(
                             })
                         })
                         .collect();
-                    let mut row = vec![
-                        t.number.to_string(),
-                        state_cell(t),
-                        t.value.map(table::short).unwrap_or_default(),
-                        params.join(" "),
-                        shorten(&error_cell(t)),
-                    ];
+                    let mut row = vec![t.number.to_string(), state_cell(t)];
+                    row.extend(values(t, table::short));
+                    row.push(params.join(" "));
+                    row.push(shorten(&error_cell(t)));
                     with_gpus(&mut row, t);
                     row
                 })
                 .collect();
-            let mut header = vec!["trial", "state", &study.metric, "parameters", "error"];
+            let mut header = vec!["trial", "state"];
+            header.extend(&value_header);
+            header.extend(["parameters", "error"]);
             if gpus {
                 header.push("gpus");
             }

@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use super::Run;
 use crate::executor::{StudyMark, owner_of};
 use crate::protocol::model_folder;
-use crate::storage::{StorageError, TrialRecord, TrialState, best_first};
-use crate::study::{Goal, Study};
+use crate::storage::{
+    StorageError, TrialRecord, TrialState, best_first, pareto_first, pareto_front,
+};
+use crate::study::{Objective, Study};
 
 /// Where the trials' models go and which are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,10 +65,12 @@ pub(crate) fn is_remote(location: &str) -> bool {
 /// among the best `keep_best` succeeded ones (a later trial can only push them further down;
 /// a failed or stopped trial is never among them), not pinned, and whose folders are still
 /// there, on this machine's filesystem ([`is_remote`] models stay). Running and pending
-/// trials are never among them.
+/// trials are never among them. With several `objectives`, the best are the first
+/// `keep_best` by Pareto rank, and every trial on the front besides, however many: the front
+/// is the study's answer (a trial off it never comes back onto it).
 pub(crate) fn doomed<'a>(
     trials: impl Iterator<Item = &'a TrialRecord>,
-    goal: Goal,
+    objectives: &[Objective],
     keep_best: NonZeroUsize,
     pinned: &BTreeSet<u64>,
 ) -> Vec<&'a TrialRecord> {
@@ -76,10 +80,20 @@ pub(crate) fn doomed<'a>(
         .filter(|t| t.state == TrialState::Succeeded)
         .map(|t| (*t).clone())
         .collect();
-    let best: BTreeSet<u64> = best_first(&succeeded, goal, keep_best.get())
-        .iter()
-        .map(|t| t.number)
-        .collect();
+    let mut best: BTreeSet<u64> = match objectives {
+        [one] => best_first(&succeeded, one.goal, keep_best.get()),
+        several => pareto_first(&succeeded, several, keep_best.get()),
+    }
+    .iter()
+    .map(|t| t.number)
+    .collect();
+    if objectives.len() > 1 {
+        best.extend(
+            pareto_front(&succeeded, objectives)
+                .iter()
+                .map(|t| t.number),
+        );
+    }
     trials
         .into_iter()
         .filter(|t| t.state.is_finished())
@@ -122,10 +136,10 @@ impl Run<'_> {
             return Ok(());
         }
         self.ended_at_pruning = ended;
-        let goal = self.study.objective.goal;
+        let objectives: Vec<Objective> = self.study.objectives().cloned().collect();
         // Read each time: a pin made since by another `hptune run --keep` counts.
         let pinned = self.storage.pinned_models(self.study_id).await?;
-        let doomed: Vec<TrialRecord> = doomed(self.view.trials(), goal, keep_best, &pinned)
+        let doomed: Vec<TrialRecord> = doomed(self.view.trials(), &objectives, keep_best, &pinned)
             .into_iter()
             .cloned()
             .collect();
@@ -202,6 +216,7 @@ fn remove_model(dir: &Path, study: &StudyMark, number: u64) -> std::io::Result<R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::study::Goal;
 
     fn trial(number: u64, state: TrialState, value: Option<f64>) -> TrialRecord {
         TrialRecord {
@@ -211,12 +226,57 @@ mod tests {
     }
 
     fn numbers(trials: &[TrialRecord], keep: usize, pinned: &[u64]) -> Vec<u64> {
+        doomed_of(trials, &[objective("a", Goal::Maximize)], keep, pinned)
+    }
+
+    fn doomed_of(
+        trials: &[TrialRecord],
+        objectives: &[Objective],
+        keep: usize,
+        pinned: &[u64],
+    ) -> Vec<u64> {
         let pinned = pinned.iter().copied().collect();
         let keep = NonZeroUsize::new(keep).unwrap();
-        doomed(trials.iter(), Goal::Maximize, keep, &pinned)
+        doomed(trials.iter(), objectives, keep, &pinned)
             .iter()
             .map(|t| t.number)
             .collect()
+    }
+
+    fn objective(metric: &str, goal: Goal) -> Objective {
+        Objective {
+            metric: metric.into(),
+            goal,
+            reference_point: None,
+        }
+    }
+
+    #[test]
+    fn with_several_objectives_the_front_keeps_its_models_whatever_k() {
+        // Maximise a, minimise b: 0, 1 and 3 are the front, 2 is dominated by 1 and is the
+        // first of the next rank, 4 is dominated by all but itself and infeasible 5 is no
+        // result.
+        let with = |number, a: f64, b: f64| TrialRecord {
+            objective_values: vec![a, b],
+            ..trial(number, TrialState::Succeeded, Some(a))
+        };
+        let mut infeasible = with(5, 0.99, 0.0);
+        infeasible.infeasible = Some("mem > 16".into());
+        let trials = [
+            with(0, 0.9, 30.0),
+            with(1, 0.8, 10.0),
+            with(2, 0.7, 12.0),
+            with(3, 0.6, 5.0),
+            with(4, 0.5, 40.0),
+            infeasible,
+        ];
+        let objectives = [
+            objective("a", Goal::Maximize),
+            objective("b", Goal::Minimize),
+        ];
+        assert_eq!(doomed_of(&trials, &objectives, 1, &[]), vec![2, 4, 5]);
+        assert_eq!(doomed_of(&trials, &objectives, 4, &[]), vec![4, 5]);
+        assert_eq!(doomed_of(&trials, &objectives, 4, &[5]), vec![4]);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! process touches the study next (a controller, `hptune ask`, `hptune tell`) takes back the
 //! trials whose lease has ended.
 
-use super::verdict::{curve, feasibility, last_value};
+use super::verdict::{curve, last_value, trial_end};
 use crate::protocol::{Measurement, final_value};
 use crate::storage::{NextAttempt, Storage, StorageError, TrialEnd, TrialRecord, TrialState};
 use crate::study::Study;
@@ -24,8 +24,8 @@ pub(crate) enum ClientVerdict {
 }
 
 /// The end of `trial`, held by a client, as `verdict` says, its attempt having reported
-/// `measurements` (all of them), of which `unsaved` are not recorded yet; its constraints
-/// judged as a worker's trial's.
+/// `measurements` (all of them), of which `unsaved` are not recorded yet; its objectives and
+/// constraints judged as a worker's trial's.
 pub(crate) fn client_end(
     study: &Study,
     trial: TrialRecord,
@@ -46,9 +46,7 @@ pub(crate) fn client_end(
             Some(reason),
         ),
     };
-    let mut end = TrialEnd::now(trial, state, value, error, unsaved);
-    (end.trial.constraint_values, end.trial.infeasible) = feasibility(study, state, measurements);
-    end
+    trial_end(study, trial, (state, value, error), measurements, unsaved)
 }
 
 /// Why the study's early-stopping rule stops trial `number`, whose attempt reported

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::executor::{WorkerEnd, WorkerOutcome};
 use crate::protocol::{Measurement, ReportError, final_value};
-use crate::storage::TrialState;
+use crate::storage::{TrialEnd, TrialRecord, TrialState};
 use crate::study::Study;
 use crate::study::stopping::Curve;
 
@@ -61,6 +61,68 @@ pub(super) fn feasibility(
         _ => None,
     };
     (values, infeasible)
+}
+
+/// The end of `trial` in `state` with `value` and `error`, as its attempt's `measurements`
+/// (all of them; `unsaved` are those not recorded yet) make it: with several objectives, every
+/// objective's value, a succeeded trial that lacks one failed instead; then its constraints
+/// judged.
+pub(super) fn trial_end(
+    study: &Study,
+    trial: TrialRecord,
+    (state, value, error): (TrialState, Option<f64>, Option<String>),
+    measurements: &[Measurement],
+    unsaved: Vec<Measurement>,
+) -> TrialEnd {
+    let (state, value, error, values) = match objective_values(study, state, measurements) {
+        Ok(values) => (state, value, error, values),
+        Err(reason) => (TrialState::Failed, None, Some(reason), Vec::new()),
+    };
+    let mut end = TrialEnd::now(trial, state, value, error, unsaved);
+    end.trial.objective_values = values;
+    (end.trial.constraint_values, end.trial.infeasible) = feasibility(study, state, measurements);
+    end
+}
+
+/// Every objective's value of a trial of a study with several that ended in `state`: a
+/// succeeded trial's final value of each (`Err`: why one is missing, which fails the trial),
+/// a stopped trial's last values when it reported each; none otherwise, and none with one
+/// objective (its value is the trial's `value`).
+fn objective_values(
+    study: &Study,
+    state: TrialState,
+    measurements: &[Measurement],
+) -> Result<Vec<f64>, String> {
+    if !study.has_several_objectives() {
+        return Ok(Vec::new());
+    }
+    match state {
+        TrialState::Succeeded => {
+            let finals: Vec<Result<f64, ReportError>> = study
+                .objectives()
+                .map(|o| final_value(measurements, &o.metric))
+                .collect();
+            let missing: Vec<String> = finals
+                .iter()
+                .filter_map(|f| f.as_ref().err().map(ReportError::to_string))
+                .collect();
+            if missing.is_empty() {
+                return Ok(finals.into_iter().flatten().collect());
+            }
+            let all: Vec<&str> = study.objectives().map(|o| o.metric.as_str()).collect();
+            Err(format!(
+                "{} (a study of several objectives needs a final value of each: {})",
+                missing.join("; "),
+                all.join(", ")
+            ))
+        }
+        TrialState::Stopped => Ok(study
+            .objectives()
+            .map(|o| last_value(measurements, &o.metric))
+            .collect::<Option<Vec<f64>>>()
+            .unwrap_or_default()),
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// How an attempt ended.
@@ -346,5 +408,79 @@ mod tests {
             infeasible.as_deref(),
             Some("the worker reported mem=NaN at step 3 (mem <= 16)")
         );
+    }
+
+    #[test]
+    fn with_several_objectives_a_trial_records_each_or_fails_saying_which_is_missing() {
+        let yaml = "name: s\nmax_trial_count: 1\nobjectives: [{metric: acc, goal: maximize}, {metric: ms, goal: minimize}]\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\ntrial: {command: [w]}\nconstraints: [{metric: mem, max: 16}]\nfailed_as_infeasible: true\n";
+        let several = crate::spec::parse(std::path::Path::new("s.yaml"), yaml).unwrap();
+        let m = |metric: &str, step, value| Measurement {
+            step,
+            metric: metric.into(),
+            value,
+        };
+        let end = |state, measurements: &[Measurement]| {
+            let value = last_value(measurements, "acc");
+            let trial = TrialRecord::for_test(0);
+            trial_end(
+                &several,
+                trial,
+                (state, value, None),
+                measurements,
+                Vec::new(),
+            )
+            .trial
+        };
+        let all = [
+            m("acc", None, 0.9),
+            m("ms", Some(1), 30.0),
+            m("ms", None, 12.0),
+            m("mem", None, 8.0),
+        ];
+        let done = end(TrialState::Succeeded, &all);
+        assert_eq!((done.state, done.value), (TrialState::Succeeded, Some(0.9)));
+        assert_eq!(done.objective_values, vec![0.9, 12.0]);
+        assert_eq!(done.infeasible, None);
+        // One objective missing, or NaN: the trial fails, infeasible as failed trials are here.
+        for reported in [
+            &all[..1],
+            &[m("acc", None, 0.9), m("ms", None, f64::NAN)][..],
+        ] {
+            let failed = end(TrialState::Succeeded, reported);
+            assert_eq!((failed.state, failed.value), (TrialState::Failed, None));
+            let error = failed.error.unwrap();
+            assert!(
+                error.contains("'ms'") || error.contains("ms=NaN"),
+                "{error}"
+            );
+            assert!(
+                error.ends_with("needs a final value of each: acc, ms)"),
+                "{error}"
+            );
+            assert!(failed.objective_values.is_empty() && failed.infeasible.is_some());
+        }
+        // A stopped trial keeps its last values when it reported each, else none.
+        let stopped = end(
+            TrialState::Stopped,
+            &[m("acc", Some(1), 0.5), m("ms", Some(1), 3.0)],
+        );
+        assert_eq!(stopped.objective_values, vec![0.5, 3.0]);
+        assert!(
+            end(TrialState::Stopped, &all[..1])
+                .objective_values
+                .is_empty()
+        );
+        // One objective: its value alone, as before.
+        let reported = [loss(None, 2.0)];
+        let outcome = (TrialState::Succeeded, Some(2.0), None);
+        let one = trial_end(
+            &study(),
+            TrialRecord::for_test(1),
+            outcome,
+            &reported,
+            Vec::new(),
+        );
+        assert_eq!(one.trial.value, Some(2.0));
+        assert!(one.trial.objective_values.is_empty());
     }
 }

@@ -8,14 +8,14 @@ use tokio::sync::watch;
 use tokio::task::{self, JoinError};
 
 use super::liveness::{attempt_began, running_for};
-use super::verdict::{Verdict, curve, feasibility, verdict_on};
+use super::verdict::{Verdict, curve, trial_end, verdict_on};
 use super::{ControllerError, Run, RunEvent, RunObserver, Running};
 use crate::executor::{
     FolderOwner, ModelFolder, Start, StopRequest, TrialJob, WorkerEnd, WorkerEvent, WorkerOutcome,
 };
 use crate::gpus::Lease;
 use crate::protocol::{AttemptFiles, Measurement, command_line, worker_env};
-use crate::storage::{NextAttempt, StorageError, TrialEnd, TrialRecord, TrialState};
+use crate::storage::{NextAttempt, StorageError, TrialRecord, TrialState};
 use crate::study::ExecutorSpec;
 
 impl Run<'_> {
@@ -318,9 +318,13 @@ impl Run<'_> {
             ),
         };
         // Written with the next claim, or before the loop waits (see `run`).
-        let mut end = TrialEnd::now(done.trial, state, value, error, done.unsaved);
-        (end.trial.constraint_values, end.trial.infeasible) =
-            feasibility(self.study, state, &done.measurements);
+        let end = trial_end(
+            self.study,
+            done.trial,
+            (state, value, error),
+            &done.measurements,
+            done.unsaved,
+        );
         self.view.update(end.trial.clone());
         observer.observe(
             RunEvent::TrialFinished { trial: &end.trial },

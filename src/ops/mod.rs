@@ -16,7 +16,7 @@ use std::path::Path;
 pub use ask::{Asked, ask};
 pub use enqueue::enqueue;
 pub use plot::plot;
-pub use read::{Best, BestBy, best, best_artifact, studies, trials};
+pub use read::{Best, BestBy, Chosen, Front, TrialList, best, best_artifact, studies, trials};
 pub use run::{Prepared, WorkerOptions, prepare_study, prepare_trial};
 pub use tell::{Report, Told, tell};
 

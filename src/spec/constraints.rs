@@ -2,7 +2,6 @@
 
 use super::Checker;
 use super::raw::RawConstraint;
-use crate::protocol::check_metric_name;
 use crate::study::{Bound, Constraint, Constraints};
 
 impl Checker<'_> {
@@ -17,13 +16,7 @@ impl Checker<'_> {
         let mut ok = true;
         for (i, c) in raw.into_iter().flatten().enumerate() {
             let field = format!("constraints[{i}]");
-            if c.metric.trim().is_empty() {
-                self.report(format!("{field}.metric"), "must not be empty");
-                ok = false;
-            } else if let Err(message) = check_metric_name(&c.metric) {
-                self.report(format!("{field}.metric"), message);
-                ok = false;
-            }
+            ok &= self.metric(&field, &c.metric);
             let bound = match (c.max, c.min) {
                 (Some(max), None) => Some(("max", max.as_f64(), Bound::Max(max.as_f64()))),
                 (None, Some(min)) => Some(("min", min.as_f64(), Bound::Min(min.as_f64()))),

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::protocol::check_metric_name;
 use crate::study::{Algorithm, Budget, Study};
 use locate::{Locations, Position};
 use raw::RawStudy;
@@ -356,6 +357,22 @@ impl Checker<'_> {
             warm_start: warm_start?,
             source: self.text.to_string(),
         })
+    }
+
+    /// Checks the `metric` of the block at `field` (an objective, a constraint): not empty,
+    /// and a tag workers can report. Whether it is good.
+    fn metric(&mut self, field: &str, metric: &str) -> bool {
+        let problem = match metric.trim().is_empty() {
+            true => Err("must not be empty".to_string()),
+            false => check_metric_name(metric),
+        };
+        match problem {
+            Ok(()) => true,
+            Err(message) => {
+                self.report(format!("{field}.metric"), message);
+                false
+            }
+        }
     }
 
     fn at_least(&mut self, field: &str, value: i64, min: i64) -> Option<i64> {

@@ -3,7 +3,6 @@
 
 use super::Checker;
 use super::raw::{RawObjective, RawStudy};
-use crate::protocol::check_metric_name;
 use crate::study::{Goal, Objective};
 
 /// The fewest objectives `objectives:` takes (one is `objective:`).
@@ -111,14 +110,7 @@ impl Checker<'_> {
 
     /// Checks one objective at `field`: its metric, its goal, its reference point.
     fn objective(&mut self, field: &str, raw: &RawObjective) -> Option<Objective> {
-        let mut ok = true;
-        if raw.metric.trim().is_empty() {
-            self.report(format!("{field}.metric"), "must not be empty");
-            ok = false;
-        } else if let Err(message) = check_metric_name(&raw.metric) {
-            self.report(format!("{field}.metric"), message);
-            ok = false;
-        }
+        let mut ok = self.metric(field, &raw.metric);
         let goal = Goal::parse(&raw.goal);
         if goal.is_none() {
             self.report(

@@ -5,8 +5,9 @@
 //! test below checks the SQL and the Rust against each other on SQLite and PostgreSQL.
 
 use std::cmp::Ordering;
+use std::collections::BTreeSet;
 
-use super::rows::{TrialRecord, TrialState};
+use super::rows::{StudyRecord, TrialRecord, TrialState};
 use crate::study::pareto;
 use crate::study::{Goal, Objective};
 
@@ -26,9 +27,7 @@ impl TrialRecord {
         self.value
             .filter(|_| self.state == TrialState::Succeeded && self.infeasible.is_none())
     }
-}
 
-impl TrialRecord {
     /// Its values as a result of a study of `count` objectives: a succeeded, feasible trial's
     /// value of every objective (as [`TrialRecord::result`] says which trials have results).
     pub(crate) fn results(&self, count: usize) -> Option<&[f64]> {
@@ -44,16 +43,71 @@ pub(crate) fn pareto_front<'a>(
     trials: &'a [TrialRecord],
     objectives: &[Objective],
 ) -> Vec<&'a TrialRecord> {
-    let goals: Vec<Goal> = objectives.iter().map(|o| o.goal).collect();
+    let goals = goals(objectives);
     pareto::front(trials, &goals, |t| t.results(goals.len()))
         .into_iter()
         .map(|i| &trials[i])
         .collect()
 }
 
+/// The numbers of the trials of `trials` on the Pareto front of `study`; none for a study of
+/// one objective.
+pub fn front_numbers(trials: &[TrialRecord], study: &StudyRecord) -> BTreeSet<u64> {
+    match study.objectives.len() {
+        1 => BTreeSet::new(),
+        _ => pareto_front(trials, &study.objectives)
+            .iter()
+            .map(|t| t.number)
+            .collect(),
+    }
+}
+
+/// The `n` first results of `trials` of `study`: the best values first with one objective
+/// ([`best_first`]), by Pareto rank with several (`pareto_first`).
+pub fn ranked_first(trials: &[TrialRecord], study: &StudyRecord, n: usize) -> Vec<TrialRecord> {
+    match study.objectives.len() {
+        1 => best_first(trials, study.goal, n),
+        _ => pareto_first(trials, &study.objectives, n),
+    }
+}
+
+/// The `n` first results of `trials` of a study of several `objectives`: by Pareto rank (the
+/// front, then the front of the rest, and so on), by number within a rank. A later trial can
+/// only push a trial further down, as with [`best_first`].
+pub(crate) fn pareto_first(
+    trials: &[TrialRecord],
+    objectives: &[Objective],
+    n: usize,
+) -> Vec<TrialRecord> {
+    let goals = goals(objectives);
+    let results: Vec<&TrialRecord> = trials
+        .iter()
+        .filter(|t| t.results(goals.len()).is_some())
+        .collect();
+    let points: Vec<&[f64]> = results
+        .iter()
+        .map(|t| t.objective_values.as_slice())
+        .collect();
+    pareto::non_dominated_sort(&points, &goals)
+        .into_iter()
+        .flat_map(|rank| {
+            let mut rank: Vec<&TrialRecord> = rank.into_iter().map(|i| results[i]).collect();
+            rank.sort_by_key(|t| t.number);
+            rank
+        })
+        .take(n)
+        .cloned()
+        .collect()
+}
+
+/// The goals of `objectives`, in order.
+pub(crate) fn goals(objectives: &[Objective]) -> Vec<Goal> {
+    objectives.iter().map(|o| o.goal).collect()
+}
+
 /// Which of two results, each `(number, value)`, ranks first for `goal`: the better value,
 /// and of equal values the lower number.
-pub(super) fn ranking(goal: Goal, a: (u64, f64), b: (u64, f64)) -> Ordering {
+pub(crate) fn ranking(goal: Goal, a: (u64, f64), b: (u64, f64)) -> Ordering {
     let order = match goal {
         Goal::Maximize => b.1.total_cmp(&a.1),
         Goal::Minimize => a.1.total_cmp(&b.1),

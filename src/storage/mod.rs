@@ -28,8 +28,8 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 
 use crate::study::{Objective, Study};
-pub use best::best_first;
-pub(crate) use best::{best_trial, pareto_front};
+pub use best::{best_first, front_numbers, ranked_first};
+pub(crate) use best::{best_trial, goals, pareto_first, pareto_front, ranking};
 pub(crate) use claim::{Claim, ClaimError, ClaimRules, ClientLease, Holder, Queue};
 pub(crate) use ends::TrialEnd;
 pub(crate) use enqueue::Enqueue;

@@ -225,7 +225,8 @@ pub struct StudySummary {
     pub study: StudyRecord,
     /// Trials by state, in the order of [`TrialState::ALL`].
     pub counts: [usize; 5],
-    /// The best value so far.
+    /// The best value so far; `None` for a study of several objectives, which has a front
+    /// rather than a best value.
     pub best: Option<f64>,
 }
 
@@ -239,7 +240,10 @@ impl StudySummary {
                 .position(|s| *s == trial.state)
                 .unwrap_or(0)] += 1;
         }
-        let best = super::best_trial(trials, study.goal).and_then(TrialRecord::result);
+        let best = match study.objectives.len() {
+            1 => super::best_trial(trials, study.goal).and_then(TrialRecord::result),
+            _ => None,
+        };
         Self {
             study,
             counts,

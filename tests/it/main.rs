@@ -25,6 +25,7 @@ mod enqueue;
 mod example_studies;
 mod gpus;
 mod large_studies;
+mod objectives;
 mod packing;
 mod parsers_never_panic;
 mod plot_files;
