@@ -115,7 +115,9 @@ fn with_one_objective_it_is_log_ei_over_the_best() {
 
 #[test]
 fn it_agrees_with_monte_carlo_in_two_and_three_objectives() {
-    let cases: [(Vec<Vec<f64>>, Vec<f64>, Vec<(f64, f64)>); 4] = [
+    // Each: the known points, the reference, the candidate's (mean, variance) per objective.
+    type Case = (Vec<Vec<f64>>, Vec<f64>, Vec<(f64, f64)>);
+    let cases: [Case; 4] = [
         (front_2d(), vec![0.0, 0.0], vec![(3.5, 1.0), (4.0, 2.0)]),
         (front_2d(), vec![-1.0, 0.5], vec![(2.0, 0.3), (2.5, 0.5)]),
         (
