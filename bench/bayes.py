@@ -5,7 +5,8 @@ log noisy expected improvement), on test functions with known optima.
 One command: `python3 bench/bayes.py [flags]`. It creates bench/.venv (git-ignored) with
 Optuna, scipy, torch and BoTorch (Optuna's GPSampler needs torch; PyPI's Linux wheel brings its
 CUDA libraries: about 5.6 GB and 6 minutes here, once), builds hptune and the
-objective worker in release mode, runs every (sampler, function, mode, seed) and prints
+objective worker in release mode (`HPTUNE_BENCH_NO_BUILD=1`: the binaries already in
+target/release), runs every (sampler, function, mode, seed) and prints
 Markdown tables:
 
 - final simple regret (best value found - known optimum): median [Q1, Q3] over seeds; on the
@@ -16,6 +17,11 @@ Markdown tables:
   feasible value (inf where a run found no feasible trial): hptune with `constraints:` in the
   study file, Optuna's GPSampler and TPE with `constraints_func`, the random samplers
   recording feasibility only;
+- on the functions of several objectives (`zdt1`, `zdt2`, `dtlz2`, `zdt1-noisy`, `constr`:
+  MULTI; 100 trials, not in the default set), the hypervolume regret: the true front's
+  hypervolume less that of the noise-free values of the run's front, hptune beside Optuna's
+  GPSampler, multivariate TPE, NSGA-II and random search (the other samplers are skipped),
+  with the median time per proposal at trials 90-99 and GPSampler's over hptune's;
 - the median time per proposal of each cell's runs, after hptune's initial design;
 - median time per proposal at the given trial counts (`--timing-at`), from runs as long as
   the largest of them (`--timing-trials`, Hartmann6, sequential, one seed).
@@ -117,12 +123,47 @@ NOISY = {"branin-noisy": ("branin", 0.02 * (308.129 - 0.397887)),
 # Their trial counts: 50 for both (Hartmann6's noise-free runs have 100).
 for _name, (_clean, _sd) in NOISY.items():
     FUNCTIONS[_name] = (*FUNCTIONS[_clean][:2], 50)
+# Several objectives (all minimised), 100 trials each: name -> how the worker computes them
+# (`worker`, `python3 bench/bayes.py --worker NAME`), their metrics, the reference point of
+# the hypervolume, the constraints (metric, most it may be) and the noise's standard deviation.
+# FUNCTIONS holds their parameters and the true front's hypervolume (in place of an optimum):
+# a run's regret is that less the hypervolume of the noise-free values of its front (the
+# non-dominated feasible trials by their observed values, as `hptune best` and Optuna's
+# `best_trials` name them), above the reference point.
+MULTI = {
+    "zdt1": {"metrics": ["f1", "f2"], "reference": [1.1, 1.1]},
+    "zdt2": {"metrics": ["f1", "f2"], "reference": [1.1, 1.1]},
+    "dtlz2": {"metrics": ["f1", "f2", "f3"], "reference": [1.1, 1.1, 1.1]},
+    # ZDT1 with noise of 2 % of the front's range on both objectives.
+    "zdt1-noisy": {"metrics": ["f1", "f2"], "reference": [1.1, 1.1], "noise": 0.02},
+    # CONSTR (Deb, 2001): f1 = x1, f2 = (1 + x2)/x1, with 6 - x2 - 9 x1 <= 0 and
+    # 1 + x2 - 9 x1 <= 0.
+    "constr": {"metrics": ["f1", "f2"], "reference": [1.1, 10.0],
+               "constraints": [("c1", 0.0), ("c2", 0.0)]},
+}
+_UNIT6 = [(f"x{i}", "double", 0.0, 1.0, False) for i in range(1, 7)]
+# Hypervolumes of the true fronts above the references, in closed form: ZDT1's front
+# f2 = 1 - sqrt(f1) and ZDT2's f2 = 1 - f1² for f1 in [0, 1]; DTLZ2's, the unit sphere's
+# positive octant (the reference box less the octant of the ball); CONSTR's, f2 = 7/f1 - 9 for
+# f1 in [7/18, 2/3] and 1/f1 for f1 in [2/3, 1].
+FUNCTIONS["zdt1"] = (_UNIT6, 1.1 - 1 + 2 / 3 + 0.1 * 1.1, 100)
+FUNCTIONS["zdt2"] = (_UNIT6, 1.1 - 1 + 1 / 3 + 0.1 * 1.1, 100)
+FUNCTIONS["dtlz2"] = (_UNIT6, 1.1 ** 3 - math.pi / 6, 100)
+FUNCTIONS["zdt1-noisy"] = FUNCTIONS["zdt1"]
+FUNCTIONS["constr"] = ([("x1", "double", 0.1, 1.0, False), ("x2", "double", 0.0, 5.0, False)],
+                       19 * (2 / 3 - 7 / 18) - 7 * math.log(12 / 7)
+                       + 10 / 3 - math.log(1.5) + 0.1 * 9, 100)
 SAMPLERS = ["hptune-bayesian", "hptune-random", "optuna-gp", "optuna-tpe",
-            "optuna-tpe-multivariate", "optuna-cmaes", "optuna-random", "botorch"]
+            "optuna-tpe-multivariate", "optuna-cmaes", "optuna-nsga2", "optuna-random",
+            "botorch"]
 # BoTorch is a reference for the parallel proposals, on request: it takes seconds a proposal.
 # Multivariate TPE and CMA-ES are the references for the functions with many parameters.
 DEFAULT_SAMPLERS = [s for s in SAMPLERS
-                    if s not in ("botorch", "optuna-tpe-multivariate", "optuna-cmaes")]
+                    if s not in ("botorch", "optuna-tpe-multivariate", "optuna-cmaes",
+                                 "optuna-nsga2")]
+# The samplers of several objectives: NSGA-II is Optuna's default for them.
+MULTI_SAMPLERS = ["hptune-bayesian", "optuna-gp", "optuna-tpe-multivariate", "optuna-nsga2",
+                  "optuna-random"]
 # mode -> trials run at once
 MODES = {"sequential": 1, "parallel": 4, "async": 4}
 
@@ -147,17 +188,25 @@ def ensure_venv():
     os.execv(python, [str(python), *sys.argv])
 
 
-def build(with_hptune):
+def build(with_hptune, with_objective=True):
     """The release `hptune` (only `with_hptune`: Optuna's samplers need just the objective) and
-    the objective worker."""
-    targets = ["--bin", "hptune"] if with_hptune else []
-    subprocess.run(["cargo", "build", "--release", *targets, "--example", "objective"],
-                   cwd=ROOT, check=True)
+    the objective worker (only `with_objective`: the functions of several objectives have
+    their own, `worker`)."""
+    targets = (["--bin", "hptune"] if with_hptune else []) + (
+        ["--example", "objective"] if with_objective else [])
+    if targets and not os.environ.get("HPTUNE_BENCH_NO_BUILD"):
+        subprocess.run(["cargo", "build", "--release", *targets], cwd=ROOT, check=True)
     return TARGET / "release" / "hptune", TARGET / "release" / "examples" / "objective"
 
 
 def study_yaml(name, function, algorithm, trials, parallel, seed, command):
-    lines = [f"name: {name}", "objective:", "  metric: loss", "  goal: minimize", "parameters:"]
+    if function in MULTI:
+        lines = [f"name: {name}", "objectives:"]
+        lines += [f"  - {{metric: {m}, goal: minimize}}" for m in MULTI[function]["metrics"]]
+        lines.append("parameters:")
+    else:
+        lines = [f"name: {name}", "objective:", "  metric: loss", "  goal: minimize",
+                 "parameters:"]
     for p in FUNCTIONS[function][0]:
         lines.append(f"  - id: {p[0]}")
         lines.append(f"    type: {p[1]}")
@@ -179,6 +228,10 @@ def study_yaml(name, function, algorithm, trials, parallel, seed, command):
     ]
     if function in CONSTRAINED:
         lines.append(f"constraints: [{{metric: constraint, max: {CONSTRAINED[function]!r}}}]")
+    bounds = MULTI.get(function, {}).get("constraints", [])
+    if bounds:
+        lines.append("constraints: ["
+                     + ", ".join(f"{{metric: {m}, max: {b!r}}}" for m, b in bounds) + "]")
     return "\n".join(lines) + "\n"
 
 
@@ -194,6 +247,24 @@ def worker_args(function, seed):
     return ["--function", WORKER.get(function, function)]
 
 
+def run_study(hptune, work, study):
+    """`hptune run` of the study file text `study` in the folder `work`, on SQLite there; the
+    storage's URL and the time of each proposal by trial number, from the sampler's log."""
+    path = Path(work) / "study.yaml"
+    path.write_text(study)
+    storage = f"sqlite://{work}/bench.db"
+    env = dict(os.environ, RUST_LOG="hptune::sampler=debug", NO_COLOR="1")
+    run = subprocess.run([hptune, "run", str(path), "--storage", storage], cwd=work,
+                         env=env, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"hptune run failed ({run.returncode}): {run.stderr[-2000:]}")
+    timings = {}
+    for line in ANSI.sub("", run.stderr).splitlines():
+        if m := PROPOSED.search(line):
+            timings[int(m[1])] = int(m[2]) / 1e6
+    return storage, timings
+
+
 def run_hptune(binaries, sampler, function, trials, mode, seed):
     """`hptune run` of the study; as every runner, the trials' values (None: failed or
     infeasible), proposal times, the parameters named best (noisy functions) and proposals."""
@@ -205,18 +276,8 @@ def run_hptune(binaries, sampler, function, trials, mode, seed):
         command = [objective, *worker_args(function, seed)]
         if mode == "async":
             command += ["--in-order", work, "--running", parallel, "--trials", trials]
-        study = Path(work) / "study.yaml"
-        study.write_text(study_yaml(name, function, algorithm, trials, parallel, seed, command))
-        storage = f"sqlite://{work}/bench.db"
-        env = dict(os.environ, RUST_LOG="hptune::sampler=debug", NO_COLOR="1")
-        run = subprocess.run([hptune, "run", str(study), "--storage", storage], cwd=work,
-                             env=env, capture_output=True, text=True)
-        if run.returncode != 0:
-            raise RuntimeError(f"hptune run failed ({run.returncode}): {run.stderr[-2000:]}")
-        timings = {}
-        for line in ANSI.sub("", run.stderr).splitlines():
-            if m := PROPOSED.search(line):
-                timings[int(m[1])] = int(m[2]) / 1e6
+        storage, timings = run_study(hptune, work, study_yaml(
+            name, function, algorithm, trials, parallel, seed, command))
         listed = subprocess.run([hptune, "trials", name, "--format", "json", "--storage",
                                  storage], cwd=work, capture_output=True, text=True, check=True)
         trials_json = sorted(json.loads(listed.stdout), key=lambda t: t["number"])
@@ -274,6 +335,24 @@ def in_controller_order(trials, mode, ask, tell):
             running -= 1
 
 
+def ask_and_tell(study, function, trials, mode, tell):
+    """Runs an Optuna `study` of `function` through ask/tell in the controller's order
+    (`in_controller_order`), `tell(trial)` evaluating the oldest running trial and telling
+    it; the time of each proposal and its parameters, by trial number."""
+    dists = distributions(function)
+    timings, proposals, pending = [None] * trials, [None] * trials, []
+
+    def ask():
+        start = time.perf_counter()
+        trial = study.ask(dists)
+        timings[trial.number] = time.perf_counter() - start
+        proposals[trial.number] = trial.params
+        pending.append(trial)
+
+    in_controller_order(trials, mode, ask, lambda: tell(pending.pop(0)))
+    return timings, proposals
+
+
 def run_optuna(binaries, sampler, function, trials, mode, seed):
     """Optuna through ask/tell, evaluating with the same worker binary as hptune."""
     import optuna
@@ -293,18 +372,9 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
         "optuna-random": lambda: optuna.samplers.RandomSampler(seed=seed),
     }[sampler]
     study = optuna.create_study(direction="minimize", sampler=make())
-    dists = distributions(function)
-    values, timings, proposals, pending = [None] * trials, [None] * trials, [None] * trials, []
+    values = [None] * trials
 
-    def ask():
-        start = time.perf_counter()
-        trial = study.ask(dists)
-        timings[trial.number] = time.perf_counter() - start
-        proposals[trial.number] = trial.params
-        pending.append(trial)
-
-    def tell():
-        trial = pending.pop(0)
+    def tell(trial):
         value, constraint = evaluate(binaries[1], function, trial.params, seed)
         if constraint is not None:
             trial.set_user_attr("constraint", constraint)
@@ -312,7 +382,7 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
         values[trial.number] = value if feasible else None
         study.tell(trial, value)
 
-    in_controller_order(trials, mode, ask, tell)
+    timings, proposals = ask_and_tell(study, function, trials, mode, tell)
     chosen = {"observed": study.best_trial.params} if function in NOISY else {}
     return values, timings, chosen, proposals
 
@@ -377,12 +447,152 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
 
 def runs_on(sampler, function):
     """Whether `sampler` can search `function`'s space (BoTorch's runner: linear doubles only,
-    without constraints)."""
+    without constraints; several objectives: the samplers of MULTI_SAMPLERS)."""
+    if function in MULTI:
+        return sampler in MULTI_SAMPLERS
     return sampler != "botorch" or (function not in CONSTRAINED and all(
         p[1] == "double" and not p[4] for p in FUNCTIONS[function][0]))
 
 
+def several(function, params):
+    """`function`'s objectives at `params` (noise-free) and its constraints' values."""
+    x = [float(params[p[0]]) for p in FUNCTIONS[function][0]]
+    base = function.removesuffix("-noisy")
+    if base in ("zdt1", "zdt2"):
+        g = 1 + 9 * sum(x[1:]) / (len(x) - 1)
+        shape = math.sqrt(x[0] / g) if base == "zdt1" else (x[0] / g) ** 2
+        return [x[0], g * (1 - shape)], []
+    if base == "dtlz2":
+        g = sum((v - 0.5) ** 2 for v in x[2:])
+        a, b = x[0] * math.pi / 2, x[1] * math.pi / 2
+        return [(1 + g) * math.cos(a) * math.cos(b), (1 + g) * math.cos(a) * math.sin(b),
+                (1 + g) * math.sin(a)], []
+    return [x[0], (1 + x[1]) / x[0]], [6 - x[1] - 9 * x[0], 1 + x[1] - 9 * x[0]]
+
+
+def evaluate_several(function, params, seed):
+    """`function` at `params`: the observed objectives (with the noise, a draw fixed by the
+    function, the seed and the parameters), the noise-free ones, and whether it is feasible."""
+    import hashlib
+    import random
+    clean, constraints = several(function, params)
+    sd = MULTI[function].get("noise", 0.0)
+    key = repr((function, seed, sorted((k, float(v)) for k, v in params.items())))
+    draw = random.Random(hashlib.sha256(key.encode()).digest())
+    observed = [v + sd * draw.gauss(0.0, 1.0) for v in clean] if sd else clean
+    bounds = MULTI[function].get("constraints", [])
+    feasible = all(c <= b for c, (_, b) in zip(constraints, bounds))
+    return observed, clean, constraints, feasible
+
+
+def worker(argv):
+    """`bayes.py --worker FUNCTION --seed S --log FILE [--in-order DIR --running Q --trials N]
+    --x1=...`: hptune's trial of a function of several objectives. It prints the objectives
+    and the constraints' values as the final line and appends the evaluation to FILE (JSON
+    lines); with `--in-order`, it ends in number order as `examples/objective.rs` does."""
+    flags = dict(a.removeprefix("--").split("=", 1) for a in argv)
+    function, seed = flags.pop("worker"), int(flags.pop("seed"))
+    log, order = Path(flags.pop("log")), flags.pop("in-order", None)
+    running, total = int(flags.pop("running", 1)), int(flags.pop("trials", 0))
+    observed, clean, constraints, feasible = evaluate_several(function, flags, seed)
+    trial = int(os.environ.get("HPTUNE_TRIAL_ID", "0"))
+    if order:
+        mark = lambda event, k: Path(order) / f"{event}-{k}"
+        mark("started", trial).touch()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+                (trial == 0 or mark("ended", trial - 1).exists())
+                and (trial + running - 1 >= total or mark("started", trial + running - 1).exists())):
+            time.sleep(0.001)
+    names = MULTI[function]["metrics"] + [m for m, _ in MULTI[function].get("constraints", [])]
+    with log.open("a") as out:
+        out.write(json.dumps({"trial": trial, "params": flags, "observed": observed,
+                              "clean": clean, "feasible": feasible}) + "\n")
+    print(" ".join(f"{n}={v!r}" for n, v in zip(names, observed + constraints)), flush=True)
+    if order:
+        mark("ended", trial).touch()
+
+
+def front_regret(function, evaluations):
+    """The true front's hypervolume less that of the noise-free values of the run's front:
+    the feasible evaluations that no other feasible one dominates by observed values.
+    `evaluations`: (observed, clean, feasible) of each trial."""
+    import numpy as np
+    from optuna._hypervolume import compute_hypervolume
+    feasible = [(o, c) for o, c, ok in evaluations if ok]
+    dominates = lambda a, b: all(x <= y for x, y in zip(a, b)) and a != b
+    front = [c for o, c in feasible if not any(dominates(p, o) for p, _ in feasible)]
+    reference = MULTI[function]["reference"]
+    inside = [c for c in front if all(v < r for v, r in zip(c, reference))]
+    volume = compute_hypervolume(np.array(inside), np.array(reference)) if inside else 0.0
+    return FUNCTIONS[function][1] - volume
+
+
+def run_hptune_several(binaries, sampler, function, trials, mode, seed):
+    """`hptune run` of a study of several objectives, the worker `bayes.py --worker`; the
+    evaluations in the order they ended, and the proposal times."""
+    hptune = binaries[0]
+    algorithm = sampler.removeprefix("hptune-")
+    parallel = MODES[mode]
+    with tempfile.TemporaryDirectory(prefix="hptune-bench-") as work:
+        name = f"{function}-{algorithm}-{mode}-{seed}"
+        log = Path(work) / "evaluations.jsonl"
+        command = [sys.executable, Path(__file__).resolve(), f"--worker={function}",
+                   f"--seed={seed}", f"--log={log}"]
+        if mode == "async":
+            command += [f"--in-order={work}", f"--running={parallel}", f"--trials={trials}"]
+        _, timings = run_study(hptune, work, study_yaml(
+            name, function, algorithm, trials, parallel, seed, command))
+        ended = [json.loads(line) for line in log.read_text().splitlines()]
+    evaluations = [(e["observed"], e["clean"], e["feasible"]) for e in ended]
+    return evaluations, [timings.get(i) for i in range(trials)], [e["params"] for e in ended]
+
+
+def run_optuna_several(binaries, sampler, function, trials, mode, seed):
+    """Optuna's samplers of several objectives through ask/tell, in the controller's order,
+    with `constraints_func` where the function has constraints (random search records
+    feasibility only)."""
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    bounds = MULTI[function].get("constraints", [])
+    constrained = {"constraints_func": lambda t: t.user_attrs["constraints"]} if bounds else {}
+    make = {
+        "optuna-gp": lambda: optuna.samplers.GPSampler(seed=seed, **constrained),
+        "optuna-tpe-multivariate": lambda: optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, **constrained),
+        "optuna-nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed, **constrained),
+        "optuna-random": lambda: optuna.samplers.RandomSampler(seed=seed),
+    }[sampler]
+    study = optuna.create_study(directions=["minimize"] * len(MULTI[function]["metrics"]),
+                                sampler=make())
+    evaluations = []
+
+    def tell(trial):
+        observed, clean, constraints, feasible = evaluate_several(function, trial.params, seed)
+        trial.set_user_attr("constraints", [c - b for c, (_, b) in zip(constraints, bounds)])
+        evaluations.append((observed, clean, feasible))
+        study.tell(trial, observed)
+
+    timings, proposals = ask_and_tell(study, function, trials, mode, tell)
+    return evaluations, timings, proposals
+
+
+def run_several(binaries, sampler, function, trials, mode, seed):
+    """A run on a function of several objectives, as `run_one` records it; its regret is the
+    hypervolume's ([`front_regret`])."""
+    runner = run_hptune_several if sampler.startswith("hptune") else run_optuna_several
+    start = time.perf_counter()
+    evaluations, timings, proposals = runner(binaries, sampler, function, trials, mode, seed)
+    regret = front_regret(function, evaluations)
+    return {"sampler": sampler, "function": function, "mode": mode,
+            "parallel": MODES[mode], "seed": seed, "trials": trials, "regret": [regret],
+            "final_regret": regret, "chosen_regret": {}, "proposal_seconds": timings,
+            "proposals": proposals, "wall_seconds": time.perf_counter() - start}
+
+
 def run_one(binaries, sampler, function, trials, mode, seed):
+    if function in MULTI:
+        return run_several(binaries, sampler, function, trials, mode, seed)
     runner = {"hptune": run_hptune, "optuna": run_optuna, "botorch": run_botorch}[
         sampler.split("-")[0]]
     start = time.perf_counter()
@@ -516,11 +726,34 @@ def proposal_time_table(runs, samplers):
     return "\n".join(lines)
 
 
+def late_time_table(runs, samplers):
+    """On the functions of several objectives, the median time per proposal of trials 90-99
+    of each cell's runs, and GPSampler's over hptune's."""
+    lines = ["| function | mode | " + " | ".join(samplers) + " | GPSampler / hptune |",
+             "|---|---|" + "---|" * (len(samplers) + 1)]
+    keys = sorted({cell(r)[1:] for r in runs if r["function"] in MULTI},
+                  key=lambda k: (list(FUNCTIONS).index(k[0]), list(MODES).index(k[1])))
+    for function, mode in keys:
+        medians = {}
+        for s in samplers:
+            xs = [t for r in runs if cell(r) == (s, function, mode)
+                  for t in r["proposal_seconds"][90:100] if t is not None]
+            medians[s] = statistics.median(xs) if xs else None
+        cells = [f"{1000 * medians[s]:.1f} ms" if medians[s] else "-" for s in samplers]
+        gp, ours = medians.get("optuna-gp"), medians.get("hptune-bayesian")
+        cells.append(f"{gp / ours:.1f}x" if gp and ours else "-")
+        lines.append(f"| {function} | {mode} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def main():
+    if sys.argv[1:2] and sys.argv[1].startswith("--worker="):
+        return worker(sys.argv[1:])
     ensure_venv()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--functions",
-                        default=",".join(f for f in FUNCTIONS if f not in MANY_PARAMETERS))
+                        default=",".join(f for f in FUNCTIONS
+                                         if f not in MANY_PARAMETERS and f not in MULTI))
     parser.add_argument("--samplers", default=",".join(DEFAULT_SAMPLERS),
                         help=f"of {', '.join(SAMPLERS)}")
     parser.add_argument("--modes", default=",".join(MODES))
@@ -544,7 +777,8 @@ def main():
         if name and name not in SAMPLERS:
             parser.error(f"unknown sampler {name!r}: the samplers are {', '.join(SAMPLERS)}")
     timed = args.timing_trials and args.timing_samplers.split(",") or []
-    binaries = build(any(name.startswith("hptune") for name in samplers + timed))
+    binaries = build(any(name.startswith("hptune") for name in samplers + timed),
+                     timed or any(f not in MULTI for f in args.functions.split(",")))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = args.out or RESULTS / time.strftime("bayes-%Y%m%d-%H%M%S.json")
     runs, timing_runs = [], []
@@ -595,6 +829,9 @@ def main():
             print(choice)
         print("\nMedian time per proposal after the initial design:\n")
         print(proposal_time_table(runs, samplers))
+        if late := late_time_table(runs, samplers):
+            print("\nSeveral objectives, median time per proposal at trials 90-99:\n")
+            print(late)
         if cost := parallel_cost_table(runs, samplers):
             print("\nWith 4 trials at once against one at a time (a ratio above 1: higher "
                   "regret):\n")

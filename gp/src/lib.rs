@@ -1,7 +1,8 @@
 //! A Gaussian-process model of a function over the unit cube, the mathematics the samplers
 //! build on: the Matern-5/2 kernel with one length scale per parameter, hyperparameters by
 //! maximum a posteriori fitted with L-BFGS ([`fit`], [`refit`]), the posterior with its
-//! gradients ([`Gp`]), the log expected improvement ([`log_ei`]) and a power transform of
+//! gradients ([`Gp`]), the log expected improvement ([`log_ei`]) and the log expected
+//! hypervolume improvement of several objectives ([`Boxes`]) and a power transform of
 //! the values ([`YeoJohnson`]). It knows nothing of studies, spaces or trials: a caller
 //! encodes its points as features in `[0, 1]` and its values as numbers, larger is better.
 //! The Bayesian sampler (`sampler::bayes`) decides what to fit and where to look with it; the
@@ -11,6 +12,7 @@
 
 #![warn(unreachable_pub)]
 
+mod ehvi;
 mod fit;
 mod kernel;
 mod lbfgs;
@@ -20,6 +22,7 @@ mod random;
 mod stats;
 mod warp;
 
+pub use ehvi::Boxes;
 pub use fit::{LengthSharing, fit, refit};
 pub use lbfgs::minimize;
 pub use log_ei::{log_cdf, log_ei, log_ei_with_gradient};

@@ -36,7 +36,7 @@ fn mills(t: f64) -> (f64, f64) {
 }
 
 /// `log h(z)` and `Φ(z)/h(z)`, `φ(z)/h(z)` (the factors of its derivatives by μ and σ).
-fn log_h(z: f64) -> (f64, f64, f64) {
+pub(crate) fn log_h(z: f64) -> (f64, f64, f64) {
     if z >= TAIL {
         let phi = log_phi(z).exp();
         let big_phi = cdf(z);

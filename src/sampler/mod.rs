@@ -128,10 +128,13 @@ pub(crate) fn for_study(study: &Study) -> Result<Box<dyn Sampler>, SamplerError>
                 message: e.to_string(),
             })?),
         ),
-        Algorithm::Bayesian => (
-            "bayesian",
-            Box::new(BayesSampler::new(study.seed).with_fidelity(bayes::fidelity::settings(study))),
-        ),
+        Algorithm::Bayesian => {
+            let references = study.objectives().map(|o| o.reference_point).collect();
+            let sampler = BayesSampler::new(study.seed)
+                .with_reference_point(references)
+                .with_fidelity(bayes::fidelity::settings(study));
+            ("bayesian", Box::new(sampler))
+        }
     };
     Ok(Box::new(Timed::new(name, sampler)))
 }

@@ -21,18 +21,8 @@ use hptune_gp::{
 /// Joint draws of the running trials' values.
 pub(crate) const FANTASIES: usize = 128;
 
-/// One joint draw of the running trials' values.
-struct Fantasy {
-    /// `Σ⁻¹ (f - μ)`: the drawn values' deviations from the running trials' posterior means,
-    /// through the inverse of their posterior covariance `Σ`. A candidate whose covariance
-    /// with the running trials is `s` has, given the draw, its mean moved by `s · weights`.
-    weights: DVector<f64>,
-    /// The value to beat: the best of the known value and the drawn ones.
-    best: f64,
-}
-
 /// The running trials, as the conditioning needs them.
-struct Running {
+pub(super) struct Running {
     /// Their features.
     points: Vec<Vec<f64>>,
     /// `K⁻¹ k(X, points)` ([`Gp::solve_cross`]).
@@ -41,26 +31,172 @@ struct Running {
     covariance: Cholesky<f64, Dyn>,
 }
 
+/// One joint draw of the running trials' values.
+pub(super) struct Draw {
+    /// The drawn values.
+    pub values: DVector<f64>,
+    /// `Σ⁻¹ (f - μ)`: the drawn values' deviations from the running trials' posterior means,
+    /// through the inverse of their posterior covariance `Σ`. A candidate whose covariance
+    /// with the running trials is `s` has, given the draw, its mean moved by `s · weights`.
+    pub weights: DVector<f64>,
+}
+
 impl Running {
+    /// The trials running at `points` (features, at least one) under `gp`, and `count` joint
+    /// draws of their values from its posterior; an error when their posterior covariance
+    /// cannot be factored even with jitter.
+    pub(super) fn drawn(
+        gp: &Gp,
+        points: Vec<Vec<f64>>,
+        count: usize,
+        rng: &mut ChaCha8Rng,
+    ) -> Result<(Self, Vec<Draw>), GpError> {
+        let (mean, covariance) = gp.joint(&points);
+        let covariance = factor(covariance)?;
+        let lower = covariance.l_dirty().lower_triangle();
+        let draws = (0..count)
+            .map(|_| {
+                let deviation = &lower * DVector::from_fn(points.len(), |_, _| normal(rng));
+                Draw {
+                    values: &mean + &deviation,
+                    weights: covariance.solve(&deviation),
+                }
+            })
+            .collect();
+        let solved = gp.solve_cross(&points);
+        let running = Self {
+            points,
+            solved,
+            covariance,
+        };
+        Ok((running, draws))
+    }
+
     /// A candidate's variance `σ²` conditioned on the running trials, given its covariances
     /// `s` with them: `σ² - sᵀΣ⁻¹s`, and `Σ⁻¹s`.
     fn condition(&self, variance: f64, cross: &DVector<f64>) -> (f64, DVector<f64>) {
         let solved = self.covariance.solve(cross);
         ((variance - cross.dot(&solved)).max(MIN_VARIANCE), solved)
     }
+
+    /// Each of `points`' posterior mean under `gp`, its variance conditioned on the running
+    /// trials, and its covariances with them (given a draw, its mean moves by their dot
+    /// product with the draw's weights).
+    pub(super) fn beside_many(&self, gp: &Gp, points: &[&[f64]]) -> Vec<(f64, f64, DVector<f64>)> {
+        let (predictions, covariances) = gp.predict_many_beside(points, &self.points, &self.solved);
+        predictions
+            .into_iter()
+            .zip(covariances.row_iter())
+            .map(|((mean, variance), cross)| {
+                let cross = cross.transpose();
+                let (variance, _) = self.condition(variance, &cross);
+                (mean, variance, cross)
+            })
+            .collect()
+    }
+
+    /// The posterior at features `x` under `gp`, with its gradient, ready to be conditioned
+    /// on each draw ([`Beside::given`]).
+    pub(super) fn beside(&self, gp: &Gp, x: &[f64]) -> Beside {
+        let prediction = gp.predict_with_gradient(x);
+        let (cross, cross_gradients) =
+            gp.cross_covariance_with_gradient(x, &self.points, &self.solved);
+        let (variance, solved) = self.condition(prediction.variance, &cross);
+        let mut beside = Beside {
+            variance_gradient: Vec::new(),
+            prediction,
+            cross,
+            cross_gradients,
+            variance,
+        };
+        beside.variance_gradient =
+            beside.along(&solved, -2.0, &beside.prediction.variance_gradient);
+        beside
+    }
+}
+
+/// The posterior at a point beside the running trials, with its gradient.
+pub(super) struct Beside {
+    prediction: Prediction,
+    /// Its covariances with the running trials, and their gradients.
+    cross: DVector<f64>,
+    cross_gradients: Vec<Vec<f64>>,
+    /// Its variance conditioned on the running trials, and the gradient of that.
+    variance: f64,
+    variance_gradient: Vec<f64>,
+}
+
+impl Beside {
+    /// `base + scale Σ_j weights_j ∂s_j`, `s` the covariances with the running trials.
+    fn along(&self, weights: &DVector<f64>, scale: f64, base: &[f64]) -> Vec<f64> {
+        let mut gradient = base.to_vec();
+        for (w, g) in weights.iter().zip(&self.cross_gradients) {
+            for (out, d) in gradient.iter_mut().zip(g) {
+                *out += scale * w * d;
+            }
+        }
+        gradient
+    }
+
+    /// The prediction given a draw of weights `weights`. Conditioned on the running trials,
+    /// the variance is `σ² - sᵀΣ⁻¹s`, whose gradient is `∂σ² - 2 Σ_j (Σ⁻¹s)_j ∂s_j`; the mean
+    /// `μ + s·w`, whose gradient is `∂μ + Σ_j w_j ∂s_j`.
+    pub(super) fn given(&self, weights: &DVector<f64>) -> Prediction {
+        Prediction {
+            mean: self.prediction.mean + self.cross.dot(weights),
+            variance: self.variance,
+            mean_gradient: self.along(weights, 1.0, &self.prediction.mean_gradient),
+            variance_gradient: self.variance_gradient.clone(),
+        }
+    }
+}
+
+/// One draw of the running trials' values, as the expected improvement needs it.
+struct Fantasy {
+    /// The draw's [`Draw::weights`].
+    weights: DVector<f64>,
+    /// The value to beat: the best of the known value and the drawn ones.
+    best: f64,
+}
+
+/// The log of what a trial at a point is expected to improve, as [`Acquisition`] weighs it.
+pub(crate) trait Improvement: Sync {
+    /// The log improvement at each of `points` (features).
+    fn log_many(&self, points: &[&[f64]]) -> Vec<f64>;
+    /// The log improvement at features `x`, and its gradient by them.
+    fn log_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>);
+}
+
+/// What the search maximises: the log of a trial's expected improvement (of one objective,
+/// or of the hypervolume of several), plus the log probability that it is feasible where the
+/// study has constraints.
+pub(crate) struct Acquisition<'a> {
+    improvement: Box<dyn Improvement + 'a>,
+    feasibility: Option<&'a Feasibility>,
 }
 
 /// The expected improvement of a trial at a point, given the finished trials (the model)
 /// and the running ones (drawn).
-pub(crate) struct Acquisition<'a> {
+struct ExpectedImprovement<'a> {
     gp: &'a Gp,
     running: Option<Running>,
     /// Empty when there is no incumbent to improve on.
     fantasies: Vec<Fantasy>,
-    feasibility: Option<&'a Feasibility>,
 }
 
 impl<'a> Acquisition<'a> {
+    /// The acquisition of `improvement`, weighted by `feasibility` where the study has
+    /// constraints.
+    pub(crate) fn of(
+        improvement: impl Improvement + 'a,
+        feasibility: Option<&'a Feasibility>,
+    ) -> Self {
+        Self {
+            improvement: Box::new(improvement),
+            feasibility,
+        }
+    }
+
     /// The acquisition of `gp` (the model of the finished trials) over `best` (standardised,
     /// maximisation; `None` while no trial is feasible), with the trials running at `running`
     /// (features) drawn from `rng`, weighted by `feasibility` where the study has constraints;
@@ -73,12 +209,57 @@ impl<'a> Acquisition<'a> {
         rng: &mut ChaCha8Rng,
         feasibility: Option<&'a Feasibility>,
     ) -> Result<Self, GpError> {
+        let improvement = ExpectedImprovement::new(gp, best, running, rng)?;
+        Ok(Self::of(improvement, feasibility))
+    }
+
+    /// The acquisition at features `x`.
+    pub(crate) fn score(&self, x: &[f64]) -> f64 {
+        self.score_many(&[x])[0]
+    }
+
+    /// The acquisition at each of `points` (features), computed together.
+    pub(crate) fn score_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<f64> {
+        let points: Vec<&[f64]> = points.iter().map(AsRef::as_ref).collect();
+        let mut scores = self.improvement.log_many(&points);
+        if let Some(feasibility) = self.feasibility {
+            for (score, log_p) in scores
+                .iter_mut()
+                .zip(feasibility.log_probability_many(&points))
+            {
+                *score += log_p;
+            }
+        }
+        scores
+    }
+
+    /// The acquisition at features `x`, and its gradient by them.
+    pub(crate) fn score_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>) {
+        let (mut score, mut gradient) = self.improvement.log_with_gradient(x);
+        if let Some(feasibility) = self.feasibility {
+            let (log_p, log_p_gradient) = feasibility.log_probability_with_gradient(x);
+            score += log_p;
+            for (out, d) in gradient.iter_mut().zip(log_p_gradient) {
+                *out += d;
+            }
+        }
+        (score, gradient)
+    }
+}
+
+impl<'a> ExpectedImprovement<'a> {
+    /// As [`Acquisition::new`], without constraints.
+    fn new(
+        gp: &'a Gp,
+        best: Option<f64>,
+        running: Vec<Vec<f64>>,
+        rng: &mut ChaCha8Rng,
+    ) -> Result<Self, GpError> {
         let Some(best) = best else {
             return Ok(Self {
                 gp,
                 running: None,
                 fantasies: Vec::new(),
-                feasibility,
             });
         };
         if running.is_empty() {
@@ -90,68 +271,27 @@ impl<'a> Acquisition<'a> {
                 gp,
                 running: None,
                 fantasies,
-                feasibility,
             });
         }
-        let (mean, covariance) = gp.joint(&running);
-        let covariance = factor(covariance)?;
-        let lower = covariance.l_dirty().lower_triangle();
-        let fantasies = (0..FANTASIES)
-            .map(|_| {
-                let deviation = &lower * DVector::from_fn(running.len(), |_, _| normal(rng));
-                let best = (&mean + &deviation).max().max(best);
-                let weights = covariance.solve(&deviation);
-                Fantasy { weights, best }
+        let (running, draws) = Running::drawn(gp, running, FANTASIES, rng)?;
+        let fantasies = draws
+            .into_iter()
+            .map(|d| Fantasy {
+                best: d.values.max().max(best),
+                weights: d.weights,
             })
             .collect();
-        let solved = gp.solve_cross(&running);
-        let running = Running {
-            points: running,
-            solved,
-            covariance,
-        };
         Ok(Self {
             gp,
             running: Some(running),
             fantasies,
-            feasibility,
         })
     }
+}
 
-    /// The acquisition at features `x`.
-    pub(crate) fn score(&self, x: &[f64]) -> f64 {
-        self.score_many(&[x])[0]
-    }
-
-    /// The acquisition at each of `points` (features), computed together.
-    pub(crate) fn score_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<f64> {
-        let mut scores = self.improvement_many(points);
-        if let Some(feasibility) = self.feasibility {
-            for (score, log_p) in scores
-                .iter_mut()
-                .zip(feasibility.log_probability_many(points))
-            {
-                *score += log_p;
-            }
-        }
-        scores
-    }
-
-    /// The acquisition at features `x`, and its gradient by them.
-    pub(crate) fn score_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>) {
-        let (mut score, mut gradient) = self.improvement_with_gradient(x);
-        if let Some(feasibility) = self.feasibility {
-            let (log_p, log_p_gradient) = feasibility.log_probability_with_gradient(x);
-            score += log_p;
-            for (out, d) in gradient.iter_mut().zip(log_p_gradient) {
-                *out += d;
-            }
-        }
-        (score, gradient)
-    }
-
+impl Improvement for ExpectedImprovement<'_> {
     /// The log expected improvement at each of `points`; 0 without an incumbent.
-    fn improvement_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<f64> {
+    fn log_many(&self, points: &[&[f64]]) -> Vec<f64> {
         if self.fantasies.is_empty() {
             return vec![0.0; points.len()];
         }
@@ -164,15 +304,10 @@ impl<'a> Acquisition<'a> {
                 .map(|(mean, variance)| log_ei(mean, variance, best))
                 .collect();
         };
-        let (predictions, covariances) =
-            self.gp
-                .predict_many_beside(points, &running.points, &running.solved);
-        predictions
+        running
+            .beside_many(self.gp, points)
             .into_iter()
-            .zip(covariances.row_iter())
-            .map(|((mean, variance), cross)| {
-                let cross = cross.transpose();
-                let (variance, _) = running.condition(variance, &cross);
+            .map(|(mean, variance, cross)| {
                 let logs: Vec<f64> = self
                     .fantasies
                     .iter()
@@ -185,63 +320,46 @@ impl<'a> Acquisition<'a> {
 
     /// The log expected improvement at features `x`, and its gradient by them; 0 without an
     /// incumbent.
-    fn improvement_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>) {
+    fn log_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>) {
         if self.fantasies.is_empty() {
             return (0.0, vec![0.0; x.len()]);
         }
-        let prediction = self.gp.predict_with_gradient(x);
         let Some(running) = &self.running else {
+            let prediction = self.gp.predict_with_gradient(x);
             return log_ei_with_gradient(&prediction, self.fantasies[0].best);
         };
-        let (cross, cross_gradients) =
-            self.gp
-                .cross_covariance_with_gradient(x, &running.points, &running.solved);
-        // Conditioned on the running trials: variance σ² - sᵀΣ⁻¹s, whose gradient is
-        // ∂σ² - 2 Σ_j (Σ⁻¹s)_j ∂s_j; mean μ + s·w, whose gradient is ∂μ + Σ_j w_j ∂s_j.
-        let along = |weights: &DVector<f64>, scale: f64, base: &[f64]| {
-            let mut gradient = base.to_vec();
-            for (w, g) in weights.iter().zip(&cross_gradients) {
-                for (out, d) in gradient.iter_mut().zip(g) {
-                    *out += scale * w * d;
-                }
-            }
-            gradient
-        };
-        let (variance, solved) = running.condition(prediction.variance, &cross);
-        let variance_gradient = along(&solved, -2.0, &prediction.variance_gradient);
+        let beside = running.beside(self.gp, x);
         let scored: Vec<(f64, Vec<f64>)> = self
             .fantasies
             .iter()
-            .map(|f| {
-                let conditioned = Prediction {
-                    mean: prediction.mean + cross.dot(&f.weights),
-                    variance,
-                    mean_gradient: along(&f.weights, 1.0, &prediction.mean_gradient),
-                    variance_gradient: variance_gradient.clone(),
-                };
-                log_ei_with_gradient(&conditioned, f.best)
-            })
+            .map(|f| log_ei_with_gradient(&beside.given(&f.weights), f.best))
             .collect();
-        let logs: Vec<f64> = scored.iter().map(|(l, _)| *l).collect();
-        let (value, shares) = log_mean_exp(&logs);
-        let mut gradient = vec![0.0; x.len()];
-        for ((_, g), share) in scored.iter().zip(shares) {
-            for (out, d) in gradient.iter_mut().zip(g) {
-                *out += share * d;
-            }
-        }
-        (value, gradient)
+        mean_of_logs(&scored, x.len())
     }
 }
 
 /// `log(mean(exp(logs)))` without overflow, and each term's share of the mean (the weights
 /// of the gradient of the log of a mean).
-fn log_mean_exp(logs: &[f64]) -> (f64, Vec<f64>) {
+pub(super) fn log_mean_exp(logs: &[f64]) -> (f64, Vec<f64>) {
     let peak = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let terms: Vec<f64> = logs.iter().map(|l| (l - peak).exp()).collect();
     let sum: f64 = terms.iter().sum();
     let value = peak + (sum / logs.len() as f64).ln();
     (value, terms.iter().map(|t| t / sum).collect())
+}
+
+/// The log of the mean of the exponentials of `scored`'s logs, with its gradient from theirs
+/// (each `width` long).
+pub(super) fn mean_of_logs(scored: &[(f64, Vec<f64>)], width: usize) -> (f64, Vec<f64>) {
+    let logs: Vec<f64> = scored.iter().map(|(l, _)| *l).collect();
+    let (value, shares) = log_mean_exp(&logs);
+    let mut gradient = vec![0.0; width];
+    for ((_, g), share) in scored.iter().zip(shares) {
+        for (out, d) in gradient.iter_mut().zip(g) {
+            *out += share * d;
+        }
+    }
+    (value, gradient)
 }
 
 #[cfg(test)]

@@ -158,6 +158,11 @@ impl OutputMap {
         (self.warp.apply((signed - self.mean) / self.scale) - self.warped_mean) / self.warped_scale
     }
 
+    /// The model's value for `value`, a trial's value in the metric's units.
+    pub(super) fn model_value(&self, value: f64) -> f64 {
+        self.warped(self.sign * value)
+    }
+
     /// The warp of the standardised values.
     pub(super) fn warp(&self) -> YeoJohnson {
         self.warp

@@ -25,12 +25,15 @@ pub(crate) mod design;
 pub(crate) mod encoding;
 pub(crate) mod feasibility;
 pub(crate) mod fidelity;
+pub(crate) mod hypervolume_improvement;
 pub(crate) mod search;
+mod several;
 pub(crate) mod trust;
 
 pub(crate) use believed::believed_best;
 
 use super::{Observation, ProposalContext, Sampler, SamplerError};
+use crate::study::Goal;
 use crate::study::space::Assignment;
 use acquisition::Acquisition;
 use anchor::Anchors;
@@ -41,6 +44,7 @@ use feasibility::Feasibility;
 use fidelity::Rungs;
 use hptune_gp::{Gp, GpError, stream};
 use search::propose;
+use several::{MAX_EXACT, Several, scalarised};
 use trust::Region;
 
 /// Proposes trials by Bayesian optimisation with a Gaussian process. Given the same seed and
@@ -52,6 +56,10 @@ pub struct BayesSampler {
     anchors: Anchors,
     /// Where the study's learning curves are modelled ([`fidelity`]): ASHA's rungs.
     fidelity: Option<Rungs>,
+    /// The models of a study of several objectives.
+    several: Several,
+    /// The reference point the study gives, per objective (`None`: derived from the trials).
+    references: Vec<Option<f64>>,
 }
 
 impl BayesSampler {
@@ -61,6 +69,8 @@ impl BayesSampler {
             seed,
             anchors: Anchors::default(),
             fidelity: None,
+            several: Several::default(),
+            references: Vec::new(),
         }
     }
 
@@ -71,6 +81,13 @@ impl BayesSampler {
             fidelity: rungs,
             ..self
         }
+    }
+
+    /// The sampler with the reference point of the hypervolume a study of several objectives
+    /// gives, per objective (`None`: derived from the trials).
+    pub(crate) fn with_reference_point(mut self, references: Vec<Option<f64>>) -> Self {
+        self.references = references;
+        self
     }
 
     /// The design's point for trial `number`.
@@ -87,6 +104,22 @@ impl BayesSampler {
             "the Gaussian process could not be fitted; proposing a design point instead"
         );
         self.design(context)
+    }
+
+    /// The model's proposal for one objective, as unit coordinates, from `history`; `None`
+    /// while no trial has a value.
+    fn one_objective(
+        &mut self,
+        context: &ProposalContext<'_>,
+        encoding: &Encoding<'_>,
+        history: &[Observation],
+    ) -> Result<Option<Vec<f64>>, GpError> {
+        match TrainingData::new(encoding, context.goal, history) {
+            Some(data) => self
+                .model_proposal(context, encoding, history, data)
+                .map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The model's proposal, as unit coordinates, from `history` (the `warm_start` study's
@@ -171,23 +204,34 @@ impl Sampler for BayesSampler {
             }
         };
         let known = context.number + context.prior.len() as u64;
-        let in_design = known < initial_design_size(context.space.dimension());
-        if let (Some(rungs), false) = (&self.fidelity, in_design) {
-            let proposal = fidelity::proposal(self.seed, rungs, context, history);
-            return Ok(Some(match proposal {
-                Ok(Some(unit)) => context.space.from_unit(&unit),
-                Ok(None) => self.design(context),
-                Err(error) => self.fallback(context, error),
-            }));
+        if known < initial_design_size(context.space.dimension()) {
+            return Ok(Some(self.design(context)));
         }
-        let data = match TrainingData::new(&encoding, context.goal, history) {
-            Some(data) if !in_design => data,
-            _ => return Ok(Some(self.design(context))),
+        // Under ASHA, the model of the learning curves (one objective: early stopping is refused
+        // with several); else, with several objectives, the hypervolume's improvement for up to
+        // MAX_EXACT, a scalarisation drawn afresh as one objective past that.
+        let proposal = match (&self.fidelity, context.goals.len()) {
+            (Some(rungs), _) => fidelity::proposal(self.seed, rungs, context, history),
+            (None, 0 | 1) => self.one_objective(context, &encoding, history),
+            (None, n) if n <= MAX_EXACT => {
+                self.several
+                    .proposal(self.seed, context, &encoding, history, &self.references)
+            }
+            (None, _) => {
+                let scalar = scalarised(history, context.goals, self.seed, context.number);
+                let one = ProposalContext {
+                    goal: Goal::Minimize,
+                    goals: &[Goal::Minimize],
+                    ..*context
+                };
+                self.one_objective(&one, &encoding, &scalar)
+            }
         };
-        match self.model_proposal(context, &encoding, history, data) {
-            Ok(unit) => Ok(Some(context.space.from_unit(&unit))),
-            Err(error) => Ok(Some(self.fallback(context, error))),
-        }
+        Ok(Some(match proposal {
+            Ok(Some(unit)) => context.space.from_unit(&unit),
+            Ok(None) => self.design(context),
+            Err(error) => self.fallback(context, error),
+        }))
     }
 }
 
