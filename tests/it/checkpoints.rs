@@ -1,6 +1,7 @@
 //! Checkpoints through the worker protocol: a trial whose worker is killed from outside is
 //! retried, its next attempt resumes from the checkpoint the first one left
-//! (`HPTUNE_RESUME_FROM`), and the trial keeps one learning curve.
+//! (`HPTUNE_RESUME_FROM`), and the trial keeps one learning curve; with hptune-trainer as the
+//! worker, the resumed trial ends as an uninterrupted one does.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -137,12 +138,7 @@ fn a_requeued_slurm_job_s_trial_resumes_from_its_checkpoint() {
         .replace("name: resumed", "name: requeued-resumes")
         + "  executor: {kind: slurm, poll_interval: 200ms}\n";
     let study = scratch.study("slurm.yaml", &text);
-    let mut run = scratch
-        .command(&["run", study.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut run = started_run(&scratch, &study);
     let checkpoint = scratch.path("hptune-artifacts/requeued-resumes/trial-0/checkpoints/step");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !checkpoint.exists() {
@@ -202,6 +198,16 @@ fn preempted_trials_are_retried_and_never_count_as_failed() {
         assert_eq!(trial["attempt"], 2, "{trial}");
         assert_eq!(trial["resumed"][0]["at_step"], 5, "{trial}");
     }
+}
+
+/// `hptune run STUDY`, started in the background, its output discarded.
+fn started_run(scratch: &Scratch, study: &Path) -> std::process::Child {
+    scratch
+        .command(&["run", study.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// Optimiser steps of the trainer's study below: 48 rows, batches of one, 10 epochs.
@@ -300,12 +306,7 @@ fn accuracy_curve(scratch: &Scratch, name: &str) -> Vec<(i64, i64, f64)> {
 fn hptune_trainer_killed_at_60_percent_is_resumed_by_the_controller_to_the_uninterrupted_result() {
     let scratch = Scratch::new();
     let study = trainer_study(&scratch, "killed");
-    let mut run = scratch
-        .command(&["run", study.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut run = started_run(&scratch, &study);
     let first = scratch.path("hptune-artifacts/killed/trial-0/checkpoints");
     let controller = run.id();
     let started = Instant::now();
