@@ -30,7 +30,7 @@ Regret at time t: the noise-free final loss of the completed trial (one that rea
 with the best observed final value among those completed by t, minus the minimum; 10 before
 the first. Reported per method: the final regret at the horizon (median [Q1, Q3] over seeds),
 the area under log10 regret over the horizon (mean over time, median over seeds), and for the
-new model the share of the horizon it takes to reach the final regret of `bayesian` + ASHA
+curve model the share of the horizon it takes to reach the final regret of `bayesian` + ASHA
 (fidelity off) of the same seed.
 """
 
@@ -262,8 +262,8 @@ def ensure_venv():
 
 METHODS = ["model", "bayesian", "random", "tpe-hyperband", "tpe-sha"]
 NAMES = {
-    "model": "hptune bayesian + ASHA, curves modelled (new)",
-    "bayesian": "hptune bayesian + ASHA, fidelity: off (today)",
+    "model": "hptune bayesian + ASHA, `fidelity: model` (the default)",
+    "bayesian": "hptune bayesian + ASHA, `fidelity: off`",
     "random": "hptune random + ASHA",
     "tpe-hyperband": "Optuna TPE + HyperbandPruner",
     "tpe-sha": "Optuna TPE + SuccessiveHalvingPruner",
@@ -335,7 +335,7 @@ def summarise(curves, seeds, horizon):
             reached = next((e for e, r in curves["model"][s] if r <= target), math.inf)
             shares.append(reached / horizon)
         within = sum(1 for x in shares if x <= 0.6)
-        print(f"\nShare of the horizon the new model takes to reach today's final regret (same seed):"
+        print(f"\nShare of the horizon the curve model takes to reach the final regret of `fidelity: off` (same seed):"
               f" median {statistics.median(shares):.2f}, <= 0.6 in {within} of {len(seeds)} seeds"
               f" ({', '.join(f'{x:.2f}' for x in shares)}).")
 
