@@ -31,10 +31,25 @@ fn propose_under(
     running: &[Assignment],
     constraints: &Constraints,
 ) -> Assignment {
-    let context = ProposalContext {
+    let context = context(space, &[Goal::Minimize], history, running, constraints);
+    let proposal = sampler.propose(&context).unwrap().unwrap();
+    space.check(&proposal).unwrap();
+    proposal
+}
+
+/// The context of the next proposal in `space` for `goals` (the first is `goal`), after
+/// `history`, with `running` trials, each in a slot of its own.
+pub(super) fn context<'a>(
+    space: &'a Space,
+    goals: &'a [Goal],
+    history: &'a [Observation],
+    running: &'a [Assignment],
+    constraints: &'a Constraints,
+) -> ProposalContext<'a> {
+    ProposalContext {
         space,
-        goal: Goal::Minimize,
-        goals: &[Goal::Minimize],
+        goal: goals[0],
+        goals,
         constraints,
         number: (history.len() + running.len()) as u64,
         history,
@@ -42,10 +57,7 @@ fn propose_under(
         running,
         parallel: running.len() + 1,
         curves: &[],
-    };
-    let proposal = sampler.propose(&context).unwrap().unwrap();
-    space.check(&proposal).unwrap();
-    proposal
+    }
 }
 
 /// Runs `trials` sequential trials of `objective` (None: the trial fails).

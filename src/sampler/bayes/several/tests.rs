@@ -1,6 +1,7 @@
 use super::*;
 use crate::sampler::Sampler;
 use crate::sampler::bayes::BayesSampler;
+use crate::sampler::bayes::tests::context;
 use crate::study::Constraints;
 use crate::study::space::{Assignment, ParamValue, Space, unit_double};
 
@@ -42,18 +43,8 @@ fn history(count: usize) -> Vec<Observation> {
 
 fn propose(goals: &[Goal], history: &[Observation], running: &[Assignment]) -> Assignment {
     let space = Space::new(vec![unit_double("a"), unit_double("b")]);
-    let context = ProposalContext {
-        space: &space,
-        goal: goals[0],
-        goals,
-        constraints: &Constraints::default(),
-        number: (history.len() + running.len()) as u64,
-        history,
-        prior: &[],
-        running,
-        parallel: running.len() + 1,
-        curves: &[],
-    };
+    let constraints = Constraints::default();
+    let context = context(&space, goals, history, running, &constraints);
     BayesSampler::new(7).propose(&context).unwrap().unwrap()
 }
 
