@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use hptune::ops::{self, Report};
+use hptune::ops::{self, Report, Told};
 use hptune::storage::StorageUrl;
 
 use super::show::{flags, output};
@@ -49,11 +49,7 @@ pub async fn tell(
 ) -> Result<ExitCode, Failure> {
     let told = ops::tell(url, study, number, report).await?;
     let text = match format {
-        ClientFormat::Json => pretty(&json!({
-            "stop": told.stop.is_some(),
-            "reason": told.stop,
-            "trial": told.trial,
-        })),
+        ClientFormat::Json => pretty(&told_json(&told)),
         ClientFormat::Text => match &told.stop {
             Some(reason) => format!("trial {number}: stopped: {reason}\n"),
             None => format!("trial {number}: {}\n", told.trial.state.as_str()),
@@ -63,6 +59,15 @@ pub async fn tell(
     Ok(match told.stop {
         Some(_) => ExitCode::from(EXIT_STOPPED),
         None => ExitCode::SUCCESS,
+    })
+}
+
+/// What `tell --format json` prints of `told`: `stop`, `reason` and the trial.
+pub fn told_json(told: &Told) -> serde_json::Value {
+    json!({
+        "stop": told.stop.is_some(),
+        "reason": told.stop,
+        "trial": told.trial,
     })
 }
 

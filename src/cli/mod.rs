@@ -8,6 +8,7 @@ mod plot;
 mod progress;
 mod relay;
 mod run;
+mod session;
 mod show;
 mod table;
 
@@ -181,6 +182,13 @@ enum Command {
         /// the trials as `trials --format json` prints them, with `lease_expires_at`.
         #[arg(long, value_enum, default_value_t = ClientFormat::Text)]
         format: ClientFormat,
+    },
+    /// Answer a client's requests (ask, tell, best, trials), one JSON line each on standard
+    /// input and output, until standard input ends: the commands without a process each
+    /// (see docs/ask-tell.md).
+    Session {
+        /// The study file.
+        study: PathBuf,
     },
     /// Tell the result of a trial claimed by `ask`: final, intermediate (--step: exits 3 when
     /// the study's early-stopping rule stops the trial), or a failure.
@@ -377,11 +385,16 @@ pub enum Failure {
 impl Failure {
     /// The process exit code.
     pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(self.code())
+    }
+
+    /// The exit code as a number (a session's answers carry it).
+    pub fn code(&self) -> u8 {
         match self {
-            Failure::BadInput(_) => ExitCode::from(2),
-            Failure::Other(_) => ExitCode::from(1),
-            Failure::AllLeased(_) => ExitCode::from(EXIT_ALL_LEASED),
-            Failure::NoneLeft(_) => ExitCode::from(EXIT_NONE_LEFT),
+            Failure::BadInput(_) => 2,
+            Failure::Other(_) => 1,
+            Failure::AllLeased(_) => EXIT_ALL_LEASED,
+            Failure::NoneLeft(_) => EXIT_NONE_LEFT,
         }
     }
 }
@@ -476,6 +489,7 @@ pub async fn execute(cli: Cli) -> Result<ExitCode, Failure> {
             lease,
             format,
         } => ask::ask(&study, &url, count, lease, format).await,
+        Command::Session { study } => session::session(&study, &url).await,
         Command::Tell {
             study,
             trial,

@@ -96,71 +96,73 @@ pub async fn best(
     format: BestFormat,
     by: BestBy,
 ) -> Result<ExitCode, Failure> {
+    let chosen = ops::best(url, study, by).await?;
+    let text = match (format, &chosen) {
+        (BestFormat::Json, _) => pretty(&best_json(chosen)),
+        (BestFormat::Flags, Chosen::Best(best)) => {
+            format!("{}\n", flags(&best.study, &best.trial)?)
+        }
+        (BestFormat::Flags, Chosen::Front(front)) => {
+            let lines: Vec<String> = front
+                .trials
+                .iter()
+                .map(|t| flags(&front.study, t))
+                .collect::<Result<_, _>>()?;
+            format!("{}\n", lines.join("\n"))
+        }
+    };
+    output(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `best --format json` prints: the best trial (`number`, `value`, `params`, ...), or
+/// for a study of several objectives its Pareto set (the objectives, the reference point, the
+/// hypervolume and the trials on the front).
+pub fn best_json(chosen: Chosen) -> serde_json::Value {
     let Best {
         study: record,
         trial,
         model_value,
-    } = match ops::best(url, study, by).await? {
+    } = match chosen {
         Chosen::Best(best) => *best,
-        Chosen::Front(front) => return print_front(&front, format),
+        Chosen::Front(front) => return front_json(&front),
     };
-    match format {
-        BestFormat::Flags => output(&format!("{}\n", flags(&record, &trial)?))?,
-        BestFormat::Json => {
-            let mut out = json!({
-                "study": record.name,
-                "number": trial.number,
-                "metric": record.metric,
-                "value": trial.value,
-                "params": trial.params,
-                "artifact": artifact(&trial),
-            });
-            if let Some(v) = model_value {
-                out["model_value"] = json!(v);
-            }
-            output(&pretty(&out))?;
-        }
+    let mut out = json!({
+        "study": record.name,
+        "number": trial.number,
+        "metric": record.metric,
+        "value": trial.value,
+        "params": trial.params,
+        "artifact": artifact(&trial),
+    });
+    if let Some(v) = model_value {
+        out["model_value"] = json!(v);
     }
-    Ok(ExitCode::SUCCESS)
+    out
 }
 
-/// Prints the Pareto set of a study of several objectives: one line of flags per trial, or
-/// one JSON object with the objectives, the reference point, the hypervolume and the trials.
-fn print_front(front: &Front, format: BestFormat) -> Result<ExitCode, Failure> {
+/// The Pareto set of a study of several objectives as `best --format json` prints it.
+fn front_json(front: &Front) -> serde_json::Value {
     let record = &front.study;
-    match format {
-        BestFormat::Flags => {
-            let lines: Vec<String> = front
-                .trials
-                .iter()
-                .map(|t| flags(record, t))
-                .collect::<Result<_, _>>()?;
-            output(&format!("{}\n", lines.join("\n")))?;
-        }
-        BestFormat::Json => {
-            let trials: Vec<serde_json::Value> = front
-                .trials
-                .iter()
-                .map(|t| {
-                    json!({
-                        "number": t.number,
-                        "values": values_by_metric(record, t),
-                        "params": t.params,
-                        "artifact": artifact(t),
-                    })
-                })
-                .collect();
-            let out = json!({
-                "study": record.name,
-                "objectives": record.objectives,
-                "reference_point": front.reference_point,
-                "hypervolume": front.hypervolume,
-                "front": trials,
-            });
-            output(&pretty(&out))?;
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    let trials: Vec<serde_json::Value> = front
+        .trials
+        .iter()
+        .map(|t| {
+            json!({
+                "number": t.number,
+                "values": values_by_metric(record, t),
+                "params": t.params,
+                "artifact": artifact(t),
+            })
+        })
+        .collect();
+    json!({
+        "study": record.name,
+        "objectives": record.objectives,
+        "reference_point": front.reference_point,
+        "hypervolume": front.hypervolume,
+        "front": trials,
+    })
 }
 
 /// A trial's model folder as `best --format json` shows it: `null` once removed.
@@ -265,19 +267,7 @@ pub fn print_trials(
         header
     };
     match format {
-        TrialsFormat::Json => {
-            let mut list = json!(trials);
-            for (t, out) in trials.iter().zip(list.as_array_mut().into_iter().flatten()) {
-                if several {
-                    out["values"] = values_by_metric(study, t);
-                    out["on_front"] = json!(front.contains(&t.number));
-                }
-                if let Some(attempts) = resumed.get(&t.number) {
-                    out["resumed"] = json!(attempts);
-                }
-            }
-            output(&pretty(&list))?;
-        }
+        TrialsFormat::Json => output(&pretty(&trials_list_json(trials, study, front, resumed)))?,
         TrialsFormat::Csv => {
             let mut header = vec!["number", "state"];
             header.extend(&value_header);
@@ -328,6 +318,33 @@ pub fn print_trials(
         }
     }
     Ok(())
+}
+
+/// What `trials --format json` prints of `list`: an array of its trials, each with its
+/// objectives' values and whether it is on the Pareto front when the study has several, and
+/// the attempts that resumed from a checkpoint.
+pub fn trials_json(list: &TrialList) -> serde_json::Value {
+    trials_list_json(&list.trials, &list.study, &list.front, &list.resumed)
+}
+
+/// [`trials_json`] of its parts.
+fn trials_list_json(
+    trials: &[TrialRecord],
+    study: &StudyRecord,
+    front: &BTreeSet<u64>,
+    resumed: &Resumptions,
+) -> serde_json::Value {
+    let mut list = json!(trials);
+    for (t, out) in trials.iter().zip(list.as_array_mut().into_iter().flatten()) {
+        if study.objectives.len() > 1 {
+            out["values"] = values_by_metric(study, t);
+            out["on_front"] = json!(front.contains(&t.number));
+        }
+        if let Some(attempts) = resumed.get(&t.number) {
+            out["resumed"] = json!(attempts);
+        }
+    }
+    list
 }
 
 /// A trial's resumed attempts as listed: "attempt 2 at step 41".

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::OpsError;
 use super::run::{refused_warm_start, workers_checked};
 use crate::controller::{proposer, read_curves, reclaim_expired_leases, warm_start_prior};
+use crate::sampler::{Observation, Sampler};
 use crate::storage::{
     Claim, ClaimRules, ClientLease, Enqueue, Holder, Queue, Storage, StorageUrl, StudyRecord,
     StudyView, TrialRecord,
@@ -41,6 +42,148 @@ pub async fn ask(
     count: usize,
     lease: Duration,
 ) -> Result<Asked, OpsError> {
+    checked_claim(count, lease)?;
+    let study = checked_study(path, url)?;
+    let storage = Storage::open(url).await?;
+    let asked = match Asker::opened(path, study, storage.clone()).await {
+        Ok(mut asker) => asker.ask(count, lease).await,
+        Err(e) => Err(e),
+    };
+    storage.close().await;
+    asked
+}
+
+/// A study opened for asking, over many `ask`s (`hptune session`): the study file read and
+/// checked, the study created or found, its sampler and warm-start prior made, and its
+/// trials as last read, once; each [`Asker::ask`] then reads only what changed since.
+pub struct Asker {
+    /// The study file's study.
+    study: Study,
+    /// The study as stored.
+    record: StudyRecord,
+    /// Its sampler, kept between asks (a proposal depends on the study's seed, the trial's
+    /// number and the trials, not on the proposals before it).
+    sampler: Box<dyn Sampler>,
+    /// The warm start's observations.
+    prior: Vec<Observation>,
+    /// The database.
+    storage: Storage,
+    /// The study's trials as last read.
+    view: StudyView,
+    /// Whether `view` has been filled (by the first ask).
+    filled: bool,
+}
+
+impl Asker {
+    /// Opens the study of the study file `path` in `storage` for asking (`hptune ask`'s
+    /// checks, the study created if it is new, its `initial_trials` enqueued once).
+    pub async fn open(path: &Path, url: &StorageUrl, storage: Storage) -> Result<Self, OpsError> {
+        let study = checked_study(path, url)?;
+        Self::opened(path, study, storage).await
+    }
+
+    /// [`Asker::open`] with the study file read and checked already.
+    async fn opened(path: &Path, study: Study, storage: Storage) -> Result<Self, OpsError> {
+        let sampler = sampler::for_study(&study)
+            .map_err(|e| OpsError::BadInput(format!("{}: {e}", path.display())))?;
+        let prior = warm_start_prior(&study, &storage)
+            .await
+            .map_err(|e| refused_warm_start(path, e))?;
+        let record = storage.ensure_study(&study).await?;
+        storage
+            .enqueue(record.id, &study.initial_trials, Enqueue::Initial)
+            .await?;
+        let view = StudyView::new(record.id, study.objective.goal);
+        Ok(Self {
+            study,
+            record,
+            sampler,
+            prior,
+            storage,
+            view,
+            filled: false,
+        })
+    }
+
+    /// The study as stored.
+    pub fn record(&self) -> &StudyRecord {
+        &self.record
+    }
+
+    /// Claims up to `count` trials, each held under a lease of `lease`, as [`ask`] does.
+    pub async fn ask(&mut self, count: usize, lease: Duration) -> Result<Asked, OpsError> {
+        checked_claim(count, lease)?;
+        let Self {
+            study,
+            record,
+            sampler,
+            prior,
+            storage,
+            view,
+            filled,
+        } = self;
+        reclaim_expired_leases(study, storage, record.id).await?;
+        // The first ask fills the view; a claim then reads only what changed since. A
+        // sampler that reads no history is proposed to from the unfinished trials alone, the
+        // finished ones counted: the ask of a random search costs the same at any size.
+        if !*filled {
+            match sampler.reads_history() {
+                true => storage.refresh(view).await?,
+                false => storage.refresh_unfinished(view).await?,
+            }
+            *filled = true;
+        }
+        let holder = Holder::client(ClientLease {
+            length: lease,
+            at_most: study.parallel_trial_count,
+        });
+        let rules = ClaimRules {
+            budget: study.budget,
+            queue: Queue::RunFirst,
+        };
+        let mut trials = Vec::new();
+        let mut why = None;
+        while trials.len() < count && why.is_none() {
+            let curves = read_curves(study, storage, record.id)
+                .await
+                .map_err(crate::controller::ControllerError::from)?;
+            let propose = proposer(
+                study,
+                prior,
+                study.parallel_trial_count,
+                sampler.as_mut(),
+                &curves,
+            );
+            let claims = storage
+                .claim_trials(
+                    view,
+                    rules,
+                    holder,
+                    count - trials.len(),
+                    &mut Vec::new(),
+                    propose,
+                )
+                .await
+                .map_err(crate::controller::ControllerError::from)?;
+            for claim in claims {
+                match claim {
+                    Claim::Started(trial) => trials.push(*trial),
+                    other => why = Some(other),
+                }
+            }
+        }
+        match why {
+            Some(why) if trials.is_empty() => Err(nothing_to_claim(study, view, why)),
+            _ => Ok(Asked {
+                study: record.clone(),
+                trials,
+            }),
+        }
+    }
+}
+
+/// Checks the flags of a claim: `count` at least 1, `lease` within its bounds.
+fn checked_claim(count: usize, lease: Duration) -> Result<(), OpsError> {
     if count == 0 {
         return Err(OpsError::BadInput("--count: at least 1".into()));
     }
@@ -52,76 +195,16 @@ pub async fn ask(
             humantime::format_duration(LONGEST_LEASE)
         )));
     }
+    Ok(())
+}
+
+/// The study file `path` read, and checked as for a run when it names a worker (a study
+/// only clients drive has none).
+fn checked_study(path: &Path, url: &StorageUrl) -> Result<Study, OpsError> {
     let study = spec::load(path)?;
-    // A study only clients drive has no worker; one that names it is checked as for a run.
-    let study = match study.trial.has_worker() {
-        true => workers_checked(study, path, url, None)?,
-        false => study,
-    };
-    let mut sampler = sampler::for_study(&study)
-        .map_err(|e| OpsError::BadInput(format!("{}: {e}", path.display())))?;
-    let storage = Storage::open(url).await?;
-    let prior = warm_start_prior(&study, &storage)
-        .await
-        .map_err(|e| refused_warm_start(path, e))?;
-    let record = storage.ensure_study(&study).await?;
-    storage
-        .enqueue(record.id, &study.initial_trials, Enqueue::Initial)
-        .await?;
-    reclaim_expired_leases(&study, &storage, record.id).await?;
-    let mut view = StudyView::new(record.id, study.objective.goal);
-    // A sampler that reads no history is proposed to from the unfinished trials alone,
-    // the finished ones counted: the ask of a random search costs the same at any size.
-    match sampler.reads_history() {
-        true => storage.refresh(&mut view).await?,
-        false => storage.refresh_unfinished(&mut view).await?,
-    }
-    let holder = Holder::client(ClientLease {
-        length: lease,
-        at_most: study.parallel_trial_count,
-    });
-    let rules = ClaimRules {
-        budget: study.budget,
-        queue: Queue::RunFirst,
-    };
-    let mut trials = Vec::new();
-    let mut why = None;
-    while trials.len() < count && why.is_none() {
-        let curves = read_curves(&study, &storage, record.id)
-            .await
-            .map_err(crate::controller::ControllerError::from)?;
-        let propose = proposer(
-            &study,
-            &prior,
-            study.parallel_trial_count,
-            sampler.as_mut(),
-            &curves,
-        );
-        let claims = storage
-            .claim_trials(
-                &mut view,
-                rules,
-                holder,
-                count - trials.len(),
-                &mut Vec::new(),
-                propose,
-            )
-            .await
-            .map_err(crate::controller::ControllerError::from)?;
-        for claim in claims {
-            match claim {
-                Claim::Started(trial) => trials.push(*trial),
-                other => why = Some(other),
-            }
-        }
-    }
-    storage.close().await;
-    match why {
-        Some(why) if trials.is_empty() => Err(nothing_to_claim(&study, &view, why)),
-        _ => Ok(Asked {
-            study: record,
-            trials,
-        }),
+    match study.trial.has_worker() {
+        true => workers_checked(study, path, url, None),
+        false => Ok(study),
     }
 }
 

@@ -13,7 +13,7 @@ mod tell;
 
 use std::path::Path;
 
-pub use ask::{Asked, ask};
+pub use ask::{Asked, Asker, ask};
 pub use enqueue::enqueue;
 pub use plot::plot;
 pub use read::{
@@ -21,7 +21,7 @@ pub use read::{
     trials,
 };
 pub use run::{Prepared, WorkerOptions, prepare_study, prepare_trial};
-pub use tell::{Report, Told, tell};
+pub use tell::{Report, Teller, Told, tell};
 
 use crate::controller::ControllerError;
 use crate::spec::{self, SpecError};

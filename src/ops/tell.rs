@@ -51,40 +51,72 @@ pub async fn tell(
     report: &Report,
 ) -> Result<Told, OpsError> {
     let storage = Storage::open(url).await?;
-    let record = find_study(&storage, study).await?;
-    let stored = format!("the study file of '{}' as last run", record.name);
-    let spec = spec::parse(Path::new(&stored), &record.spec)?;
-    let result = checked(&spec, report)?;
-    let trial = held_trial(&spec, &storage, &record, number).await?;
-    let (trial, stop) = match result {
-        Checked::Failed(reason) => {
-            let earlier = storage.measurements(trial.id, trial.attempt).await?;
-            let verdict = ClientVerdict::Failed(reason.to_string());
-            let end = client_end(&spec, trial, &earlier, Vec::new(), verdict);
-            (finish(&storage, end, &record).await?, None)
-        }
-        Checked::Values(values, None) => {
-            let reported = measurements(&values, None);
-            let mut all = storage.measurements(trial.id, trial.attempt).await?;
-            all.extend(reported.iter().cloned());
-            let end = client_end(&spec, trial, &all, reported, ClientVerdict::Final);
-            (finish(&storage, end, &record).await?, None)
-        }
-        Checked::Values(values, Some(step)) => {
-            let reported = measurements(&values, Some(step));
-            let trial = storage
-                .renew_lease(&trial, &reported)
-                .await
-                .map_err(|e| lease_ended(e, &record, number))?;
-            judge_step(&spec, &storage, &record, trial).await?
-        }
+    let told = match Teller::find(&storage, study).await {
+        Ok(teller) => teller.tell(&storage, number, report).await,
+        Err(e) => Err(e),
     };
     storage.close().await;
-    Ok(Told {
-        study: record,
-        trial,
-        stop,
-    })
+    told
+}
+
+/// A study found for telling, over many `tell`s (`hptune session`): its record and the
+/// study file it was last run with, read once.
+pub struct Teller {
+    /// The study as stored.
+    record: StudyRecord,
+    /// Its study file as stored.
+    spec: Study,
+}
+
+impl Teller {
+    /// The study `study` (its name or its study file) of `storage`; an unknown one is bad
+    /// input.
+    pub async fn find(storage: &Storage, study: &str) -> Result<Self, OpsError> {
+        let record = find_study(storage, study).await?;
+        let stored = format!("the study file of '{}' as last run", record.name);
+        let spec = spec::parse(Path::new(&stored), &record.spec)?;
+        Ok(Self { record, spec })
+    }
+
+    /// Records `report` for trial `number`, as [`tell`] does.
+    pub async fn tell(
+        &self,
+        storage: &Storage,
+        number: u64,
+        report: &Report,
+    ) -> Result<Told, OpsError> {
+        let Self { record, spec } = self;
+        let result = checked(spec, report)?;
+        let trial = held_trial(spec, storage, record, number).await?;
+        let (trial, stop) = match result {
+            Checked::Failed(reason) => {
+                let earlier = storage.measurements(trial.id, trial.attempt).await?;
+                let verdict = ClientVerdict::Failed(reason.to_string());
+                let end = client_end(spec, trial, &earlier, Vec::new(), verdict);
+                (finish(storage, end, record).await?, None)
+            }
+            Checked::Values(values, None) => {
+                let reported = measurements(&values, None);
+                let mut all = storage.measurements(trial.id, trial.attempt).await?;
+                all.extend(reported.iter().cloned());
+                let end = client_end(spec, trial, &all, reported, ClientVerdict::Final);
+                (finish(storage, end, record).await?, None)
+            }
+            Checked::Values(values, Some(step)) => {
+                let reported = measurements(&values, Some(step));
+                let trial = storage
+                    .renew_lease(&trial, &reported)
+                    .await
+                    .map_err(|e| lease_ended(e, record, number))?;
+                judge_step(spec, storage, record, trial).await?
+            }
+        };
+        Ok(Told {
+            study: record.clone(),
+            trial,
+            stop,
+        })
+    }
 }
 
 /// A report checked against its study.
