@@ -1,13 +1,11 @@
-"""Finding the ``hptune`` binary and running its commands."""
+"""Finding the ``hptune`` binary, and the errors of its commands."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sysconfig
-from typing import Any, List, Mapping, Optional, Sequence, Type
+from typing import List, Sequence
 
 #: The variable that names the binary to run, before any other.
 BINARY_VARIABLE = "HPTUNE_BIN"
@@ -16,15 +14,16 @@ _NAME = "hptune.exe" if os.name == "nt" else "hptune"
 
 
 class HptuneError(RuntimeError):
-    """A command of the ``hptune`` binary failed: ``message`` is what it printed on
-    stderr, ``exit_code`` its exit status (1: a failure, such as the database's; 2: bad
-    input, such as an unknown trial or study)."""
+    """A request to the ``hptune`` binary failed: ``message`` is what it said, ``exit_code``
+    the exit status of its command (1: a failure, such as the database's; 2: bad input,
+    such as an unknown trial or study), ``command`` the binary and the request (``ask``,
+    ``tell``, ...)."""
 
     def __init__(self, command: Sequence[str], exit_code: int, message: str) -> None:
         self.command: List[str] = list(command)
         self.exit_code = exit_code
         self.message = message
-        super().__init__(f"hptune {' '.join(self.command[1:2])} exited {exit_code}: {message}")
+        super().__init__(f"hptune {' '.join(self.command[1:2])} failed (exit code {exit_code}): {message}")
 
 
 class BudgetSpent(HptuneError):
@@ -36,26 +35,6 @@ class BudgetSpent(HptuneError):
 class AllLeased(HptuneError):
     """``ask`` found every one of the study's ``parallel_trial_count`` slots leased (exit
     code 4): asking again after another client's ``tell`` (or a lease's end) gives a trial."""
-
-
-def run_command(
-    args: Sequence[str],
-    binary: Optional[str] = None,
-    accept: Sequence[int] = (0,),
-    errors: Optional[Mapping[int, Type[HptuneError]]] = None,
-) -> "Completed":
-    """Runs ``hptune ARGS...`` to its end.
-
-    Raises:
-        HptuneError: it exited with a code not in ``accept``; of the class ``errors`` gives
-            for that code, if any.
-    """
-    command = [binary or find_binary(), *args]
-    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
-    if done.returncode not in accept:
-        error = (errors or {}).get(done.returncode, HptuneError)
-        raise error(command, done.returncode, _message(done.stderr, done.stdout))
-    return Completed(done.returncode, done.stdout)
 
 
 def find_binary() -> str:
@@ -90,26 +69,7 @@ def find_binary() -> str:
     return found
 
 
-class Completed:
-    """A command that ended as expected: its exit code and its stdout."""
-
-    def __init__(self, exit_code: int, stdout: str) -> None:
-        self.exit_code = exit_code
-        self.stdout = stdout
-
-    def json(self) -> Any:
-        """The stdout read as JSON.
-
-        Raises:
-            HptuneError: it is not JSON (a binary older than this package).
-        """
-        try:
-            return json.loads(self.stdout)
-        except json.JSONDecodeError as err:
-            raise HptuneError(["hptune"], self.exit_code, f"printed no JSON ({err}): {self.stdout[:200]!r}") from None
-
-
-def _message(stderr: str, stdout: str) -> str:
-    """What a failed command said: its stderr (without log prefixes' blank lines), else its stdout."""
+def failure_message(stderr: str, stdout: str = "") -> str:
+    """What a failed command said: its stderr, else its stdout."""
     text = stderr.strip() or stdout.strip()
     return text or "(it printed nothing)"

@@ -1,4 +1,5 @@
-"""The client's side: a study driven through the ``hptune`` binary's ask and tell commands."""
+"""The client's side: a study driven through the ``hptune`` binary's requests (ask, tell,
+best, trials), answered by one ``hptune session`` process of the study."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import os
 import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
-from hptune._binary import AllLeased, BudgetSpent, HptuneError, run_command
+from hptune._binary import AllLeased, BudgetSpent
+from hptune._session import Session
 from hptune._worker import ParamValue, as_float, number_text
 
 # The exit code of `tell --step` when the stopping rule stopped the trial.
@@ -47,8 +49,14 @@ class Study:
     ``Study("study.yaml", storage="sqlite://hptune.db")`` names the study file (the study
     is created on the first ask if it does not exist yet) and its storage (by default
     ``HPTUNE_STORAGE``, else ``sqlite://hptune.db`` in the current folder, as for the
-    binary). Every method runs one command of the binary (:func:`~hptune.find_binary`,
-    or ``binary``) and raises :class:`~hptune.HptuneError` when it fails.
+    binary). Every method is one request to one ``hptune session`` process of the study
+    (:func:`~hptune.find_binary`, or ``binary``), started on the first and kept until
+    :meth:`close` (or the study is collected, or the program ends), and raises
+    :class:`~hptune.HptuneError` when it fails, with the exit code of the command
+    (``hptune ask``, ``tell``, ...) that would have failed so. Each request runs under the
+    study's lock in the database, as the command does: other clients and ``hptune run``
+    share the study. A session process that ended (killed) fails the request it was
+    answering and is started again by the next one.
     """
 
     def __init__(
@@ -65,15 +73,17 @@ class Study:
         self.storage = storage
         self.lease = lease
         self.binary = binary
+        self._session = Session(self.path, storage, binary)
 
-    def _run(
-        self,
-        args: Sequence[str],
-        accept: Sequence[int] = (0,),
-        errors: Optional[Mapping[int, Type[HptuneError]]] = None,
-    ) -> Any:
-        storage = [] if self.storage is None else ["--storage", self.storage]
-        return run_command([*args, *storage], self.binary, accept, errors).json()
+    def close(self) -> None:
+        """Ends the study's ``hptune session`` process; a later request starts a new one."""
+        self._session.close()
+
+    def __enter__(self) -> "Study":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def ask(self) -> Trial:
         """Claims the study's next trial (creating the study on the first ask) and returns it.
@@ -84,8 +94,8 @@ class Study:
             AllLeased: every parallel slot of the study is leased (4).
             HptuneError: the study file is bad (2), the database failed (1).
         """
-        lease = [] if self.lease is None else ["--lease", self.lease]
-        (record,) = self._run(["ask", self.path, "--format", "json", *lease], errors=_ASK_ERRORS)
+        lease = {} if self.lease is None else {"lease": self.lease}
+        (record,) = self._session.request({"op": "ask", **lease}, errors=_ASK_ERRORS)
         return Trial(self, int(record["number"]), dict(record["params"]))
 
     def tell(
@@ -108,18 +118,18 @@ class Study:
         result = value is not None or metrics is not None
         if result == (fail is not None):
             raise ValueError("tell() takes a value or metrics=, or else fail=")
-        args = ["tell", self.path, str(_number(trial)), *_result_flags(value, metrics)]
+        request = {"op": "tell", "trial": _number(trial), **_result(value, metrics)}
         if fail is not None:
-            args += ["--fail", fail]
-        self._run([*args, "--format", "json"])
+            request["fail"] = fail
+        self._session.request(request)
 
     def _tell_step(self, trial: Trial, value: float, step: int) -> bool:
         """Records an intermediate value; whether the stopping rule stopped the trial
         (exit code 3, with the answer in the JSON either way)."""
         if isinstance(step, bool) or not isinstance(step, int):
             raise TypeError(f"step must be an int, not {type(step).__name__}")
-        args = ["tell", self.path, str(trial.number), *_result_flags(value, None), "--step", str(step)]
-        answer = self._run([*args, "--format", "json"], accept=(0, _STOPPED))
+        request = {"op": "tell", "trial": trial.number, **_result(value, None), "step": step}
+        answer = self._session.request(request, accept=(0, _STOPPED))
         return bool(answer["stop"])
 
     def best(self) -> Dict[str, Any]:
@@ -129,13 +139,13 @@ class Study:
         Raises:
             HptuneError: no trial has succeeded yet, or the study does not exist.
         """
-        result: Dict[str, Any] = self._run(["best", self.path, "--format", "json"])
+        result: Dict[str, Any] = self._session.request({"op": "best"})
         return result
 
     def trials(self) -> List[Dict[str, Any]]:
         """Every trial of the study, as ``hptune trials --format json`` lists them:
         ``number``, ``state``, ``params``, ``value``, ``error`` among their fields."""
-        result: List[Dict[str, Any]] = self._run(["trials", self.path, "--format", "json"])
+        result: List[Dict[str, Any]] = self._session.request({"op": "trials"})
         return result
 
     def optimize(
@@ -234,12 +244,14 @@ class _Stopped(Trial):
         return stop
 
 
-def _result_flags(value: Optional[float], metrics: Optional[Dict[str, float]]) -> List[str]:
-    """The flags of ``tell`` that give a result: ``--value V``, ``--metric NAME=V`` ..."""
-    flags = [] if value is None else ["--value", number_text(value, "the value")]
-    for name, metric in (metrics or {}).items():
-        flags += ["--metric", f"{name}={number_text(metric, f'the metric {name!r}')}"]
-    return flags
+def _result(value: Optional[float], metrics: Optional[Dict[str, float]]) -> Dict[str, Any]:
+    """The fields of a ``tell`` request that give a result, ``value`` and ``metrics``, each
+    number as text (as the binary's flags read it: a NaN or an infinity too, which JSON
+    does not write)."""
+    fields: Dict[str, Any] = {} if value is None else {"value": number_text(value, "the value")}
+    if metrics:
+        fields["metrics"] = {name: number_text(v, f"the metric {name!r}") for name, v in metrics.items()}
+    return fields
 
 
 def _number(trial: Union[Trial, int]) -> int:
