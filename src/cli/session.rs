@@ -168,64 +168,64 @@ fn request(line: &[u8], number: usize) -> Result<Request, String> {
         Ok(other) => return Err(at("the request", &format!("not a JSON object: {other}"))),
         Err(e) => return Err(at("the request", &format!("not JSON: {e}"))),
     };
-    let mut fields = Fields {
-        object,
-        at: &at,
-        used: vec!["op"],
-    };
-    let request = match fields.object.get("op") {
-        Some(Value::String(op)) => match op.as_str() {
-            "ask" => Request::Ask {
-                count: fields.whole("count")?.unwrap_or(1),
-                lease: fields.lease()?,
-            },
-            "tell" => Request::Tell {
-                trial: fields
-                    .whole("trial")?
-                    .ok_or_else(|| at("field 'trial'", "missing: the trial's number"))?,
-                report: fields.report()?,
-            },
-            "best" => Request::Best { by: fields.by()? },
-            "trials" => Request::Trials,
-            other => {
-                return Err(at(
-                    "field 'op'",
-                    &format!("'{other}' is not a request: ask, tell, best or trials"),
-                ));
-            }
-        },
+    const OPS: &str = "\"ask\", \"tell\", \"best\" or \"trials\"";
+    let op = match object.get("op") {
+        Some(Value::String(op)) => op.clone(),
         Some(other) => {
             return Err(at(
                 "field 'op'",
-                &format!("{other} is not a request: \"ask\", \"tell\", \"best\" or \"trials\""),
+                &format!("{other} is not a request: {OPS}"),
             ));
         }
-        None => {
+        None => return Err(at("field 'op'", &format!("missing: {OPS}"))),
+    };
+    let takes: &[&str] = match op.as_str() {
+        "ask" => &["op", "count", "lease"],
+        "tell" => &["op", "trial", "value", "metrics", "step", "fail"],
+        "best" => &["op", "by"],
+        "trials" => &["op"],
+        other => {
             return Err(at(
                 "field 'op'",
-                "missing: \"ask\", \"tell\", \"best\" or \"trials\"",
+                &format!("'{other}' is not a request: {OPS}"),
             ));
         }
     };
-    fields.all_used()?;
-    Ok(request)
+    let fields = Fields { object, at: &at };
+    if let Some(unknown) = fields.object.keys().find(|k| !takes.contains(&k.as_str())) {
+        let takes = takes.join(", ");
+        return Err(fields.bad(
+            unknown,
+            &format!("{op} takes no such field (it takes: {takes})"),
+        ));
+    }
+    Ok(match op.as_str() {
+        "ask" => Request::Ask {
+            count: fields.whole("count")?.unwrap_or(1),
+            lease: fields.lease()?,
+        },
+        "tell" => Request::Tell {
+            trial: fields
+                .whole("trial")?
+                .ok_or_else(|| at("field 'trial'", "missing: the trial's number"))?,
+            report: fields.report()?,
+        },
+        "best" => Request::Best { by: fields.by()? },
+        _ => Request::Trials,
+    })
 }
 
-/// The fields of a request, read one by one; those read are remembered, so that a field the
-/// request does not take is refused rather than ignored.
+/// The fields of a request (only those its `op` takes).
 struct Fields<'a> {
     /// The request.
     object: Map<String, Value>,
     /// The message of bad input at a field: `at("field 'x'", problem)`.
     at: &'a dyn Fn(&str, &str) -> String,
-    /// The fields read.
-    used: Vec<&'static str>,
 }
 
 impl Fields<'_> {
-    /// Field `name`, remembered as read; `None` when absent or `null`.
-    fn get(&mut self, name: &'static str) -> Option<&Value> {
-        self.used.push(name);
+    /// Field `name`; `None` when absent or `null`.
+    fn get(&self, name: &str) -> Option<&Value> {
         self.object.get(name).filter(|v| !v.is_null())
     }
 
@@ -235,7 +235,7 @@ impl Fields<'_> {
     }
 
     /// A whole number of at least 0 (`count` at least 1).
-    fn whole<T: TryFrom<u64>>(&mut self, name: &'static str) -> Result<Option<T>, String> {
+    fn whole<T: TryFrom<u64>>(&self, name: &str) -> Result<Option<T>, String> {
         let Some(value) = self.get(name).cloned() else {
             return Ok(None);
         };
@@ -259,7 +259,7 @@ impl Fields<'_> {
     }
 
     /// `lease`: a duration as `--lease` reads it (`30s`, `1h`), `1h` when absent.
-    fn lease(&mut self) -> Result<Duration, String> {
+    fn lease(&self) -> Result<Duration, String> {
         let text = match self.get("lease").cloned() {
             None => DEFAULT_LEASE.to_string(),
             Some(Value::String(text)) => text,
@@ -274,7 +274,7 @@ impl Fields<'_> {
     }
 
     /// `by`: how `best` chooses (`observed`, `model`), `observed` when absent.
-    fn by(&mut self) -> Result<BestBy, String> {
+    fn by(&self) -> Result<BestBy, String> {
         match self.get("by").cloned() {
             None => Ok(BestBy::Observed),
             Some(Value::String(text)) => clap::ValueEnum::from_str(&text, false)
@@ -285,7 +285,7 @@ impl Fields<'_> {
 
     /// A `tell`'s result: `value`, `metrics` (an object of numbers by name) and `step`, or
     /// `fail` (the reason), as the flags of `hptune tell`.
-    fn report(&mut self) -> Result<Report, String> {
+    fn report(&self) -> Result<Report, String> {
         let value = match self.get("value").cloned() {
             Some(v) => Some(self.number("value", &v)?),
             None => None,
@@ -335,24 +335,6 @@ impl Fields<'_> {
                 metrics,
                 step,
             }),
-        }
-    }
-
-    /// Refuses a field the request does not take.
-    fn all_used(&self) -> Result<(), String> {
-        match self
-            .object
-            .keys()
-            .find(|k| !self.used.contains(&k.as_str()))
-        {
-            Some(unknown) => Err(self.bad(
-                unknown,
-                &format!(
-                    "this request takes no such field (it takes: {})",
-                    self.used.join(", ")
-                ),
-            )),
-            None => Ok(()),
         }
     }
 }
@@ -426,9 +408,13 @@ mod tests {
             (r#"{"op": "ask", "lease": "soon"}"#, "field 'lease': 'soon'"),
             (
                 r#"{"op": "ask", "trial": 1}"#,
-                "field 'trial': this request takes no such field (it takes: op, count, lease)",
+                "field 'trial': ask takes no such field (it takes: op, count, lease)",
             ),
             (r#"{"op": "tell", "value": 1}"#, "field 'trial': missing"),
+            (
+                r#"{"op": "tell", "trial": 1, "valeu": 1}"#,
+                "field 'valeu': tell takes no such field",
+            ),
             (
                 r#"{"op": "tell", "trial": 1, "value": "x"}"#,
                 "field 'value': \"x\" is not a number",

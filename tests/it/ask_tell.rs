@@ -2,10 +2,12 @@
 //! proposes for the same results; two clients and a controller share one budget exactly; a
 //! lease that ends gives its trial back (to the next `ask`, or to `hptune run`), and one that
 //! is renewed does not; the stopping rule answers `tell --step`; bad input exits 2 and loses
-//! nothing recorded.
+//! nothing recorded; `hptune session` answers the same requests in one process, beside the
+//! commands, a bad request answered with its line and field.
 
 use crate::common;
 
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
@@ -505,5 +507,144 @@ fn bad_input_exits_2_and_loses_nothing_recorded() {
         &tell(&scratch, "strict", 1, &["--value", "1"]),
         2,
         "a controller runs it (elsewhere:1@2)",
+    );
+}
+
+/// A running `hptune session`: a request written, its answer read.
+struct Session {
+    child: std::process::Child,
+    answers: BufReader<std::process::ChildStdout>,
+}
+
+impl Session {
+    fn start(scratch: &Scratch, file: &str) -> Self {
+        let mut child = scratch
+            .command(&["session", file])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("hptune session starts");
+        let answers = BufReader::new(child.stdout.take().unwrap());
+        Session { child, answers }
+    }
+
+    /// Writes `line` and reads its answer: its exit code and the answer.
+    fn request(&mut self, line: &str) -> (u64, Value) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+        let mut answer = String::new();
+        self.answers.read_line(&mut answer).unwrap();
+        let answer: Value = serde_json::from_str(&answer).expect("one JSON answer per line");
+        (answer["exit"].as_u64().unwrap(), answer)
+    }
+}
+
+#[test]
+fn a_session_answers_requests_beside_the_commands_and_survives_a_bad_one() {
+    let scratch = Scratch::new();
+    let constraint = "constraints: [{metric: memory, max: 8}]";
+    let file = scratch.study("study.yaml", &study("talk", "random", 4, 2, constraint));
+    let file = file.to_str().unwrap();
+    let mut session = Session::start(&scratch, file);
+
+    let (exit, asked) = session.request(r#"{"op": "ask"}"#);
+    assert_eq!((exit, number(&asked["result"][0])), (0, 0), "{asked}");
+    assert_eq!(asked["result"][0]["owner"], "client");
+    // A command beside the session claims the study's other slot: the session's next ask
+    // finds both leased, as `hptune ask` would.
+    let (out, by_command) = ask(&scratch, file, &[]);
+    assert_success(&out);
+    assert_eq!(number(&by_command[0]), 1);
+    let (exit, full) = session.request(r#"{"op": "ask", "lease": "10m"}"#);
+    assert_eq!(exit, 4, "{full}");
+    assert!(
+        full["error"]
+            .as_str()
+            .unwrap()
+            .contains("clients hold 2 trials")
+    );
+
+    // Bad requests are answered, naming the line and the field, and the session goes on.
+    for (line, says) in [
+        (
+            "{\"op\": \"tell\", \"trial\": 0",
+            "request line 3: the request: not JSON",
+        ),
+        (
+            r#"{"op": "tell", "trial": 0, "value": true}"#,
+            "request line 4: field 'value': true is not a number",
+        ),
+        (
+            r#"{"op": "tell", "trial": 0, "valeu": 1}"#,
+            "request line 5: field 'valeu': tell takes no such field",
+        ),
+        (
+            r#"{"op": "tell", "trial": 0, "metrics": {"accuracy": 1}}"#,
+            "study 'talk' has no metric 'accuracy'",
+        ),
+        (
+            r#"{"op": "tell", "trial": 7, "value": 1}"#,
+            "study 'talk' has no trial 7",
+        ),
+    ] {
+        let (exit, answer) = session.request(line);
+        assert_eq!(exit, 2, "{line}: {answer}");
+        let said = answer["error"].as_str().unwrap();
+        assert!(said.contains(says), "{line}: {said}");
+    }
+
+    let (exit, told) =
+        session.request(r#"{"op": "tell", "trial": 0, "value": "2.5", "metrics": {"memory": 3}}"#);
+    assert_eq!(
+        (exit, &told["result"]["trial"]["state"]),
+        (0, &Value::from("succeeded")),
+        "{told}"
+    );
+    assert_success(&tell(&scratch, "talk", 1, &["--value", "1.5"]));
+    let (_, twice) = session.request(r#"{"op": "tell", "trial": 1, "value": 1}"#);
+    assert!(
+        twice["error"]
+            .as_str()
+            .unwrap()
+            .contains("it has ended already"),
+        "{twice}"
+    );
+    for expected in [2, 3] {
+        let (exit, asked) = session.request(r#"{"op": "ask"}"#);
+        assert_eq!(
+            (exit, number(&asked["result"][0])),
+            (0, expected),
+            "{asked}"
+        );
+        let tell = format!(r#"{{"op": "tell", "trial": {expected}, "value": {expected}}}"#);
+        assert_eq!(session.request(&tell).0, 0);
+    }
+    let (exit, spent) = session.request(r#"{"op": "ask"}"#);
+    assert_eq!(exit, 5, "{spent}");
+    assert!(
+        spent["error"]
+            .as_str()
+            .unwrap()
+            .contains("budget of 4 trials is spent")
+    );
+    // Trial 0 alone reported the constrained metric (within its bound): the others are
+    // infeasible, however low their loss.
+    let (exit, best) = session.request(r#"{"op": "best"}"#);
+    assert_eq!(
+        (exit, number(&best["result"]), &best["result"]["value"]),
+        (0, 0, &Value::from(2.5))
+    );
+    let (_, trials) = session.request(r#"{"op": "trials"}"#);
+    assert_eq!(trials["result"], Value::Array(scratch.trials("talk")));
+
+    // The end of its input ends it, cleanly.
+    drop(session.child.stdin.take());
+    let out = session.child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
