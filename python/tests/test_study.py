@@ -246,3 +246,39 @@ def test_two_clients_and_a_hptune_run_share_one_budget_exactly(binary: str, tmp_
     assert sorted(t["number"] for t in trials) == list(range(budget))
     assert len(succeeded(trials)) == budget
     assert len(told) == len(set(told))
+
+
+def test_one_session_process_answers_every_request_and_a_killed_one_is_started_again(tmp_path: Path) -> None:
+    study = study_in(tmp_path, "session", 3, parallel=1)
+    trial = study.ask()
+    process = study._session._process
+    assert process is not None
+    first = process._popen
+    study.tell(trial, 1.0)
+    assert study._session._process is process, "the second request went to the same process"
+    first.kill()
+    first.wait()
+    # Between requests: the next one starts a new process, nothing lost.
+    again = study.ask()
+    assert again.number == 1 and study._session._process is not process
+    study.tell(again, 0.5)
+    assert [t["state"] for t in study.trials()] == ["succeeded", "succeeded"]
+    study.close()
+    assert first.returncode is not None and study._session._process is None
+    assert study.best()["number"] == 1, "a closed study starts a new process on its next request"
+    study.close()
+
+
+def test_a_session_process_that_ends_before_it_answers_is_reported_with_its_code_and_words(tmp_path: Path) -> None:
+    dies = tmp_path / "dies.sh"
+    dies.write_text("#!/bin/sh\nread line\necho \"error: the database went away\" >&2\nexit 7\n")
+    dies.chmod(0o755)
+    killed = tmp_path / "killed.sh"
+    killed.write_text("#!/bin/sh\nread line\nkill -9 $$\n")
+    killed.chmod(0o755)
+    with pytest.raises(hptune.HptuneError) as ended:
+        hptune.Study(tmp_path / "any.yaml", binary=str(dies)).ask()
+    assert ended.value.exit_code == 7 and ended.value.message == "error: the database went away"
+    with pytest.raises(hptune.HptuneError) as signalled:
+        hptune.Study(tmp_path / "any.yaml", binary=str(killed)).trials()
+    assert signalled.value.exit_code == 1 and "ended by SIGKILL before it answered" in signalled.value.message
