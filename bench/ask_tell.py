@@ -5,8 +5,10 @@ and Rustuna's ask/tell, all on SQLite, in the same command.
 A client asks for a trial, computes x^2 (no work) and tells the value, N times one after
 another, on a study of one double with the random sampler (the sampler's own cost apart):
 
-- hptune: two processes per trial (`hptune ask --format json`, `hptune tell --value`), as a
-  program in any language drives it, and as the Python package does;
+- hptune's commands: two processes per trial (`hptune ask --format json`, `hptune tell
+  --value`), as a shell script or a program in any language drives it;
+- hptune's Python package: `Study.ask()` / `Study.tell()`, requests to one `hptune session`
+  process that the package starts on the first and keeps (no process per trial);
 - Optuna in-process: `study.ask()` / `study.tell()` with its SQLite storage (RDBStorage), no
   process per trial;
 - Rustuna (Optuna's Rust port, a wheel from PyPI) in-process: `study.ask()` /
@@ -22,6 +24,7 @@ trials, which shows whether a trial costs more as the study grows); writes
 bench/results/ask_tell.json.
 
     python3 bench/ask_tell.py [--trials 1000] [--cli-trials 50] [--profile release|debug]
+                              [--binary PATH]
 """
 
 import argparse
@@ -44,6 +47,9 @@ import rustuna  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+
+sys.path.insert(0, str(ROOT / "python" / "src"))
+import hptune  # noqa: E402
 
 STUDY = """\
 name: overhead
@@ -90,6 +96,21 @@ def hptune_loop(binary, trials, folder):
         env=env, check=True, capture_output=True, text=True,
     )
     assert len(json.loads(told.stdout)) == trials, "hptune lost a trial"
+    return times
+
+
+def hptune_session_loop(binary, trials, folder):
+    study_file = folder / "session.yaml"
+    study_file.write_text(STUDY.format(trials=trials).replace("name: overhead", "name: session"))
+    times = []
+    with hptune.Study(study_file, storage=f"sqlite://{folder / 'session.db'}", binary=str(binary)) as study:
+        for _ in range(trials):
+            start = time.perf_counter()
+            trial = study.ask()
+            x = trial.params["x"]
+            study.tell(trial, x * x)
+            times.append(time.perf_counter() - start)
+        assert len([t for t in study.trials() if t["state"] == "succeeded"]) == trials, "hptune lost a trial"
     return times
 
 
@@ -194,12 +215,14 @@ def main():
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--cli-trials", type=int, default=50)
     parser.add_argument("--profile", choices=["release", "debug"], default="release")
+    parser.add_argument("--binary", type=Path, help="the hptune binary to measure (not built; --profile names it)")
     args = parser.parse_args()
-    binary = hptune_binary(args.profile)
+    binary = args.binary.resolve() if args.binary else hptune_binary(args.profile)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        rows[f"hptune ask + tell ({args.profile} build)"] = summary(hptune_loop(binary, args.trials, folder))
+        rows[f"hptune `ask` + `tell` commands ({args.profile} build, two processes)"] = summary(hptune_loop(binary, args.trials, folder))
+        rows[f"hptune package Study.ask + Study.tell ({args.profile} build, one `hptune session`)"] = summary(hptune_session_loop(binary, args.trials, folder))
         rows[f"Optuna {optuna.__version__} study.ask + study.tell (in-process)"] = summary(optuna_loop(args.trials, folder))
         rows[f"Rustuna {version('rustuna')} study.ask + study.tell (in-process)"] = summary(rustuna_loop(args.trials, folder))
         rows["Optuna `optuna ask` + `optuna tell` (a process each)"] = summary(optuna_cli_loop(args.cli_trials, folder))
