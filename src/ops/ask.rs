@@ -70,7 +70,7 @@ pub struct Asker {
     storage: Storage,
     /// The study's trials as last read.
     view: StudyView,
-    /// Whether `view` has been filled (by the first ask).
+    /// Whether an ask has read the study into `view`.
     filled: bool,
 }
 
@@ -123,16 +123,16 @@ impl Asker {
             filled,
         } = self;
         reclaim_expired_leases(study, storage, record.id).await?;
-        // The first ask fills the view; a claim then reads only what changed since. A
-        // sampler that reads no history is proposed to from the unfinished trials alone, the
-        // finished ones counted: the ask of a random search costs the same at any size.
-        if !*filled {
-            match sampler.reads_history() {
-                true => storage.refresh(view).await?,
-                false => storage.refresh_unfinished(view).await?,
-            }
-            *filled = true;
+        // Each claim reads what changed in the study since the view was read, under the
+        // study's lock: the first claim of a sampler that reads the history reads every
+        // trial there, in the claim's transaction. A sampler that reads no history is
+        // proposed to from the unfinished trials alone, the finished ones counted (read
+        // once, before the first claim): the ask of a random search costs the same at any
+        // size.
+        if !*filled && !sampler.reads_history() {
+            storage.refresh_unfinished(view).await?;
         }
+        *filled = true;
         let holder = Holder::client(ClientLease {
             length: lease,
             at_most: study.parallel_trial_count,
