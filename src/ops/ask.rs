@@ -105,34 +105,22 @@ impl Asker {
         })
     }
 
-    /// The study as stored.
-    pub fn record(&self) -> &StudyRecord {
-        &self.record
-    }
-
     /// Claims up to `count` trials, each held under a lease of `lease`, as [`ask`] does.
     pub async fn ask(&mut self, count: usize, lease: Duration) -> Result<Asked, OpsError> {
         checked_claim(count, lease)?;
-        let Self {
-            study,
-            record,
-            sampler,
-            prior,
-            storage,
-            view,
-            filled,
-        } = self;
-        reclaim_expired_leases(study, storage, record.id).await?;
+        let (study, storage, view) = (&self.study, &self.storage, &mut self.view);
+        let study_id = self.record.id;
+        reclaim_expired_leases(study, storage, study_id).await?;
         // Each claim reads what changed in the study since the view was read, under the
         // study's lock: the first claim of a sampler that reads the history reads every
         // trial there, in the claim's transaction. A sampler that reads no history is
         // proposed to from the unfinished trials alone, the finished ones counted (read
         // once, before the first claim): the ask of a random search costs the same at any
         // size.
-        if !*filled && !sampler.reads_history() {
+        if !self.filled && !self.sampler.reads_history() {
             storage.refresh_unfinished(view).await?;
         }
-        *filled = true;
+        self.filled = true;
         let holder = Holder::client(ClientLease {
             length: lease,
             at_most: study.parallel_trial_count,
@@ -144,14 +132,14 @@ impl Asker {
         let mut trials = Vec::new();
         let mut why = None;
         while trials.len() < count && why.is_none() {
-            let curves = read_curves(study, storage, record.id)
+            let curves = read_curves(study, storage, study_id)
                 .await
                 .map_err(crate::controller::ControllerError::from)?;
             let propose = proposer(
                 study,
-                prior,
+                &self.prior,
                 study.parallel_trial_count,
-                sampler.as_mut(),
+                self.sampler.as_mut(),
                 &curves,
             );
             let claims = storage
@@ -175,7 +163,7 @@ impl Asker {
         match why {
             Some(why) if trials.is_empty() => Err(nothing_to_claim(study, view, why)),
             _ => Ok(Asked {
-                study: record.clone(),
+                study: self.record.clone(),
                 trials,
             }),
         }
