@@ -70,8 +70,6 @@ pub struct Asker {
     storage: Storage,
     /// The study's trials as last read.
     view: StudyView,
-    /// Whether an ask has read the study into `view`.
-    filled: bool,
 }
 
 impl Asker {
@@ -93,7 +91,12 @@ impl Asker {
         storage
             .enqueue(record.id, &study.initial_trials, Enqueue::Initial)
             .await?;
-        let view = StudyView::new(record.id, study.objective.goal);
+        // A sampler that reads no history is proposed to from the unfinished trials alone,
+        // the finished ones counted: the ask of a random search costs the same at any size.
+        let view = match sampler.reads_history() {
+            true => StudyView::new(record.id, study.objective.goal),
+            false => StudyView::counting(record.id, study.objective.goal),
+        };
         Ok(Self {
             study,
             record,
@@ -101,7 +104,6 @@ impl Asker {
             prior,
             storage,
             view,
-            filled: false,
         })
     }
 
@@ -112,15 +114,8 @@ impl Asker {
         let study_id = self.record.id;
         reclaim_expired_leases(study, storage, study_id).await?;
         // Each claim reads what changed in the study since the view was read, under the
-        // study's lock: the first claim of a sampler that reads the history reads every
-        // trial there, in the claim's transaction. A sampler that reads no history is
-        // proposed to from the unfinished trials alone, the finished ones counted (read
-        // once, before the first claim): the ask of a random search costs the same at any
-        // size.
-        if !self.filled && !self.sampler.reads_history() {
-            storage.refresh_unfinished(view).await?;
-        }
-        self.filled = true;
+        // study's lock: the first claim reads the study there, in the claim's transaction
+        // (every trial, or the unfinished ones and the finished counted).
         let holder = Holder::client(ClientLease {
             length: lease,
             at_most: study.parallel_trial_count,

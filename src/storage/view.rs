@@ -38,6 +38,9 @@ pub(crate) struct StudyView {
     counted_through: i64,
     /// The number after the counted trials' highest.
     counted_next: u64,
+    /// Whether the view's first read is to count the finished trials rather than read them
+    /// ([`Self::counting`]), until it has.
+    count_first: bool,
 }
 
 /// The finished trials of one state, counted rather than read ([`StudyView::count_finished`]).
@@ -69,7 +72,24 @@ impl StudyView {
             counted: 0,
             counted_through: 0,
             counted_next: 0,
+            count_first: false,
         }
+    }
+
+    /// An empty view whose first read, wherever it happens (a claim's, under the study's
+    /// lock), reads the rows of the unfinished and enqueued trials alone and counts the
+    /// finished ones ([`Self::count_finished`]): the view of a claim whose sampler reads no
+    /// history.
+    pub(crate) fn counting(study_id: i64, goal: Goal) -> Self {
+        Self {
+            count_first: true,
+            ..Self::new(study_id, goal)
+        }
+    }
+
+    /// Whether the view's next read is its first, counting one ([`Self::counting`]).
+    pub(super) fn counts_first(&self) -> bool {
+        self.count_first
     }
 
     /// Counts the study's finished trials, `counted` by state, without holding their rows:
@@ -77,6 +97,7 @@ impl StudyView {
     /// unfinished and enqueued trials alone. Such a view has no history and no best trial,
     /// and rows it reads again of trials it counted change nothing. Called on a new view.
     pub(super) fn count_finished(&mut self, counted: &[Counted]) {
+        self.count_first = false;
         for c in counted {
             *self.counts.entry(c.state).or_default() += c.trials;
             self.counted += c.trials;

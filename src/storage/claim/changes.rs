@@ -4,7 +4,7 @@
 use std::str::FromStr;
 
 use sqlx::any::AnyRow;
-use sqlx::{Any, Row};
+use sqlx::{Any, AnyConnection, Row};
 
 use super::super::rows::{TrialState, corrupt, trial_columns};
 use super::super::view::{Counted, StudyView};
@@ -15,7 +15,7 @@ use super::super::{Dialect, Storage, StorageError, query_error};
 /// enqueued one on (an enqueued trial another controller took is running or finished now);
 /// and the trials it holds as started that wait again, handed back. Enqueued rows are
 /// never read again, so a claim costs the same however long the queue is.
-pub(super) async fn changed_rows<'e>(
+async fn changed_rows<'e>(
     executor: impl sqlx::Executor<'e, Database = Any>,
     view: &StudyView,
 ) -> Result<Vec<AnyRow>, StorageError> {
@@ -56,9 +56,60 @@ pub(super) async fn changed_rows<'e>(
         .map_err(query_error("reading trials"))
 }
 
+/// Brings `view` up to date: its first read if it counts the finished trials
+/// ([`StudyView::counting`]), else the rows that changed since it was last read.
+pub(super) async fn read_changes(
+    conn: &mut AnyConnection,
+    view: &mut StudyView,
+) -> Result<(), StorageError> {
+    if view.counts_first() {
+        return read_unfinished(conn, view).await;
+    }
+    let rows = changed_rows(conn, view).await?;
+    view.absorb(&rows)
+}
+
+/// Fills a new view with the rows of the unfinished and enqueued trials, the finished ones
+/// counted by state ([`StudyView::count_finished`]); `conn` in a transaction that sees one
+/// snapshot of the study.
+async fn read_unfinished(
+    conn: &mut AnyConnection,
+    view: &mut StudyView,
+) -> Result<(), StorageError> {
+    let doing = "reading trials";
+    let finished = sqlx::query(
+        "SELECT state, COUNT(*) AS trials, MAX(id) AS newest_id, MAX(number) AS highest_number
+         FROM trials WHERE study_id = $1 AND state IN ('succeeded', 'failed', 'stopped')
+         GROUP BY state",
+    )
+    .bind(view.study_id)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(query_error(doing))?;
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        trial_columns!(),
+        " FROM trials WHERE study_id = $1 AND state IN ('pending', 'running') ORDER BY id"
+    ))
+    .bind(view.study_id)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(query_error(doing))?;
+    let counted = finished
+        .iter()
+        .map(counted)
+        .collect::<Result<Vec<_>, _>>()?;
+    view.count_finished(&counted);
+    view.absorb(&rows)
+}
+
 impl Storage {
-    /// Reads what changed in the study since the view was last brought up to date.
+    /// Reads what changed in the study since the view was last brought up to date (on a
+    /// new counting view, its first read: [`Storage::refresh_unfinished`]).
     pub(crate) async fn refresh(&self, view: &mut StudyView) -> Result<(), StorageError> {
+        if view.counts_first() {
+            return self.refresh_unfinished(view).await;
+        }
         let rows = changed_rows(&self.pool, view).await?;
         view.absorb(&rows)
     }
@@ -67,7 +118,7 @@ impl Storage {
     /// alone, the finished ones counted by state ([`StudyView::count_finished`]): all that a
     /// claim whose sampler reads no history needs, read in a time that does not grow with
     /// the finished trials. Both reads see one snapshot of the study.
-    pub(crate) async fn refresh_unfinished(
+    pub(super) async fn refresh_unfinished(
         &self,
         view: &mut StudyView,
     ) -> Result<(), StorageError> {
@@ -79,31 +130,8 @@ impl Storage {
                 .await
                 .map_err(query_error(doing))?;
         }
-        let finished = sqlx::query(
-            "SELECT state, COUNT(*) AS trials, MAX(id) AS newest_id, MAX(number) AS highest_number
-             FROM trials WHERE study_id = $1 AND state IN ('succeeded', 'failed', 'stopped')
-             GROUP BY state",
-        )
-        .bind(view.study_id)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(query_error(doing))?;
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            trial_columns!(),
-            " FROM trials WHERE study_id = $1 AND state IN ('pending', 'running') ORDER BY id"
-        ))
-        .bind(view.study_id)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(query_error(doing))?;
-        tx.commit().await.map_err(query_error(doing))?;
-        let counted = finished
-            .iter()
-            .map(counted)
-            .collect::<Result<Vec<_>, _>>()?;
-        view.count_finished(&counted);
-        view.absorb(&rows)
+        read_unfinished(&mut tx, view).await?;
+        tx.commit().await.map_err(query_error(doing))
     }
 }
 

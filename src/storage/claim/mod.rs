@@ -21,7 +21,7 @@ use super::view::StudyView;
 use super::{Dialect, Storage, StorageError, now, query_error};
 use crate::study::Budget;
 use crate::study::space::Assignment;
-use changes::changed_rows;
+use changes::read_changes;
 
 /// What becomes of a study's enqueued trials when a controller claims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,9 +319,14 @@ impl Storage {
     ) -> Result<Claim, ClaimError<E>> {
         self.finish_trials(ends).await?;
         let doing = "claiming a trial";
+        if view.counts_first() && self.dialect == Dialect::Postgres {
+            // PostgreSQL counts and reads in one snapshot of their own (REPEATABLE READ),
+            // which the lock's transaction, begun by its write, cannot take; SQLite's lock
+            // keeps every other writer out of the claim's reads.
+            self.refresh_unfinished(view).await?;
+        }
         let mut tx = self.lock_study(view.study_id).await?;
-        let rows = changed_rows(&mut *tx, view).await?;
-        view.absorb(&rows)?;
+        read_changes(&mut tx, view).await?;
         let (number, params) = loop {
             match decide(view, rules, holder, &[], &mut propose) {
                 Ok(Decision::Run(number, params)) => break (number, params),

@@ -357,3 +357,66 @@ async fn a_client_on_a_stale_view_leases_no_more_trials_than_its_lease_allows() 
         .count();
     assert_eq!((trials.len(), leased), (2, 2));
 }
+
+/// A client's counting view (a sampler that reads no history) is read by its first claim,
+/// under the study's lock: the finished trials counted, the running ones read, the budget and
+/// the numbers as a view of every row would have them.
+#[tokio::test]
+async fn a_counting_view_is_read_by_its_first_claim_under_the_lock() {
+    let (_dir, storage, id) = crate::storage::test_study(4).await;
+    let (rules, mut controller, _) = two_controllers(id, 4);
+    let propose = |_, _: &StudyView, _: &[Assignment]| Ok::<_, ()>(Some(Assignment::new()));
+    let claimed = storage
+        .claim_trials(
+            &mut controller,
+            rules,
+            Holder::controller("c"),
+            3,
+            &mut Vec::new(),
+            propose,
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    // Trials 0 and 2 end; trial 1 still runs for the controller.
+    sqlx::query("UPDATE trials SET state = 'succeeded', value = 1.0, finished_at = '2026-01-01T00:00:00Z' WHERE study_id = $1 AND number IN (0, 2)")
+        .bind(id)
+        .execute(&storage.pool)
+        .await
+        .unwrap();
+    let client = Holder::client(ClientLease {
+        length: Duration::from_secs(60),
+        at_most: 4,
+    });
+    let mut view = StudyView::counting(id, Goal::Minimize);
+    let claimed = storage
+        .claim_trials(&mut view, rules, client, 2, &mut Vec::new(), propose)
+        .await
+        .unwrap();
+    let numbers: Vec<_> = claimed
+        .iter()
+        .map(|c| match c {
+            Claim::Started(trial) => Some(trial.number),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(numbers, [Some(3)]);
+    assert!(!view.counts_first());
+    assert_eq!(
+        (
+            view.count(TrialState::Succeeded),
+            view.count(TrialState::Running)
+        ),
+        (2, 2)
+    );
+    assert!(
+        view.trial(0).is_none(),
+        "a finished trial is counted, not read"
+    );
+    assert_eq!(view.trial(1).map(|t| t.state), Some(TrialState::Running));
+    let spent = storage
+        .claim_trials(&mut view, rules, client, 1, &mut Vec::new(), propose)
+        .await
+        .unwrap();
+    assert_eq!(spent, [Claim::BudgetSpent]);
+}
