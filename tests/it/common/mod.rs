@@ -48,8 +48,28 @@ pub fn objective_example() -> PathBuf {
 /// already), and its lock on the build folder makes concurrent builds wait for each other.
 /// Returns `built`, the file the build makes; panics with cargo's messages when the build
 /// fails or leaves no file there.
+///
+/// The variables cargo sets for the test (`CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`, ...) are not
+/// passed on: build scripts that watch them (ring's) would run again, and every dependant
+/// would be built again here and once more by the next `cargo` command.
 fn cargo_build(args: &[&str], built: PathBuf) -> PathBuf {
-    let out = Command::new(env!("CARGO"))
+    let mut cargo = Command::new(env!("CARGO"));
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&name.as_ref())
+        {
+            cargo.env_remove(name.as_ref());
+        }
+    }
+    let out = cargo
         .arg("build")
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
