@@ -390,6 +390,17 @@ fn a_rerun_with_a_changed_search_space_is_refused() {
     assert_eq!(scratch.trials("quad").len(), 2);
 }
 
+/// `hptune run` of the study `text` (study.yaml in `scratch`), started in the background, its
+/// stderr kept for when it ends.
+fn started_run(scratch: &Scratch, text: &str) -> std::process::Child {
+    let study = scratch.study("study.yaml", text);
+    scratch
+        .command(&["run", study.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Runs two workers of `env` with a grace period of `grace`, sends hptune `interrupts`
 /// SIGINTs once both run, and checks that it exits 130 with both trials `pending` (to run
 /// again) and both workers gone; returns how long it took to end after the first SIGINT.
@@ -401,12 +412,7 @@ fn interrupt_a_study(env: &str, grace: &str, interrupts: usize) -> Duration {
             "command: [{worker}]",
             &format!("command: [{{worker}}]\n  env: {env}\n  grace_period: {grace}"),
         );
-    let study = scratch.study("study.yaml", &text);
-    let child = scratch
-        .command(&["run", study.to_str().unwrap()])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = started_run(&scratch, &text);
     // Wait until both trials run, their workers' handles written as they started.
     let deadline = Instant::now() + Duration::from_secs(20);
     // The database may exist before its tables do: a failing query means "not yet".
@@ -476,12 +482,7 @@ fn trials_names_the_worker_of_a_running_trial_as_it_starts() {
             "command: [{worker}]",
             "command: [{worker}]\n  env: {SLEEP: '60'}",
         );
-    let study = scratch.study("study.yaml", &text);
-    let child = scratch
-        .command(&["run", study.to_str().unwrap()])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = started_run(&scratch, &text);
     // The trial as `trials --format json` shows it, once the database has it.
     let trial = || {
         let out = scratch.hptune(&["trials", "quad", "--format", "json"]);
