@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # (the package's source folder, the name its binary's modules call its library by)
 PACKAGES = [("src", "hptune"), ("gp/src", "hptune_gp"), ("trainer/src", "hptune_trainer"),
-            ("http-serve/src", "hptune_http")]
+            ("http-serve/src", "hptune_http"), ("memory-size/src", "hptune_memory_size")]
 # Module folders whose files must not import each other in a cycle, as well.
 FILE_LEVEL = ["gp/src", "src/sampler/bayes", "src/study/space"]
 MAX_CODE_LINES = 600

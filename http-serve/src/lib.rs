@@ -5,6 +5,8 @@
 //! (more wait in the listen backlog until one closes); on shutdown the server stops accepting,
 //! lets the requests in flight finish within the grace period, then cuts what is left.
 
+#![warn(unreachable_pub)]
+
 mod body;
 mod limits;
 

@@ -153,8 +153,6 @@ struct Running {
     trial: TrialRecord,
     stop: watch::Sender<StopRequest>,
     measurements: Vec<Measurement>,
-    /// Whether the worker's handle (and log path) is known here but not yet written.
-    handle_unsaved: bool,
     /// Measurements of the worker that ended, to be written with the trial's end.
     unsaved: Vec<Measurement>,
     /// The GPUs it holds.

@@ -239,8 +239,7 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Tells the database that this controller's trials are alive, saves the workers'
-    /// handles, and adopts the trials of a controller of the study that died meanwhile.
+    /// Tells the database that this controller's trials are alive, and adopts the trials of a controller of the study that died meanwhile.
     pub(super) async fn beat(
         &mut self,
         phase: Phase,
@@ -251,7 +250,6 @@ impl Run<'_> {
         if self.storage.heartbeat(&self.owner).await? < self.running.len() as u64 {
             return Err(StorageError::TakenOver.into());
         }
-        self.save_handles().await?;
         if !phase.is_stopping() {
             let orphans = self.take_orphans().await?;
             self.adopt(orphans, observer).await?;

@@ -60,7 +60,6 @@ impl Run<'_> {
                 trial,
                 stop,
                 measurements: reported,
-                handle_unsaved: false,
                 unsaved: Vec::new(),
                 lease,
             },
@@ -159,7 +158,6 @@ impl Run<'_> {
             WorkerEvent::Started {
                 trial_id,
                 handle,
-                findable_without_handle,
                 model,
                 resumed_from,
             } => {
@@ -171,9 +169,11 @@ impl Run<'_> {
                     if model.is_some() {
                         r.trial.artifact_dir = model;
                     }
-                    r.handle_unsaved = true;
-                    if !findable_without_handle {
-                        self.save_handle(trial_id).await?;
+                    // At once, so that `hptune trials` shows the worker while it runs (and a
+                    // remote job is never submitted again); the end of a worker that has
+                    // ended already carries its handle.
+                    if ended != Some(trial_id) {
+                        self.storage.set_worker(&r.trial).await?;
                     }
                 }
             }
@@ -201,33 +201,6 @@ impl Run<'_> {
                     self.apply_stopping_rule(trial_id).await?;
                 }
             }
-        }
-        Ok(())
-    }
-
-    /// Writes the handles (and log paths) of the running trials' workers not written yet.
-    pub(super) async fn save_handles(&mut self) -> Result<(), StorageError> {
-        let unsaved: Vec<i64> = self
-            .running
-            .iter()
-            .filter(|(_, r)| r.handle_unsaved)
-            .map(|(id, _)| *id)
-            .collect();
-        for trial_id in unsaved {
-            self.save_handle(trial_id).await?;
-        }
-        Ok(())
-    }
-
-    /// Writes the handle and log path of a running trial's worker, if not written yet.
-    async fn save_handle(&mut self, trial_id: i64) -> Result<(), StorageError> {
-        if let Some(r) = self.running.get_mut(&trial_id)
-            && r.handle_unsaved
-            && let Some(handle) = &r.trial.worker
-        {
-            let log = r.trial.log_path.as_deref().unwrap_or_default();
-            self.storage.set_worker(&r.trial, handle, log).await?;
-            r.handle_unsaved = false;
         }
         Ok(())
     }

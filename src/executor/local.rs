@@ -60,7 +60,6 @@ impl Executor for LocalExecutor {
                     let _ = events.send(WorkerEvent::Started {
                         trial_id,
                         handle: format!("pid:{id}"),
-                        findable_without_handle: true,
                         model: None,
                         resumed_from: worker.resumed_from.take(),
                     });

@@ -127,12 +127,6 @@ pub(crate) enum WorkerEvent {
         trial_id: i64,
         /// The worker's handle.
         handle: String,
-        /// Whether a controller that takes the trial over finds the worker without its
-        /// handle (a local process, by its environment). The handle is then written with
-        /// the trial's next change (its end, or the next heartbeat) instead of at once,
-        /// which saves short trials a database round trip; a remote job's handle is written
-        /// before anything else happens, or the job would be submitted again.
-        findable_without_handle: bool,
         /// Where the engine keeps the attempt's model (`gs://...`, `s3://...`,
         /// `pvc://...`), recorded with the attempt as a local worker's folder is; `None`
         /// for a local or Slurm worker (its folder is [`TrialJob::output_dir`]) and for a

@@ -1,51 +1,23 @@
-//! Device memory: how much each device has (`nvidia-smi --query-gpu`), and memory sizes as a
-//! study file writes them (`16GiB`).
+//! Device memory: how much each device has (`nvidia-smi --query-gpu`), and sizes written for
+//! people (`16 GiB`); the crate hptune_memory_size reads them.
 
 use std::process::Command;
 
 use super::Device;
 use super::detect::{NVIDIA_SMI_TIMEOUT, output_within};
 
-/// The units of a memory size, largest first, and their bytes.
-const UNITS: [(&str, u64); 9] = [
-    ("TiB", 1 << 40),
-    ("GiB", 1 << 30),
-    ("MiB", 1 << 20),
-    ("KiB", 1 << 10),
-    ("TB", 1_000_000_000_000),
-    ("GB", 1_000_000_000),
-    ("MB", 1_000_000),
-    ("kB", 1_000),
-    ("B", 1),
-];
-
-/// Reads a memory size: a whole number of bytes, or a number with a unit (`16GiB`, `1.5GB`,
-/// `512MiB`; binary `KiB`..`TiB`, decimal `kB`..`TB`). An error says what is wrong.
-pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let (number, scale) = UNITS
-        .iter()
-        .find_map(|(unit, scale)| text.strip_suffix(unit).map(|n| (n.trim(), *scale)))
-        .unwrap_or((text, 1));
-    let bad = || {
-        format!(
-            "'{text}' is not a memory size: write a number with a unit, e.g. 16GiB, 512MiB or 8GB"
-        )
-    };
-    let value: f64 = number.parse().map_err(|_| bad())?;
-    let bytes = value * scale as f64;
-    if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
-        return Err(format!("{text} must be at least one byte"));
-    }
-    Ok(bytes.round() as u64)
-}
-
 /// Writes a number of bytes in the largest binary unit that holds it whole or to a tenth:
 /// `16 GiB`, `4.5 GiB`, `512 MiB`.
 pub(crate) fn format_bytes(bytes: u64) -> String {
-    for (unit, scale) in UNITS.iter().filter(|(unit, _)| unit.ends_with("iB")) {
-        if bytes >= *scale {
-            let value = bytes as f64 / *scale as f64;
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (unit, scale) in UNITS {
+        if bytes >= scale {
+            let value = bytes as f64 / scale as f64;
             let rounded = (value * 10.0).round() / 10.0;
             return format!("{rounded} {unit}");
         }
@@ -97,30 +69,6 @@ fn parse_query(output: &str) -> Vec<(String, String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_memory_sizes_in_binary_and_decimal_units() {
-        assert_eq!(parse_bytes("16GiB"), Ok(16 << 30));
-        assert_eq!(parse_bytes("1.5 GiB"), Ok(3 << 29));
-        assert_eq!(parse_bytes("8GB"), Ok(8_000_000_000));
-        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert!(
-            parse_bytes("16 gigs")
-                .unwrap_err()
-                .contains("not a memory size")
-        );
-        assert!(
-            parse_bytes("0GiB")
-                .unwrap_err()
-                .contains("at least one byte")
-        );
-        assert!(
-            parse_bytes("-1GiB")
-                .unwrap_err()
-                .contains("at least one byte")
-        );
-    }
 
     #[test]
     fn writes_bytes_in_the_largest_binary_unit() {

@@ -18,7 +18,7 @@ use std::os::fd::RawFd;
 
 pub(crate) use detect::{Source, plan};
 pub(crate) use lock::{DEFAULT_LOCK_DIR, HeldLock, LockChange, LockDir};
-pub(crate) use memory::{device_memory, format_bytes, parse_bytes};
+pub(crate) use memory::{device_memory, format_bytes};
 pub(crate) use mps::{Isolation, Mps};
 
 /// The most trials one device may hold (`gpus: 1/16`).

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::executor::gpu_field;
 use super::raw::{Number, RawTrial, RawTrialResources};
 use super::{Checker, quoted};
-use crate::gpus::{MAX_SHARE, Share, parse_bytes};
+use crate::gpus::{MAX_SHARE, Share};
 use crate::protocol::{DEFAULT_GRACE_PERIOD, DEVICE_VARIABLES, is_protocol_variable};
 use crate::study::space::Space;
 use crate::study::{ExecutorSpec, TEMPLATE_BUILTINS, TemplatePart, TrialTemplate, template_parts};
@@ -146,10 +146,10 @@ impl Checker<'_> {
             );
             return None;
         }
-        match parse_bytes(text) {
+        match hptune_memory_size::parse(text) {
             Ok(bytes) => Some(Some(bytes)),
-            Err(message) => {
-                self.report(field, message);
+            Err(error) => {
+                self.report(field, error.to_string());
                 None
             }
         }

@@ -24,20 +24,15 @@ pub(crate) enum NextAttempt {
 }
 
 impl Storage {
-    /// Records the worker of the trial's current attempt, where its log goes and its model
-    /// folder (one statement: the attempt's row gets the handle and the folder when the
-    /// attempt ends).
-    pub(crate) async fn set_worker(
-        &self,
-        trial: &TrialRecord,
-        worker: &str,
-        log_path: &str,
-    ) -> Result<(), StorageError> {
+    /// Records the worker of the trial's current attempt (`trial.worker`), where its log goes
+    /// and its model folder (one statement: the attempt's row gets the handle and the folder
+    /// when the attempt ends).
+    pub(crate) async fn set_worker(&self, trial: &TrialRecord) -> Result<(), StorageError> {
         sqlx::query(
             "UPDATE trials SET worker = $1, log_path = $2, artifact_dir = $3 WHERE id = $4",
         )
-        .bind(worker)
-        .bind(log_path)
+        .bind(trial.worker.as_deref())
+        .bind(trial.log_path.as_deref().unwrap_or_default())
         .bind(trial.artifact_dir.as_deref())
         .bind(trial.id)
         .execute(&self.pool)

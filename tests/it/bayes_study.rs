@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::{Scratch, assert_success};
+use common::{Scratch, assert_success, objective_example};
 
 const BAYESIAN: &str = r#"
 name: bowl
@@ -41,22 +41,6 @@ fn bayesian_study_improves_on_its_design_with_parallel_trials() {
         model < 1e-2 && model < design,
         "design {design}, model {model}"
     );
-}
-
-/// The example worker `examples/objective.rs`, which `cargo test` builds beside the tests.
-fn objective_example() -> std::path::PathBuf {
-    let deps = std::env::current_exe().expect("the test's path");
-    let path = deps
-        .parent()
-        .and_then(|p| p.parent())
-        .expect("target/<profile>/deps")
-        .join("examples/objective");
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test`, which builds the examples",
-        path.display()
-    );
-    path
 }
 
 #[test]

@@ -390,6 +390,17 @@ fn a_rerun_with_a_changed_search_space_is_refused() {
     assert_eq!(scratch.trials("quad").len(), 2);
 }
 
+/// `hptune run` of the study `text` (study.yaml in `scratch`), started in the background, its
+/// stderr kept for when it ends.
+fn started_run(scratch: &Scratch, text: &str) -> std::process::Child {
+    let study = scratch.study("study.yaml", text);
+    scratch
+        .command(&["run", study.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Runs two workers of `env` with a grace period of `grace`, sends hptune `interrupts`
 /// SIGINTs once both run, and checks that it exits 130 with both trials `pending` (to run
 /// again) and both workers gone; returns how long it took to end after the first SIGINT.
@@ -401,27 +412,16 @@ fn interrupt_a_study(env: &str, grace: &str, interrupts: usize) -> Duration {
             "command: [{worker}]",
             &format!("command: [{{worker}}]\n  env: {env}\n  grace_period: {grace}"),
         );
-    let study = scratch.study("study.yaml", &text);
-    let child = scratch
-        .command(&["run", study.to_str().unwrap()])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait until both trials run (a local worker's handle is written with its trial's end or
-    // at the next heartbeat, so the workers are found by their trials' log files).
+    let child = started_run(&scratch, &text);
+    // Wait until both trials run, their workers' handles written as they started.
     let deadline = Instant::now() + Duration::from_secs(20);
     // The database may exist before its tables do: a failing query means "not yet".
     while !scratch.path("hptune.db").exists()
         || scratch
-            .try_query("SELECT COUNT(*) FROM trials WHERE state = 'running'")
+            .try_query("SELECT COUNT(*) FROM trials WHERE state = 'running' AND worker IS NOT NULL")
             .ok()
             .and_then(|rows| rows.first().and_then(|r| r[0].as_i64()))
             != Some(2)
-        || !(0..2).all(|n| {
-            scratch
-                .path(&format!("hptune-logs/quad/trial-{n}.log"))
-                .exists()
-        })
     {
         assert!(Instant::now() < deadline, "the workers did not start");
         std::thread::sleep(Duration::from_millis(100));
@@ -467,6 +467,68 @@ fn interrupt_a_study(env: &str, grace: &str, interrupts: usize) -> Duration {
         assert!(!alive, "worker {pid} still runs");
     }
     took
+}
+
+/// `trials` names a running trial's worker while it runs: its handle is written as the worker
+/// starts, not with the next heartbeat (the first after the start comes 10 s after the run
+/// began), and it names the worker's own process.
+#[test]
+fn trials_names_the_worker_of_a_running_trial_as_it_starts() {
+    let scratch = Scratch::new();
+    let text = RANDOM
+        .replace("max_trial_count: 8", "max_trial_count: 1")
+        .replace("parallel_trial_count: 2", "parallel_trial_count: 1")
+        .replace(
+            "command: [{worker}]",
+            "command: [{worker}]\n  env: {SLEEP: '60'}",
+        );
+    let child = started_run(&scratch, &text);
+    // The trial as `trials --format json` shows it, once the database has it.
+    let trial = || {
+        let out = scratch.hptune(&["trials", "quad", "--format", "json"]);
+        let trials: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        trials.into_iter().next()
+    };
+    // The running trial's worker, as soon as it is shown, or what went wrong.
+    let shown_worker = || -> Result<String, String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while trial().is_none_or(|t| t["state"] != "running") {
+            if Instant::now() > deadline {
+                return Err("the trial did not start".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let shown = trial().unwrap();
+            match shown["worker"].as_str() {
+                Some(handle) if shown["state"] == "running" => return Ok(handle.to_string()),
+                _ if Instant::now() > deadline => {
+                    return Err(format!("a running trial without its worker: {shown}"));
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    };
+    let handle = shown_worker();
+    // The worker the handle names, read before the run is stopped.
+    let command_line = handle.as_ref().ok().and_then(|handle| {
+        let pid = handle.strip_prefix("pid:")?.split('@').next()?;
+        std::fs::read(format!("/proc/{pid}/cmdline")).ok()
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let handle = handle.unwrap();
+    let command_line = String::from_utf8_lossy(command_line.as_deref().unwrap_or_default());
+    assert!(
+        command_line.contains("quadratic.sh"),
+        "{handle} is not the worker: '{command_line}'"
+    );
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
 }
 
 /// Trials stopped by Ctrl-C are run again by the next run, as their second attempt, and

@@ -111,7 +111,7 @@ pub struct TrainArgs {
     /// The most device memory the run may hold, e.g. 16GiB, 512MiB or bytes; over it the run
     /// stops with an out-of-memory error [default: HPTUNE_GPU_MEMORY, set by hptune when
     /// trials share a GPU]. The CPU has no device memory: there the cap does not apply.
-    #[arg(long, alias = "gpu_memory", value_parser = crate::memory::parse_bytes)]
+    #[arg(long, alias = "gpu_memory", value_parser = hptune_memory_size::parse)]
     pub gpu_memory: Option<u64>,
     /// Keep only the bottom N encoder layers of the checkpoint (at most its num_hidden_layers):
     /// a smaller, faster model [default: all of them].

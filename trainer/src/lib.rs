@@ -8,6 +8,8 @@
 //! [`backend`] (device and precision choice), [`kernel_cache`] (where GPU kernels are cached), [`memory`] (the device-memory cap and peak), [`host_reads`] (device-to-host reads, counted), [`warm`] (`warm-cache`: one step's kernels compiled ahead), [`blas`] (the system's BLAS for CPU products), [`hub`] (hub ids: cache and download), [`pretrained`]
 //! (checkpoint folders) and [`run`] (the commands).
 
+#![warn(unreachable_pub)]
+
 pub mod backend;
 pub mod batch;
 pub mod blas;

@@ -15,54 +15,6 @@ use crate::error::{Result, TrainerError};
 /// The variable in which the controller gives a worker its device-memory cap, in bytes.
 pub const ENV: &str = "HPTUNE_GPU_MEMORY";
 
-/// Parses a size in bytes: a whole number of bytes (`17179869184`), or a number with a unit,
-/// decimal (`kB`, `MB`, `GB`, `TB`) or binary (`KiB`, `MiB`, `GiB`, `TiB`), e.g. `16GiB`,
-/// `1.5GB`. The size must be at least one byte.
-pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
-    const UNITS: [(&str, f64); 10] = [
-        ("kib", 1024.0),
-        ("mib", 1048576.0),
-        ("gib", 1073741824.0),
-        ("tib", 1099511627776.0),
-        ("kb", 1e3),
-        ("mb", 1e6),
-        ("gb", 1e9),
-        ("tb", 1e12),
-        ("b", 1.0),
-        ("", 1.0),
-    ];
-    let text = text.trim();
-    let lower = text.to_ascii_lowercase();
-    let (number, scale) = UNITS
-        .iter()
-        .find_map(|(unit, scale)| {
-            lower
-                .strip_suffix(unit)
-                .map(|number| (number.trim_end(), *scale))
-        })
-        .unwrap_or((lower.as_str(), 1.0));
-    let bad = || {
-        format!(
-            "\"{text}\" is not a size: give bytes (17179869184) or a number with a unit (16GiB, 512MiB, 20GB)"
-        )
-    };
-    let bytes = if scale == 1.0 {
-        number.parse::<u64>().map_err(|_| bad())?
-    } else {
-        let value: f64 = number.parse().map_err(|_| bad())?;
-        if !value.is_finite() || value < 0.0 {
-            return Err(bad());
-        }
-        (value * scale) as u64
-    };
-    if bytes == 0 {
-        return Err(format!(
-            "\"{text}\" is no memory: the cap must be at least one byte"
-        ));
-    }
-    Ok(bytes)
-}
-
 /// Formats bytes for people: `16.00 GiB (17179869184 bytes)`.
 pub(crate) fn describe_bytes(bytes: u64) -> String {
     const GIB: f64 = 1073741824.0;
@@ -116,16 +68,16 @@ impl MemoryCap {
             return Ok(None);
         };
         let value = value.to_string_lossy();
-        parse_bytes(&value)
+        hptune_memory_size::parse(&value)
             .map(|bytes| {
                 Some(MemoryCap {
                     bytes,
                     source: CapSource::Environment,
                 })
             })
-            .map_err(|message| TrainerError::InvalidEnvironment {
+            .map_err(|error| TrainerError::InvalidEnvironment {
                 variable: ENV,
-                message,
+                message: error.to_string(),
             })
     }
 }
@@ -260,24 +212,6 @@ impl MemoryWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse_in_bytes_and_decimal_and_binary_units() {
-        assert_eq!(parse_bytes("17179869184"), Ok(17179869184));
-        assert_eq!(parse_bytes("16GiB"), Ok(16 << 30));
-        assert_eq!(parse_bytes("16 gib"), Ok(16 << 30));
-        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
-        assert_eq!(parse_bytes("20GB"), Ok(20_000_000_000));
-        assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
-        assert_eq!(parse_bytes("64kB"), Ok(64_000));
-        assert_eq!(parse_bytes("100B"), Ok(100));
-        for bad in ["", "lots", "16XB", "-1GiB", "1.5", "GiB", "nanGiB"] {
-            let message = parse_bytes(bad).unwrap_err();
-            assert!(message.contains("is not a size"), "{bad}: {message}");
-        }
-        assert!(parse_bytes("0").unwrap_err().contains("at least one byte"));
-        assert!(parse_bytes("0.1B").is_err());
-    }
 
     /// A watch as on a GPU, without one.
     fn device_watch(cap: Option<u64>) -> MemoryWatch {

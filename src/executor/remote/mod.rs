@@ -371,7 +371,6 @@ impl Executor for RemoteExecutor {
         let _ = events.send(WorkerEvent::Started {
             trial_id: job.trial_id,
             handle: handle.clone(),
-            findable_without_handle: false,
             model,
             resumed_from: None,
         });

@@ -150,7 +150,6 @@ impl Executor for SlurmExecutor {
             let _ = events.send(WorkerEvent::Started {
                 trial_id: job.trial_id,
                 handle: format!("slurm:{id}"),
-                findable_without_handle: false,
                 model: None,
                 resumed_from,
             });

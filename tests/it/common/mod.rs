@@ -8,7 +8,7 @@ pub mod fake_cloud;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde_json::Value;
 
@@ -22,18 +22,67 @@ pub fn worker() -> String {
 
 /// `hptune-trainer`, built beside `hptune` (by cargo when this package's tests run alone).
 pub fn trainer() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_hptune")).with_file_name("hptune-trainer");
-    let built = Command::new(env!("CARGO"))
-        .args(["build", "-p", "hptune-trainer", "--bin", "hptune-trainer"])
+    cargo_build(
+        &["-p", "hptune-trainer", "--bin", "hptune-trainer"],
+        Path::new(env!("CARGO_BIN_EXE_hptune")).with_file_name("hptune-trainer"),
+    )
+}
+
+/// The example worker `examples/objective.rs` (`target/<profile>/examples/objective`), built
+/// once per run of the tests, if missing or stale, so that a test filter that leaves out the
+/// examples (`cargo test --test it bayes_study::`) still finds it up to date.
+pub fn objective_example() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            cargo_build(
+                &["-p", "hptune", "--example", "objective"],
+                Path::new(env!("CARGO_BIN_EXE_hptune")).with_file_name("examples/objective"),
+            )
+        })
+        .clone()
+}
+
+/// Runs `cargo build ARGS` in this workspace with the cargo that runs the tests, into the same
+/// target folder: cargo builds what is missing or stale (nothing, when `cargo test` built it
+/// already), and its lock on the build folder makes concurrent builds wait for each other.
+/// Returns `built`, the file the build makes; panics with cargo's messages when the build
+/// fails or leaves no file there.
+///
+/// The variables cargo sets for the test (`CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`, ...) are not
+/// passed on: build scripts that watch them (ring's) would run again, and every dependant
+/// would be built again here and once more by the next `cargo` command.
+fn cargo_build(args: &[&str], built: PathBuf) -> PathBuf {
+    let mut cargo = Command::new(env!("CARGO"));
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&name.as_ref())
+        {
+            cargo.env_remove(name.as_ref());
+        }
+    }
+    let out = cargo
+        .arg("build")
+        .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
+        .output()
         .unwrap();
     assert!(
-        built.success() && path.is_file(),
-        "cannot build {}",
-        path.display()
+        out.status.success() && built.is_file(),
+        "cargo build {} did not build {}:\n{}",
+        args.join(" "),
+        built.display(),
+        String::from_utf8_lossy(&out.stderr)
     );
-    path
+    built
 }
 
 /// A fixture of the trainer's tests (the tiny BERT, its data).

@@ -98,7 +98,7 @@ pub(super) mod flex {
     /// One update of `param` (see the module documentation): in place when `param` and its
     /// moments are contiguous `f32` tensors that nothing else holds (the optimiser's own after
     /// the first step), else into new tensors.
-    pub fn adamw(
+    pub(crate) fn adamw(
         mut param: FloatTensor<Flex>,
         grad: FloatTensor<Flex>,
         moments: Option<(FloatTensor<Flex>, FloatTensor<Flex>)>,

@@ -64,7 +64,7 @@ pub(super) mod flex {
     use super::super::output::filled;
 
     /// Dropout of `tensor` with the mask of `(seed, call)`.
-    pub fn dropout(
+    pub(crate) fn dropout(
         tensor: FloatTensor<Flex>,
         prob: f64,
         seed: u64,

@@ -65,7 +65,7 @@ pub(super) mod flex {
     use super::super::output::tensor;
 
     /// The gradient of the table `weights` from the gradient `grad` of its rows at `indices`.
-    pub fn embedding_grad(
+    pub(crate) fn embedding_grad(
         weights: FloatTensor<Flex>,
         grad: FloatTensor<Flex>,
         indices: IntTensor<Flex>,

@@ -35,7 +35,7 @@ pub(super) mod flex {
     use super::super::output::filled;
 
     /// GELU of each element.
-    pub fn gelu(tensor: FloatTensor<Flex>) -> FloatTensor<Flex> {
+    pub(crate) fn gelu(tensor: FloatTensor<Flex>) -> FloatTensor<Flex> {
         let Some(input) = tensor.as_slice::<f32>() else {
             return Flex::gelu(tensor);
         };
@@ -44,7 +44,10 @@ pub(super) mod flex {
     }
 
     /// The gradient of GELU at `input` times `grad`.
-    pub fn gelu_backward(input: FloatTensor<Flex>, grad: FloatTensor<Flex>) -> FloatTensor<Flex> {
+    pub(crate) fn gelu_backward(
+        input: FloatTensor<Flex>,
+        grad: FloatTensor<Flex>,
+    ) -> FloatTensor<Flex> {
         let (Some(x), Some(g)) = (input.as_slice::<f32>(), grad.as_slice::<f32>()) else {
             return Flex::gelu_backward(input, grad);
         };

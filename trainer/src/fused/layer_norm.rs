@@ -16,11 +16,11 @@ use super::rows::as_rows;
 
 /// What [`FusedOps::layer_norm_rows`] gives: the output, and `n` and `r` for the backward pass
 /// (see the module documentation), `n` as `[rows, width]` and `r` as `[rows, 1]`.
-pub type Normalized<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
+pub(super) type Normalized<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
 
 /// What [`FusedOps::layer_norm_rows_backward`] gives: the gradients of the input, `gamma` and
 /// `beta`.
-pub type LayerNormGrads<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
+pub(super) type LayerNormGrads<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
 
 /// The op's backward step; its state is `(n, r, gamma)`.
 #[derive(Debug)]
@@ -148,7 +148,7 @@ pub(super) mod flex {
     use super::{LayerNormGrads, Normalized};
 
     /// LayerNorm's forward pass on `[rows, width]`.
-    pub fn layer_norm_rows(
+    pub(crate) fn layer_norm_rows(
         rows: FloatTensor<Flex>,
         gamma: FloatTensor<Flex>,
         beta: FloatTensor<Flex>,
@@ -183,7 +183,7 @@ pub(super) mod flex {
     }
 
     /// LayerNorm's backward pass on `[rows, width]`.
-    pub fn layer_norm_rows_backward(
+    pub(crate) fn layer_norm_rows_backward(
         grad: FloatTensor<Flex>,
         normalized: FloatTensor<Flex>,
         inv_std: FloatTensor<Flex>,

@@ -97,7 +97,7 @@ pub(super) mod flex {
 
     /// `lhs · rhs` over the last two dimensions, laid out in memory as `like` when it has the
     /// product's shape and a layout BLAS can write (see [`output_strides`]).
-    pub fn matmul(
+    pub(crate) fn matmul(
         lhs: FloatTensor<Flex>,
         rhs: FloatTensor<Flex>,
         like: Option<FloatTensor<Flex>>,

@@ -401,7 +401,7 @@ mod test_util {
     use burn::tensor::{Tensor, TensorData};
 
     /// A deterministic tensor of values in (-1, 1), different for each `seed`.
-    pub fn sample<B: Backend, const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
+    pub(super) fn sample<B: Backend, const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
         let n: usize = shape.iter().product();
         let values: Vec<f32> = (0..n)
             .map(|i| ((i as f64 + 1.0) * (seed as f64 * 0.7548776662 + 0.5698402910)).sin() as f32)
@@ -411,7 +411,7 @@ mod test_util {
 
     /// `f(x)` and the gradient at `x` of `sum(f(x) * w)`, `w` a [`sample`] of `f(x)`'s shape
     /// (weights, so that every output element's gradient counts), under burn's autodiff.
-    pub fn value_and_grad<B: AutodiffBackend, const D: usize>(
+    pub(super) fn value_and_grad<B: AutodiffBackend, const D: usize>(
         x: Tensor<B, D>,
         f: impl FnOnce(Tensor<B, D>) -> Tensor<B, D>,
     ) -> (Vec<f32>, Vec<f32>) {
@@ -427,7 +427,7 @@ mod test_util {
     }
 
     /// Asserts `|a - b| <= tolerance * (1 + |b|)` element by element.
-    pub fn assert_close(actual: &[f32], expected: &[f32], tolerance: f32) {
+    pub(super) fn assert_close(actual: &[f32], expected: &[f32], tolerance: f32) {
         assert_eq!(actual.len(), expected.len());
         for (i, (a, b)) in actual.iter().zip(expected).enumerate() {
             assert!(

@@ -57,7 +57,10 @@ pub(super) mod flex {
 
     /// `softmax(scores + bias)` over the last dimension; `scores` is `[batch, heads, seq, width]`
     /// and `bias` `[batch, 1, 1, width]`.
-    pub fn masked_softmax(scores: FloatTensor<Flex>, bias: FloatTensor<Flex>) -> FloatTensor<Flex> {
+    pub(crate) fn masked_softmax(
+        scores: FloatTensor<Flex>,
+        bias: FloatTensor<Flex>,
+    ) -> FloatTensor<Flex> {
         let shape = scores.layout().shape().clone();
         let (Some(x), Some(b)) = (scores.as_slice::<f32>(), bias.as_slice::<f32>()) else {
             let last = shape.num_dims() - 1;
@@ -73,7 +76,7 @@ pub(super) mod flex {
     }
 
     /// The softmax's gradient from its `output` and the output's `grad` (same shapes).
-    pub fn softmax_backward(
+    pub(crate) fn softmax_backward(
         output: FloatTensor<Flex>,
         grad: FloatTensor<Flex>,
     ) -> FloatTensor<Flex> {

@@ -24,7 +24,7 @@ pub(super) mod flex {
     use super::super::output::tensor;
 
     /// The sum of the squares of `values`' elements, as a one-element tensor.
-    pub fn squared_sum(values: FloatTensor<Flex>) -> FloatTensor<Flex> {
+    pub(crate) fn squared_sum(values: FloatTensor<Flex>) -> FloatTensor<Flex> {
         let Some(elements) = values.as_slice::<f32>() else {
             return super::composed::<Flex>(values);
         };

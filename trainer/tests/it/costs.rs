@@ -198,7 +198,7 @@ fn bad_memory_caps_exit_2_naming_the_flag_or_the_variable() {
         stderr(&output)
     );
     assert!(
-        stderr(&output).contains("is not a size"),
+        stderr(&output).contains("'lots' is not a memory size"),
         "{}",
         stderr(&output)
     );
@@ -209,7 +209,7 @@ fn bad_memory_caps_exit_2_naming_the_flag_or_the_variable() {
         .unwrap();
     assert_refused(
         &output,
-        "HPTUNE_GPU_MEMORY: \"0\" is no memory: the cap must be at least one byte",
+        "HPTUNE_GPU_MEMORY: '0' is less than one byte: a memory size is at least 1B",
     );
 }
 
