@@ -327,6 +327,12 @@ def run_hptune(binaries, sampler, function, trials, mode, seed):
     return values, [timings.get(i) for i in range(len(values))], chosen, proposals
 
 
+def hptune_design(dimension):
+    """The size of hptune's initial design for `dimension` parameters
+    (src/sampler/bayes/design.rs): 2D + 1 trials, 5 to 20, but 13 with 10 to 15 parameters."""
+    return 13 if 10 <= dimension <= 15 else min(20, max(5, 2 * dimension + 1))
+
+
 def distributions(function):
     import optuna.distributions as d
     out = {}
@@ -458,7 +464,7 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
     """BoTorch's log noisy expected improvement (Ament et al., 2023) with the running trials as
     pending points, its Monte Carlo fantasies as in hptune's parallel proposals: the
     reference for what parallel proposals cost. The same initial design size as hptune
-    (2D + 1 scrambled Sobol points, 5 to 20), then a GP with BoTorch's default priors, fitted
+    (`hptune_design` scrambled Sobol points), then a GP with BoTorch's default priors, fitted
     at every proposal, and the acquisition maximised from 512 raw samples and 10 restarts.
     Doubles on a linear scale only."""
     import torch
@@ -472,7 +478,7 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
     params = FUNCTIONS[function][0]
     dim = len(params)
     design = torch.quasirandom.SobolEngine(dim, scramble=True, seed=seed).draw(
-        min(20, max(5, 2 * dim + 1)), dtype=torch.float64)
+        hptune_design(dim), dtype=torch.float64)
     bounds = torch.tensor([[0.0] * dim, [1.0] * dim], dtype=torch.float64)
     xs, values, timings, pending, told = [], [None] * trials, [None] * trials, [], []
 
@@ -781,13 +787,13 @@ def timing_table(runs, samplers, at):
 
 def proposal_time_table(runs, samplers):
     """The median time per proposal of each (function, mode) cell's runs, over every proposal
-    after hptune's initial design (2D + 1 trials, 5 to 20), for every sampler alike."""
+    after hptune's initial design (`hptune_design`), for every sampler alike."""
     lines = ["| function | mode | " + " | ".join(samplers) + " |",
              "|---|---|" + "---|" * len(samplers)]
     keys = sorted({cell(r)[1:] for r in runs},
                   key=lambda k: (list(FUNCTIONS).index(k[0]), list(MODES).index(k[1])))
     for function, mode in keys:
-        design = min(20, max(5, 2 * len(FUNCTIONS[function][0]) + 1))
+        design = hptune_design(len(FUNCTIONS[function][0]))
         cells = []
         for s in samplers:
             xs = [t for r in runs if cell(r) == (s, function, mode)
