@@ -12,8 +12,9 @@ use crate::study::space::Space;
 /// spread mostly with the objective's trend over the space: they are warped only where some
 /// are outliers ([`has_outliers`](hptune_gp::has_outliers)), since compressing the far values
 /// of a skewed spread flattens that trend. Measured in 20 to 50 dimensions (Levy by far) and
-/// in 10 to 15, where the trust region with the warp did no better on four functions and
-/// worse on Ackley (docs/bayes.md); in 2-6 dimensions the warp wins.
+/// in 10 to 15, where the warp beside the trust region helped Rosenbrock but cost Ackley and
+/// left the mixed space a categorical from its optimum (docs/bayes.md); in 2-6 dimensions the
+/// warp wins.
 pub(crate) const MANY_PARAMETERS: usize = 10;
 
 /// From this many parameters on, the expected improvement is maximised over the whole cube,
@@ -23,8 +24,8 @@ pub(crate) const MANY_PARAMETERS: usize = 10;
 /// Rastrigin; docs/bayes.md); nothing lies between 15 and 20.
 pub(crate) const WHOLE_CUBE_PARAMETERS: usize = 16;
 
-/// The design of a study in the middle ([`is_middle`]): 13 trials, against 2D + 1 (21 to
-/// 31, at most 20) elsewhere. There the trust region, not the design, explores: a smaller
+/// The design of a study in the middle ([`is_middle`]): 13 trials, against `2D + 1` below
+/// (5 to 19) and 20 above. There the trust region, not the design, explores: a smaller
 /// design leaves it more trials within a fine-tuning study's budget of 50 to 100.
 const MIDDLE_DESIGN: u64 = 13;
 
