@@ -357,7 +357,7 @@ fn mixed_many(flags: &BTreeMap<String, String>) -> Result<f64, String> {
     };
     let mut targets: Vec<f64> = (0..doubles).map(|i| mixed_30_target(i, 0)).collect();
     let mut total = 0.0;
-    for j in 0..kinds {
+    for (j, target) in targets.iter_mut().enumerate().take(kinds) {
         let text = get(doubles + kinds + 1 + j)?;
         let k = ["a", "b", "c", "d"]
             .iter()
@@ -369,7 +369,7 @@ fn mixed_many(flags: &BTreeMap<String, String>) -> Result<f64, String> {
                 )
             })?;
         total += 0.2 * ((k + 4 - j % 4) % 4) as f64;
-        targets[j] = mixed_30_target(j, k);
+        *target = mixed_30_target(j, k);
         let count: f64 = number(get(doubles + 1 + j)?, &format!("x{}", doubles + 1 + j))?;
         total += 0.05 * (count - (2 + j % 6) as f64).powi(2);
     }
