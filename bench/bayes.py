@@ -26,6 +26,11 @@ Markdown tables:
 - median time per proposal at the given trial counts (`--timing-at`), from runs as long as
   the largest of them (`--timing-trials`, Hartmann6, sequential, one seed).
 
+The middle, 8 to 15 parameters at 100 trials (`ackley-D`, `rosenbrock-D`, `styblinski-tang-D`,
+`rastrigin-D` and `mixed-D` for D = 8, 10, 12, 15; MIDDLE), is not in the default set either;
+it is meant for hptune against Optuna's GPSampler, TPE and CMA-ES and Rustuna's TPE and CMA-ES
+(`rustuna-tpe`, `rustuna-cmaes`: Optuna's Rust port, in-process, define-by-run).
+
 Functions with many parameters (`ackley-20`, `levy-20`, `ackley-50`, `levy-50`, `mixed-30`,
 200 trials each) are not in the default set; they are meant for hptune against Optuna's
 multivariate TPE (`optuna-tpe-multivariate`), CMA-ES (`optuna-cmaes`, which draws
@@ -114,6 +119,32 @@ FUNCTIONS["mixed-30"] = (
 MANY_PARAMETERS = [f"{name}-{d}" for d in (20, 50) for name in ("ackley", "levy")] + ["mixed-30"]
 # The worker's function of each benchmark function whose name differs.
 WORKER = {f"{name}-{d}": name for d in (20, 50) for name in ("ackley", "levy")}
+# The middle (issue 39), 8 to 15 parameters, 100 trials (50 with `--trials 50`): a fine-tuning
+# study's size. Ackley and Rosenbrock on [-5, 10] (the optimum off the centre, as above),
+# Styblinski-Tang on [-5, 5] and Rastrigin on [-5.12, 5.12] (their usual boxes), and
+# `mixed-D`: D/4 categoricals of four values, each moving the best value of one double,
+# D/4 integers in 1..8 and the rest doubles in [0, 1] (the worker's `mixed`, minimum 0).
+MIDDLE_BOXES = {"ackley": (-5.0, 10.0, 0.0), "rosenbrock": (-5.0, 10.0, 0.0),
+                "styblinski-tang": (-5.0, 5.0, -39.16616570377142),
+                "rastrigin": (-5.12, 5.12, 0.0)}
+MIDDLE = []
+for _d in (8, 10, 12, 15):
+    for _name, (_low, _high, _optimum) in MIDDLE_BOXES.items():
+        FUNCTIONS[f"{_name}-{_d}"] = (
+            [(f"x{i}", "double", _low, _high, False) for i in range(1, _d + 1)],
+            _optimum * _d, 100)
+        WORKER[f"{_name}-{_d}"] = _name
+        MIDDLE.append(f"{_name}-{_d}")
+    _kinds = _d // 4
+    _doubles = _d - 2 * _kinds
+    FUNCTIONS[f"mixed-{_d}"] = (
+        [(f"x{i}", "double", 0.0, 1.0, False) for i in range(1, _doubles + 1)]
+        + [(f"x{i}", "integer", 1, 8, False) for i in range(_doubles + 1, _doubles + _kinds + 1)]
+        + [(f"x{i}", "categorical", ["a", "b", "c", "d"])
+           for i in range(_doubles + _kinds + 1, _d + 1)],
+        0.0, 100)
+    WORKER[f"mixed-{_d}"] = "mixed-many"
+    MIDDLE.append(f"mixed-{_d}")
 # Noisy functions: name -> (the noise-free function, the noise's standard deviation: 2 % of
 # the function's range over the space). Their regret is that of the noise-free value of the
 # trial each sampler names best: for hptune `hptune best --by model`, for Optuna its best
@@ -155,12 +186,13 @@ FUNCTIONS["constr"] = ([("x1", "double", 0.1, 1.0, False), ("x2", "double", 0.0,
                        + 10 / 3 - math.log(1.5) + 0.1 * 9, 100)
 SAMPLERS = ["hptune-bayesian", "hptune-random", "optuna-gp", "optuna-tpe",
             "optuna-tpe-multivariate", "optuna-cmaes", "optuna-nsga2", "optuna-random",
-            "botorch"]
+            "rustuna-tpe", "rustuna-cmaes", "botorch"]
 # BoTorch is a reference for the parallel proposals, on request: it takes seconds a proposal.
-# Multivariate TPE and CMA-ES are the references for the functions with many parameters.
+# Multivariate TPE and CMA-ES are the references for the functions with many parameters;
+# Rustuna's (Optuna's Rust port) TPE and CMA-ES, with Optuna's, for the middle.
 DEFAULT_SAMPLERS = [s for s in SAMPLERS
                     if s not in ("botorch", "optuna-tpe-multivariate", "optuna-cmaes",
-                                 "optuna-nsga2")]
+                                 "optuna-nsga2", "rustuna-tpe", "rustuna-cmaes")]
 # The samplers of several objectives: NSGA-II is Optuna's default for them.
 MULTI_SAMPLERS = ["hptune-bayesian", "optuna-gp", "optuna-tpe-multivariate", "optuna-nsga2",
                   "optuna-random"]
@@ -176,15 +208,16 @@ def ensure_venv():
     if not python.exists():
         print(f"creating {VENV} ...", file=sys.stderr)
         venv.create(VENV, with_pip=True)
-    check = subprocess.run([python, "-c", "import optuna, scipy, torch, greenlet, botorch, cmaes"],
+    check = subprocess.run([python, "-c",
+                            "import optuna, scipy, torch, greenlet, botorch, cmaes, rustuna"],
                            capture_output=True)
     if check.returncode != 0:
-        print("installing optuna, scipy, torch, botorch, cmaes into bench/.venv ...",
+        print("installing optuna, scipy, torch, botorch, cmaes, rustuna into bench/.venv ...",
               file=sys.stderr)
         # greenlet lets Optuna's GPSampler batch its L-BFGS-B runs (it warns and runs
         # slower without it).
         subprocess.run([str(python), "-m", "pip", "install", "-q", "optuna", "scipy", "numpy",
-                        "greenlet", "torch", "botorch", "cmaes"], check=True)
+                        "greenlet", "torch", "botorch", "cmaes", "rustuna"], check=True)
     os.execv(python, [str(python), *sys.argv])
 
 
@@ -294,6 +327,12 @@ def run_hptune(binaries, sampler, function, trials, mode, seed):
     return values, [timings.get(i) for i in range(len(values))], chosen, proposals
 
 
+def hptune_design(dimension):
+    """The size of hptune's initial design for `dimension` parameters
+    (src/sampler/bayes/design.rs): 2D + 1 trials, 5 to 20, but 13 with 10 to 15 parameters."""
+    return 13 if 10 <= dimension <= 15 else min(20, max(5, 2 * dimension + 1))
+
+
 def distributions(function):
     import optuna.distributions as d
     out = {}
@@ -387,11 +426,45 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
     return values, timings, chosen, proposals
 
 
+def run_rustuna(binaries, sampler, function, trials, mode, seed):
+    """Rustuna (Optuna's Rust port, `pip install rustuna`) in-process, define-by-run through
+    `ask()` and `suggest_*` in the controller's order, evaluating with the same worker binary
+    as hptune; its CMA-ES draws categoricals at random, as Optuna's does."""
+    import rustuna
+    make = {"rustuna-tpe": rustuna.samplers.TPESampler,
+            "rustuna-cmaes": rustuna.samplers.CmaEsSampler}[sampler]
+    study = rustuna.create_study(direction="minimize", sampler=make(seed=seed))
+    timings, proposals, values, pending = [None] * trials, [None] * trials, [None] * trials, []
+
+    def suggest(trial, p):
+        if p[1] == "categorical":
+            return trial.suggest_categorical(p[0], p[2])
+        if p[1] == "integer":
+            return trial.suggest_int(p[0], p[2], p[3], log=p[4])
+        return trial.suggest_float(p[0], p[2], p[3], log=p[4])
+
+    def ask():
+        start = time.perf_counter()
+        trial = study.ask()
+        params = {p[0]: suggest(trial, p) for p in FUNCTIONS[function][0]}
+        timings[trial.number] = time.perf_counter() - start
+        proposals[trial.number] = params
+        pending.append((trial.number, params))
+
+    def tell():
+        number, params = pending.pop(0)
+        values[number] = evaluate(binaries[1], function, params, seed)[0]
+        study.tell(number, values[number])
+
+    in_controller_order(trials, mode, ask, tell)
+    return values, timings, {}, proposals
+
+
 def run_botorch(binaries, sampler, function, trials, mode, seed):
     """BoTorch's log noisy expected improvement (Ament et al., 2023) with the running trials as
     pending points, its Monte Carlo fantasies as in hptune's parallel proposals: the
     reference for what parallel proposals cost. The same initial design size as hptune
-    (2D + 1 scrambled Sobol points, 5 to 20), then a GP with BoTorch's default priors, fitted
+    (`hptune_design` scrambled Sobol points), then a GP with BoTorch's default priors, fitted
     at every proposal, and the acquisition maximised from 512 raw samples and 10 restarts.
     Doubles on a linear scale only."""
     import torch
@@ -405,7 +478,7 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
     params = FUNCTIONS[function][0]
     dim = len(params)
     design = torch.quasirandom.SobolEngine(dim, scramble=True, seed=seed).draw(
-        min(20, max(5, 2 * dim + 1)), dtype=torch.float64)
+        hptune_design(dim), dtype=torch.float64)
     bounds = torch.tensor([[0.0] * dim, [1.0] * dim], dtype=torch.float64)
     xs, values, timings, pending, told = [], [None] * trials, [None] * trials, [], []
 
@@ -447,9 +520,12 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
 
 def runs_on(sampler, function):
     """Whether `sampler` can search `function`'s space (BoTorch's runner: linear doubles only,
-    without constraints; several objectives: the samplers of MULTI_SAMPLERS)."""
+    without constraints; Rustuna's: without constraints; several objectives: the samplers of
+    MULTI_SAMPLERS)."""
     if function in MULTI:
         return sampler in MULTI_SAMPLERS
+    if sampler.startswith("rustuna"):
+        return function not in CONSTRAINED
     return sampler != "botorch" or (function not in CONSTRAINED and all(
         p[1] == "double" and not p[4] for p in FUNCTIONS[function][0]))
 
@@ -593,7 +669,8 @@ def run_several(binaries, sampler, function, trials, mode, seed):
 def run_one(binaries, sampler, function, trials, mode, seed):
     if function in MULTI:
         return run_several(binaries, sampler, function, trials, mode, seed)
-    runner = {"hptune": run_hptune, "optuna": run_optuna, "botorch": run_botorch}[
+    runner = {"hptune": run_hptune, "optuna": run_optuna, "rustuna": run_rustuna,
+              "botorch": run_botorch}[
         sampler.split("-")[0]]
     start = time.perf_counter()
     values, timings, chosen, proposals = runner(binaries, sampler, function, trials, mode, seed)
@@ -710,13 +787,13 @@ def timing_table(runs, samplers, at):
 
 def proposal_time_table(runs, samplers):
     """The median time per proposal of each (function, mode) cell's runs, over every proposal
-    after hptune's initial design (2D + 1 trials, 5 to 20), for every sampler alike."""
+    after hptune's initial design (`hptune_design`), for every sampler alike."""
     lines = ["| function | mode | " + " | ".join(samplers) + " |",
              "|---|---|" + "---|" * len(samplers)]
     keys = sorted({cell(r)[1:] for r in runs},
                   key=lambda k: (list(FUNCTIONS).index(k[0]), list(MODES).index(k[1])))
     for function, mode in keys:
-        design = min(20, max(5, 2 * len(FUNCTIONS[function][0]) + 1))
+        design = hptune_design(len(FUNCTIONS[function][0]))
         cells = []
         for s in samplers:
             xs = [t for r in runs if cell(r) == (s, function, mode)
@@ -752,8 +829,8 @@ def main():
     ensure_venv()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--functions",
-                        default=",".join(f for f in FUNCTIONS
-                                         if f not in MANY_PARAMETERS and f not in MULTI))
+                        default=",".join(f for f in FUNCTIONS if f not in MANY_PARAMETERS
+                                         and f not in MULTI and f not in MIDDLE))
     parser.add_argument("--samplers", default=",".join(DEFAULT_SAMPLERS),
                         help=f"of {', '.join(SAMPLERS)}")
     parser.add_argument("--modes", default=",".join(MODES))

@@ -20,7 +20,11 @@
 //! [0, 1], `--x11`..`--x15` doubles on a log scale in [1e-4, 1], `--x16`..`--x20` integers in
 //! 1..8, and `--x21`..`--x30` categoricals (`a`, `b`, `c` for x21..x25; `a`, `b`, `c`, `d` for
 //! x26..x30), each of which sets the best value of one of x1..x10 as well as adding its own
-//! cost; minimum 0 at the point `mixed_30` describes.
+//! cost; minimum 0 at the point `mixed_30` describes. `rosenbrock` and `rastrigin` (any number
+//! of coordinates; minimum 0 at x = 1 and x = 0), and `mixed-many`, a mixed space of any size
+//! `D` (`--x1`..`--xD`): `D - 2⌊D/4⌋` doubles in [0, 1], then `⌊D/4⌋` integers in 1..8, then
+//! `⌊D/4⌋` categoricals (`a`..`d`), each of which moves the best value of one double
+//! (minimum 0: [`mixed_many`]).
 //!
 //! Constrained ones report a second metric, `constraint`, on the final line
 //! (`loss=<value> constraint=<c>`), feasible where `c` is at most a bound: `gardner`, the
@@ -73,6 +77,9 @@ fn run() -> Result<(), String> {
         "ackley" => ackley(&coordinates(&flags)?),
         "mixed" => mixed(&flags)?,
         "mixed-30" => mixed_30(&flags)?,
+        "mixed-many" => mixed_many(&flags)?,
+        "rosenbrock" => rosenbrock(&coordinates(&flags)?),
+        "rastrigin" => rastrigin(&coordinates(&flags)?),
         "goldstein-price" => goldstein_price(&coordinates(&flags)?)?,
         "six-hump-camel" => six_hump_camel(&coordinates(&flags)?)?,
         "styblinski-tang" => styblinski_tang(&coordinates(&flags)?),
@@ -81,8 +88,8 @@ fn run() -> Result<(), String> {
         other => {
             return Err(format!(
                 "unknown --function {other}: use branin, hartmann6, levy, ackley, mixed, \
-                 mixed-30, goldstein-price, six-hump-camel, styblinski-tang, gardner or \
-                 branin-constrained"
+                 mixed-30, mixed-many, rosenbrock, rastrigin, goldstein-price, \
+                 six-hump-camel, styblinski-tang, gardner or branin-constrained"
             ));
         }
     };
@@ -332,6 +339,47 @@ fn mixed_30(flags: &BTreeMap<String, String>) -> Result<f64, String> {
     Ok(total)
 }
 
+/// `D` parameters of three kinds (`--x1`..`--xD`): with `k = ⌊D/4⌋`,
+/// doubles `x1..x{D-2k}` in [0, 1], integers `x{D-2k+1}..x{D-k}` in 1..8 and categoricals
+/// `x{D-k+1}..xD` of values `a`..`d`. Categorical `j` adds 0.2 per step its value is away from
+/// value `j mod 4` and sets the best value of double `j` ([`mixed_30_target`]); the other
+/// doubles' best values are fixed, and integer `j` is best at `2 + j mod 6`. Minimum 0.
+fn mixed_many(flags: &BTreeMap<String, String>) -> Result<f64, String> {
+    let dimension = (1..)
+        .take_while(|i| flags.contains_key(&format!("x{i}")))
+        .count();
+    let kinds = dimension / 4;
+    let doubles = dimension - 2 * kinds;
+    let get = |i: usize| {
+        flags
+            .get(&format!("x{i}"))
+            .ok_or_else(|| format!("mixed-many takes --x1..--x{dimension}; --x{i} is missing"))
+    };
+    let mut targets: Vec<f64> = (0..doubles).map(|i| mixed_30_target(i, 0)).collect();
+    let mut total = 0.0;
+    for (j, target) in targets.iter_mut().enumerate().take(kinds) {
+        let text = get(doubles + kinds + 1 + j)?;
+        let k = ["a", "b", "c", "d"]
+            .iter()
+            .position(|v| v == text)
+            .ok_or_else(|| {
+                format!(
+                    "--x{}: '{text}' is not a, b, c or d",
+                    doubles + kinds + 1 + j
+                )
+            })?;
+        total += 0.2 * ((k + 4 - j % 4) % 4) as f64;
+        *target = mixed_30_target(j, k);
+        let count: f64 = number(get(doubles + 1 + j)?, &format!("x{}", doubles + 1 + j))?;
+        total += 0.05 * (count - (2 + j % 6) as f64).powi(2);
+    }
+    for (i, target) in targets.iter().enumerate() {
+        let x: f64 = number(get(1 + i)?, &format!("x{}", 1 + i))?;
+        total += 4.0 * (x - target).powi(2);
+    }
+    Ok(total)
+}
+
 /// A standard normal draw fixed by `seed` and the flags that name the evaluation
 /// ([`names_the_evaluation`]; Box-Muller of two hashed uniforms).
 fn standard_normal(seed: u64, flags: &BTreeMap<String, String>) -> f64 {
@@ -393,4 +441,16 @@ fn styblinski_tang(x: &[f64]) -> f64 {
         .iter()
         .map(|v| v.powi(4) - 16.0 * v * v + 5.0 * v)
         .sum::<f64>()
+}
+
+fn rosenbrock(x: &[f64]) -> f64 {
+    x.windows(2)
+        .map(|w| 100.0 * (w[1] - w[0] * w[0]).powi(2) + (1.0 - w[0]).powi(2))
+        .sum()
+}
+
+fn rastrigin(x: &[f64]) -> f64 {
+    x.iter()
+        .map(|v| v * v - 10.0 * (2.0 * PI * v).cos() + 10.0)
+        .sum()
 }

@@ -1,10 +1,11 @@
 //! The Bayesian sampler's time per proposal in long studies, without running the trials: it
-//! feeds the sampler (the code `hptune run` calls) N finished trials in 6 dimensions and times
-//! the proposals of trials N-2 to N+2, as `bench/bayes.py --timing-at` does from a real
-//! Hartmann6 study's log, in a fraction of the time.
+//! feeds the sampler (the code `hptune run` calls) N finished trials in 6 dimensions (D with
+//! `--dimension=D`) and times the proposals of trials N-2 to N+2, as `bench/bayes.py
+//! --timing-at` does from a real Hartmann6 study's log, in a fraction of the time.
 //!
 //! ```text
-//! cargo run --release --example proposal_time -- [N ...]   (default: 100 500 1000 2000 5000)
+//! cargo run --release --example proposal_time -- [--dimension=D] [N ...]
+//!     (default: 6 dimensions; 100 500 1000 2000 5000 trials)
 //! ```
 //!
 //! The trials are synthetic, shaped like those of a search that has converged: a quarter
@@ -21,26 +22,31 @@ use hptune::study::space::{Assignment, ParamValue};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// The centre of the trials, where the objective is lowest.
+/// The centre of the trials, where the objective is lowest (repeated past 6 dimensions).
 const MINIMUM: [f64; 6] = [0.2, 0.15, 0.48, 0.28, 0.31, 0.66];
+
+/// The centre's coordinates in `dimension` dimensions.
+fn minimum(dimension: usize) -> impl Iterator<Item = f64> {
+    MINIMUM.into_iter().cycle().take(dimension)
+}
 
 /// A rippled bowl: the squared distance to [`MINIMUM`] plus ripples of a tenth of its scale.
 fn objective(x: &[f64]) -> f64 {
     x.iter()
-        .zip(MINIMUM)
+        .zip(minimum(x.len()))
         .map(|(x, m)| (x - m).powi(2) + 0.01 * (1.0 - (40.0 * (x - m)).cos()))
         .sum()
 }
 
-/// `n` finished trials shaped like a converged search's (see the module's documentation).
-fn history(n: usize) -> Vec<Observation> {
+/// `n` finished trials in `dimension` dimensions shaped like a converged search's (see the
+/// module's documentation).
+fn history(n: usize, dimension: usize) -> Vec<Observation> {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     (0..n)
         .map(|k| {
             let spread = 0.2 * (0.05f64).powf(k as f64 / n as f64);
-            let x: Vec<f64> = MINIMUM
-                .iter()
-                .map(|&m| {
+            let x: Vec<f64> = minimum(dimension)
+                .map(|m| {
                     if k < 20 || rng.random::<f64>() < 0.25 {
                         rng.random::<f64>()
                     } else {
@@ -83,8 +89,18 @@ fn cpu_millis() -> f64 {
 }
 
 fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
+    let (flags, counts): (Vec<String>, Vec<String>) =
+        std::env::args().skip(1).partition(|a| a.starts_with("--"));
+    let dimension: usize = match flags.as_slice() {
+        [] => 6,
+        [flag] => flag
+            .strip_prefix("--dimension=")
+            .and_then(|d| d.parse().ok())
+            .expect("the one flag is --dimension=D"),
+        _ => panic!("the one flag is --dimension=D"),
+    };
+    let sizes: Vec<usize> = counts
+        .iter()
         .map(|a| a.parse().expect("each argument is a trial count"))
         .collect();
     let sizes = if sizes.is_empty() {
@@ -92,7 +108,7 @@ fn main() {
     } else {
         sizes
     };
-    let parameters: String = (1..=6)
+    let parameters: String = (1..=dimension)
         .map(|i| format!("  - {{id: x{i}, type: double, min: 0.0, max: 1.0}}\n"))
         .collect();
     let text = format!(
@@ -106,7 +122,7 @@ fn main() {
     );
     println!("|---|---|---|---|");
     for n in sizes {
-        let all = history(n + 3);
+        let all = history(n + 3, dimension);
         let mut sampler = BayesSampler::new(0);
         let mut propose = |length: usize| {
             let (start, cpu) = (Instant::now(), cpu_millis());

@@ -149,6 +149,69 @@ fn the_objective_noise_follows_the_evaluation_not_the_run() {
     assert_ne!(loss(&["--noise-seed", "8"]), plain);
 }
 
+/// The objective example's output for `function` at `point` (`(i, value)`: `--x{i}=value`),
+/// with `changes` made to it.
+fn evaluate(
+    function: &str,
+    point: &[(usize, String)],
+    changes: &[(usize, &str)],
+) -> std::process::Output {
+    let args = point.iter().map(|(i, v)| {
+        let v = changes
+            .iter()
+            .find(|c| c.0 == *i)
+            .map_or(v.as_str(), |c| c.1);
+        format!("--x{i}={v}")
+    });
+    std::process::Command::new(objective_example())
+        .args(["--function", function])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The `loss` an objective's successful run reports.
+fn loss_of(out: std::process::Output) -> f64 {
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.trim()
+        .strip_prefix("loss=")
+        .unwrap()
+        .parse::<f64>()
+        .unwrap()
+}
+
+/// The benchmark's functions of 8-15 parameters at their stated minima (0): Rosenbrock at
+/// x = 1, Rastrigin at x = 0, and the mixed space of 10 parameters (6 doubles, 2 integers, 2
+/// categoricals) at its optimum and one categorical away from it.
+#[test]
+fn the_middle_objectives_have_their_stated_minima() {
+    let at = |v: &str| (1..=10).map(|i| (i, v.to_string())).collect::<Vec<_>>();
+    assert!(loss_of(evaluate("rosenbrock", &at("1"), &[])).abs() < 1e-12);
+    assert!(loss_of(evaluate("rastrigin", &at("0"), &[])).abs() < 1e-12);
+    assert!((loss_of(evaluate("rastrigin", &at("0"), &[(3, "1")])) - 1.0).abs() < 1e-9);
+    // Doubles x1..x6 (x1 and x2 moved by categoricals x9 and x10 at their best values a and
+    // b), integers x7 and x8 best at 2 and 3.
+    let target = |i: usize, k: usize| 0.15 + 0.7 * ((3 * k + i) % 7) as f64 / 6.0;
+    let mut optimum: Vec<(usize, String)> = (0..6)
+        .map(|i| (1 + i, target(i, usize::from(i < 2) * i).to_string()))
+        .collect();
+    optimum.extend([
+        (7, "2".into()),
+        (8, "3".into()),
+        (9, "a".into()),
+        (10, "b".into()),
+    ]);
+    assert!(loss_of(evaluate("mixed-many", &optimum, &[])).abs() < 1e-12);
+    // x9 from a to c: two steps (0.4), and x1's best value moves from 0.15 to 0.85.
+    let expected = 0.4 + 4.0 * (target(0, 0) - target(0, 2)).powi(2);
+    let moved = loss_of(evaluate("mixed-many", &optimum, &[(9, "c")]));
+    assert!(
+        (moved - expected).abs() < 1e-9,
+        "{moved} against {expected}"
+    );
+}
+
 /// The benchmark's 30-parameter mixed function at its stated minimum (0), one categorical
 /// away from it (its cost, 0.2 a step, and the move of its double's best value), and with a
 /// value its categorical does not have (an error naming the flag).
@@ -166,30 +229,8 @@ fn the_mixed_30_objective_has_its_stated_minimum_and_names_a_bad_value() {
         optimum.push((11 + j, 10f64.powf(-3.0 + 0.5 * j as f64).to_string()));
         optimum.push((16 + j, (2 + j).to_string()));
     }
-    let run = |changes: &[(usize, &str)]| {
-        let args = optimum.iter().map(|(i, v)| {
-            let v = changes
-                .iter()
-                .find(|c| c.0 == *i)
-                .map_or(v.as_str(), |c| c.1);
-            format!("--x{i}={v}")
-        });
-        std::process::Command::new(objective_example())
-            .args(["--function", "mixed-30"])
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let loss = |changes: &[(usize, &str)]| {
-        let out = run(changes);
-        assert!(out.status.success(), "{out:?}");
-        let text = String::from_utf8(out.stdout).unwrap();
-        text.trim()
-            .strip_prefix("loss=")
-            .unwrap()
-            .parse::<f64>()
-            .unwrap()
-    };
+    let run = |changes: &[(usize, &str)]| evaluate("mixed-30", &optimum, changes);
+    let loss = |changes: &[(usize, &str)]| loss_of(run(changes));
     assert!(loss(&[]).abs() < 1e-12, "{}", loss(&[]));
     // x21 (i = 0) from a to b: one step (0.2), and x1's best value moves from 0.15 to 0.5.
     let expected = 0.2 + 4.0 * (0.15f64 - 0.5).powi(2);

@@ -1,31 +1,61 @@
 //! The space-filling start of a study: points of an Owen-scrambled Sobol sequence, seeded by
 //! the study, one per trial number, so that the design fills the cube evenly whatever order
 //! parallel trials finish in. The size of the space also decides how far the search looks
-//! ([`MANY_PARAMETERS`]).
+//! and how the values are warped: below [`MANY_PARAMETERS`] as in 2-6 dimensions, from
+//! [`WHOLE_CUBE_PARAMETERS`] as in 20-50, and the middle between them by rules of its own
+//! ([`is_middle`]). Parameters are counted as the space declares them, conditional ones
+//! included.
 
 use crate::study::space::Space;
 
 /// From this many parameters on, a study affords few trials per parameter and its values
-/// spread mostly with the objective's trend over the space: the expected improvement is
-/// maximised over the whole cube, not a trust region (whose box of side 0.8 is 1 % of the
-/// cube in 20 dimensions), and the values are warped only where some are outliers
-/// ([`has_outliers`](hptune_gp::has_outliers)), since compressing the far values of a skewed spread flattens that
-/// trend. Measured in 20 to 50 dimensions, where every function does as well as or better
-/// than with the trust region and the warp (Ackley, a 30-parameter mixed space; Levy by far);
-/// in 2-6 dimensions those two win (docs/bayes.md), and no benchmark lies between. Parameters
-/// are counted as the space declares them, conditional ones included.
+/// spread mostly with the objective's trend over the space: they are warped only where some
+/// are outliers ([`has_outliers`](hptune_gp::has_outliers)), since compressing the far values
+/// of a skewed spread flattens that trend. Measured in 20 to 50 dimensions (Levy by far) and
+/// in 10 to 15, where the warp beside the trust region helped Rosenbrock but cost Ackley and
+/// left the mixed space a categorical from its optimum (docs/bayes.md); in 2-6 dimensions the
+/// warp wins.
 pub(crate) const MANY_PARAMETERS: usize = 10;
 
-/// Whether `space` has [`MANY_PARAMETERS`] or more.
+/// From this many parameters on, the expected improvement is maximised over the whole cube,
+/// not a trust region (whose box of side 0.8 is 1 % of the cube in 20 dimensions): measured
+/// in 20 to 50 dimensions, where every function does as well as or better than with the
+/// trust region. In 10 to 15 dimensions the trust region wins (Rosenbrock, Styblinski-Tang,
+/// Rastrigin; docs/bayes.md); nothing lies between 15 and 20.
+pub(crate) const WHOLE_CUBE_PARAMETERS: usize = 16;
+
+/// The design of a study in the middle ([`is_middle`]): 13 trials, against `2D + 1` below
+/// (5 to 19) and 20 above. There the trust region, not the design, explores: a smaller
+/// design leaves it more trials within a fine-tuning study's budget of 50 to 100.
+const MIDDLE_DESIGN: u64 = 13;
+
+/// Whether `space` has [`MANY_PARAMETERS`] or more: its values are warped only for outliers.
 pub(crate) fn has_many_parameters(space: &Space) -> bool {
     space.dimension() >= MANY_PARAMETERS
 }
 
+/// Whether a study of `dimension` parameters searches the whole cube
+/// ([`WHOLE_CUBE_PARAMETERS`] or more) rather than a trust region.
+pub(crate) fn searches_whole_cube(dimension: usize) -> bool {
+    dimension >= WHOLE_CUBE_PARAMETERS
+}
+
+/// Whether `dimension` parameters are the middle, from [`MANY_PARAMETERS`] to below
+/// [`WHOLE_CUBE_PARAMETERS`] (10 to 15): a fine-tuning study's size, given tens of trials.
+/// Its design is [`MIDDLE_DESIGN`] trials, and its trust region halves after fewer
+/// failures ([`trust`](super::trust)).
+pub(crate) fn is_middle(dimension: usize) -> bool {
+    (MANY_PARAMETERS..WHOLE_CUBE_PARAMETERS).contains(&dimension)
+}
+
 /// Number of design trials before the model proposes: `2D + 1` for `D` parameters, at least
 /// 5 (a model of fewer points mostly echoes its prior) and at most 20 (past that, a model
-/// spends trials better than a design).
+/// spends trials better than a design); [`MIDDLE_DESIGN`] in the middle ([`is_middle`]).
 pub(crate) fn initial_design_size(dimension: usize) -> u64 {
-    (2 * dimension as u64 + 1).clamp(5, 20)
+    match is_middle(dimension) {
+        true => MIDDLE_DESIGN,
+        false => (2 * dimension as u64 + 1).clamp(5, 20),
+    }
 }
 
 /// Dimensions of one scrambled Sobol sequence; further dimensions reuse them with another
@@ -54,7 +84,17 @@ mod tests {
         assert_eq!(initial_design_size(1), 5);
         assert_eq!(initial_design_size(2), 5);
         assert_eq!(initial_design_size(6), 13);
+        assert_eq!(initial_design_size(9), 19);
         assert_eq!(initial_design_size(300), 20);
+    }
+
+    #[test]
+    fn the_middle_runs_from_ten_to_fifteen_parameters_with_a_design_of_thirteen() {
+        assert!(!is_middle(9) && is_middle(10) && is_middle(15) && !is_middle(16));
+        assert_eq!(initial_design_size(10), MIDDLE_DESIGN);
+        assert_eq!(initial_design_size(15), MIDDLE_DESIGN);
+        assert_eq!(initial_design_size(16), 20);
+        assert!(!searches_whole_cube(15) && searches_whole_cube(16));
     }
 
     #[test]

@@ -13,8 +13,10 @@
 //! constraints, the expected improvement over the best feasible trial is weighted by the
 //! probability of feasibility ([`feasibility`]), and a region that has converged is left for
 //! the whole space. The values are warped by a power transform fitted to them, so that a few
-//! huge ones do not flatten the model. With [`MANY_PARAMETERS`] or more, the search spans the
-//! whole space and only values far out are warped. The same model names the trial it believes
+//! huge ones do not flatten the model. With [many parameters](design::MANY_PARAMETERS) only
+//! values far out are warped, and from [16](design::WHOLE_CUBE_PARAMETERS) the search spans
+//! the whole space; between them, with 10 to 15 ([the middle](design::is_middle)), the design
+//! is smaller and the trust region turns local sooner. The same model names the trial it believes
 //! best ([`believed_best`]). See `docs/bayes.md`.
 
 pub(crate) mod acquisition;
@@ -38,7 +40,7 @@ use crate::study::space::Assignment;
 use acquisition::Acquisition;
 use anchor::Anchors;
 use data::TrainingData;
-use design::{has_many_parameters, initial_design_size, sobol_point};
+use design::{initial_design_size, searches_whole_cube, sobol_point};
 use encoding::Encoding;
 use feasibility::Feasibility;
 use fidelity::Rungs;
@@ -161,7 +163,7 @@ impl BayesSampler {
         // feasible the search for a feasible one spans the space, as it always does with many
         // parameters.
         let incumbent = &data.incumbents[0];
-        let local = best.is_some() && !has_many_parameters(context.space);
+        let local = best.is_some() && !searches_whole_cube(dimension);
         let region = match local {
             true => {
                 let side = trust::side(&data.values, design, dimension, context.parallel.max(1));

@@ -1,5 +1,5 @@
 //! Maximising the acquisition over a region, the trust region ([`super::trust`]) or, with
-//! [many parameters](super::design::MANY_PARAMETERS), the whole cube: many quasi-random
+//! [16 parameters or more](super::design::WHOLE_CUBE_PARAMETERS), the whole cube: many quasi-random
 //! candidates over the region plus perturbations of the best points so far, each rounded to
 //! an allowed point before it is scored; then the best few climb: L-BFGS along their
 //! continuous coordinates, inside the region, and one discrete step at a time (a categorical

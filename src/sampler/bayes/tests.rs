@@ -106,9 +106,11 @@ fn the_model_finds_the_bottom_of_a_bowl_that_random_search_misses() {
 }
 
 #[test]
-fn with_many_parameters_a_proposal_may_leave_the_trust_region() {
+fn in_the_middle_a_proposal_stays_in_the_trust_region() {
     // A bowl in a corner of 12 dimensions: after the design, the model's trend points to
-    // the corner, further from the best design point than the trust region reaches.
+    // the corner, further from the best design point than the trust region reaches. With the
+    // whole cube (16 parameters or more; 10 or more before the middle had rules of its own)
+    // the proposal moved more than 0.4 from the incumbent in some coordinate.
     let space = Space::new((0..12).map(|i| double(&format!("x{i}"))).collect());
     let corner = |p: &Assignment| -> Option<f64> {
         Some(
@@ -130,8 +132,8 @@ fn with_many_parameters_a_proposal_may_leave_the_trust_region() {
         .fold(0.0, f64::max);
     // A fresh trust region reaches 0.4 from its centre.
     assert!(
-        reach > 0.4,
-        "the proposal moved at most {reach} from the incumbent"
+        reach <= 0.4 + 1e-9,
+        "the proposal moved {reach} from the incumbent"
     );
     assert!(
         corner(&proposal) < incumbent.value,

@@ -9,6 +9,7 @@
 //! The side is a function of the history alone (the trials in number order after the
 //! design), so the same history gives the same region, also after a restart.
 
+use super::design::is_middle;
 use super::encoding::Encoding;
 
 /// The side of a fresh region, in unit coordinates.
@@ -23,10 +24,20 @@ const SUCCESSES: usize = 3;
 /// An improvement must beat the best value by this fraction of its magnitude.
 const MARGIN: f64 = 1e-3;
 
+/// Failed trials in a row that halve the side in the middle ([`is_middle`]): with 10 to 15
+/// parameters and tens of trials, `max(4, D)` failures would let the region halve three or
+/// four times in a study, and the search would hardly turn local.
+const MIDDLE_FAILURES: usize = 6;
+
 /// Consecutive failed batches of `batch` trials that halve the side in `dimension`
-/// dimensions: `⌈max(4, D) / batch⌉`, so that about `max(4, D)` trials fail in a row.
+/// dimensions: `⌈max(4, D) / batch⌉`, so that about `max(4, D)` trials fail in a row;
+/// `⌈6 / batch⌉` in the middle ([`MIDDLE_FAILURES`]).
 fn failure_tolerance(dimension: usize, batch: usize) -> usize {
-    dimension.max(4).div_ceil(batch)
+    match is_middle(dimension) {
+        true => MIDDLE_FAILURES,
+        false => dimension.max(4),
+    }
+    .div_ceil(batch)
 }
 
 /// The side of the region after `values` (larger is better; `None` for a failed trial), in
@@ -143,8 +154,11 @@ mod tests {
         let flat = [Some(1.0 + 1e-9), Some(1.0), None, Some(-1.0)];
         assert_eq!(side(&with(&flat), 5, 2, 1), INITIAL / 2.0);
         assert_eq!(side(&with(&flat[..3]), 5, 2, 1), INITIAL);
-        // In 6 dimensions it takes 6 failures.
+        // In 6 dimensions it takes 6 failures, in 12 (the middle) 6 too, in 16 sixteen.
         assert_eq!(side(&with(&flat), 5, 6, 1), INITIAL);
+        assert_eq!(failure_tolerance(12, 1), 6);
+        assert_eq!(failure_tolerance(16, 1), 16);
+        assert_eq!(failure_tolerance(12, 4), 2);
         // An improvement breaks a run of failures.
         let broken = [None, None, None, Some(5.0), None, None, None];
         assert_eq!(side(&with(&broken), 5, 2, 1), INITIAL);
