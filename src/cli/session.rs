@@ -26,11 +26,15 @@ const DEFAULT_LEASE: &str = "1h";
 /// database at `url`, one line each, until standard input ends; see docs/ask-tell.md.
 pub async fn session(path: &Path, url: &StorageUrl) -> Result<ExitCode, Failure> {
     let storage = Storage::open(url).await?;
+    // The study file is read and the study created before the first request: a file that
+    // cannot serve ends the session here, as a database that cannot be opened does, rather
+    // than answering every request with the same error.
+    let asker = Asker::open(path, url, storage.clone()).await?;
     let mut session = Session {
         path,
         url,
         storage: storage.clone(),
-        asker: None,
+        asker,
         teller: None,
     };
     let mut lines = stdin_lines();
@@ -79,8 +83,8 @@ struct Session<'a> {
     url: &'a StorageUrl,
     /// The database.
     storage: Storage,
-    /// The study opened for asking, from the first `ask` that could open it on.
-    asker: Option<Asker>,
+    /// The study opened for asking.
+    asker: Asker,
     /// The study found for telling, from the first `tell` that found it on.
     teller: Option<Teller>,
 }
@@ -116,14 +120,7 @@ impl Session<'_> {
     }
 
     async fn ask(&mut self, count: usize, lease: Duration) -> Result<(u8, Value), Failure> {
-        let asker = match &mut self.asker {
-            Some(asker) => asker,
-            None => {
-                let opened = Asker::open(self.path, self.url, self.storage.clone()).await?;
-                self.asker.insert(opened)
-            }
-        };
-        let asked = asker.ask(count, lease).await?;
+        let asked = self.asker.ask(count, lease).await?;
         Ok((0, json!(asked.trials)))
     }
 

@@ -648,3 +648,30 @@ fn a_session_answers_requests_beside_the_commands_and_survives_a_bad_one() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_session_on_a_study_file_that_cannot_serve_ends_before_its_first_request() {
+    let scratch = Scratch::new();
+    let file = scratch.study(
+        "study.yaml",
+        &study("talk", "random", 4, 2, "").replace("max_trial_count", "max_trial_cuont"),
+    );
+    let mut child = scratch
+        .command(&["session", file.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hptune session starts");
+    // The request may or may not be read before the session ends: either way it is not
+    // answered, and the session exits 2 saying where the file is wrong.
+    let _ = writeln!(child.stdin.take().unwrap(), r#"{{"op": "ask"}}"#);
+    let out = child.wait_with_output().unwrap();
+    assert_exit_says(&out, 2, "unknown field `max_trial_cuont`");
+    assert_eq!(stdout(&out), "", "no answer: the session never served");
+    assert_exit_says(
+        &scratch.hptune(&["trials", "talk"]),
+        2,
+        "no study named 'talk'",
+    );
+}
