@@ -26,7 +26,7 @@ use super::search::propose;
 use super::trust::Region;
 use crate::sampler::{Observation, ProposalContext, TrialCurve};
 use crate::study::space::{Assignment, Domain, ParamValue, Parameter, Scale, Space};
-use crate::study::stopping::{CurveModel, StoppingRule};
+use crate::study::stopping::{CurveModel, StoppingRule, rung_steps};
 use crate::study::{Goal, Study};
 use hptune_gp::{Gp, GpError, has_outliers, stream};
 
@@ -53,12 +53,7 @@ pub(crate) struct Rungs {
 impl Rungs {
     /// The rungs' steps up to `last`, then `last` itself.
     fn steps_upto(&self, last: i64) -> Vec<i64> {
-        let mut steps = Vec::new();
-        let mut rung = self.min_resource.max(1) as f64;
-        while rung <= last as f64 {
-            steps.push(rung.floor() as i64);
-            rung *= self.reduction_factor;
-        }
+        let mut steps = rung_steps(self.min_resource, self.reduction_factor, last);
         if steps.last() != Some(&last) {
             steps.push(last);
         }
