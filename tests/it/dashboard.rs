@@ -203,9 +203,6 @@ fn the_learning_curves_show_where_asha_promoted_and_stopped_each_trial() {
             && tip.ends_with("(the cutoff is 0.9)"),
         "{tip}"
     );
-    browser.eval(&format!(
-        "document.querySelector('{slot}').scrollIntoView()"
-    ));
     browser.screenshot("learning-curves.png");
 }
 

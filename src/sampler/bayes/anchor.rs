@@ -1,7 +1,8 @@
-//! The hyperparameters of a proposal: a full fit (several starts) when the history's length
-//! reaches a checkpoint, and at every other length a short refit from the last checkpoint's
-//! fit. This costs about what warm-starting from the previous proposal costs, yet depends on
-//! the history alone, so a restarted study proposes what the first run would have.
+//! The hyperparameters of a proposal, of the model of final values or of learning curves: a
+//! full fit (several starts) when the history's length reaches a checkpoint, and at every
+//! other length a short refit from the last checkpoint's fit. This costs about what
+//! warm-starting from the previous proposal costs, yet depends on the history alone, so a
+//! restarted study proposes what the first run would have.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 

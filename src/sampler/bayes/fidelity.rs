@@ -13,7 +13,8 @@
 //! step at `max_resource` with the worst value. The search of [`propose`] then runs over the
 //! space with the resource pinned at `max_resource`; the incumbent is the best posterior mean
 //! at `max_resource` over the configurations tried, and the trials running are drawn there.
-//! See `docs/bayes.md`.
+//! The hyperparameters are refitted from the fit at the last checkpoint of the history
+//! ([`Anchors`]), fitted to the finished trials' curves alone. See `docs/bayes.md`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
