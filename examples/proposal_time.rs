@@ -6,17 +6,23 @@
 //! ```text
 //! cargo run --release --example proposal_time -- [--dimension=D] [N ...]
 //!     (default: 6 dimensions; 100 500 1000 2000 5000 trials)
+//! cargo run --release --example proposal_time -- --curves [N ...]   (default: 50 100 150)
 //! ```
 //!
 //! The trials are synthetic, shaped like those of a search that has converged: a quarter
 //! uniform over the cube, the rest Gaussian around the minimum of a rippled bowl with a spread
 //! that shrinks from 0.2 to 0.01 over the study. The sampler runs the proposal of trial N-3 first
 //! (untimed), so that it holds the fit of the last checkpoint, as in a running study.
+//!
+//! With `--curves` the study is `bench/multifidelity.py`'s shape (4 parameters, ASHA with
+//! rungs at steps 1, 3, 9 and 27, the sampler modelling the learning curves): of every 27
+//! trials 18 stopped at step 1, 6 at step 3, 2 at step 9 and one ran to step 27, and 3 more run,
+//! 1 to 5 steps along, while each proposal is made.
 
 use std::path::Path;
 use std::time::Instant;
 
-use hptune::sampler::{BayesSampler, Observation, ProposalContext, Sampler};
+use hptune::sampler::{Observation, ProposalContext, TrialCurve};
 use hptune::study::Goal;
 use hptune::study::space::{Assignment, ParamValue};
 use rand::{Rng, SeedableRng};
@@ -88,43 +94,133 @@ fn cpu_millis() -> f64 {
     nanos as f64 / 1e6
 }
 
+/// The step where trial `k` of the `--curves` study ended: of every 27 trials, 18 at step 1,
+/// 6 at step 3, 2 at step 9 and one at step 27.
+fn last_step(k: usize) -> i64 {
+    match k % 27 {
+        0 => 27,
+        1 | 2 => 9,
+        3..=8 => 3,
+        _ => 1,
+    }
+}
+
+/// The loss of the `--curves` study at `step`: it falls from 2 towards the rippled bowl's
+/// value, faster where `x3` is small.
+fn curve_loss(x: &[f64], step: i64) -> f64 {
+    let last = objective(&[x[0], x[1], x[2], x[3], MINIMUM[4], MINIMUM[5]]);
+    let rate = 0.25 + (1.0 - x[2]).powi(2);
+    last + (2.0 - last) * (-rate * step as f64).exp()
+}
+
+/// The values of `x1` to `x4`.
+fn first_four(params: &Assignment) -> Vec<f64> {
+    (1..=4)
+        .map(|i| match params[&format!("x{i}")] {
+            ParamValue::Float(v) => v,
+            ref other => panic!("x{i} is {other:?}, not a float"),
+        })
+        .collect()
+}
+
+/// A trial's learning curve up to step `upto`.
+fn curve(trial: &Observation, upto: i64) -> TrialCurve {
+    let x = first_four(&trial.params);
+    TrialCurve {
+        number: trial.number,
+        params: trial.params.clone(),
+        points: (1..=upto).map(|s| (s, curve_loss(&x, s))).collect(),
+    }
+}
+
+/// How many points the model reads from a curve that reached `last`: rungs 1, 3, 9, 27 up to
+/// it, and `last` itself.
+fn model_points(last: i64) -> usize {
+    [1, 3, 9, 27].iter().filter(|&&r| r < last).count() + 1
+}
+
+/// The study file of `dimension` parameters, ASHA's block where `curves` says.
+fn study(dimension: usize, curves: bool) -> hptune::study::Study {
+    let parameters: String = (1..=dimension)
+        .map(|i| format!("  - {{id: x{i}, type: double, min: 0.0, max: 1.0}}\n"))
+        .collect();
+    let asha = match curves {
+        true => {
+            "early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3, max_resource: 27}\n"
+        }
+        false => "",
+    };
+    let text = format!(
+        "name: proposal-time\nobjective: {{metric: loss, goal: minimize}}\n\
+         max_trial_count: 10000\nparameters:\n{parameters}{asha}trial: {{command: [\"true\"]}}\n"
+    );
+    hptune::spec::parse(Path::new("proposal-time.yaml"), &text).expect("the study file")
+}
+
 fn main() {
     let (flags, counts): (Vec<String>, Vec<String>) =
         std::env::args().skip(1).partition(|a| a.starts_with("--"));
-    let dimension: usize = match flags.as_slice() {
-        [] => 6,
-        [flag] => flag
-            .strip_prefix("--dimension=")
-            .and_then(|d| d.parse().ok())
-            .expect("the one flag is --dimension=D"),
-        _ => panic!("the one flag is --dimension=D"),
+    let (curves, dimension) = match flags.as_slice() {
+        [] => (false, 6),
+        [flag] if flag == "--curves" => (true, 6),
+        [flag] => (
+            false,
+            flag.strip_prefix("--dimension=")
+                .and_then(|d| d.parse().ok())
+                .expect("the flags are --dimension=D and --curves (4 parameters), one of them"),
+        ),
+        _ => panic!("the flags are --dimension=D and --curves (4 parameters), one of them"),
     };
     let sizes: Vec<usize> = counts
         .iter()
         .map(|a| a.parse().expect("each argument is a trial count"))
         .collect();
-    let sizes = if sizes.is_empty() {
-        vec![100, 500, 1000, 2000, 5000]
-    } else {
-        sizes
+    let sizes = match (sizes.is_empty(), curves) {
+        (false, _) => sizes,
+        (true, false) => vec![100, 500, 1000, 2000, 5000],
+        (true, true) => vec![50, 100, 150],
     };
-    let parameters: String = (1..=dimension)
-        .map(|i| format!("  - {{id: x{i}, type: double, min: 0.0, max: 1.0}}\n"))
-        .collect();
-    let text = format!(
-        "name: proposal-time\nobjective: {{metric: loss, goal: minimize}}\n\
-         max_trial_count: 10000\nparameters:\n{parameters}trial: {{command: [\"true\"]}}\n"
-    );
-    let study =
-        hptune::spec::parse(Path::new("proposal-time.yaml"), &text).expect("the study file");
+    let study = study(if curves { 4 } else { dimension }, curves);
     println!(
-        "| trials | wall time, median of trials N-2..N+2 | slowest of them | CPU time, median |"
+        "| trials | curve points | wall time, median of trials N-2..N+2 | slowest of them | CPU time, median |"
     );
-    println!("|---|---|---|---|");
+    println!("|---|---|---|---|---|");
     for n in sizes {
-        let all = history(n + 3, dimension);
-        let mut sampler = BayesSampler::new(0);
+        let mut all = history(n + 6, dimension);
+        if curves {
+            for trial in &mut all {
+                let x = first_four(&trial.params);
+                let last = last_step(trial.number as usize);
+                trial.params.retain(|id, _| id.as_str() <= "x4");
+                trial.value = (last == 27).then(|| curve_loss(&x, 27));
+            }
+        }
+        let mut sampler = hptune::sampler::for_study(&study).expect("a sampler");
+        let mut points = 0;
         let mut propose = |length: usize| {
+            // Trials `length..length + 3` run, 1 to 5 steps along.
+            let running: Vec<Assignment> = match curves {
+                true => all[length..length + 3]
+                    .iter()
+                    .map(|t| t.params.clone())
+                    .collect(),
+                false => Vec::new(),
+            };
+            let read: Vec<TrialCurve> = match curves {
+                true => all[..length + 3]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, t)| match k.checked_sub(length) {
+                        Some(r) => curve(t, (r + length % 3 + 1) as i64),
+                        None => curve(t, last_step(k)),
+                    })
+                    .collect(),
+                false => Vec::new(),
+            };
+            points = read
+                .iter()
+                .map(|c| model_points(c.points.len() as i64))
+                .sum::<usize>();
             let (start, cpu) = (Instant::now(), cpu_millis());
             sampler
                 .propose(&ProposalContext {
@@ -132,12 +228,12 @@ fn main() {
                     goal: Goal::Minimize,
                     goals: &[Goal::Minimize],
                     constraints: &study.constraints,
-                    number: length as u64,
+                    number: (length + running.len()) as u64,
                     history: &all[..length],
                     prior: &[],
-                    running: &[],
+                    running: &running,
                     parallel: 1,
-                    curves: &[],
+                    curves: &read,
                 })
                 .expect("a proposal");
             (start.elapsed().as_secs_f64() * 1000.0, cpu_millis() - cpu)
@@ -148,7 +244,7 @@ fn main() {
         wall.sort_by(f64::total_cmp);
         cpu.sort_by(f64::total_cmp);
         println!(
-            "| {n} | {:.1} ms | {:.1} ms | {:.1} ms |",
+            "| {n} | {points} | {:.1} ms | {:.1} ms | {:.1} ms |",
             wall[2], wall[4], cpu[2]
         );
     }

@@ -118,7 +118,7 @@ pub trait Sampler: Send {
 }
 
 /// The sampler a study asks for; each proposal's duration is logged at debug level.
-pub(crate) fn for_study(study: &Study) -> Result<Box<dyn Sampler>, SamplerError> {
+pub fn for_study(study: &Study) -> Result<Box<dyn Sampler>, SamplerError> {
     let (name, sampler): (&'static str, Box<dyn Sampler>) = match study.algorithm {
         Algorithm::Random => ("random", Box::new(RandomSampler::new(study.seed))),
         Algorithm::Grid => (

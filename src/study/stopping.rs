@@ -25,12 +25,13 @@ pub(crate) struct Curve {
 }
 
 impl Curve {
-    fn last_step(&self) -> Option<i64> {
+    /// The step of its last value.
+    pub(crate) fn last_step(&self) -> Option<i64> {
         self.points.last().map(|p| p.0)
     }
 
     /// The latest value at or before `step`.
-    fn value_at(&self, step: i64) -> Option<f64> {
+    pub(crate) fn value_at(&self, step: i64) -> Option<f64> {
         self.points
             .iter()
             .take_while(|(s, _)| *s <= step)
@@ -135,6 +136,69 @@ fn median(
     })
 }
 
+/// ASHA's cut at one rung: of the values of the `n` trials that reached it, the best `keep`
+/// go on, down to `cutoff`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RungCut {
+    /// How many go on.
+    pub keep: usize,
+    /// How many reached the rung.
+    pub n: usize,
+    /// The worst value that goes on.
+    pub cutoff: f64,
+}
+
+impl RungCut {
+    /// The cut of `values` (at least one) when 1 in `factor` goes on.
+    pub(crate) fn of(goal: Goal, mut values: Vec<f64>, factor: f64) -> Self {
+        let n = values.len();
+        let keep = ((n as f64 / factor).floor() as usize).max(1);
+        values.sort_by(|a, b| match goal {
+            Goal::Maximize => b.total_cmp(a),
+            Goal::Minimize => a.total_cmp(b),
+        });
+        RungCut {
+            keep,
+            n,
+            cutoff: values[keep - 1],
+        }
+    }
+}
+
+/// The words that begin ASHA's reason for stopping a trial, before the rung's index.
+const ASHA_STOPPED: &str = "early-stopped by ASHA at rung ";
+
+/// The index of the rung where ASHA stopped a trial, read from the `reason` it gave; `None`
+/// for a reason of another rule.
+pub(crate) fn asha_stopped_at(reason: &str) -> Option<usize> {
+    reason
+        .strip_prefix(ASHA_STOPPED)?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The steps of ASHA's rungs up to `last`: `min_resource · factor^k`, rounded down.
+pub(crate) fn rung_steps(min_resource: i64, factor: f64, last: i64) -> Vec<i64> {
+    let mut steps = Vec::new();
+    let mut rung = min_resource.max(1) as f64;
+    while rung <= last as f64 {
+        steps.push(rung.floor() as i64);
+        rung *= factor;
+    }
+    steps
+}
+
+/// The values at `step` of the `curves` that reached it.
+pub(crate) fn values_at<'a>(curves: impl IntoIterator<Item = &'a Curve>, step: i64) -> Vec<f64> {
+    curves
+        .into_iter()
+        .filter(|c| c.last_step() >= Some(step))
+        .filter_map(|c| c.value_at(step))
+        .collect()
+}
+
 fn asha(
     goal: Goal,
     trial: &Curve,
@@ -143,31 +207,19 @@ fn asha(
     factor: f64,
 ) -> Option<String> {
     let step = trial.last_step()?;
-    let mut rung = min_resource.max(1) as f64;
-    let mut index = 0;
-    while rung <= step as f64 {
-        let at = rung.floor() as i64;
+    for (index, at) in rung_steps(min_resource, factor, step)
+        .into_iter()
+        .enumerate()
+    {
         let mine = trial.value_at(at)?;
-        let mut values: Vec<f64> = others
-            .iter()
-            .filter(|o| o.number != trial.number && o.last_step() >= Some(at))
-            .filter_map(|o| o.value_at(at))
-            .collect();
+        let mut values = values_at(others.iter().filter(|o| o.number != trial.number), at);
         values.push(mine);
-        let n = values.len();
-        let keep = ((n as f64 / factor).floor() as usize).max(1);
-        values.sort_by(|a, b| match goal {
-            Goal::Maximize => b.total_cmp(a),
-            Goal::Minimize => a.total_cmp(b),
-        });
-        let threshold = values[keep - 1];
-        if goal.better(threshold, mine) {
+        let RungCut { keep, n, cutoff } = RungCut::of(goal, values, factor);
+        if goal.better(cutoff, mine) {
             return Some(format!(
-                "early-stopped by ASHA at rung {index} (step {at}): {mine} is not among the best {keep} of {n} trials"
+                "{ASHA_STOPPED}{index} (step {at}): {mine} is not among the best {keep} of {n} trials (the cutoff is {cutoff})"
             ));
         }
-        rung *= factor;
-        index += 1;
     }
     None
 }
@@ -282,6 +334,13 @@ mod tests {
         let q5 = curve(4, &[0.95], false);
         let reason = ASHA.judge(Goal::Minimize, &q5, &[q1, q2, q3, q4]).unwrap();
         assert!(reason.contains("best 2 of 5"), "{reason}");
+        // The second best of 0.7, 0.9, 0.95, 1.0, 1.2 is where the cut falls.
+        assert!(reason.ends_with("(the cutoff is 0.9)"), "{reason}");
+        assert_eq!(asha_stopped_at(&reason), Some(0));
+        assert_eq!(
+            asha_stopped_at("early-stopped by the median rule at step 3"),
+            None
+        );
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! The dashboard in a real browser (headless Chromium over the DevTools protocol) against the
 //! real binary serving a real study: the pages render, the figures show what the study holds,
 //! a trial opens with its log, a running study's trials appear without a reload, a study of
-//! two objectives shows its Pareto front and hypervolume, and a site that points its name at
-//! the dashboard reads nothing.
+//! two objectives shows its Pareto front and hypervolume, the learning curves show where ASHA
+//! promoted and stopped each trial, and a site that points its name at the dashboard reads
+//! nothing.
 //! Screenshots of each page go to target/dashboard-screenshots/ (printed).
 
 use crate::common;
+use crate::early_stopping;
 use crate::plot_files;
 
 use common::browser::{Browser, chromium};
@@ -151,6 +153,57 @@ fn a_study_of_two_objectives_shows_its_front_and_the_growth_of_its_hypervolume()
     );
     browser.eval("document.querySelector('#drawer-close').click()");
     browser.screenshot("pareto.png");
+}
+
+#[test]
+fn the_learning_curves_show_where_asha_promoted_and_stopped_each_trial() {
+    let Some(chromium) = chromium() else { return };
+    // Trials 0 and 3 run to step 4, 1 is stopped at rung 1 (step 2), 2 and 4 at rung 0.
+    let (scratch, _) =
+        early_stopping::run_curves(early_stopping::ASHA, &early_stopping::ASHA_CURVES);
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let mut browser = Browser::start(&chromium, 1400);
+    browser.open(&format!("{}/studies/curves", dashboard.base));
+    let slot = ".figure-slot[data-kind=intermediate]";
+    let mut all = |selector: &str, map: &str| {
+        browser.eval(&format!(
+            "[...document.querySelectorAll('{slot} {selector}')].map({map})"
+        ))
+    };
+    let rungs = all("g.rung", "g => Number(g.dataset.step)");
+    assert_eq!(rungs, json!([1, 2, 4]));
+    let by_trial =
+        "m => [Number(m.closest('g[data-trial]').dataset.trial), Number(m.dataset.rung)]";
+    let promoted = all("path.promoted", by_trial);
+    assert_eq!(promoted, json!([[0, 0], [0, 1], [1, 0], [3, 0], [3, 1]]));
+    let stopped = all("path.stop-mark", by_trial);
+    assert_eq!(stopped, json!([[1, 1], [2, 0], [4, 0]]));
+    // Why: each rung's cut among the trials that reached it, and each stop's at the time.
+    let cuts = all("g.rung path.rung-cutoff title", "t => t.textContent");
+    assert_eq!(
+        cuts[0],
+        json!(
+            "rung 0 (step 1): of the 5 trials that reached it the best 2 go on; the cutoff is 0.9 now"
+        )
+    );
+    assert!(
+        cuts[2]
+            .as_str()
+            .unwrap()
+            .ends_with("the best 1 go on; the cutoff is 0.45 now"),
+        "{cuts}"
+    );
+    let tip = all(
+        "g[data-trial=\"4\"] circle.curve-end title",
+        "t => t.textContent",
+    );
+    let tip = tip[0].as_str().unwrap();
+    assert!(
+        tip.contains("early-stopped by ASHA at rung 0 (step 1)")
+            && tip.ends_with("(the cutoff is 0.9)"),
+        "{tip}"
+    );
+    browser.screenshot("learning-curves.png");
 }
 
 #[test]

@@ -8,8 +8,9 @@ use std::path::Path;
 use common::{Scratch, assert_success, states};
 use serde_json::Value;
 
-/// Runs a grid study over `q` = 1..=curves.len(), trial `q-1` reporting `curves[q-1]`.
-fn run_curves(rule: &str, curves: &[&[f64]]) -> (Scratch, Vec<Value>) {
+/// Runs a grid study `curves` over `q` = 1..=curves.len(), trial `q-1` reporting
+/// `curves[q-1]`.
+pub(crate) fn run_curves(rule: &str, curves: &[&[f64]]) -> (Scratch, Vec<Value>) {
     let scratch = Scratch::new();
     let dir = scratch.path("curves");
     std::fs::create_dir(&dir).unwrap();
@@ -101,24 +102,27 @@ fn the_median_rule_stops_the_trials_worse_than_the_median() {
     eprintln!("median rule: steps run {steps:?}, {saved} worker-steps saved of 20");
 }
 
+/// ASHA with rungs at steps 1, 2 and 4, half the trials going on at each.
+pub(crate) const ASHA: &str = "{rule: asha, min_resource: 1, reduction_factor: 2}";
+
+/// Curves whose fate under [`ASHA`] is computed by hand.
+pub(crate) const ASHA_CURVES: [&[f64]; 5] = [
+    // Alone at every rung (steps 1, 2, 4): runs to the end.
+    &[1.0, 0.8, 0.7, 0.6],
+    // Rung 0: best of {1.0, 0.9}; rung 1: 0.85 behind 0.8 (keep 1 of 2): stopped.
+    &[0.9, 0.85, 0.8, 0.75],
+    // Rung 0: 1.2, keep 1 of 3: stopped.
+    &[1.2, 0.5, 0.4, 0.3],
+    // Rung 0: best 2 of 4; rung 1: best of {0.8, 0.85, 0.6}; rung 2: best of {0.6, 0.45}.
+    &[0.7, 0.6, 0.5, 0.45],
+    // Rung 0: 0.95 is third of {1.0, 0.9, 1.2, 0.7, 0.95}, keep 2: stopped.
+    &[0.95, 0.9, 0.2, 0.1],
+];
+
 #[test]
 fn asha_stops_the_trials_outside_the_best_share_of_each_rung() {
-    let curves: [&[f64]; 5] = [
-        // Alone at every rung (steps 1, 2, 4): runs to the end.
-        &[1.0, 0.8, 0.7, 0.6],
-        // Rung 0: best of {1.0, 0.9}; rung 1: 0.85 behind 0.8 (keep 1 of 2): stopped.
-        &[0.9, 0.85, 0.8, 0.75],
-        // Rung 0: 1.2, keep 1 of 3: stopped.
-        &[1.2, 0.5, 0.4, 0.3],
-        // Rung 0: best 2 of 4; rung 1: best of {0.8, 0.85, 0.6}; rung 2: best of {0.6, 0.45}.
-        &[0.7, 0.6, 0.5, 0.45],
-        // Rung 0: 0.95 is third of {1.0, 0.9, 1.2, 0.7, 0.95}, keep 2: stopped.
-        &[0.95, 0.9, 0.2, 0.1],
-    ];
-    let (scratch, trials) = run_curves(
-        "{rule: asha, min_resource: 1, reduction_factor: 2}",
-        &curves,
-    );
+    let curves = ASHA_CURVES;
+    let (scratch, trials) = run_curves(ASHA, &curves);
     assert_eq!(
         states(&trials),
         ["succeeded", "stopped", "stopped", "succeeded", "stopped"]

@@ -1,7 +1,8 @@
-//! The hyperparameters of a proposal: a full fit (several starts) when the history's length
-//! reaches a checkpoint, and at every other length a short refit from the last checkpoint's
-//! fit. This costs about what warm-starting from the previous proposal costs, yet depends on
-//! the history alone, so a restarted study proposes what the first run would have.
+//! The hyperparameters of a proposal, of the model of final values or of learning curves: a
+//! full fit (several starts) when the history's length reaches a checkpoint, and at every
+//! other length a short refit from the last checkpoint's fit. This costs about what
+//! warm-starting from the previous proposal costs, yet depends on the history alone, so a
+//! restarted study proposes what the first run would have.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
@@ -10,7 +11,7 @@ use super::encoding::Encoding;
 use crate::sampler::Observation;
 use crate::study::Goal;
 use crate::study::space::ParamValue;
-use hptune_gp::{Hyperparameters, fit, refit};
+use hptune_gp::{Hyperparameters, LengthSharing, fit, refit};
 
 /// Checkpoint fits kept; older ones are dropped.
 const KEPT: usize = 4;
@@ -49,13 +50,42 @@ fn fingerprint(history: &[Observation]) -> u64 {
     hasher.finish()
 }
 
+/// A fingerprint of training data.
+fn data_fingerprint(x: &[Vec<f64>], y: &[f64]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    for (row, value) in x.iter().zip(y) {
+        row.iter().for_each(|v| v.to_bits().hash(&mut hasher));
+        value.to_bits().hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// Training data: features, and standardised values.
+pub(super) type Data = (Vec<Vec<f64>>, Vec<f64>);
+
+/// A checkpoint's fit: the history's length and fingerprint there, the fingerprint of the data
+/// drawn from it, and the hyperparameters fitted to that data.
+#[derive(Debug, Clone)]
+struct Anchor {
+    at: usize,
+    history: u64,
+    data: Option<u64>,
+    fit: Option<Hyperparameters>,
+}
+
 /// The fits at recent checkpoints, by history length and fingerprint.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Anchors {
-    fits: Vec<(usize, u64, Option<Hyperparameters>)>,
+    fits: Vec<Anchor>,
 }
 
 impl Anchors {
+    /// How many fits are kept.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.fits.len()
+    }
+
     /// Hyperparameters for `data`, the training data of all of `history`.
     pub(super) fn hyperparameters(
         &mut self,
@@ -64,33 +94,53 @@ impl Anchors {
         history: &[Observation],
         data: &TrainingData,
     ) -> Option<Hyperparameters> {
-        let sharing = encoding.length_sharing();
+        self.fitted(
+            &encoding.length_sharing(),
+            history,
+            (&data.x, &data.y),
+            |earlier| TrainingData::new(encoding, goal, earlier).map(|d| (d.x, d.y)),
+        )
+    }
+
+    /// Hyperparameters for the training data `x`, `y` of a model of `history` (of its final
+    /// values, or of its learning curves, whose data also holds the trials running), the
+    /// features' length scales shared as `sharing` says. The anchor is the full fit to the
+    /// data `data_of` draws from the history up to its last checkpoint; where that is not
+    /// `x`, `y` themselves, a short refit from it follows.
+    pub(super) fn fitted(
+        &mut self,
+        sharing: &LengthSharing,
+        history: &[Observation],
+        (x, y): (&[Vec<f64>], &[f64]),
+        data_of: impl FnOnce(&[Observation]) -> Option<Data>,
+    ) -> Option<Hyperparameters> {
         let at = checkpoint(history.len());
         let key = fingerprint(&history[..at]);
-        let anchor = match self.fits.iter().find(|(n, k, _)| (*n, *k) == (at, key)) {
-            Some((_, _, anchor)) => anchor.clone(),
+        let cached = self.fits.iter().find(|a| (a.at, a.history) == (at, key));
+        let anchor = match cached {
+            Some(anchor) => anchor.clone(),
             None => {
-                // At a checkpoint the anchor is this history's own fit, kept for the
-                // proposals after it.
-                let anchor = if at == history.len() {
-                    fit(&data.x, &data.y, &sharing)
-                } else {
-                    TrainingData::new(encoding, goal, &history[..at])
-                        .and_then(|earlier| fit(&earlier.x, &earlier.y, &sharing))
+                let earlier = data_of(&history[..at]);
+                let anchor = Anchor {
+                    at,
+                    history: key,
+                    data: earlier.as_ref().map(|(x, y)| data_fingerprint(x, y)),
+                    fit: earlier.and_then(|(x, y)| fit(&x, &y, sharing)),
                 };
                 if self.fits.len() == KEPT {
                     self.fits.remove(0);
                 }
-                self.fits.push((at, key, anchor.clone()));
+                self.fits.push(anchor.clone());
                 anchor
             }
         };
-        if at == history.len() {
-            return anchor;
+        // At a checkpoint of a model of the history alone, the data is the anchor's.
+        if anchor.data == Some(data_fingerprint(x, y)) {
+            return anchor.fit;
         }
-        match anchor {
-            Some(anchor) => refit(&data.x, &data.y, &sharing, &anchor).or(Some(anchor)),
-            None => fit(&data.x, &data.y, &sharing),
+        match anchor.fit {
+            Some(anchor) => refit(x, y, sharing, &anchor).or(Some(anchor)),
+            None => fit(x, y, sharing),
         }
     }
 }
@@ -115,25 +165,20 @@ mod tests {
                 }
             })
             .collect();
+        let hyperparameters = |anchors: &mut Anchors, n: usize| {
+            let data = TrainingData::new(&encoding, Goal::Minimize, &history[..n]).unwrap();
+            anchors.hyperparameters(&encoding, Goal::Minimize, &history[..n], &data)
+        };
         let mut anchors = Anchors::default();
-        let data = |n: usize| TrainingData::new(&encoding, Goal::Minimize, &history[..n]).unwrap();
-        let at_checkpoint = anchors
-            .hyperparameters(&encoding, Goal::Minimize, &history[..10], &data(10))
-            .unwrap();
+        let at_checkpoint = hyperparameters(&mut anchors, 10).unwrap();
         assert_eq!(anchors.fits.len(), 1, "the fit at 10 is kept");
-        assert_eq!(anchors.fits[0].0, 10);
-        assert_eq!(anchors.fits[0].2.as_ref(), Some(&at_checkpoint));
-        let after = anchors
-            .hyperparameters(&encoding, Goal::Minimize, &history[..11], &data(11))
-            .unwrap();
+        assert_eq!(anchors.fits[0].at, 10);
+        assert_eq!(anchors.fits[0].fit.as_ref(), Some(&at_checkpoint));
+        let after = hyperparameters(&mut anchors, 11).unwrap();
         assert_eq!(anchors.fits.len(), 1, "and serves the proposal at 11");
+        assert_ne!(after, at_checkpoint, "refitted to the eleventh trial");
         // A fresh cache gives the same hyperparameters after the checkpoint.
-        let fresh = Anchors::default().hyperparameters(
-            &encoding,
-            Goal::Minimize,
-            &history[..11],
-            &data(11),
-        );
+        let fresh = hyperparameters(&mut Anchors::default(), 11);
         assert_eq!(fresh, Some(after));
     }
 

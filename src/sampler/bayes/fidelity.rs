@@ -13,11 +13,13 @@
 //! step at `max_resource` with the worst value. The search of [`propose`] then runs over the
 //! space with the resource pinned at `max_resource`; the incumbent is the best posterior mean
 //! at `max_resource` over the configurations tried, and the trials running are drawn there.
-//! See `docs/bayes.md`.
+//! The hyperparameters are refitted from the fit at the last checkpoint of the history
+//! ([`Anchors`]), fitted to the finished trials' curves alone. See `docs/bayes.md`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::acquisition::Acquisition;
+use super::anchor::Anchors;
 use super::data::{INCUMBENTS, MAX_MODEL_POINTS, OutputMap, goal_sign, nearest};
 use super::design::has_many_parameters;
 use super::encoding::Encoding;
@@ -25,9 +27,9 @@ use super::search::propose;
 use super::trust::Region;
 use crate::sampler::{Observation, ProposalContext, TrialCurve};
 use crate::study::space::{Assignment, Domain, ParamValue, Parameter, Scale, Space};
-use crate::study::stopping::{CurveModel, StoppingRule};
+use crate::study::stopping::{CurveModel, StoppingRule, rung_steps};
 use crate::study::{Goal, Study};
-use hptune_gp::{Gp, GpError, fit, has_outliers, stream};
+use hptune_gp::{Gp, GpError, has_outliers, stream};
 
 /// The id of the resource in the model's space: not a valid parameter id, so it cannot
 /// collide with one.
@@ -52,12 +54,7 @@ pub(crate) struct Rungs {
 impl Rungs {
     /// The rungs' steps up to `last`, then `last` itself.
     fn steps_upto(&self, last: i64) -> Vec<i64> {
-        let mut steps = Vec::new();
-        let mut rung = self.min_resource.max(1) as f64;
-        while rung <= last as f64 {
-            steps.push(rung.floor() as i64);
-            rung *= self.reduction_factor;
-        }
+        let mut steps = rung_steps(self.min_resource, self.reduction_factor, last);
         if steps.last() != Some(&last) {
             steps.push(last);
         }
@@ -161,92 +158,163 @@ fn at_step(params: &Assignment, step: i64) -> Assignment {
     at
 }
 
-/// The unit point (one coordinate per parameter of the study's space) the multi-fidelity
-/// model proposes for `context` (its `prior` is in `history`, before the study's trials);
-/// `None` while no trial has a value.
-pub(super) fn proposal(
-    seed: u64,
-    rungs: &Rungs,
-    context: &ProposalContext<'_>,
-    history: &[Observation],
-) -> Result<Option<Vec<f64>>, GpError> {
-    let reported = context
-        .curves
-        .iter()
-        .filter_map(|c| c.points.last())
-        .map(|p| p.0);
-    let top = rungs
-        .max_resource
-        .or_else(|| reported.max())
-        .unwrap_or(1)
-        .max(rungs.min_resource)
-        .max(2);
-    let points = points(rungs, context.goal, history, context.curves, top);
-    let Some(worst) = points.iter().filter_map(|p| p.value).reduce(f64::min) else {
-        return Ok(None);
-    };
-    let space = with_resource(context.space, top);
-    let encoding = Encoding::new(&space);
-    let raw: Vec<f64> = points.iter().map(|p| p.value.unwrap_or(worst)).collect();
-    let may_warp = !has_many_parameters(context.space)
-        || has_outliers(points.iter().filter_map(|p| p.value).collect());
-    let output = OutputMap::fitted(context.goal, &raw, may_warp);
-    let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();
-    let x: Vec<Vec<f64>> = points
-        .iter()
-        .map(|p| encoding.encode(&at_step(&p.params, p.step)))
-        .collect();
-    // The configurations tried, each once, in the order of their first point.
-    let mut configurations: Vec<&Assignment> = Vec::new();
-    for point in &points {
-        if !configurations.contains(&&point.params) {
-            configurations.push(&point.params);
+/// The model's training data: features and standardised values of the points (at most
+/// [`MAX_FIDELITY_POINTS`], those nearest the best point moved to the top resource), and the
+/// configurations tried, each once, in the order of their first point.
+struct CurveData {
+    x: Vec<Vec<f64>>,
+    y: Vec<f64>,
+    configurations: Vec<Assignment>,
+}
+
+impl CurveData {
+    /// The data of the trials of `history` and the curves in `curves` for a proposal in
+    /// `context`, encoded by `encoding` (the resource's coordinate over `[1, top]`); `None`
+    /// while no point has a value.
+    fn new(
+        rungs: &Rungs,
+        context: &ProposalContext<'_>,
+        encoding: &Encoding<'_>,
+        history: &[Observation],
+        curves: &[TrialCurve],
+        top: i64,
+    ) -> Option<Self> {
+        let points = points(rungs, context.goal, history, curves, top);
+        let worst = points.iter().filter_map(|p| p.value).reduce(f64::min)?;
+        let raw: Vec<f64> = points.iter().map(|p| p.value.unwrap_or(worst)).collect();
+        let may_warp = !has_many_parameters(context.space)
+            || has_outliers(points.iter().filter_map(|p| p.value).collect());
+        let output = OutputMap::fitted(context.goal, &raw, may_warp);
+        let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();
+        let x: Vec<Vec<f64>> = points
+            .iter()
+            .map(|p| encoding.encode(&at_step(&p.params, p.step)))
+            .collect();
+        let mut configurations: Vec<Assignment> = Vec::new();
+        for point in &points {
+            if !configurations.contains(&point.params) {
+                configurations.push(point.params.clone());
+            }
+        }
+        let best_point = (0..points.len())
+            .max_by(|&a, &b| y[a].total_cmp(&y[b]).then(b.cmp(&a)))
+            .expect("a point has a value");
+        let center = encoding.encode(&at_step(&points[best_point].params, top));
+        let (x, y) = nearest(x, y, &center, MAX_FIDELITY_POINTS);
+        Some(Self {
+            x,
+            y,
+            configurations,
+        })
+    }
+}
+
+/// The model of a study's learning curves: ASHA's rungs, and the hyperparameters of recent
+/// fits, which the next proposals start from.
+#[derive(Debug, Clone)]
+pub(crate) struct Curves {
+    rungs: Rungs,
+    /// Fitted to the finished trials' points at checkpoints of their count, as the model of
+    /// final values is ([`Anchors`]).
+    anchors: Anchors,
+}
+
+impl Curves {
+    /// The model of the curves read at `rungs`.
+    pub(super) fn new(rungs: Rungs) -> Self {
+        Self {
+            rungs,
+            anchors: Anchors::default(),
         }
     }
-    let at_top: Vec<Vec<f64>> = configurations
-        .iter()
-        .map(|c| encoding.encode(&at_step(c, top)))
-        .collect();
-    let best_point = (0..points.len())
-        .max_by(|&a, &b| y[a].total_cmp(&y[b]).then(b.cmp(&a)))
-        .expect("a point has a value");
-    let center = encoding.encode(&at_step(&points[best_point].params, top));
-    let (x, y) = nearest(x, y, &center, MAX_FIDELITY_POINTS);
-    let hyper = fit(&x, &y, &encoding.length_sharing())
-        .ok_or(GpError::NotPositiveDefinite { size: x.len() })?;
-    let gp = Gp::new(x, &y, &hyper)?;
-    // The incumbents: the configurations whose posterior mean at the top is best.
-    let means: Vec<f64> = gp.predict_many(&at_top).into_iter().map(|p| p.0).collect();
-    let mut ranked: Vec<usize> = (0..configurations.len()).collect();
-    ranked.sort_by(|&a, &b| means[b].total_cmp(&means[a]).then(a.cmp(&b)));
-    let incumbents: Vec<Vec<f64>> = ranked
-        .iter()
-        .take(INCUMBENTS)
-        .map(|&i| encoding.unit(&at_step(configurations[i], top)))
-        .collect();
-    let best = means[ranked[0]];
-    let running = context
-        .running
-        .iter()
-        .map(|r| encoding.encode(&at_step(r, top)))
-        .collect();
-    let mut rng = stream(seed, context.number);
-    let sobol_seed = seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
-    let acquisition = Acquisition::new(&gp, Some(best), running, &mut rng, None)?;
-    // The whole space of configurations, at the top resource.
-    let mut region = Region::whole(space.dimension());
-    let resource = space.dimension() - 1;
-    region.lower[resource] = 1.0;
-    let unit = propose(
-        &encoding,
-        &acquisition,
-        &incumbents,
-        &region,
-        false,
-        &mut rng,
-        sobol_seed,
-    );
-    Ok(Some(unit[..resource].to_vec()))
+
+    /// The unit point (one coordinate per parameter of the study's space) the model proposes
+    /// for `context` (its `prior` is in `history`, before the study's trials); `None` while no
+    /// trial has a value.
+    pub(super) fn proposal(
+        &mut self,
+        seed: u64,
+        context: &ProposalContext<'_>,
+        history: &[Observation],
+    ) -> Result<Option<Vec<f64>>, GpError> {
+        let rungs = &self.rungs;
+        let reported = context
+            .curves
+            .iter()
+            .filter_map(|c| c.points.last())
+            .map(|p| p.0);
+        let top = rungs
+            .max_resource
+            .or_else(|| reported.max())
+            .unwrap_or(1)
+            .max(rungs.min_resource)
+            .max(2);
+        let space = with_resource(context.space, top);
+        let encoding = Encoding::new(&space);
+        let Some(data) = CurveData::new(rungs, context, &encoding, history, context.curves, top)
+        else {
+            return Ok(None);
+        };
+        // The anchors are fitted to the finished trials' curves alone, which do not change:
+        // the fit then depends on the history and its curves, as a resumed study reads them.
+        let data_of = |earlier: &[Observation]| {
+            let numbers: BTreeSet<u64> = earlier.iter().map(|o| o.number).collect();
+            let theirs: Vec<TrialCurve> = context
+                .curves
+                .iter()
+                .filter(|c| numbers.contains(&c.number))
+                .cloned()
+                .collect();
+            CurveData::new(rungs, context, &encoding, earlier, &theirs, top).map(|d| (d.x, d.y))
+        };
+        let hyper = self
+            .anchors
+            .fitted(
+                &encoding.length_sharing(),
+                history,
+                (&data.x, &data.y),
+                data_of,
+            )
+            .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
+        let gp = Gp::new(data.x, &data.y, &hyper)?;
+        // The incumbents: the configurations whose posterior mean at the top is best.
+        let at_top: Vec<Vec<f64>> = data
+            .configurations
+            .iter()
+            .map(|c| encoding.encode(&at_step(c, top)))
+            .collect();
+        let means: Vec<f64> = gp.predict_many(&at_top).into_iter().map(|p| p.0).collect();
+        let mut ranked: Vec<usize> = (0..data.configurations.len()).collect();
+        ranked.sort_by(|&a, &b| means[b].total_cmp(&means[a]).then(a.cmp(&b)));
+        let incumbents: Vec<Vec<f64>> = ranked
+            .iter()
+            .take(INCUMBENTS)
+            .map(|&i| encoding.unit(&at_step(&data.configurations[i], top)))
+            .collect();
+        let best = means[ranked[0]];
+        let running = context
+            .running
+            .iter()
+            .map(|r| encoding.encode(&at_step(r, top)))
+            .collect();
+        let mut rng = stream(seed, context.number);
+        let sobol_seed = seed ^ context.number.wrapping_mul(0xD134_2543_DE82_EF95);
+        let acquisition = Acquisition::new(&gp, Some(best), running, &mut rng, None)?;
+        // The whole space of configurations, at the top resource.
+        let mut region = Region::whole(space.dimension());
+        let resource = space.dimension() - 1;
+        region.lower[resource] = 1.0;
+        let unit = propose(
+            &encoding,
+            &acquisition,
+            &incumbents,
+            &region,
+            false,
+            &mut rng,
+            sobol_seed,
+        );
+        Ok(Some(unit[..resource].to_vec()))
+    }
 }
 
 #[cfg(test)]

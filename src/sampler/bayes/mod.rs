@@ -43,7 +43,7 @@ use data::TrainingData;
 use design::{initial_design_size, searches_whole_cube, sobol_point};
 use encoding::Encoding;
 use feasibility::Feasibility;
-use fidelity::Rungs;
+use fidelity::{Curves, Rungs};
 use hptune_gp::{Gp, GpError, stream};
 use search::propose;
 use several::{MAX_EXACT, Several, scalarised};
@@ -56,8 +56,8 @@ use trust::Region;
 pub struct BayesSampler {
     seed: u64,
     anchors: Anchors,
-    /// Where the study's learning curves are modelled ([`fidelity`]): ASHA's rungs.
-    fidelity: Option<Rungs>,
+    /// The model of the study's learning curves, where ASHA stops its trials ([`fidelity`]).
+    fidelity: Option<Curves>,
     /// The models of a study of several objectives.
     several: Several,
     /// The reference point the study gives, per objective (`None`: derived from the trials).
@@ -80,7 +80,7 @@ impl BayesSampler {
     /// ([`fidelity::settings`]).
     pub(crate) fn with_fidelity(self, rungs: Option<Rungs>) -> Self {
         Self {
-            fidelity: rungs,
+            fidelity: rungs.map(Curves::new),
             ..self
         }
     }
@@ -212,8 +212,8 @@ impl Sampler for BayesSampler {
         // Under ASHA, the model of the learning curves (one objective: early stopping is refused
         // with several); else, with several objectives, the hypervolume's improvement for up to
         // MAX_EXACT, a scalarisation drawn afresh as one objective past that.
-        let proposal = match (&self.fidelity, context.goals.len()) {
-            (Some(rungs), _) => fidelity::proposal(self.seed, rungs, context, history),
+        let proposal = match (&mut self.fidelity, context.goals.len()) {
+            (Some(curves), _) => curves.proposal(self.seed, context, history),
             (None, 0 | 1) => self.one_objective(context, &encoding, history),
             (None, n) if n <= MAX_EXACT => {
                 self.several

@@ -108,17 +108,23 @@ fn crossing_study() -> (Vec<Observation>, Vec<TrialCurve>) {
     (history, curves)
 }
 
+/// The proposal of `sampler` after the trials of `history`, while the others of `curves` run.
 fn propose_with(sampler: &mut BayesSampler, history: &[Observation], curves: &[TrialCurve]) -> f64 {
     let space = Space::new(vec![unit_double("x")]);
+    let running: Vec<Assignment> = curves
+        .iter()
+        .filter(|c| history.iter().all(|o| o.number != c.number))
+        .map(|c| c.params.clone())
+        .collect();
     let context = ProposalContext {
         space: &space,
         goal: Goal::Minimize,
         goals: &[Goal::Minimize],
         constraints: &Constraints::default(),
-        number: history.len() as u64,
+        number: curves.len().max(history.len()) as u64,
         history,
         prior: &[],
-        running: &[],
+        running: &running,
         parallel: 1,
         curves,
     };
@@ -155,4 +161,27 @@ fn the_same_history_and_curves_give_the_same_proposal() {
         &curves,
     );
     assert_eq!(first, reread);
+}
+
+#[test]
+fn fits_reused_from_a_checkpoint_give_what_a_fresh_sampler_proposes() {
+    // Trials 0-12 finished, 13 and 14 running, 3 and 9 steps along.
+    let (history, mut curves) = crossing_study();
+    curves[13].points.truncate(3);
+    curves[14].points.truncate(9);
+    let mut warm = BayesSampler::new(9).with_fidelity(Some(RUNGS));
+    // Its proposal after 11 trials fits the model of the first 10 (a checkpoint) in full ...
+    propose_with(&mut warm, &history[..11], &curves[..11]);
+    let anchors = |sampler: &BayesSampler| sampler.fidelity.as_ref().unwrap().anchors.len();
+    assert_eq!(anchors(&warm), 1);
+    // ... and the one after 13, with two trials running, starts from that fit.
+    let after = propose_with(&mut warm, &history[..13], &curves);
+    assert_eq!(anchors(&warm), 1, "the fit at 10 served again");
+    // A resumed study: the same curves reread, no fit held.
+    let fresh = propose_with(
+        &mut BayesSampler::new(9).with_fidelity(Some(RUNGS)),
+        &history[..13],
+        &curves,
+    );
+    assert_eq!(after, fresh);
 }
