@@ -7,7 +7,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::table::{printable, short};
-use hptune::controller::{Progress, RunEvent, RunObserver};
+use hptune::controller::{Best, Progress, RunEvent, RunObserver};
 use hptune::storage::{TrialRecord, TrialState};
 use hptune::study::Study;
 
@@ -86,10 +86,14 @@ impl Display {
 }
 
 fn counts(progress: &Progress) -> String {
-    let best = progress
-        .best
-        .map(|(number, value)| format!(", best {} (trial {number})", short(value)))
-        .unwrap_or_default();
+    let best = match progress.best {
+        Some(Best::Trial { number, value }) => format!(", best {} (trial {number})", short(value)),
+        Some(Best::Front {
+            trials,
+            hypervolume,
+        }) => format!(", front of {trials} (hypervolume {})", short(hypervolume)),
+        None => String::new(),
+    };
     let limit = progress
         .limited_by_gpus
         .map(|gpus| {
@@ -186,7 +190,10 @@ mod tests {
             stopped: 0,
             running: 1,
             queued: 0,
-            best: Some((2, 0.5)),
+            best: Some(Best::Trial {
+                number: 2,
+                value: 0.5,
+            }),
             limited_by_gpus: Some(1),
         };
         assert_eq!(
@@ -199,5 +206,14 @@ mod tests {
         assert!(counts(&progress).starts_with("1 running, 1 failed"));
         progress.queued = 2998;
         assert!(counts(&progress).starts_with("1 running, 2998 queued, 1 failed"));
+        // Several objectives: the front's size and hypervolume, not one objective's best.
+        progress.best = Some(Best::Front {
+            trials: 7,
+            hypervolume: 0.734,
+        });
+        assert_eq!(
+            counts(&progress),
+            "1 running, 2998 queued, 1 failed, front of 7 (hypervolume 0.734)"
+        );
     }
 }

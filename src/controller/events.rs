@@ -2,6 +2,7 @@
 //! ([`Progress`]) and each thing that happens to a trial ([`RunEvent`]).
 
 use crate::storage::{StudyView, TrialRecord, TrialState};
+use crate::study::{Study, pareto};
 
 /// Counts of a study while it runs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -19,8 +20,8 @@ pub struct Progress {
     pub running: usize,
     /// Enqueued trials (`initial_trials`, `hptune enqueue`) waiting to run first.
     pub queued: usize,
-    /// Number and value of the best trial so far.
-    pub best: Option<(u64, f64)>,
+    /// The best so far: a trial, or with several objectives the Pareto front.
+    pub best: Option<Best>,
     /// The GPUs of the pool, when they hold fewer trials at once than
     /// `parallel_trial_count`.
     pub limited_by_gpus: Option<usize>,
@@ -32,8 +33,8 @@ impl Progress {
         self.succeeded + self.failed + self.stopped
     }
 
-    /// The counts of the study `view` holds, of a budget of `budget` trials.
-    pub(super) fn of(view: &StudyView, budget: Option<u64>) -> Self {
+    /// The counts of `study`, whose trials `view` holds, of a budget of `budget` trials.
+    pub(super) fn of(study: &Study, view: &StudyView, budget: Option<u64>) -> Self {
         Progress {
             budget,
             succeeded: view.count(TrialState::Succeeded),
@@ -42,9 +43,58 @@ impl Progress {
             running: view.count(TrialState::Pending) - view.queued()
                 + view.count(TrialState::Running),
             queued: view.queued(),
-            best: view.best(),
+            best: Best::of(study, view),
             limited_by_gpus: None,
         }
+    }
+}
+
+/// The best of a study so far, as its progress shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Best {
+    /// With one objective: the best succeeded feasible trial.
+    Trial {
+        /// Its number.
+        number: u64,
+        /// Its value.
+        value: f64,
+    },
+    /// With several: the Pareto front of the succeeded feasible trials.
+    Front {
+        /// How many trials it holds.
+        trials: usize,
+        /// The hypervolume it dominates up to the study's reference point
+        /// ([`pareto::reference_point`], as `hptune best` shows it).
+        hypervolume: f64,
+    },
+}
+
+impl Best {
+    /// The best of `study` among the trials `view` holds; `None` before the first result.
+    fn of(study: &Study, view: &StudyView) -> Option<Self> {
+        if !study.has_several_objectives() {
+            let (number, value) = view.best()?;
+            return Some(Self::Trial { number, value });
+        }
+        let goals: Vec<_> = study.objectives().map(|o| o.goal).collect();
+        let results: Vec<&[f64]> = view
+            .history()
+            .iter()
+            .filter(|o| o.feasible)
+            .map(|o| o.values.as_slice())
+            .collect();
+        let on = pareto::front(&results, &goals, |v| Some(*v));
+        if on.is_empty() {
+            return None;
+        }
+        let given: Vec<Option<f64>> = study.objectives().map(|o| o.reference_point).collect();
+        let points: Vec<&[f64]> = on.iter().map(|&i| results[i]).collect();
+        let hypervolume = pareto::reference_point(&results, &goals, &given)
+            .map_or(0.0, |r| pareto::hypervolume(&points, &goals, &r));
+        Some(Self::Front {
+            trials: on.len(),
+            hypervolume,
+        })
     }
 }
 

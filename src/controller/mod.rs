@@ -19,7 +19,7 @@ mod warm_start;
 mod workers;
 
 pub(crate) use artifacts::{ArtifactPlan, is_remote};
-pub use events::{Progress, RunEvent, RunObserver};
+pub use events::{Best, Progress, RunEvent, RunObserver};
 pub(crate) use leases::{ClientVerdict, client_end, early_stop, reclaim_expired_leases};
 pub(crate) use warm_start::{PriorError, warm_start_prior};
 
@@ -355,7 +355,7 @@ impl Run<'_> {
             limited_by_gpus: gpus
                 .filter(|gpus| gpus.trials_at_once() < self.plan.parallel_trial_count)
                 .map(|gpus| gpus.devices.len()),
-            ..Progress::of(&self.view, self.plan.budget.max_trial_count)
+            ..Progress::of(self.study, &self.view, self.plan.budget.max_trial_count)
         }
     }
 }

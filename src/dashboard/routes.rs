@@ -144,7 +144,8 @@ pub(super) struct Since {
     since: Option<u64>,
 }
 
-/// What changed in a study after a revision: its summary and the trials that changed.
+/// What changed in a study after a revision: its summary, the trials on its Pareto front
+/// (with several objectives) and the trials that changed.
 pub(super) async fn changes(
     State(source): Shared,
     Path(name): Path<String>,
@@ -160,9 +161,20 @@ pub(super) async fn changes(
                 .changed_since(since)
                 .map(pages::TableRow::from)
                 .collect();
-            let summary = (revision > since).then(|| pages::summary_cards(&study));
+            // The front can change for trials that did not: it comes whole with the summary.
+            let (summary, front) = match revision > since {
+                true => {
+                    let front = crate::plot::front_summary(&study.follower);
+                    let summary = pages::summary_cards(&study, front.as_ref());
+                    (
+                        Some(summary),
+                        Some(front.map(|f| f.trials).unwrap_or_default()),
+                    )
+                }
+                false => (None, None),
+            };
             let instance = pages::instance(&study.follower.study);
-            Json(json!({ "instance": instance, "revision": revision, "summary": summary, "trials": trials }))
+            Json(json!({ "instance": instance, "revision": revision, "summary": summary, "front": front, "trials": trials }))
                 .into_response()
         }
         Err(e) => e.json(),

@@ -17,7 +17,7 @@ pub enum Report {
     /// Values of the study's metrics (the objective, constrained metrics): the final result
     /// without a step, intermediate ones (a learning curve's point) at a step.
     Metrics {
-        /// The objective's value (`--value`).
+        /// The objective's value (`--value`), in a study of one objective.
         value: Option<f64>,
         /// Values of the study's metrics by name (`--metric`), each once.
         metrics: Vec<(String, f64)>,
@@ -142,12 +142,24 @@ fn checked<'a>(study: &Study, report: &'a Report) -> Result<Checked<'a>, OpsErro
         } => (value, metrics, *step),
     };
     let objective = &study.objective.metric;
+    let objectives: Vec<&str> = study.objectives().map(|o| o.metric.as_str()).collect();
+    if value.is_some() && study.has_several_objectives() {
+        return bad(format!(
+            "--value stands for a study's one objective: study '{}' has {} ({}); give each as {}",
+            study.name,
+            objectives.len(),
+            objectives.join(", "),
+            metric_flags(&objectives)
+        ));
+    }
     let values: Vec<(String, f64)> = value
         .map(|v| (objective.clone(), v))
         .into_iter()
         .chain(metrics.iter().cloned())
         .collect();
-    let known: Vec<&str> = std::iter::once(objective.as_str())
+    let known: Vec<&str> = objectives
+        .iter()
+        .copied()
         .chain(study.constraints.bounds.iter().map(|c| c.metric.as_str()))
         .collect();
     for (i, (metric, value)) in values.iter().enumerate() {
@@ -171,12 +183,27 @@ fn checked<'a>(study: &Study, report: &'a Report) -> Result<Checked<'a>, OpsErro
             ));
         }
     }
-    if values.is_empty() || (step.is_none() && !values.iter().any(|(m, _)| m == objective)) {
+    let missing: Vec<&str> = objectives
+        .iter()
+        .copied()
+        .filter(|o| !values.iter().any(|(m, _)| m == o))
+        .collect();
+    if values.is_empty() || (step.is_none() && !missing.is_empty()) {
+        let what = match study.has_several_objectives() {
+            true => format!("every objective: give {} too", metric_flags(&missing)),
+            false => format!("the objective: --value V or {}", metric_flags(&objectives)),
+        };
         return bad(format!(
-            "a final result needs the objective: --value V or --metric {objective}=V (with --step S, the values are intermediate ones)"
+            "a final result needs {what} (with --step S, the values are intermediate ones)"
         ));
     }
     Ok(Checked::Values(values, step))
+}
+
+/// `--metric M=V` for each of `metrics`.
+fn metric_flags(metrics: &[&str]) -> String {
+    let flags: Vec<String> = metrics.iter().map(|m| format!("--metric {m}=V")).collect();
+    flags.join(" ")
 }
 
 /// Trial `number` of the study, running under a client's lease that has not ended; the

@@ -226,10 +226,10 @@ impl<'a> StudyData<'a> {
 }
 
 /// The Pareto front of a study with several objectives in numbers, for a summary.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct FrontSummary {
-    /// How many trials are on the front.
-    pub trials: usize,
+    /// The numbers of the trials on the front, in order.
+    pub trials: Vec<u64>,
     /// The hypervolume they dominate up to the reference point.
     pub hypervolume: f64,
 }
@@ -240,7 +240,7 @@ pub(crate) fn front_summary(follower: &StudyFollower) -> Option<FrontSummary> {
     let data = StudyData::new(follower).ok()?;
     let front = front::Front::of(&data).ok()?;
     Some(FrontSummary {
-        trials: front.on_front().count(),
+        trials: front.on_front().map(|o| o.trial.number).collect(),
         hypervolume: front.hypervolume(),
     })
 }

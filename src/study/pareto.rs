@@ -81,25 +81,29 @@ pub(crate) fn non_dominated_sort(points: &[&[f64]], goals: &[Goal]) -> Vec<Vec<u
 /// The indices, in order, of the `items` on the Pareto front: those with values (`values`
 /// gives `None` for an item that is no result: a failed, stopped or infeasible trial), one
 /// finite value per objective (an item with a NaN is left out), that no other such item
-/// dominates. Items with equal values are on the front together or not at all.
+/// dominates. Items with equal values are on the front together or not at all. One pass,
+/// each item against the front so far: O(n f) for n items and a front of f, so that a
+/// running study's progress can ask after every trial.
 pub(crate) fn front<T>(
     items: &[T],
     goals: &[Goal],
     values: impl Fn(&T) -> Option<&[f64]>,
 ) -> Vec<usize> {
-    let results: Vec<(usize, &[f64])> = items
-        .iter()
-        .enumerate()
-        .filter_map(|(i, item)| Some((i, values(item)?)))
-        .collect();
-    let points: Vec<&[f64]> = results.iter().map(|(_, v)| *v).collect();
-    non_dominated_sort(&points, goals)
-        .into_iter()
-        .next()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|k| results[k].0)
-        .collect()
+    // (index, minimised values) of the items on the front so far, in index order.
+    let mut on: Vec<(usize, Vec<f64>)> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Some(point) = values(item).filter(|v| is_point(v, goals)) else {
+            continue;
+        };
+        let point = minimised(point, goals);
+        if on.iter().any(|(_, f)| dominates_minimised(f, &point)) {
+            continue;
+        }
+        // What the new point dominates leaves the front: whatever that dominated, it does too.
+        on.retain(|(_, f)| !dominates_minimised(&point, f));
+        on.push((i, point));
+    }
+    on.into_iter().map(|(i, _)| i).collect()
 }
 
 /// The reference point of the hypervolume of `points` under `goals`: each objective's
@@ -292,6 +296,28 @@ mod tests {
         let numbers: Vec<u64> = on.iter().map(|&i| trials[i].0).collect();
         assert_eq!(numbers, vec![0, 1, 2]);
         assert!(front(&trials[4..5], &MIN2, |t| t.1.as_deref()).is_empty());
+    }
+
+    #[test]
+    fn the_front_in_one_pass_is_the_first_front_of_the_non_dominated_sort() {
+        // Small integer values, so that many points tie on some objective or on all.
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for d in [2usize, 3, 4] {
+            let goals: Vec<Goal> = (0..d)
+                .map(|j| match j % 2 {
+                    0 => Goal::Minimize,
+                    _ => Goal::Maximize,
+                })
+                .collect();
+            for n in [1usize, 6, 40] {
+                let points: Vec<Vec<f64>> = (0..n)
+                    .map(|_| (0..d).map(|_| rng.random_range(0..5) as f64).collect())
+                    .collect();
+                let sorted = non_dominated_sort(&refs(&points), &goals);
+                let on = front(&points, &goals, |p| Some(p.as_slice()));
+                assert_eq!(on, sorted[0], "d = {d}, points {points:?}");
+            }
+        }
     }
 
     #[test]

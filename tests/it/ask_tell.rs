@@ -400,6 +400,37 @@ fn ask_claims_at_most_the_studys_parallel_slots_and_says_when_all_are_leased() {
 }
 
 #[test]
+fn a_study_of_several_objectives_is_told_each_objective_by_name() {
+    let scratch = Scratch::new();
+    let text = study("pair", "random", 3, 1, "").replace(
+        "objective: {metric: loss, goal: minimize}",
+        "objectives: [{metric: loss, goal: minimize}, {metric: latency, goal: minimize}]",
+    );
+    let file = scratch.study("pair.yaml", &text);
+    let (_, asked) = ask(&scratch, file.to_str().unwrap(), &[]);
+    assert_eq!(asked.len(), 1);
+    for (args, says) in [
+        (
+            vec!["--value", "1"],
+            "--value stands for a study's one objective: study 'pair' has 2 (loss, latency); give each as --metric loss=V --metric latency=V",
+        ),
+        (
+            vec!["--metric", "loss=1"],
+            "a final result needs every objective: give --metric latency=V too",
+        ),
+    ] {
+        assert_exit_says(&tell(&scratch, "pair", 0, &args), 2, says);
+    }
+    assert_eq!(scratch.trials("pair")[0]["state"], "running");
+    let both = ["--metric", "loss=1", "--metric", "latency=3.5"];
+    assert_success(&tell(&scratch, "pair", 0, &both));
+    let stored = scratch.query("SELECT state, objective_values FROM trials WHERE number = 0");
+    assert_eq!(stored[0][0], "succeeded");
+    let values: Vec<f64> = serde_json::from_str(stored[0][1].as_str().unwrap()).unwrap();
+    assert_eq!(values, [1.0, 3.5]);
+}
+
+#[test]
 fn bad_input_exits_2_and_loses_nothing_recorded() {
     let scratch = Scratch::new();
     let constraint = "constraints: [{metric: memory, max: 8}]";

@@ -139,6 +139,11 @@ fn a_study_of_two_objectives_shows_its_front_and_the_growth_of_its_hypervolume()
     );
     let card = browser.eval("document.querySelector('#front-size').textContent");
     assert_eq!(card, json!(format!("{} trials", front.len())));
+    // The table marks the same trials as on the front.
+    let marked = browser.eval(
+        "[...document.querySelectorAll('#trial-table tbody tr[data-trial]')].filter(r => r.querySelector('.badge.front')).map(r => Number(r.dataset.trial)).sort((a, b) => a - b)",
+    );
+    assert_eq!(marked, json!(front));
     // A point on the front opens its trial.
     browser.eval(&format!(
         "document.querySelector('{slot} circle.front[data-trial=\"{}\"]').dispatchEvent(new MouseEvent('click', {{bubbles: true}}))",

@@ -96,6 +96,9 @@
     const base = "/studies/" + encodeURIComponent(init.study);
     const trials = new Map(init.trials.map((t) => [t.number, t]));
     let revision = init.revision;
+    // The trials on the Pareto front (several objectives): it comes whole with each change,
+    // as a new trial can push trials that did not change off it.
+    let front = new Set(init.front);
     let historyBy = "number";
     let openTrialNumber = null;
     const view = { sort: "number", desc: false, page: 0, filter: "", state: "" };
@@ -103,7 +106,7 @@
     const duration = (t) => (t.started_at && t.finished_at ? seconds(t.finished_at) - seconds(t.started_at) : NaN);
     const columns = [
       { key: "number", label: "#", num: true, get: (t) => t.number, show: (t) => t.number },
-      { key: "state", label: "State", get: (t) => t.state, show: (t) => `<span class="badge ${t.state}">${t.state}</span>${t.infeasible ? ' <span class="badge infeasible">infeasible</span>' : ""}` },
+      { key: "state", label: "State", get: (t) => t.state, show: (t) => `<span class="badge ${t.state}">${t.state}</span>${t.infeasible ? ' <span class="badge infeasible">infeasible</span>' : ""}${front.has(t.number) ? ' <span class="badge front">front</span>' : ""}` },
       // One column per objective (the first's key is "value", as with one).
       ...init.objectives.map((metric, i) => {
         const get = init.objectives.length > 1 ? (t) => (t.values || [])[i] : (t) => t.value;
@@ -165,7 +168,7 @@
       const best = bestNumber();
       const shown = rows.slice(view.page * PAGE, (view.page + 1) * PAGE);
       $("#trial-table tbody").innerHTML = shown.length
-        ? shown.map((t) => `<tr class="clickable${t.number === best ? " best-row" : ""}" data-trial="${t.number}" data-state="${t.state}">${columns.map((c) => `<td${c.num ? ' class="num mono"' : ""}>${c.show(t)}</td>`).join("")}</tr>`).join("")
+        ? shown.map((t) => `<tr class="clickable${t.number === best || front.has(t.number) ? " best-row" : ""}" data-trial="${t.number}" data-state="${t.state}">${columns.map((c) => `<td${c.num ? ' class="num mono"' : ""}>${c.show(t)}</td>`).join("")}</tr>`).join("")
         : `<tr><td colspan="${columns.length}" class="empty-row">${trials.size ? "No trial matches the filter." : "No trials yet: they appear here as the study runs."}</td></tr>`;
       $("#pager").innerHTML = `<span>${rows.length} of ${trials.size} trials</span><span><button data-page="-1" ${view.page === 0 ? "disabled" : ""}>Previous</button> page ${view.page + 1} of ${pages} <button data-page="1" ${view.page >= pages - 1 ? "disabled" : ""}>Next</button></span>`;
     }
@@ -241,6 +244,7 @@
       if (changes.revision === revision) return;
       revision = changes.revision;
       for (const t of changes.trials) trials.set(t.number, t);
+      if (changes.front) front = new Set(changes.front);
       if (changes.summary) $("#summary").innerHTML = changes.summary;
       renderTable();
       figuresStale = true;

@@ -11,7 +11,7 @@ pub(crate) use trial::{trial_detail, trial_page};
 use super::source::Followed;
 use crate::plot::axis::format_number;
 use crate::plot::svg::escape;
-use crate::plot::{FIGURE_CSS, Kind, Options};
+use crate::plot::{FIGURE_CSS, FrontSummary, Kind, Options};
 use crate::storage::{StudyOverview, StudyRecord, TrialRecord, TrialState};
 use crate::study::space::Assignment;
 
@@ -173,7 +173,8 @@ fn state_bar(counts: &[usize; 5]) -> String {
 pub(super) fn study_page(study: &mut Followed) -> String {
     let follower = &study.follower;
     let name = follower.study.name.clone();
-    let cards = summary_cards(study);
+    let front = crate::plot::front_summary(&study.follower);
+    let cards = summary_cards(study, front.as_ref());
     let mut figures = String::new();
     let several = follower.study.objectives.len() > 1;
     let kinds: Vec<Kind> = Kind::ALL
@@ -218,6 +219,7 @@ pub(super) fn study_page(study: &mut Followed) -> String {
         instance: instance(&follower.study),
         revision: follower.revision(),
         trials: follower.trials().map(TableRow::from).collect(),
+        front: front.map(|f| f.trials).unwrap_or_default(),
     };
     let body = format!(
         r#"<section class="page-head"><h1>{title}</h1><p class="muted">{objectives} created {created}</p></section>
@@ -259,6 +261,8 @@ struct PageData<'a> {
     instance: String,
     revision: u64,
     trials: Vec<TableRow<'a>>,
+    /// The numbers of the trials on the Pareto front (none with one objective).
+    front: Vec<u64>,
 }
 
 /// Which study of its name a page shows: its row id and creation time. A database deleted
@@ -303,14 +307,15 @@ impl<'a> From<&'a TrialRecord> for TableRow<'a> {
 }
 
 /// The summary cards of a study: trials by state, the best trial (with several objectives,
-/// the front's size and hypervolume), last activity.
-pub(super) fn summary_cards(study: &Followed) -> String {
+/// the front's size and hypervolume: `front`, [`crate::plot::front_summary`]'s), last
+/// activity.
+pub(super) fn summary_cards(study: &Followed, front: Option<&FrontSummary>) -> String {
     let f = &study.follower;
     let total = f.trials().count();
-    let best = match (crate::plot::front_summary(f), f.best()) {
+    let best = match (front, f.best()) {
         (Some(front), _) => format!(
             r#"<div class="stat-label">Pareto front</div><div class="stat-value" id="front-size">{} trials</div><div class="stat-sub">hypervolume {}</div>"#,
-            front.trials,
+            front.trials.len(),
             format_number(front.hypervolume)
         ),
         (None, Some((number, value))) => format!(
