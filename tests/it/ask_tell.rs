@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
@@ -687,19 +687,15 @@ fn a_session_on_a_study_file_that_cannot_serve_ends_before_its_first_request() {
         "study.yaml",
         &study("talk", "random", 4, 2, "").replace("max_trial_count", "max_trial_cuont"),
     );
-    let mut child = scratch
-        .command(&["session", file.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("hptune session starts");
+    let mut session = Session::start(&scratch, file.to_str().unwrap());
     // The request may or may not be read before the session ends: either way it is not
     // answered, and the session exits 2 saying where the file is wrong.
-    let _ = writeln!(child.stdin.take().unwrap(), r#"{{"op": "ask"}}"#);
-    let out = child.wait_with_output().unwrap();
+    let _ = writeln!(session.child.stdin.take().unwrap(), r#"{{"op": "ask"}}"#);
+    let mut answers = String::new();
+    session.answers.read_to_string(&mut answers).unwrap();
+    let out = session.child.wait_with_output().unwrap();
     assert_exit_says(&out, 2, "unknown field `max_trial_cuont`");
-    assert_eq!(stdout(&out), "", "no answer: the session never served");
+    assert_eq!(answers, "", "no answer: the session never served");
     assert_exit_says(
         &scratch.hptune(&["trials", "talk"]),
         2,
