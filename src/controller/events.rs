@@ -1,6 +1,8 @@
 //! What the loop of a study tells whoever shows it to a user: the counts of the study
 //! ([`Progress`]) and each thing that happens to a trial ([`RunEvent`]).
 
+use std::cell::RefCell;
+
 use crate::storage::{StudyView, TrialRecord, TrialState};
 use crate::study::{Study, pareto};
 
@@ -33,8 +35,14 @@ impl Progress {
         self.succeeded + self.failed + self.stopped
     }
 
-    /// The counts of `study`, whose trials `view` holds, of a budget of `budget` trials.
-    pub(super) fn of(study: &Study, view: &StudyView, budget: Option<u64>) -> Self {
+    /// The counts of `study`, whose trials `view` holds, of a budget of `budget` trials, the
+    /// best from `best`.
+    pub(super) fn of(
+        study: &Study,
+        view: &StudyView,
+        budget: Option<u64>,
+        best: &BestSoFar,
+    ) -> Self {
         Progress {
             budget,
             succeeded: view.count(TrialState::Succeeded),
@@ -43,7 +51,7 @@ impl Progress {
             running: view.count(TrialState::Pending) - view.queued()
                 + view.count(TrialState::Running),
             queued: view.queued(),
-            best: Best::of(study, view),
+            best: best.of(study, view),
             limited_by_gpus: None,
         }
     }
@@ -67,6 +75,29 @@ pub enum Best {
         /// ([`pareto::reference_point`], as `hptune best` shows it).
         hypervolume: f64,
     },
+}
+
+/// The best of a study, worked out again only when the view's history has grown: finished
+/// trials never change, and with several objectives the best is the front of every finished
+/// trial and its exact hypervolume, which the progress of every event would otherwise
+/// recompute.
+#[derive(Debug, Default)]
+pub(super) struct BestSoFar(RefCell<Option<(usize, Option<Best>)>>);
+
+impl BestSoFar {
+    /// The best of `study` among the trials `view` holds ([`Best::of`]).
+    fn of(&self, study: &Study, view: &StudyView) -> Option<Best> {
+        let finished = view.history().len();
+        let mut known = self.0.borrow_mut();
+        match &*known {
+            Some((seen, best)) if *seen == finished => best.clone(),
+            _ => {
+                let best = Best::of(study, view);
+                *known = Some((finished, best.clone()));
+                best
+            }
+        }
+    }
 }
 
 impl Best {

@@ -19,6 +19,7 @@ mod warm_start;
 mod workers;
 
 pub(crate) use artifacts::{ArtifactPlan, is_remote};
+use events::BestSoFar;
 pub use events::{Best, Progress, RunEvent, RunObserver};
 pub(crate) use leases::{ClientVerdict, client_end, early_stop, reclaim_expired_leases};
 pub(crate) use warm_start::{PriorError, warm_start_prior};
@@ -186,6 +187,8 @@ struct Run<'a> {
     /// How many trials of the view had ended when models were last removed (`keep_best`):
     /// the models to remove change only when another trial ends.
     ended_at_pruning: usize,
+    /// The best trial or front the progress shows, kept until another trial ends.
+    best: BestSoFar,
 }
 
 /// Runs (or continues) `study` until its plan says to stop.
@@ -222,6 +225,7 @@ pub(crate) async fn run(
         gpus: plan.gpus.clone().map(GpuPool::new),
         waiting: VecDeque::new(),
         ended_at_pruning: 0,
+        best: BestSoFar::default(),
     };
     run.resume(observer).await?;
     let mut phase = Phase::at_start(*interrupt.borrow());
@@ -355,7 +359,12 @@ impl Run<'_> {
             limited_by_gpus: gpus
                 .filter(|gpus| gpus.trials_at_once() < self.plan.parallel_trial_count)
                 .map(|gpus| gpus.devices.len()),
-            ..Progress::of(self.study, &self.view, self.plan.budget.max_trial_count)
+            ..Progress::of(
+                self.study,
+                &self.view,
+                self.plan.budget.max_trial_count,
+                &self.best,
+            )
         }
     }
 }

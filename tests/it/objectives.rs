@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{Scratch, assert_exit_says, assert_success, stdout};
+use common::{Scratch, assert_exit_says, assert_success, stderr, stdout};
 use serde_json::Value;
 
 /// accuracy = x, latency_ms = 10 x² + 5 y, memory_gb = 10 y: accuracy costs latency, and y
@@ -63,7 +63,8 @@ fn two_objectives_end_to_end(scratch: &Scratch, name: &str) {
     let worker = worker.to_str().unwrap();
     let file = scratch.study("two.yaml", &study(name, worker, TWO));
     let file = file.to_str().unwrap();
-    assert_success(&scratch.hptune(&["run", file]));
+    let run = scratch.hptune(&["run", file]);
+    assert_success(&run);
     let trials = scratch.trials(name);
     assert_eq!(trials.len(), TRIALS);
     let x = |t: &Value| t["params"]["x"].as_f64().unwrap();
@@ -107,6 +108,13 @@ fn two_objectives_end_to_end(scratch: &Scratch, name: &str) {
     assert!(
         front.len() >= 2 && front.len() < results.len(),
         "{front:?} of {results:?}"
+    );
+    // The run's last progress shows the whole front, not the one of an earlier trial.
+    let said = format!("{}{}", stdout(&run), stderr(&run));
+    let last = said.rsplit("front of ").next().unwrap();
+    assert!(
+        last.starts_with(&format!("{} (hypervolume", front.len())),
+        "{said}"
     );
     let marked: Vec<u64> = trials
         .iter()
