@@ -1,9 +1,9 @@
 //! The dashboard in a real browser (headless Chromium over the DevTools protocol) against the
 //! real binary serving a real study: the pages render, the figures show what the study holds,
 //! a trial opens with its log, a running study's trials appear without a reload, a study of
-//! two objectives shows its Pareto front and hypervolume, the learning curves show where ASHA
-//! promoted and stopped each trial, and a site that points its name at the dashboard reads
-//! nothing.
+//! two objectives shows its Pareto front and hypervolume (and an open page moves the front as
+//! results are told), the learning curves show where ASHA promoted and stopped each trial,
+//! and a site that points its name at the dashboard reads nothing.
 //! Screenshots of each page go to target/dashboard-screenshots/ (printed).
 
 use crate::common;
@@ -314,6 +314,51 @@ fn a_trial_finished_by_a_running_study_appears_without_a_reload() {
         "the page reloaded"
     );
     browser.screenshot("live.png");
+}
+
+/// A study of two objectives whose results clients tell while its page is open: the page
+/// moves the front's marks in the table, the summary and the Pareto figure, including off
+/// trials that did not change, without a reload.
+#[test]
+fn an_open_page_moves_the_front_as_results_are_told() {
+    let Some(chromium) = chromium() else { return };
+    let scratch = Scratch::new();
+    let study = scratch.study(
+        "pair.yaml",
+        "name: pair\nobjectives: [{metric: loss, goal: minimize}, {metric: ms, goal: minimize}]\nparameters:\n  - {id: x, type: double, min: 0, max: 1}\nalgorithm: random\nmax_trial_count: 3\nparallel_trial_count: 3\n",
+    );
+    assert_success(&scratch.hptune(&["ask", study.to_str().unwrap(), "--count", "3"]));
+    let tell = |number: &str, loss: &str, ms: &str| {
+        let (loss, ms) = (format!("loss={loss}"), format!("ms={ms}"));
+        assert_success(
+            &scratch.hptune(&["tell", "pair", number, "--metric", &loss, "--metric", &ms]),
+        );
+    };
+    // Two trials that trade one objective for the other: both on the front.
+    tell("0", "1", "3");
+    tell("1", "3", "1");
+    let dashboard = Dashboard::start(&scratch, &[]);
+    let mut browser = Browser::start(&chromium, 1400);
+    browser.open(&format!("{}/studies/pair", dashboard.base));
+    let marked = "JSON.stringify([...document.querySelectorAll('#trial-table tbody tr[data-trial]')].filter(r => r.querySelector('.badge.front')).map(r => Number(r.dataset.trial)).sort((a, b) => a - b))";
+    let drawn = "JSON.stringify([...document.querySelectorAll('.figure-slot[data-kind=pareto] circle.front[data-trial]')].map(c => Number(c.dataset.trial)).sort((a, b) => a - b))";
+    let size = "document.querySelector('#front-size').textContent";
+    assert_eq!(browser.eval(marked), json!("[0,1]"));
+    assert_eq!(browser.eval(drawn), json!("[0,1]"));
+    assert_eq!(browser.eval(size), json!("2 trials"));
+    browser.eval("window.stillTheSamePage = true");
+    // A third trial better in both: it alone is on the front, though 0 and 1 did not change.
+    tell("2", "0.5", "0.5");
+    browser.wait_for(
+        "the front to move to trial 2",
+        &format!("{marked} === '[2]' && {drawn} === '[2]' && {size} === '1 trials'"),
+    );
+    assert_eq!(
+        browser.eval("window.stillTheSamePage === true"),
+        json!(true),
+        "the page reloaded"
+    );
+    browser.screenshot("live-front.png");
 }
 
 /// The database is replaced under an open page by one holding another study of the same name,
