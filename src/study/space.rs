@@ -137,12 +137,40 @@ impl fmt::Display for ParamValue {
 /// The parameters of one trial, by id; inactive parameters are absent.
 pub type Assignment = BTreeMap<String, ParamValue>;
 
-/// Whether two assignments name the same point.
-pub(crate) fn same_point(a: &Assignment, b: &Assignment) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|((ka, va), (kb, vb))| ka == kb && va.same_as(vb))
+/// An assignment as a key of a hash set: two keys are equal when the assignments name the
+/// same point, each value [`ParamValue::same_as`] the other's (`16` and `16.0` alike, as a
+/// stored trial's parameters and a grid point are).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(crate) struct PointKey<'a>(Vec<(&'a str, Coordinate<'a>)>);
+
+/// One value of a [`PointKey`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum Coordinate<'a> {
+    /// A number, by the bits of its value as a double (`-0.0` as `0.0`, which it equals).
+    Number(u64),
+    /// A categorical value.
+    Text(&'a str),
+}
+
+impl<'a> PointKey<'a> {
+    /// The key of `point`; `None` when one of its values is NaN, which is the same as no
+    /// value, so `point` is no other point.
+    pub(crate) fn of(point: &'a Assignment) -> Option<Self> {
+        let coordinate = |value: &'a ParamValue| match value {
+            ParamValue::Str(text) => Some(Coordinate::Text(text)),
+            number => {
+                let x = number.as_f64().filter(|x| !x.is_nan())?;
+                Some(Coordinate::Number(
+                    if x == 0.0 { 0.0f64 } else { x }.to_bits(),
+                ))
+            }
+        };
+        point
+            .iter()
+            .map(|(id, value)| Some((id.as_str(), coordinate(value)?)))
+            .collect::<Option<_>>()
+            .map(PointKey)
+    }
 }
 
 /// Why a value or an assignment does not fit the space.

@@ -254,3 +254,33 @@ fn check_reports_missing_inactive_and_out_of_range_values() {
     let err = parse(&[("lr", "1")]).unwrap_err().to_string();
     assert!(err.contains("unknown parameter 'lr'"), "{err}");
 }
+
+#[test]
+fn point_keys_are_equal_when_the_points_are_the_same() {
+    let point = |values: &[(&str, ParamValue)]| -> Assignment {
+        values
+            .iter()
+            .map(|(id, v)| (id.to_string(), v.clone()))
+            .collect()
+    };
+    let same = |a: &Assignment, b: &Assignment| PointKey::of(a) == PointKey::of(b);
+    let int = point(&[("n", ParamValue::Int(16)), ("x", ParamValue::Float(-0.0))]);
+    let float = point(&[
+        ("n", ParamValue::Float(16.0)),
+        ("x", ParamValue::Float(0.0)),
+    ]);
+    assert!(same(&int, &float));
+    let text = point(&[
+        ("n", ParamValue::Str("16".into())),
+        ("x", ParamValue::Float(0.0)),
+    ]);
+    assert!(!same(&int, &text));
+    let other_id = point(&[("m", ParamValue::Int(16)), ("x", ParamValue::Float(0.0))]);
+    assert!(!same(&int, &other_id));
+    assert!(!same(&int, &point(&[("n", ParamValue::Int(16))])));
+    // A NaN is the same as no value: its point is no point, not even itself.
+    assert_eq!(
+        PointKey::of(&point(&[("x", ParamValue::Float(f64::NAN))])),
+        None
+    );
+}
