@@ -188,8 +188,8 @@ pub(super) fn workers_checked(
         }
         _ => {}
     }
-    if study.trial.executor == ExecutorSpec::Local {
-        check_program(&study.trial.command[0])
+    if let (ExecutorSpec::Local, Some(command)) = (&study.trial.executor, &study.trial.command) {
+        check_program(command.program())
             .map_err(|message| bad(format!("trial.command[0]: {message}")))?;
     }
     check_storage(&study.trial.executor, url).map_err(bad)?;

@@ -15,7 +15,13 @@ pub(crate) fn command_line(
     number: u64,
     params: &Assignment,
 ) -> Vec<String> {
-    let mut argv = template.command.clone();
+    // A template without a worker (a study only clients drive) is never run.
+    let mut argv: Vec<String> = template
+        .command
+        .iter()
+        .flat_map(|c| c.argv())
+        .cloned()
+        .collect();
     match &template.args {
         None => argv.extend(
             space
@@ -95,8 +101,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::study::ExecutorSpec;
     use crate::study::space::{Domain, ParamValue, Parameter};
+    use crate::study::{ExecutorSpec, WorkerCommand};
 
     /// A space of the parameters `opt`, `momentum` and `layers`, in that order: the command
     /// line reads only their ids and order (which parameters are active is the assignment's).
@@ -114,9 +120,11 @@ mod tests {
     /// The trial template `command: [python3, train.py, --fixed]`, with `args` if given.
     fn template(args: Option<&[&str]>) -> TrialTemplate {
         TrialTemplate {
-            command: ["python3", "train.py", "--fixed"]
-                .map(String::from)
-                .to_vec(),
+            command: WorkerCommand::new(
+                ["python3", "train.py", "--fixed"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
             args: args.map(|args| args.iter().map(|a| a.to_string()).collect()),
             env: BTreeMap::new(),
             timeout: None,

@@ -10,7 +10,9 @@ use super::{Checker, quoted};
 use crate::gpus::{MAX_SHARE, Share};
 use crate::protocol::{DEFAULT_GRACE_PERIOD, DEVICE_VARIABLES, is_protocol_variable};
 use crate::study::space::Space;
-use crate::study::{ExecutorSpec, TEMPLATE_BUILTINS, TemplatePart, TrialTemplate, template_parts};
+use crate::study::{
+    ExecutorSpec, TEMPLATE_BUILTINS, TemplatePart, TrialTemplate, WorkerCommand, template_parts,
+};
 
 /// The most GPUs a trial may ask for (the largest machines have 16).
 const MAX_GPUS: i64 = 1024;
@@ -18,14 +20,14 @@ const MAX_GPUS: i64 = 1024;
 impl Checker<'_> {
     /// Checks the `trial` block (the parameters' ids are needed by argument templates).
     pub(super) fn trial(&mut self, raw: RawTrial, space: Option<&Space>) -> Option<TrialTemplate> {
-        let mut ok = true;
-        if raw.command.first().is_none_or(|c| c.trim().is_empty()) {
+        let command = WorkerCommand::new(raw.command).or_else(|| {
             self.report(
                 "trial.command",
                 "must name the worker program, e.g. [python, train.py]",
             );
-            ok = false;
-        }
+            None
+        });
+        let mut ok = true;
         if let (Some(args), Some(space)) = (&raw.args, space) {
             for (i, arg) in args.iter().enumerate() {
                 if let Err(message) = check_template(arg, space) {
@@ -61,7 +63,7 @@ impl Checker<'_> {
             return None;
         }
         Some(TrialTemplate {
-            command: raw.command,
+            command: Some(command?),
             args: raw.args,
             env: raw.env,
             timeout: timeout?,

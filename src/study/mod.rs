@@ -56,12 +56,45 @@ pub enum Algorithm {
     Grid,
 }
 
+/// A worker's program and the fixed arguments after it (`trial.command`). It always names a
+/// program: [`WorkerCommand::new`] refuses a command without one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerCommand {
+    /// The program, never blank.
+    program: String,
+    /// The fixed arguments after it.
+    arguments: Vec<String>,
+}
+
+impl WorkerCommand {
+    /// The command `argv`, its program first; `None` when it names no program (an empty
+    /// list, or a blank first word).
+    pub fn new(argv: Vec<String>) -> Option<Self> {
+        let mut argv = argv.into_iter();
+        let program = argv.next().filter(|p| !p.trim().is_empty())?;
+        Some(Self {
+            program,
+            arguments: argv.collect(),
+        })
+    }
+
+    /// The program.
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+
+    /// The program, then the fixed arguments.
+    pub fn argv(&self) -> impl Iterator<Item = &String> {
+        std::iter::once(&self.program).chain(&self.arguments)
+    }
+}
+
 /// How one trial worker is started.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialTemplate {
-    /// The program and its fixed arguments; empty for a study file without `trial:`, whose
-    /// trials only ask/tell clients run ([`TrialTemplate::has_worker`]).
-    pub command: Vec<String>,
+    /// The worker's program and its fixed arguments; `None` for a study file without
+    /// `trial:`, whose trials only ask/tell clients run ([`TrialTemplate::has_worker`]).
+    pub command: Option<WorkerCommand>,
     /// Argument template with `{id}` placeholders; when absent each active parameter is
     /// appended as `--<id>=<value>`.
     pub args: Option<Vec<String>>,
@@ -85,7 +118,7 @@ impl TrialTemplate {
     /// `hptune tell` clients run its trials, and `hptune run` refuses it.
     pub(crate) fn without_worker() -> Self {
         TrialTemplate {
-            command: Vec::new(),
+            command: None,
             args: None,
             env: BTreeMap::new(),
             timeout: None,
@@ -100,7 +133,7 @@ impl TrialTemplate {
     /// Whether the study file names a worker program (`trial.command`), which `hptune run`
     /// starts for each trial.
     pub fn has_worker(&self) -> bool {
-        !self.command.is_empty()
+        self.command.is_some()
     }
 }
 
@@ -207,5 +240,23 @@ impl Study {
     /// Whether the study trades several objectives against each other.
     pub fn has_several_objectives(&self) -> bool {
         !self.further_objectives.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WorkerCommand;
+
+    fn words(argv: &[&str]) -> Vec<String> {
+        argv.iter().map(|w| w.to_string()).collect()
+    }
+
+    #[test]
+    fn a_worker_command_always_names_a_program() {
+        assert_eq!(WorkerCommand::new(Vec::new()), None);
+        assert_eq!(WorkerCommand::new(words(&[" ", "train.py"])), None);
+        let command = WorkerCommand::new(words(&["python3", "train.py"])).unwrap();
+        assert_eq!(command.program(), "python3");
+        assert_eq!(command.argv().collect::<Vec<_>>(), ["python3", "train.py"]);
     }
 }

@@ -216,7 +216,12 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
         (
             "empty command",
             edit("command: [sh, -c, \"echo loss=1\"]", "command: []"),
-            "trial.command: must name the worker program",
+            "study.yaml:26:12: trial.command: must name the worker program",
+        ),
+        (
+            "blank program",
+            edit("command: [sh, -c, \"echo loss=1\"]", "command: [\" \", -c]"),
+            "study.yaml:26:12: trial.command: must name the worker program",
         ),
         (
             "bad timeout",
