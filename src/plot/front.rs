@@ -139,20 +139,15 @@ impl<'a> Front<'a> {
     /// compare).
     pub(super) fn hypervolume_history(&self) -> Vec<(u64, f64)> {
         let goals = self.goals();
-        let mut front: Vec<&[f64]> = Vec::new();
+        let mut front = pareto::RunningFront::new(&goals);
         let mut volume = 0.0;
         let mut history = Vec::with_capacity(self.outcomes.len());
         for outcome in &self.outcomes {
-            if outcome.standing != Standing::Infeasible {
-                front.push(outcome.values.as_slice());
-                let kept = pareto::front(&front, &goals, |values| Some(*values));
-                // A trial no better than the front so far leaves it, and its volume, as they are.
-                if kept.last() == Some(&(front.len() - 1)) {
-                    front = kept.into_iter().map(|i| front[i]).collect();
-                    volume = pareto::hypervolume(&front, &goals, &self.reference);
-                } else {
-                    front.pop();
-                }
+            // A trial no better than the front so far leaves it, and its volume, as they are.
+            if outcome.standing != Standing::Infeasible
+                && front.add(outcome.trial.number, &outcome.values)
+            {
+                volume = front.hypervolume(&self.reference);
             }
             history.push((outcome.trial.number, volume));
         }

@@ -82,28 +82,70 @@ pub(crate) fn non_dominated_sort(points: &[&[f64]], goals: &[Goal]) -> Vec<Vec<u
 /// gives `None` for an item that is no result: a failed, stopped or infeasible trial), one
 /// finite value per objective (an item with a NaN is left out), that no other such item
 /// dominates. Items with equal values are on the front together or not at all. One pass,
-/// each item against the front so far: O(n f) for n items and a front of f, so that a
-/// running study's progress can ask after every trial.
+/// each item against the front so far ([`RunningFront`]): O(n f) for n items and a front of
+/// f, so that a running study's progress can ask after every trial.
 pub(crate) fn front<T>(
     items: &[T],
     goals: &[Goal],
     values: impl Fn(&T) -> Option<&[f64]>,
 ) -> Vec<usize> {
-    // (index, minimised values) of the items on the front so far, in index order.
-    let mut on: Vec<(usize, Vec<f64>)> = Vec::new();
+    let mut front = RunningFront::new(goals);
     for (i, item) in items.iter().enumerate() {
-        let Some(point) = values(item).filter(|v| is_point(v, goals)) else {
-            continue;
-        };
-        let point = minimised(point, goals);
-        if on.iter().any(|(_, f)| dominates_minimised(f, &point)) {
-            continue;
+        if let Some(point) = values(item) {
+            front.add(i, point);
         }
-        // What the new point dominates leaves the front: whatever that dominated, it does too.
-        on.retain(|(_, f)| !dominates_minimised(&point, f));
-        on.push((i, point));
     }
-    on.into_iter().map(|(i, _)| i).collect()
+    front.into_tags()
+}
+
+/// A Pareto front built one point at a time, each point with a tag (a trial's index or
+/// number): a point joins unless a point on the front dominates it, and the points it
+/// dominates leave (whatever they dominated, it does too), so the front after n points is
+/// [`front`]'s of those n, found in O(f) per point.
+pub(crate) struct RunningFront<'g, T> {
+    /// The objectives' goals.
+    goals: &'g [Goal],
+    /// The tag and the minimised values of each point on the front, in the order they came.
+    on: Vec<(T, Vec<f64>)>,
+}
+
+impl<'g, T> RunningFront<'g, T> {
+    /// An empty front of `goals`.
+    pub(crate) fn new(goals: &'g [Goal]) -> Self {
+        Self {
+            goals,
+            on: Vec::new(),
+        }
+    }
+
+    /// Offers `values`, tagged `tag`: whether it joined the front. A point that is not one
+    /// finite value per objective does not.
+    pub(crate) fn add(&mut self, tag: T, values: &[f64]) -> bool {
+        if !is_point(values, self.goals) {
+            return false;
+        }
+        let point = minimised(values, self.goals);
+        if self.on.iter().any(|(_, f)| dominates_minimised(f, &point)) {
+            return false;
+        }
+        self.on.retain(|(_, f)| !dominates_minimised(&point, f));
+        self.on.push((tag, point));
+        true
+    }
+
+    /// The hypervolume of the points on the front up to `reference`, as [`hypervolume`].
+    pub(crate) fn hypervolume(&self, reference: &[f64]) -> f64 {
+        minimised_hypervolume(
+            self.on.iter().map(|(_, p)| p.clone()),
+            self.goals,
+            reference,
+        )
+    }
+
+    /// The tags of the points on the front, in the order they came.
+    pub(crate) fn into_tags(self) -> Vec<T> {
+        self.on.into_iter().map(|(tag, _)| tag).collect()
+    }
 }
 
 /// The reference point of the hypervolume of `points` under `goals`: each objective's
@@ -155,14 +197,24 @@ pub(crate) fn reference_point(
 /// (the hypervolume by slicing objectives, HSO; O(n^(d-1) log n) for n points, enough for
 /// the fronts of studies with up to 4 objectives).
 pub(crate) fn hypervolume(points: &[&[f64]], goals: &[Goal], reference: &[f64]) -> f64 {
+    let points = points
+        .iter()
+        .filter(|p| is_point(p, goals))
+        .map(|p| minimised(p, goals));
+    minimised_hypervolume(points, goals, reference)
+}
+
+/// [`hypervolume`] of `points` minimised already, each one finite value per objective.
+fn minimised_hypervolume(
+    points: impl Iterator<Item = Vec<f64>>,
+    goals: &[Goal],
+    reference: &[f64],
+) -> f64 {
     if reference.len() != goals.len() || reference.iter().any(|r| !r.is_finite()) {
         return 0.0;
     }
     let reference = minimised(reference, goals);
     let inside: Vec<Vec<f64>> = points
-        .iter()
-        .filter(|p| is_point(p, goals))
-        .map(|p| minimised(p, goals))
         .filter(|p| p.iter().zip(&reference).all(|(x, r)| x < r))
         .collect();
     volume(inside, &reference)
