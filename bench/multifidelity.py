@@ -55,7 +55,11 @@ WORKERS = 4
 NOISE = 0.02
 OPTIMUM = 0.397887 / 10
 CAP = 10.0
-# hptune built with the workspace's own crates optimised as well (the dev profile's are not):
+# Seconds without a step after which a run has hung (a step takes --unit-ms).
+STALL_S = 60
+# hptune built with the workspace's own crates optimised as well (the dev profile's are not): a
+# release build (opt-level 3 throughout), `cargo build --release --bin hptune && mkdir -p
+# target/bench && cp target/release/hptune target/bench/`, or the dev profile at opt-level 3,
 # `CARGO_PROFILE_DEV_OPT_LEVEL=3 cargo build --bin hptune && cp target/debug/hptune target/bench/`.
 HPTUNE = ROOT / "target" / "bench" / "hptune"
 BOUNDS = {"x1": (-5.0, 10.0), "x2": (0.0, 15.0), "x3": (0.0, 1.0), "x4": (0.0, 1.0)}
@@ -153,18 +157,32 @@ trial:
 """)
     db = work / f"{variant}-{seed}.db"
     started = time.time()
-    process = subprocess.Popen(
-        [str(HPTUNE), "run", str(study), "--storage", f"sqlite://{db}",
-         "--log-dir", str(work / f"logs-{variant}-{seed}")],
-        cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    # Past the horizon on the simulated clock (checked every second), the study is interrupted.
+    # The controller's lines (one per trial that ends) go to a file: a pipe nobody reads fills
+    # at 64 KiB, some 300 trials, and the controller then blocks writing to it.
+    err = work / f"{variant}-{seed}.err"
+    with open(err, "w") as stderr:
+        process = subprocess.Popen(
+            [str(HPTUNE), "run", str(study), "--storage", f"sqlite://{db}",
+             "--log-dir", str(work / f"logs-{variant}-{seed}")],
+            cwd=work, stdout=subprocess.DEVNULL, stderr=stderr)
+    # Past the horizon on the simulated clock (checked every second), the study is interrupted;
+    # one whose trials make no step for STALL_S seconds has hung, and the run fails.
+    progress, moved = None, time.time()
     while process.poll() is None:
         time.sleep(1.0)
+        trials = read_trials(db)
         # A running trial's steps so far bound its end from below: once the next trial would
         # start past the horizon, nothing more ends before it.
-        if schedule(read_trials(db))[1] > horizon:
+        if schedule(trials)[1] > horizon:
             process.send_signal(signal.SIGINT)
             break
+        now = len(trials), sum(t["steps"] for t in trials)
+        if now != progress:
+            progress, moved = now, time.time()
+        elif time.time() - moved > STALL_S:
+            process.kill()
+            raise RuntimeError(f"{variant} seed {seed}: no trial made a step for {STALL_S} s "
+                               f"({len(trials)} trials); the controller's last lines are in {err}")
     try:
         process.wait(timeout=120)
     except subprocess.TimeoutExpired:
