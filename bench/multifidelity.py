@@ -225,7 +225,10 @@ def run_optuna(pruner_name, seed, horizon):
         "hyperband": optuna.pruners.HyperbandPruner(min_resource=1, max_resource=R, reduction_factor=3),
         "sha": optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3),
     }[pruner_name]
-    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed), pruner=pruner)
+    # HyperbandPruner puts a trial in a bracket by a hash of the study's name and its number:
+    # a name of its own per seed, not Optuna's random one, makes a seed's run repeatable.
+    study = optuna.create_study(study_name=f"mf-{pruner_name}-{seed}",
+                                sampler=optuna.samplers.TPESampler(seed=seed), pruner=pruner)
 
     def ask():
         trial = study.ask()
