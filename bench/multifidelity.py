@@ -7,7 +7,9 @@ One command: `python3 bench/multifidelity.py [--seeds N] [--first-seed S] [--hor
 [--unit-ms MS] [--jobs J]`; `python3 bench/multifidelity.py --summarise FILE...` prints the
 tables of several runs' result files (bench/results/multifidelity-*.json) over their seeds.
 It creates bench/.venv (git-ignored) with Optuna, runs target/bench/hptune (see `HPTUNE`),
-and prints Markdown tables.
+and prints Markdown tables. Each hptune run prints a line to stderr: its trials, how many
+failed, its wall time, its final regret and how far its real order strayed from the simulated
+clock (`order_departure`); a run whose trials make no step for `STALL_S` seconds fails.
 
 The function: 4 parameters, `x1 ∈ [-5, 10]`, `x2 ∈ [0, 15]` (Branin's), `x3, x4 ∈ [0, 1]`.
 A configuration's final loss (at step R = 27) is `branin(x1, x2) / 10 + 0.5 (x3 - 0.75)² +
