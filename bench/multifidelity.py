@@ -7,7 +7,9 @@ One command: `python3 bench/multifidelity.py [--seeds N] [--first-seed S] [--hor
 [--unit-ms MS] [--jobs J]`; `python3 bench/multifidelity.py --summarise FILE...` prints the
 tables of several runs' result files (bench/results/multifidelity-*.json) over their seeds.
 It creates bench/.venv (git-ignored) with Optuna, runs target/bench/hptune (see `HPTUNE`),
-and prints Markdown tables.
+and prints Markdown tables. Each hptune run prints a line to stderr: its trials, how many
+failed, its wall time, its final regret and how far its real order strayed from the simulated
+clock (`order_departure`); a run whose trials make no step for `STALL_S` seconds fails.
 
 The function: 4 parameters, `x1 ∈ [-5, 10]`, `x2 ∈ [0, 15]` (Branin's), `x3, x4 ∈ [0, 1]`.
 A configuration's final loss (at step R = 27) is `branin(x1, x2) / 10 + 0.5 (x3 - 0.75)² +
@@ -55,7 +57,11 @@ WORKERS = 4
 NOISE = 0.02
 OPTIMUM = 0.397887 / 10
 CAP = 10.0
-# hptune built with the workspace's own crates optimised as well (the dev profile's are not):
+# Seconds without a step after which a run has hung (a step takes --unit-ms).
+STALL_S = 60
+# hptune built with the workspace's own crates optimised as well (the dev profile's are not): a
+# release build (opt-level 3 throughout), `cargo build --release --bin hptune && mkdir -p
+# target/bench && cp target/release/hptune target/bench/`, or the dev profile at opt-level 3,
 # `CARGO_PROFILE_DEV_OPT_LEVEL=3 cargo build --bin hptune && cp target/debug/hptune target/bench/`.
 HPTUNE = ROOT / "target" / "bench" / "hptune"
 BOUNDS = {"x1": (-5.0, 10.0), "x2": (0.0, 15.0), "x3": (0.0, 1.0), "x4": (0.0, 1.0)}
@@ -153,18 +159,32 @@ trial:
 """)
     db = work / f"{variant}-{seed}.db"
     started = time.time()
-    process = subprocess.Popen(
-        [str(HPTUNE), "run", str(study), "--storage", f"sqlite://{db}",
-         "--log-dir", str(work / f"logs-{variant}-{seed}")],
-        cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    # Past the horizon on the simulated clock (checked every second), the study is interrupted.
+    # The controller's lines (one per trial that ends) go to a file: a pipe nobody reads fills
+    # at 64 KiB, some 300 trials, and the controller then blocks writing to it.
+    err = work / f"{variant}-{seed}.err"
+    with open(err, "w") as stderr:
+        process = subprocess.Popen(
+            [str(HPTUNE), "run", str(study), "--storage", f"sqlite://{db}",
+             "--log-dir", str(work / f"logs-{variant}-{seed}")],
+            cwd=work, stdout=subprocess.DEVNULL, stderr=stderr)
+    # Past the horizon on the simulated clock (checked every second), the study is interrupted;
+    # one whose trials make no step for STALL_S seconds has hung, and the run fails.
+    progress, moved = None, time.time()
     while process.poll() is None:
         time.sleep(1.0)
+        trials = read_trials(db)
         # A running trial's steps so far bound its end from below: once the next trial would
         # start past the horizon, nothing more ends before it.
-        if schedule(read_trials(db))[1] > horizon:
+        if schedule(trials)[1] > horizon:
             process.send_signal(signal.SIGINT)
             break
+        now = len(trials), sum(t["steps"] for t in trials)
+        if now != progress:
+            progress, moved = now, time.time()
+        elif time.time() - moved > STALL_S:
+            process.kill()
+            raise RuntimeError(f"{variant} seed {seed}: no trial made a step for {STALL_S} s "
+                               f"({len(trials)} trials); the controller's last lines are in {err}")
     try:
         process.wait(timeout=120)
     except subprocess.TimeoutExpired:
@@ -179,19 +199,31 @@ def read_trials(db):
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
         rows = con.execute(
             "SELECT t.id, t.number, t.state, t.params, t.value, "
-            "(SELECT MAX(m.step) FROM measurements m WHERE m.trial_id = t.id AND m.attempt = t.attempt) "
-            "FROM trials t ORDER BY t.number").fetchall()
+            "(SELECT MAX(m.step) FROM measurements m WHERE m.trial_id = t.id AND m.attempt = t.attempt), "
+            "t.created_at, t.finished_at FROM trials t ORDER BY t.number").fetchall()
         con.close()
     except sqlite3.Error:
         return []
     trials = []
-    for _id, number, state, params, value, steps in rows:
+    for _id, number, state, params, value, steps, created, finished in rows:
         if state == "pending" and not steps:
             continue
         x = {k: float(v) for k, v in json.loads(params).items()}
         trials.append({"number": number, "state": state, "x": x, "value": value,
-                       "steps": steps or 0})
+                       "steps": steps or 0, "created": created, "finished": finished})
     return trials
+
+
+def order_departure(trials):
+    """How far the real run strayed from the simulated clock: over the trials, the largest
+    difference between the trials finished (in real time) when it was created and those the
+    simulated clock has ended by its simulated start. With 4 workers a few trials ending
+    together make up to 3; more says the load broke the simulated order."""
+    ends = schedule(trials)[0]
+    starts = [end - t["steps"] for t, end in zip(trials, ends)]
+    finished = [t["finished"] for t in trials if t["finished"]]
+    return max((abs(sum(f <= t["created"] for f in finished) - sum(e <= start for e in ends))
+                for t, start in zip(trials, starts)), default=0)
 
 
 def hptune_completions(trials):
@@ -207,7 +239,10 @@ def run_optuna(pruner_name, seed, horizon):
         "hyperband": optuna.pruners.HyperbandPruner(min_resource=1, max_resource=R, reduction_factor=3),
         "sha": optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3),
     }[pruner_name]
-    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed), pruner=pruner)
+    # HyperbandPruner puts a trial in a bracket by a hash of the study's name and its number:
+    # a name of its own per seed, not Optuna's random one, makes a seed's run repeatable.
+    study = optuna.create_study(study_name=f"mf-{pruner_name}-{seed}",
+                                sampler=optuna.samplers.TPESampler(seed=seed), pruner=pruner)
 
     def ask():
         trial = study.ask()
@@ -299,8 +334,10 @@ def main():
             trials, wall = future.result()
             curves[m][s] = regret_curve(hptune_completions(trials))
             walls[m].append(wall)
-            print(f"{m} seed {s}: {len(trials)} trials, {wall:.0f} s, final regret "
-                  f"{regret_at(curves[m][s], args.horizon):.3g}", file=sys.stderr)
+            failed = sum(t["state"] == "failed" for t in trials)
+            print(f"{m} seed {s}: {len(trials)} trials ({failed} failed), {wall:.0f} s, final "
+                  f"regret {regret_at(curves[m][s], args.horizon):.3g}, order within "
+                  f"{order_departure(trials)} trials of the simulated one", file=sys.stderr)
     for m in methods:
         if m.startswith("tpe-"):
             for s in seeds:
