@@ -2,9 +2,9 @@
 //! and warped as one objective's is ([`TrainingData`], [`Anchors`]). With two or three
 //! objectives the search maximises the expected hypervolume improvement
 //! ([`HypervolumeImprovement`]) over the front of the models' posterior means at the finished
-//! feasible trials, above the study's reference point (given, or derived from the trials as
-//! the study's hypervolume is: [`pareto::reference_point`]) mapped into each model's units,
-//! weighted by the probability of feasibility where the study has constraints. With four,
+//! feasible trials, above a reference point (the study's where given, else the observed
+//! front's nadir widened by a tenth of the trials' range: [`pareto::reference_near_front`])
+//! mapped into each model's units, weighted by the probability of feasibility where the study has constraints. With four,
 //! whose boxes grow as the cube of the front, each proposal draws fresh weights and
 //! minimises their augmented Chebyshev scalarisation of the objectives as one objective
 //! (ParEGO; Knowles, 2006). Neither has a trust region: the front spans the space, and a box
@@ -121,7 +121,7 @@ impl Several {
         let feasibility = Feasibility::fitted(encoding, context.constraints, history, &center)?;
         let running = context.running.iter().map(|r| encoding.encode(r)).collect();
         let observed: Vec<&[f64]> = results.iter().map(|o| o.values.as_slice()).collect();
-        let reference = pareto::reference_point(&observed, goals, references);
+        let reference = pareto::reference_near_front(&observed, goals, references);
         let acquisition = match reference {
             // While no trial is feasible there is no front to improve: feasibility alone.
             Some(reference) if !front.is_empty() => {
