@@ -121,14 +121,14 @@ pub(crate) fn reference_point(
     widened(&points, goals, given, |j| largest(points.iter(), j))
 }
 
-/// The reference point the Bayesian sampler improves the front above: each objective's
-/// `given` value where the study gives one, else the worst value among the front of
-/// `points` (its nadir) widened by the margin [`reference_point`] adds, 10% of all the
-/// points' range on that objective. It lies between the front and [`reference_point`]'s
-/// corner (on it where a trial worst on every objective is on the front), so the expected
-/// improvement weighs moving the front forward against widening it, where the study's corner,
-/// far past a front that the trials left behind, weighs the widening alone. `None` as for
-/// [`reference_point`].
+/// The reference point the Bayesian sampler improves a front above (it passes the models'
+/// posterior means at the feasible trials, in the models' units): each objective's `given`
+/// value where there is one, else the worst value among the front of `points` (its nadir)
+/// widened by the margin [`reference_point`] adds, 10% of all the points' range on that
+/// objective. It lies between the front and [`reference_point`]'s corner of the same points
+/// (on it where a point worst on every objective is on the front): that corner lies as far
+/// past the front as the worst points do, and the expected improvement above it weighs
+/// widening the front over moving it forward. `None` as for [`reference_point`].
 pub(crate) fn reference_near_front(
     points: &[&[f64]],
     goals: &[Goal],
