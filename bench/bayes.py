@@ -257,7 +257,11 @@ def study_yaml(name, function, algorithm, trials, parallel, seed, command):
         f"seed: {seed}",
         "trial:",
         f"  command: [{', '.join(map(str, command))}]",
-        "  timeout: 1m",
+        # Far above a trial's own time (milliseconds): in the `async` mode a worker also waits
+        # for its turn (`ORDER_WAIT`), which on a loaded machine takes several proposals'
+        # time, and a trial the controller kills for the wait would be the benchmark's failure,
+        # not the sampler's.
+        "  timeout: 10m",
     ]
     if function in CONSTRAINED:
         lines.append(f"constraints: [{{metric: constraint, max: {CONSTRAINED[function]!r}}}]")
@@ -561,6 +565,12 @@ def evaluate_several(function, params, seed):
     return observed, clean, constraints, feasible
 
 
+# The longest a worker of the `async` mode waits for its turn to end (the trial before it ended,
+# the one `running - 1` after it started) before it ends out of turn: a guard against a run
+# whose trial failed, well inside the study's trial timeout (`study_yaml`).
+ORDER_WAIT = 300
+
+
 def worker(argv):
     """`bayes.py --worker FUNCTION --seed S --log FILE [--in-order DIR --running Q --trials N]
     --x1=...`: hptune's trial of a function of several objectives. It prints the objectives
@@ -575,7 +585,7 @@ def worker(argv):
     if order:
         mark = lambda event, k: Path(order) / f"{event}-{k}"
         mark("started", trial).touch()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + ORDER_WAIT
         while time.monotonic() < deadline and not (
                 (trial == 0 or mark("ended", trial - 1).exists())
                 and (trial + running - 1 >= total or mark("started", trial + running - 1).exists())):

@@ -159,11 +159,56 @@ pub(crate) fn reference_point(
     goals: &[Goal],
     given: &[Option<f64>],
 ) -> Option<Vec<f64>> {
-    let points: Vec<Vec<f64>> = points
+    let points = kept_minimised(points, goals);
+    widened(&points, goals, given, |j| largest(points.iter(), j))
+}
+
+/// The reference point the Bayesian sampler improves a front above (it passes the models'
+/// posterior means at the feasible trials, in the models' units): each objective's `given`
+/// value where there is one, else the worst value among the front of `points` (its nadir)
+/// widened by the margin [`reference_point`] adds, 10% of all the points' range on that
+/// objective. It lies between the front and [`reference_point`]'s corner of the same points
+/// (on it where a point worst on every objective is on the front): that corner lies as far
+/// past the front as the worst points do, and the expected improvement above it weighs
+/// widening the front over moving it forward. `None` as for [`reference_point`].
+pub(crate) fn reference_near_front(
+    points: &[&[f64]],
+    goals: &[Goal],
+    given: &[Option<f64>],
+) -> Option<Vec<f64>> {
+    let points = kept_minimised(points, goals);
+    let on = front(&points, &vec![Goal::Minimize; goals.len()], |p| {
+        Some(p.as_slice())
+    });
+    widened(&points, goals, given, |j| {
+        largest(on.iter().map(|&i| &points[i]), j)
+    })
+}
+
+/// The points that are one finite value per objective, minimised.
+fn kept_minimised(points: &[&[f64]], goals: &[Goal]) -> Vec<Vec<f64>> {
+    points
         .iter()
         .filter(|p| is_point(p, goals))
         .map(|p| minimised(p, goals))
-        .collect();
+        .collect()
+}
+
+/// The largest value on objective `j` of the minimised `points`; `None` without points.
+fn largest<'a>(points: impl Iterator<Item = &'a Vec<f64>>, j: usize) -> Option<f64> {
+    points.map(|p| p[j]).reduce(f64::max)
+}
+
+/// Each objective's `given` value, else `base(j)` (a minimised value) widened by
+/// [`REFERENCE_MARGIN`] of the minimised `points`' range on it (of the worst value's size,
+/// at least 1, when all are equal), turned back to `goals`; `None` where an objective has
+/// neither.
+fn widened(
+    points: &[Vec<f64>],
+    goals: &[Goal],
+    given: &[Option<f64>],
+    base: impl Fn(usize) -> Option<f64>,
+) -> Option<Vec<f64>> {
     goals
         .iter()
         .enumerate()
@@ -171,17 +216,14 @@ pub(crate) fn reference_point(
             if let Some(value) = given.get(j).copied().flatten() {
                 return Some(value);
             }
-            let worst = points
-                .iter()
-                .map(|p| p[j])
-                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))?;
+            let worst = largest(points.iter(), j)?;
             let best = points.iter().map(|p| p[j]).fold(worst, f64::min);
             let range = worst - best;
             let margin = match range > 0.0 {
                 true => REFERENCE_MARGIN * range,
                 false => REFERENCE_MARGIN * worst.abs().max(1.0),
             };
-            let corner = worst + margin;
+            let corner = base(j)? + margin;
             Some(match goal {
                 Goal::Minimize => corner,
                 Goal::Maximize => -corner,
@@ -446,6 +488,89 @@ mod tests {
         assert_eq!(reference_point(&[], &goals, &[Some(0.5), None]), None);
         assert_eq!(
             reference_point(&[], &goals, &[Some(0.5), Some(40.0)]),
+            Some(vec![0.5, 40.0])
+        );
+    }
+
+    #[test]
+    fn the_samplers_reference_lies_past_the_fronts_nadir_by_a_tenth_of_all_the_range() {
+        // Minimised: the front is the first three (nadir (1, 1)); the fourth, dominated,
+        // widens the ranges to 2 and 3. A maximised objective is turned back.
+        let goals = [Goal::Maximize, Goal::Minimize];
+        let points = [
+            [0.0, 1.0],
+            [-1.0, 0.0],
+            [-0.5, 0.5],
+            [-2.0, 3.0],
+            [f64::NAN, 9.0],
+        ];
+        let points: Vec<&[f64]> = points.iter().map(|p| p.as_slice()).collect();
+        let r = reference_near_front(&points, &goals, &[None, None]).unwrap();
+        assert!(
+            (r[0] + 1.2).abs() < 1e-12 && (r[1] - 1.3).abs() < 1e-12,
+            "{r:?}"
+        );
+        // The study's corner is past the worst trial: (-2.2, 3.3).
+        let corner = reference_point(&points, &goals, &[None, None]).unwrap();
+        assert!(
+            (corner[0] + 2.2).abs() < 1e-12 && (corner[1] - 3.3).abs() < 1e-12,
+            "{corner:?}"
+        );
+    }
+
+    #[test]
+    fn the_samplers_reference_is_the_studys_corner_when_the_worst_trials_are_on_the_front() {
+        let points = [[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]];
+        let points: Vec<&[f64]> = points.iter().map(|p| p.as_slice()).collect();
+        assert_eq!(
+            reference_near_front(&points, &MIN2, &[None, None]),
+            reference_point(&points, &MIN2, &[None, None])
+        );
+        // One trial: its values widened by a tenth of their size, at least 0.1.
+        assert_eq!(
+            reference_near_front(&[&[0.5, 30.0]], &MIN2, &[None, None]),
+            Some(vec![0.6, 33.0])
+        );
+    }
+
+    #[test]
+    fn the_samplers_reference_is_never_past_the_studys_corner_nor_before_the_nadir() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for d in [2usize, 3, 4] {
+            let goals: Vec<Goal> = (0..d)
+                .map(|j| match j % 2 {
+                    0 => Goal::Minimize,
+                    _ => Goal::Maximize,
+                })
+                .collect();
+            for n in [1usize, 5, 30] {
+                let points: Vec<Vec<f64>> = (0..n)
+                    .map(|_| (0..d).map(|_| rng.random_range(-3.0..3.0)).collect())
+                    .collect();
+                let none = vec![None; d];
+                let near = reference_near_front(&refs(&points), &goals, &none).unwrap();
+                let corner = reference_point(&refs(&points), &goals, &none).unwrap();
+                let near = minimised(&near, &goals);
+                let corner = minimised(&corner, &goals);
+                for &i in &front(&points, &goals, |p| Some(p.as_slice())) {
+                    let p = minimised(&points[i], &goals);
+                    for j in 0..d {
+                        assert!(p[j] < near[j] && near[j] <= corner[j], "{points:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_given_reference_wins_over_the_samplers_rule() {
+        let points = [[0.0, 1.0], [1.0, 0.0], [4.0, 4.0]];
+        let points: Vec<&[f64]> = points.iter().map(|p| p.as_slice()).collect();
+        let r = reference_near_front(&points, &MIN2, &[Some(10.0), None]).unwrap();
+        assert!(r[0] == 10.0 && (r[1] - 1.4).abs() < 1e-12, "{r:?}");
+        assert_eq!(reference_near_front(&[], &MIN2, &[Some(0.5), None]), None);
+        assert_eq!(
+            reference_near_front(&[], &MIN2, &[Some(0.5), Some(40.0)]),
             Some(vec![0.5, 40.0])
         );
     }

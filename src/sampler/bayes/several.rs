@@ -2,9 +2,9 @@
 //! and warped as one objective's is ([`TrainingData`], [`Anchors`]). With two or three
 //! objectives the search maximises the expected hypervolume improvement
 //! ([`HypervolumeImprovement`]) over the front of the models' posterior means at the finished
-//! feasible trials, above the study's reference point (given, or derived from the trials as
-//! the study's hypervolume is: [`pareto::reference_point`]) mapped into each model's units,
-//! weighted by the probability of feasibility where the study has constraints. With four,
+//! feasible trials, above a reference point (the study's where given, else the observed
+//! front's nadir widened by a tenth of the trials' range: [`pareto::reference_near_front`])
+//! mapped into each model's units, weighted by the probability of feasibility where the study has constraints. With four,
 //! whose boxes grow as the cube of the front, each proposal draws fresh weights and
 //! minimises their augmented Chebyshev scalarisation of the objectives as one objective
 //! (ParEGO; Knowles, 2006). Neither has a trust region: the front spans the space, and a box
@@ -120,16 +120,19 @@ impl Several {
         };
         let feasibility = Feasibility::fitted(encoding, context.constraints, history, &center)?;
         let running = context.running.iter().map(|r| encoding.encode(r)).collect();
-        let observed: Vec<&[f64]> = results.iter().map(|o| o.values.as_slice()).collect();
-        let reference = pareto::reference_point(&observed, goals, references);
+        // The reference point in the models' units: a given one mapped there, else the nadir of
+        // the front of the means widened by a tenth of the means' range, so that the front the
+        // improvement is measured from and its corner come from the same values.
+        let given: Vec<Option<f64>> = references
+            .iter()
+            .zip(&maps)
+            .map(|(r, map)| r.map(|r| map.model_value(r)))
+            .collect();
+        let at_results: Vec<&[f64]> = means.iter().map(Vec::as_slice).collect();
+        let reference = pareto::reference_near_front(&at_results, &maximised, &given);
         let acquisition = match reference {
             // While no trial is feasible there is no front to improve: feasibility alone.
             Some(reference) if !front.is_empty() => {
-                let reference: Vec<f64> = reference
-                    .iter()
-                    .zip(&maps)
-                    .map(|(&r, map)| map.model_value(r))
-                    .collect();
                 let front = front.iter().map(|&i| means[i].clone()).collect();
                 let improvement = HypervolumeImprovement::new(
                     &models, front, &reference, running, FANTASIES, &mut rng,

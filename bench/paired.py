@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Paired comparison of two `bench/bayes.py` result files of the same sampler: one built one
+way (BEFORE), one another (AFTER), run on the same functions, modes and seeds.
+
+`python3 bench/paired.py BEFORE.json AFTER.json [--label-before B] [--label-after A]
+[--sampler S]` prints two Markdown tables: each seed's final regret on both sides and their
+ratio (after / before), then per function and mode the seeds both sides ran, the medians, and
+on how many seeds AFTER is lower and higher. `bayes.py --include` cannot pair such files: it
+keeps one run per (sampler, function, mode, seed). Standard library only.
+"""
+
+import argparse
+import json
+import statistics
+
+
+def regrets(path, sampler):
+    """{(function, mode, seed): final regret} of the runs of `sampler` in the file `path`."""
+    runs = json.loads(open(path).read())["runs"]
+    return {(r["function"], r.get("mode", "sequential"), r["seed"]): r["final_regret"]
+            for r in runs if r["sampler"] == sampler}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("before")
+    parser.add_argument("after")
+    parser.add_argument("--label-before", default="before")
+    parser.add_argument("--label-after", default="after")
+    parser.add_argument("--sampler", default="hptune-bayesian")
+    args = parser.parse_args()
+    before, after = regrets(args.before, args.sampler), regrets(args.after, args.sampler)
+    both = [k for k in before if k in after]
+    cells = list(dict.fromkeys(k[:2] for k in both))
+    b, a = args.label_before, args.label_after
+    print(f"| function | mode | seed | {b} | {a} | {a} / {b} |\n|---|---|---|---|---|---|")
+    for function, mode in cells:
+        for seed in sorted(s for f, m, s in both if (f, m) == (function, mode)):
+            x, y = before[(function, mode, seed)], after[(function, mode, seed)]
+            print(f"| {function} | {mode} | {seed} | {x:.4g} | {y:.4g} | {y / x:.2f} |")
+    print(f"\n| function | mode | seeds | median, {b} | median, {a} | {a} lower / higher |\n"
+          "|---|---|---|---|---|---|")
+    for function, mode in cells:
+        pairs = [(before[k], after[k]) for k in both if k[:2] == (function, mode)]
+        lower = sum(y < x for x, y in pairs)
+        higher = sum(y > x for x, y in pairs)
+        print(f"| {function} | {mode} | {len(pairs)} | "
+              f"{statistics.median(x for x, _ in pairs):.4g} | "
+              f"{statistics.median(y for _, y in pairs):.4g} | {lower} / {higher} |")
+
+
+if __name__ == "__main__":
+    main()
