@@ -331,10 +331,13 @@ def run_hptune(binaries, sampler, function, trials, mode, seed):
     return values, [timings.get(i) for i in range(len(values))], chosen, proposals
 
 
-def hptune_design(dimension):
-    """The size of hptune's initial design for `dimension` parameters
-    (src/sampler/bayes/design.rs): 2D + 1 trials, 5 to 20, but 13 with 10 to 15 parameters."""
-    return 13 if 10 <= dimension <= 15 else min(20, max(5, 2 * dimension + 1))
+def hptune_design(dimension, trials):
+    """The size of hptune's initial design for `dimension` parameters in a study of `trials`
+    (src/sampler/bayes/design.rs): 2D + 1 trials, 5 to 20, but with 10 to 15 parameters 13
+    or a fifth of the trials where that is fewer (at least 5)."""
+    if 10 <= dimension <= 15:
+        return max(5, min(13, trials // 5))
+    return min(20, max(5, 2 * dimension + 1))
 
 
 def distributions(function):
@@ -482,7 +485,7 @@ def run_botorch(binaries, sampler, function, trials, mode, seed):
     params = FUNCTIONS[function][0]
     dim = len(params)
     design = torch.quasirandom.SobolEngine(dim, scramble=True, seed=seed).draw(
-        hptune_design(dim), dtype=torch.float64)
+        hptune_design(dim, trials), dtype=torch.float64)
     bounds = torch.tensor([[0.0] * dim, [1.0] * dim], dtype=torch.float64)
     xs, values, timings, pending, told = [], [None] * trials, [None] * trials, [], []
 
@@ -803,11 +806,12 @@ def proposal_time_table(runs, samplers):
     keys = sorted({cell(r)[1:] for r in runs},
                   key=lambda k: (list(FUNCTIONS).index(k[0]), list(MODES).index(k[1])))
     for function, mode in keys:
-        design = hptune_design(len(FUNCTIONS[function][0]))
+        dimension = len(FUNCTIONS[function][0])
         cells = []
         for s in samplers:
             xs = [t for r in runs if cell(r) == (s, function, mode)
-                  for t in r["proposal_seconds"][design:] if t is not None]
+                  for t in r["proposal_seconds"][hptune_design(dimension, r["trials"]):]
+                  if t is not None]
             cells.append(f"{1000 * statistics.median(xs):.1f} ms" if xs else "-")
         lines.append(f"| {function} | {mode} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

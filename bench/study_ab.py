@@ -14,16 +14,25 @@ With `--bayes FUNCTIONS`, the studies are `bench/bayes.py`'s instead of a file: 
 Bayesian sampler on each function, mode and seed, through bayes.py's own runner with the
 worker `--objective` (the same for every binary, so only hptune differs). It prints, per
 binary, the runs whose proposals (every trial's parameters and value) and named best trials
-equal the first binary's, then bayes.py's tables of each binary's runs.
+equal the first binary's, bayes.py's tables of each binary's runs, and each binary's final
+regret against the first's, paired by seed: the medians, the mean difference of log10 regret
+with its standard error, and in how many seeds it is lower (`--out FILE`: every run as JSON).
 
     python3 bench/study_ab.py --bayes branin,hartmann6,branin-noisy --modes sequential,async \\
         --seeds 3 --objective target/release/examples/objective OLD_HPTUNE NEW_HPTUNE
+
+With `--paired`, the arguments are pairs of an `--out` file and a binary it ran: the paired
+table of that binary's runs against the file's first binary, the files' runs pooled (e.g. the
+same change run by two builds over different seeds).
+
+    python3 bench/study_ab.py --paired seeds-0-9.json NEW_A seeds-10-29.json NEW_B
 
 Run from the repository root (study files name their workers relative to it).
 """
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -97,11 +106,17 @@ def bayes_main(args, binaries: list[str]) -> None:
     for function in args.bayes.split(","):
         trials = args.trials or bayes.FUNCTIONS[function][2]
         for mode in args.modes.split(","):
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for binary, theirs in zip(binaries, runs):
                     run = bayes.run_one((Path(binary).resolve(), objective), "hptune-bayesian",
                                         function, trials, mode, seed)
                     theirs.append(run)
+                    if args.out:
+                        # Written whole, then renamed: a reader never sees half a file.
+                        partial = args.out.with_suffix(".partial")
+                        partial.write_text(json.dumps({"argv": sys.argv, "binaries": binaries,
+                                                       "runs": runs}))
+                        partial.replace(args.out)
                     print(f"{function} {mode} seed {seed}: {binary}: regret "
                           f"{run['final_regret']:.4g} ({run['wall_seconds']:.1f} s)",
                           file=sys.stderr, flush=True)
@@ -126,6 +141,41 @@ def bayes_main(args, binaries: list[str]) -> None:
             print(choice)
         print(f"\n{binary}: median time per proposal after the initial design:\n")
         print(bayes.proposal_time_table(theirs, ["hptune-bayesian"]))
+    for binary, theirs in zip(binaries[1:], runs[1:]):
+        print(f"\n{binary} against {binaries[0]}, paired by seed (negative: lower):\n")
+        print(paired_table(theirs, runs[0]))
+
+
+def paired_table(runs: list[dict], baseline: list[dict]) -> str:
+    """Per function and mode: both medians of the final regret, the mean over seeds of
+    log10(run) - log10(baseline) ± its standard error, and the seeds where the run is lower
+    (regrets floored at 1e-12, as bayes.py's own paired table)."""
+    lines = ["| function | mode | median | baseline's median | Δ mean log10 | lower in |",
+             "|---|---|---:|---:|---:|---:|"]
+    cells: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for ours, theirs in zip(runs, baseline):
+        pair = (max(ours["final_regret"], 1e-12), max(theirs["final_regret"], 1e-12))
+        cells.setdefault((ours["function"], ours["mode"]), []).append(pair)
+    for (function, mode), pairs in cells.items():
+        d = [math.log10(a) - math.log10(b) for a, b in pairs]
+        error = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
+        lower = sum(a < b for a, b in pairs)
+        lines.append(f"| {function} | {mode} | {statistics.median(a for a, _ in pairs):.3g} "
+                     f"| {statistics.median(b for _, b in pairs):.3g} "
+                     f"| {statistics.mean(d):+.2f} ± {error:.2f} | {lower} of {len(pairs)} |")
+    return "\n".join(lines)
+
+
+def pooled_main(args: list[str]) -> None:
+    """The paired table of each (file, binary) pair's runs against the file's first binary."""
+    runs: list[dict] = []
+    baseline: list[dict] = []
+    for path, binary in zip(args[::2], args[1::2]):
+        written = json.loads(Path(path).read_text())
+        runs += written["runs"][written["binaries"].index(binary)]
+        baseline += written["runs"][0]
+    print(f"Command: {' '.join(sys.argv)}\n")
+    print(paired_table(runs, baseline))
 
 
 def main() -> None:
@@ -137,12 +187,21 @@ def main() -> None:
     parser.add_argument("--bayes", metavar="FUNCTIONS",
                         help="bench/bayes.py's functions, comma-separated, instead of a study")
     parser.add_argument("--modes", default="sequential,async", help="with --bayes")
-    parser.add_argument("--seeds", type=int, default=3, help="with --bayes: seeds 0 .. N - 1")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="with --bayes: seeds first-seed .. first-seed + N - 1")
+    parser.add_argument("--first-seed", type=int, default=0, help="with --bayes")
     parser.add_argument("--trials", type=int, help="with --bayes (default: bayes.py's)")
     parser.add_argument("--objective", default="target/release/examples/objective",
                         help="with --bayes: the worker every binary runs")
+    parser.add_argument("--out", type=Path, help="with --bayes: every run, as JSON")
+    parser.add_argument("--paired", action="store_true",
+                        help="the arguments are --out files, each followed by a binary it ran")
     args = parser.parse_args()
-    if args.bayes:
+    if args.paired:
+        if len(args.args) % 2:
+            parser.error("--paired takes pairs of an --out file and a binary")
+        pooled_main(args.args)
+    elif args.bayes:
         bayes_main(args, args.args)
     elif len(args.args) < 2:
         parser.error("give a study file and at least one hptune binary")

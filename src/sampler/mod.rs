@@ -132,6 +132,7 @@ pub fn for_study(study: &Study) -> Result<Box<dyn Sampler>, SamplerError> {
             let references = study.objectives().map(|o| o.reference_point).collect();
             let sampler = BayesSampler::new(study.seed)
                 .with_reference_point(references)
+                .with_budget(study.budget.max_trial_count)
                 .with_fidelity(bayes::fidelity::settings(study));
             ("bayesian", Box::new(sampler))
         }
@@ -143,4 +144,63 @@ pub fn for_study(study: &Study) -> Result<Box<dyn Sampler>, SamplerError> {
 /// storage before each proposal ([`ProposalContext::curves`]).
 pub(crate) fn reads_curves(study: &Study) -> bool {
     study.algorithm == Algorithm::Bayesian && bayes::fidelity::settings(study).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bayes::design::sobol_point;
+
+    /// The proposal for trial 10 of a Bayesian study of 10 parameters with `max_trial_count`
+    /// given, after 10 trials, and the design's point for that trial.
+    fn eleventh_of(max_trial_count: u64) -> (Assignment, Assignment) {
+        let parameters: String = (0..10)
+            .map(|i| format!("  - {{id: x{i}, type: double, min: 0, max: 1}}\n"))
+            .collect();
+        let yaml = format!(
+            "name: s\nobjective: {{metric: loss, goal: minimize}}\nparameters:\n{parameters}\
+             max_trial_count: {max_trial_count}\nseed: 7\ntrial: {{command: [w]}}\n"
+        );
+        let study = crate::spec::parse(std::path::Path::new("s.yaml"), &yaml).unwrap();
+        let history: Vec<Observation> = (0..10)
+            .map(|number| {
+                let params = study.space.from_unit(&sobol_point(number, 10, study.seed));
+                let value = params.values().map(|v| v.as_f64().unwrap()).sum();
+                Observation {
+                    number,
+                    params,
+                    value: Some(value),
+                    ..Observation::unconstrained()
+                }
+            })
+            .collect();
+        let context = ProposalContext {
+            space: &study.space,
+            goal: Goal::Minimize,
+            goals: &[Goal::Minimize],
+            constraints: &Constraints::default(),
+            number: 10,
+            history: &history,
+            prior: &[],
+            running: &[],
+            curves: &[],
+            parallel: 1,
+        };
+        let proposal = for_study(&study)
+            .unwrap()
+            .propose(&context)
+            .unwrap()
+            .unwrap();
+        let design = study.space.from_unit(&sobol_point(10, 10, study.seed));
+        (proposal, design)
+    }
+
+    #[test]
+    fn the_bayesian_sampler_sizes_its_design_by_the_studys_budget() {
+        // 10 parameters: a design of 13 trials, but of 10 (a fifth) in a study of 50.
+        let (proposal, design) = eleventh_of(100);
+        assert_eq!(proposal, design);
+        let (proposal, design) = eleventh_of(50);
+        assert_ne!(proposal, design, "trial 10 of 50 comes from the model");
+    }
 }

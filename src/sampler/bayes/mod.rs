@@ -16,7 +16,8 @@
 //! huge ones do not flatten the model. With [many parameters](design::MANY_PARAMETERS) only
 //! values far out are warped, and from [16](design::WHOLE_CUBE_PARAMETERS) the search spans
 //! the whole space; between them, with 10 to 15 ([the middle](design::is_middle)), the design
-//! is smaller and the trust region turns local sooner. The same model names the trial it believes
+//! is smaller (a fifth of the study's trial budget at most) and the trust region turns local
+//! sooner. The same model names the trial it believes
 //! best ([`believed_best`]). See `docs/bayes.md`.
 
 pub(crate) mod acquisition;
@@ -62,6 +63,8 @@ pub struct BayesSampler {
     several: Several,
     /// The reference point the study gives, per objective (`None`: derived from the trials).
     references: Vec<Option<f64>>,
+    /// The study's trial budget (`max_trial_count`), where it has one.
+    budget: Option<u64>,
 }
 
 impl BayesSampler {
@@ -73,6 +76,7 @@ impl BayesSampler {
             fidelity: None,
             several: Several::default(),
             references: Vec::new(),
+            budget: None,
         }
     }
 
@@ -90,6 +94,12 @@ impl BayesSampler {
     pub(crate) fn with_reference_point(mut self, references: Vec<Option<f64>>) -> Self {
         self.references = references;
         self
+    }
+
+    /// The sampler for a study of `budget` trials in all (`max_trial_count`; `None`: no
+    /// limit).
+    pub(crate) fn with_budget(self, budget: Option<u64>) -> Self {
+        Self { budget, ..self }
     }
 
     /// The design's point for trial `number`.
@@ -156,7 +166,7 @@ impl BayesSampler {
                 .reduce(f64::max),
         };
         let dimension = context.space.dimension();
-        let design = initial_design_size(dimension) as usize;
+        let design = initial_design_size(dimension, self.budget) as usize;
         // The trust region counts batches of as many trials as the study runs at once, by
         // trial number, not by the count of trials running now: that count depends on which
         // trials happened to have ended when the controller proposed. While no trial is
@@ -206,7 +216,7 @@ impl Sampler for BayesSampler {
             }
         };
         let known = context.number + context.prior.len() as u64;
-        if known < initial_design_size(context.space.dimension()) {
+        if known < initial_design_size(context.space.dimension(), self.budget) {
             return Ok(Some(self.design(context)));
         }
         // Under ASHA, the model of the learning curves (one objective: early stopping is refused

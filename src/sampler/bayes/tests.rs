@@ -119,7 +119,7 @@ fn in_the_middle_a_proposal_stays_in_the_trust_region() {
                 .sum(),
         )
     };
-    let design = initial_design_size(12) as usize;
+    let design = initial_design_size(12, None) as usize;
     let mut sampler = BayesSampler::new(3);
     let history = run_with(&mut sampler, &space, design, corner);
     let incumbent = history
@@ -195,7 +195,7 @@ fn under_a_constraint_the_model_finds_the_best_feasible_point() {
         .filter_map(|o| o.value)
         .fold(f64::MAX, f64::min);
     assert!(best < 0.02 + 1e-3, "best feasible {best}");
-    let model = &history[initial_design_size(2) as usize..];
+    let model = &history[initial_design_size(2, None) as usize..];
     let infeasible = model.iter().filter(|o| !o.feasible).count();
     assert!(
         infeasible * 2 <= model.len(),
@@ -238,7 +238,7 @@ fn with_no_feasible_trial_yet_the_proposal_goes_where_feasibility_is_likely() {
     // Only the corner a + b <= 0.3 is feasible, far from the bowl's bottom, and the
     // design misses it.
     let history = run_constrained(2, 10, &sum_at_most(0.3), bowl_and_sum);
-    let design = initial_design_size(2) as usize;
+    let design = initial_design_size(2, None) as usize;
     assert!(history[..design].iter().all(|o| !o.feasible));
     let first = history.iter().position(|o| o.feasible);
     assert!(
@@ -363,7 +363,7 @@ fn failed_trials_steer_proposals_away_from_where_they_fail() {
         (x(p, "a") >= 0.5).then(|| (x(p, "a") - 0.6).powi(2) + (x(p, "b") - 0.5).powi(2))
     };
     let history = run(&square(), 3, 30, fails_left);
-    let model = &history[initial_design_size(2) as usize..];
+    let model = &history[initial_design_size(2, None) as usize..];
     let failed = model.iter().filter(|o| o.value.is_none()).count();
     assert!(
         failed * 5 <= model.len(),
