@@ -15,13 +15,13 @@ per binary and the ratio to the first binary's.
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
+
+from hptune_process import Session, timed
 
 STUDY = """\
 name: grid
@@ -36,34 +36,12 @@ parallel_trial_count: 4
 
 def fill(binary, study, env, trials):
     """Asks and tells `trials` trials through one `hptune session`."""
-    session = subprocess.Popen(
-        [binary, "session", study], env=env, text=True,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-    )
-
-    def request(line):
-        session.stdin.write(json.dumps(line) + "\n")
-        session.stdin.flush()
-        answer = json.loads(session.stdout.readline())
-        assert answer["exit"] == 0, answer
-        return answer["result"]
-
+    session = Session(binary, study, env)
     for _ in range(trials):
-        trial = request({"op": "ask"})[0]
-        request({"op": "tell", "trial": trial["number"], "value": sum(trial["params"].values())})
-    session.stdin.close()
-    assert session.wait() == 0
-
-
-def timed(args, env):
-    """Runs `args`: its stdout, wall seconds and CPU seconds (user + system)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    out = subprocess.run(args, env=env, check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return out.stdout, wall, cpu
+        trial = session.request({"op": "ask"})[0]
+        session.request({"op": "tell", "trial": trial["number"],
+                         "value": sum(trial["params"].values())})
+    session.close()
 
 
 def main():

@@ -15,14 +15,12 @@ shown as such); the SVGs of the binaries are compared. Prints a Markdown table.
 """
 
 import argparse
-import json
 import os
 import random
-import resource
-import subprocess
 import tempfile
-import time
 from pathlib import Path
+
+from hptune_process import Session, timed
 
 STUDY = """\
 name: {name}
@@ -41,43 +39,21 @@ def fill(binary, folder, env, shape, trials):
     name = f"{shape}{trials}"
     study = folder / f"{name}.yaml"
     study.write_text(STUDY.format(name=name, trials=trials))
-    session = subprocess.Popen(
-        [binary, "session", study], env=env, text=True,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-    )
-
-    def request(line):
-        session.stdin.write(json.dumps(line) + "\n")
-        session.stdin.flush()
-        answer = json.loads(session.stdout.readline())
-        assert answer["exit"] == 0, answer
-        return answer["result"]
-
+    session = Session(binary, study, env)
     noise = random.Random(1)
     for _ in range(trials):
-        trial = request({"op": "ask"})[0]
+        trial = session.request({"op": "ask"})[0]
         x = trial["params"]["x"]
         ms = 1 - x if shape == "line" else 1 - x + 0.2 * noise.random()
-        request({"op": "tell", "trial": trial["number"], "metrics": {"loss": x, "ms": ms}})
-    session.stdin.close()
-    assert session.wait() == 0
+        session.request({"op": "tell", "trial": trial["number"], "metrics": {"loss": x, "ms": ms}})
+    session.close()
     return name
 
 
 def draw(binary, name, out, env, timeout):
     """`hptune plot NAME --kind hypervolume`: wall and CPU seconds, or None past `timeout`."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    try:
-        subprocess.run(
-            [binary, "plot", name, "--kind", "hypervolume", "--out", out],
-            env=env, check=True, capture_output=True, timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        return None
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    took = timed([binary, "plot", name, "--kind", "hypervolume", "--out", str(out)], env, timeout)
+    return took and took[1:]
 
 
 def main():

@@ -319,6 +319,16 @@ mod tests {
 
     const MIN2: [Goal; 2] = [Goal::Minimize, Goal::Minimize];
 
+    /// `d` goals, minimised on even objectives and maximised on odd ones.
+    fn alternating_goals(d: usize) -> Vec<Goal> {
+        (0..d)
+            .map(|j| match j % 2 {
+                0 => Goal::Minimize,
+                _ => Goal::Maximize,
+            })
+            .collect()
+    }
+
     fn refs(points: &[Vec<f64>]) -> Vec<&[f64]> {
         points.iter().map(Vec::as_slice).collect()
     }
@@ -397,12 +407,7 @@ mod tests {
         // Small integer values, so that many points tie on some objective or on all.
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         for d in [2usize, 3, 4] {
-            let goals: Vec<Goal> = (0..d)
-                .map(|j| match j % 2 {
-                    0 => Goal::Minimize,
-                    _ => Goal::Maximize,
-                })
-                .collect();
+            let goals = alternating_goals(d);
             for n in [1usize, 6, 40] {
                 let points: Vec<Vec<f64>> = (0..n)
                     .map(|_| (0..d).map(|_| rng.random_range(0..5) as f64).collect())
@@ -537,12 +542,7 @@ mod tests {
     fn the_samplers_reference_is_never_past_the_studys_corner_nor_before_the_nadir() {
         let mut rng = ChaCha8Rng::seed_from_u64(11);
         for d in [2usize, 3, 4] {
-            let goals: Vec<Goal> = (0..d)
-                .map(|j| match j % 2 {
-                    0 => Goal::Minimize,
-                    _ => Goal::Maximize,
-                })
-                .collect();
+            let goals = alternating_goals(d);
             for n in [1usize, 5, 30] {
                 let points: Vec<Vec<f64>> = (0..n)
                     .map(|_| (0..d).map(|_| rng.random_range(-3.0..3.0)).collect())
