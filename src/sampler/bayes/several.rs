@@ -2,12 +2,12 @@
 //! and warped as one objective's is ([`TrainingData`], [`Anchors`]). With two or three
 //! objectives the search maximises the expected hypervolume improvement
 //! ([`HypervolumeImprovement`]) over the front of the models' posterior means at the finished
-//! feasible trials, above a reference point (the study's where given, else the observed
-//! front's nadir widened by a tenth of the trials' range: [`pareto::reference_near_front`])
-//! mapped into each model's units, weighted by the probability of feasibility where the study has constraints. With four,
-//! whose boxes grow as the cube of the front, each proposal draws fresh weights and
-//! minimises their augmented Chebyshev scalarisation of the objectives as one objective
-//! (ParEGO; Knowles, 2006). Neither has a trust region: the front spans the space, and a box
+//! feasible trials, above a reference point in the models' units (the study's mapped there
+//! where given, else the nadir of that front widened by a tenth of the means' range:
+//! [`pareto::reference_near_front`]), weighted by the probability of feasibility where the
+//! study has constraints. With four, whose boxes grow as the cube of the front, each
+//! proposal draws fresh weights and minimises their augmented Chebyshev scalarisation of the
+//! objectives as one objective (ParEGO; Knowles, 2006). Neither has a trust region: the front spans the space, and a box
 //! around one of its trials would search one part of it.
 
 use rand::Rng;
