@@ -4,12 +4,13 @@ against the same sampler on final values alone (`fidelity: off`), random search 
 Optuna's TPE with HyperbandPruner and with SuccessiveHalvingPruner, on one simulated clock.
 
 One command: `python3 bench/multifidelity.py [--seeds N] [--first-seed S] [--horizon UNITS]
-[--unit-ms MS] [--jobs J]`; `python3 bench/multifidelity.py --summarise FILE...` prints the
-tables of several runs' result files (bench/results/multifidelity-*.json) over their seeds.
-It creates bench/.venv (git-ignored) with Optuna, runs target/bench/hptune (see `HPTUNE`),
-and prints Markdown tables. Each hptune run prints a line to stderr: its trials, how many
-failed, its wall time, its final regret and how far its real order strayed from the simulated
-clock (`order_departure`); a run whose trials make no step for `STALL_S` seconds fails.
+[--unit-ms MS] [--jobs J] [--hptune PATH]`; `python3 bench/multifidelity.py --summarise FILE...`
+prints the tables of several runs' result files (bench/results/multifidelity-*.json) over their
+seeds. It creates bench/.venv (git-ignored) with Optuna, runs target/bench/hptune (see `HPTUNE`;
+`--hptune PATH` runs another build, to compare two builds on one script), and prints Markdown
+tables. Each hptune run prints a line to stderr: its trials, how many failed, its wall time, its
+final regret and how far its real order strayed from the simulated clock (`order_departure`); a
+run whose trials make no step for `STALL_S` seconds fails.
 
 The function: 4 parameters, `x1 ∈ [-5, 10]`, `x2 ∈ [0, 15]` (Branin's), `x3, x4 ∈ [0, 1]`.
 A configuration's final loss (at step R = 27) is `branin(x1, x2) / 10 + 0.5 (x3 - 0.75)² +
@@ -138,7 +139,7 @@ def area(curve, horizon):
     return total / horizon
 
 
-def run_hptune(variant, seed, horizon, unit_ms, work):
+def run_hptune(hptune, variant, seed, horizon, unit_ms, work):
     algorithm, fidelity = {"model": ("bayesian", "model"), "bayesian": ("bayesian", "off"),
                            "random": ("random", "off")}[variant]
     params = "\n".join(f"  - {{id: {p}, type: double, min: {lo}, max: {hi}}}"
@@ -164,7 +165,7 @@ trial:
     err = work / f"{variant}-{seed}.err"
     with open(err, "w") as stderr:
         process = subprocess.Popen(
-            [str(HPTUNE), "run", str(study), "--storage", f"sqlite://{db}",
+            [str(hptune), "run", str(study), "--storage", f"sqlite://{db}",
              "--log-dir", str(work / f"logs-{variant}-{seed}")],
             cwd=work, stdout=subprocess.DEVNULL, stderr=stderr)
     # Past the horizon on the simulated clock (checked every second), the study is interrupted;
@@ -318,6 +319,9 @@ def main():
     parser.add_argument("--unit-ms", type=int, default=100)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--jobs", type=int, default=2, help="hptune runs at once")
+    # Resolved here: each run starts it from its own temporary directory.
+    parser.add_argument("--hptune", default=str(HPTUNE), type=lambda p: str(Path(p).resolve()),
+                        help="the hptune binary (default target/bench/hptune)")
     args = parser.parse_args()
     ensure_venv()
     methods = args.methods.split(",")
@@ -328,7 +332,8 @@ def main():
     jobs = [(m, s) for s in seeds for m in methods if m in ("model", "bayesian", "random")]
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(args.jobs) as pool:
-        futures = {(m, s): pool.submit(run_hptune, m, s, args.horizon, args.unit_ms, work)
+        futures = {(m, s): pool.submit(run_hptune, args.hptune, m, s, args.horizon, args.unit_ms,
+                                       work)
                    for m, s in jobs}
         for (m, s), future in futures.items():
             trials, wall = future.result()
