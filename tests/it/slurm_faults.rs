@@ -195,6 +195,13 @@ fn a_controller_restart_mid_trial_neither_fails_the_trial_nor_leaves_its_job_unw
         running().is_some()
     });
     let id = running().unwrap();
+    // slurmctld says RUNNING once it has sent the launch to slurmd; a controller stopped
+    // before slurmd has it loses the launch, and the job stays RUNNING with no process. The
+    // job's log file is slurmd's: the worker has started.
+    let log = scratch.path("hptune-logs/outage/trial-0.log");
+    wait_until("the job's log file", Duration::from_secs(60), || {
+        log.exists()
+    });
     {
         let _down = ControllerDown::stop();
         std::thread::sleep(Duration::from_secs(95));

@@ -116,7 +116,13 @@ pub fn container_folder(api: Api, body: &Value, root: &Path, path: &str) -> Path
     }
 }
 
-/// Whether the folder has a file in it (a checkpoint written).
-pub fn has_files(dir: &Path) -> bool {
-    std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
+/// Whether the folder holds a whole checkpoint: a file other than one still being written
+/// (`*.tmp`, which the fixture workers write and then rename over their checkpoint). A folder
+/// holding only the temporary file has no checkpoint a next attempt could resume from.
+pub fn has_checkpoint(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|entry| !entry.file_name().to_string_lossy().ends_with(".tmp"))
+    })
 }

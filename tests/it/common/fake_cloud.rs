@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::fake_capacity::{container_folder, has_files, spot_fields};
+use super::fake_capacity::{container_folder, has_checkpoint, spot_fields};
 
 /// Which API the fake plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -754,7 +754,7 @@ impl State {
         let preempt = self.script.preempt.clone();
         let after_checkpoint = self.script.preempt_after_checkpoint;
         let job = &mut self.jobs[i];
-        let checkpointed = job.checkpoints.as_deref().is_some_and(has_files);
+        let checkpointed = job.checkpoints.as_deref().is_some_and(has_checkpoint);
         job.polls += 1;
         if job.process.is_none() && job.end.is_none() && job.polls > 1 {
             job.process = Some(launch(job, &workdir, extra.get(&job.trial)));
