@@ -27,9 +27,10 @@ Markdown tables:
   the largest of them (`--timing-trials`, Hartmann6, sequential, one seed).
 
 The middle, 8 to 15 parameters at 100 trials (`ackley-D`, `rosenbrock-D`, `styblinski-tang-D`,
-`rastrigin-D` and `mixed-D` for D = 8, 10, 12, 15; MIDDLE), is not in the default set either;
-it is meant for hptune against Optuna's GPSampler, TPE and CMA-ES and Rustuna's TPE and CMA-ES
-(`rustuna-tpe`, `rustuna-cmaes`: Optuna's Rust port, in-process, define-by-run).
+`rastrigin-D`, `rastrigin-off-D` and `mixed-D` for D = 8, 10, 12, 15; MIDDLE), is not in the
+default set either; it is meant for hptune against Optuna's GPSampler, TPE and CMA-ES and
+Rustuna's TPE and CMA-ES (`rustuna-tpe`, `rustuna-cmaes`: Optuna's Rust port, in-process,
+define-by-run).
 
 Functions with many parameters (`ackley-20`, `levy-20`, `ackley-50`, `levy-50`, `mixed-30`,
 200 trials each) are not in the default set; they are meant for hptune against Optuna's
@@ -121,19 +122,24 @@ MANY_PARAMETERS = [f"{name}-{d}" for d in (20, 50) for name in ("ackley", "levy"
 WORKER = {f"{name}-{d}": name for d in (20, 50) for name in ("ackley", "levy")}
 # The middle (issue 39), 8 to 15 parameters, 100 trials (50 with `--trials 50`): a fine-tuning
 # study's size. Ackley and Rosenbrock on [-5, 10] (the optimum off the centre, as above),
-# Styblinski-Tang on [-5, 5] and Rastrigin on [-5.12, 5.12] (their usual boxes), and
+# Styblinski-Tang on [-5, 5] and Rastrigin on [-5.12, 5.12] (their usual boxes; Rastrigin's
+# optimum is the centre, where CMA-ES draws its first generation), `rastrigin-off-D`:
+# Rastrigin on [-5.12, 10.24], the optimum a third of the way along each side as Ackley's, and
 # `mixed-D`: D/4 categoricals of four values, each moving the best value of one double,
 # D/4 integers in 1..8 and the rest doubles in [0, 1] (the worker's `mixed`, minimum 0).
-MIDDLE_BOXES = {"ackley": (-5.0, 10.0, 0.0), "rosenbrock": (-5.0, 10.0, 0.0),
-                "styblinski-tang": (-5.0, 5.0, -39.16616570377142),
-                "rastrigin": (-5.12, 5.12, 0.0)}
+# name -> (the worker's function, the box's low and high side, the optimum per parameter)
+MIDDLE_BOXES = {"ackley": ("ackley", -5.0, 10.0, 0.0),
+                "rosenbrock": ("rosenbrock", -5.0, 10.0, 0.0),
+                "styblinski-tang": ("styblinski-tang", -5.0, 5.0, -39.16616570377142),
+                "rastrigin": ("rastrigin", -5.12, 5.12, 0.0),
+                "rastrigin-off": ("rastrigin", -5.12, 10.24, 0.0)}
 MIDDLE = []
 for _d in (8, 10, 12, 15):
-    for _name, (_low, _high, _optimum) in MIDDLE_BOXES.items():
+    for _name, (_worker, _low, _high, _optimum) in MIDDLE_BOXES.items():
         FUNCTIONS[f"{_name}-{_d}"] = (
             [(f"x{i}", "double", _low, _high, False) for i in range(1, _d + 1)],
             _optimum * _d, 100)
-        WORKER[f"{_name}-{_d}"] = _name
+        WORKER[f"{_name}-{_d}"] = _worker
         MIDDLE.append(f"{_name}-{_d}")
     _kinds = _d // 4
     _doubles = _d - 2 * _kinds
@@ -744,6 +750,43 @@ def regret_table(runs, samplers):
     return "\n".join(lines)
 
 
+def paired_log10(pairs):
+    """The mean over `pairs` (a, b) of log10(a) - log10(b), regrets floored at 1e-12, and its
+    standard error (NaN with one pair): negative where the first is lower."""
+    d = [math.log10(max(a, 1e-12)) - math.log10(max(b, 1e-12)) for a, b in pairs]
+    error = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
+    return statistics.mean(d), error
+
+
+def rival_table(runs):
+    """hptune's Bayesian sampler against the other sampler of the lowest median regret in
+    each (function, mode), paired by seed: both medians, the paired mean log10 difference ±
+    its standard error, and the seeds where hptune is lower."""
+    lines = ["| function | mode | hptune | lowest other | its median | hptune against it, paired "
+             "| hptune lower in |", "|---|---|---:|---|---:|---:|---:|"]
+    by_cell = {}
+    for r in runs:
+        by_cell.setdefault(cell(r), {})[r["seed"]] = r["final_regret"]
+    for (sampler, function, mode), ours in by_cell.items():
+        if sampler != "hptune-bayesian":
+            continue
+        others = {s: regrets for (s, f, m), regrets in by_cell.items()
+                  if (f, m) == (function, mode) and s != sampler}
+        if not others:
+            continue
+        rival = min(others, key=lambda s: statistics.median(others[s].values()))
+        seeds = sorted(set(ours) & set(others[rival]))
+        if not seeds:
+            continue
+        pairs = [(ours[k], others[rival][k]) for k in seeds]
+        mean, error = paired_log10(pairs)
+        lines.append(f"| {function} | {mode} | {statistics.median(ours.values()):.3g} | {rival} "
+                     f"| {statistics.median(others[rival].values()):.3g} "
+                     f"| {mean:+.2f} ± {error:.2f} | {sum(a < b for a, b in pairs)} of "
+                     f"{len(pairs)} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def parallel_cost_table(runs, samplers):
     """The regret of each parallel mode against the sequential one, per function and sampler:
     medians, their ratio, and the mean over seeds of log10(parallel) - log10(sequential) with
@@ -762,10 +805,9 @@ def parallel_cost_table(runs, samplers):
                 if len(seeds) < 2:
                     continue
                 ratio = statistics.median(other.values()) / statistics.median(sequential.values())
-                d = [math.log10(other[k]) - math.log10(sequential[k]) for k in seeds]
-                error = statistics.stdev(d) / math.sqrt(len(d))
+                mean, error = paired_log10([(other[k], sequential[k]) for k in seeds])
                 lines.append(f"| {function} | {s} | {mode} | {ratio:.2f}x | "
-                             f"{statistics.mean(d):+.2f} ± {error:.2f} (n={len(d)}) |")
+                             f"{mean:+.2f} ± {error:.2f} (n={len(seeds)}) |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
@@ -914,6 +956,10 @@ def main():
     if runs:
         print("Final simple regret, median [Q1, Q3] over seeds:\n")
         print(regret_table(runs, samplers))
+        if rivals := rival_table(runs):
+            print("\nhptune against the other sampler of the lowest median, paired by seed "
+                  "(mean log10 difference ± standard error; negative: hptune lower):\n")
+            print(rivals)
         if choice := choice_table(runs):
             print("\nNoisy functions, the noise-free regret of hptune's best trial by each way "
                   "of naming it (median over seeds):\n")

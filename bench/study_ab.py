@@ -32,7 +32,6 @@ Run from the repository root (study files name their workers relative to it).
 
 import argparse
 import json
-import math
 import statistics
 import subprocess
 import sys
@@ -149,20 +148,19 @@ def bayes_main(args, binaries: list[str]) -> None:
 def paired_table(runs: list[dict], baseline: list[dict]) -> str:
     """Per function and mode: both medians of the final regret, the mean over seeds of
     log10(run) - log10(baseline) ± its standard error, and the seeds where the run is lower
-    (regrets floored at 1e-12, as bayes.py's own paired table)."""
+    (`bayes.paired_log10`)."""
     lines = ["| function | mode | median | baseline's median | Δ mean log10 | lower in |",
              "|---|---|---:|---:|---:|---:|"]
     cells: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for ours, theirs in zip(runs, baseline):
-        pair = (max(ours["final_regret"], 1e-12), max(theirs["final_regret"], 1e-12))
+        pair = (ours["final_regret"], theirs["final_regret"])
         cells.setdefault((ours["function"], ours["mode"]), []).append(pair)
     for (function, mode), pairs in cells.items():
-        d = [math.log10(a) - math.log10(b) for a, b in pairs]
-        error = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
+        mean, error = bayes.paired_log10(pairs)
         lower = sum(a < b for a, b in pairs)
         lines.append(f"| {function} | {mode} | {statistics.median(a for a, _ in pairs):.3g} "
                      f"| {statistics.median(b for _, b in pairs):.3g} "
-                     f"| {statistics.mean(d):+.2f} ± {error:.2f} | {lower} of {len(pairs)} |")
+                     f"| {mean:+.2f} ± {error:.2f} | {lower} of {len(pairs)} |")
     return "\n".join(lines)
 
 
