@@ -135,10 +135,11 @@ def summarise(work):
                 shares.append((hit[0] / total[0], hit[1] / total[1]) if hit else (math.inf,) * 2)
                 share = " | ".join(f"{x:.2f}" for x in shares[-1])
             found = best(trials)
+            highest = [t["highest"] for t in trials if t["highest"] is not None]
             firsts = [t["first"] for t in trials if t["number"] >= shared and t["first"] is not None]
             print(f"| {seed} | {variant} | {len(trials)} | "
                   f"{f'{found[0]:.4f} ({-found[1]})' if found else '-'} | "
-                  f"{max((t['highest'] or 0 for t in trials), default=0):.4f} | "
+                  f"{f'{max(highest):.4f}' if highest else '-'} | "
                   f"{sum(t['seconds'] for t in trials):.0f} | {sum(t['epochs'] for t in trials)} | "
                   f"{f'{statistics.median(firsts):.3f} (trials {shared}+)' if firsts else '-'} |"
                   f" {share} |")
