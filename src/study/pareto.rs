@@ -164,25 +164,51 @@ pub(crate) fn reference_point(
 }
 
 /// The reference point the Bayesian sampler improves a front above (it passes the models'
-/// posterior means at the feasible trials, in the models' units): each objective's `given`
-/// value where there is one, else the worst value among the front of `points` (its nadir)
-/// widened by the margin [`reference_point`] adds, 10% of all the points' range on that
-/// objective. It lies between the front and [`reference_point`]'s corner of the same points
-/// (on it where a point worst on every objective is on the front): that corner lies as far
-/// past the front as the worst points do, and the expected improvement above it weighs
-/// widening the front over moving it forward. `None` as for [`reference_point`].
+/// posterior means at the feasible trials, in the models' units, and each model's noise as
+/// `tolerance`): each objective's `given` value where there is one, else the worst value
+/// among the front of `points` (its nadir) widened by the margin [`reference_point`] adds,
+/// 10% of all the points' range on that objective. It lies between the front and
+/// [`reference_point`]'s corner of the same points (on it where a point worst on every
+/// objective is on the front): that corner lies as far past the front as the worst points
+/// do, and the expected improvement above it weighs widening the front over moving it
+/// forward. The nadir leaves out the points of the front that another betters by more than
+/// `tolerance` on one objective while trailing by at most `tolerance` on every other
+/// ([`clearly_dominates`]): a point on the front only by a lead within the noise, however bad
+/// its other values, would otherwise set the corner, and the improvement past the front's
+/// end would then be weighed by its whole distance to that point. `None` as for
+/// [`reference_point`].
 pub(crate) fn reference_near_front(
     points: &[&[f64]],
     goals: &[Goal],
     given: &[Option<f64>],
+    tolerance: &[f64],
 ) -> Option<Vec<f64>> {
     let points = kept_minimised(points, goals);
     let on = front(&points, &vec![Goal::Minimize; goals.len()], |p| {
         Some(p.as_slice())
     });
+    let clear: Vec<usize> = on
+        .iter()
+        .copied()
+        .filter(|&p| {
+            !on.iter()
+                .any(|&q| clearly_dominates(&points[q], &points[p], tolerance))
+        })
+        .collect();
+    // With three or more objectives the relation may cycle and leave no point: then the
+    // whole front.
+    let nadir = if clear.is_empty() { on } else { clear };
     widened(&points, goals, given, |j| {
-        largest(on.iter().map(|&i| &points[i]), j)
+        largest(nadir.iter().map(|&i| &points[i]), j)
     })
+}
+
+/// Whether `a` betters `b` (both minimised) by more than `tolerance` on some objective and
+/// trails it by at most `tolerance` on every objective (a missing tolerance is 0: plain
+/// dominance, less ties).
+fn clearly_dominates(a: &[f64], b: &[f64], tolerance: &[f64]) -> bool {
+    let within = |j: usize| tolerance.get(j).copied().unwrap_or(0.0);
+    (0..a.len()).all(|j| a[j] <= b[j] + within(j)) && (0..a.len()).any(|j| a[j] < b[j] - within(j))
 }
 
 /// The points that are one finite value per objective, minimised.
@@ -510,7 +536,7 @@ mod tests {
             [f64::NAN, 9.0],
         ];
         let points: Vec<&[f64]> = points.iter().map(|p| p.as_slice()).collect();
-        let r = reference_near_front(&points, &goals, &[None, None]).unwrap();
+        let r = reference_near_front(&points, &goals, &[None, None], &[]).unwrap();
         assert!(
             (r[0] + 1.2).abs() < 1e-12 && (r[1] - 1.3).abs() < 1e-12,
             "{r:?}"
@@ -528,12 +554,12 @@ mod tests {
         let points = [[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]];
         let points: Vec<&[f64]> = points.iter().map(|p| p.as_slice()).collect();
         assert_eq!(
-            reference_near_front(&points, &MIN2, &[None, None]),
+            reference_near_front(&points, &MIN2, &[None, None], &[]),
             reference_point(&points, &MIN2, &[None, None])
         );
         // One trial: its values widened by a tenth of their size, at least 0.1.
         assert_eq!(
-            reference_near_front(&[&[0.5, 30.0]], &MIN2, &[None, None]),
+            reference_near_front(&[&[0.5, 30.0]], &MIN2, &[None, None], &[]),
             Some(vec![0.6, 33.0])
         );
     }
@@ -548,7 +574,7 @@ mod tests {
                     .map(|_| (0..d).map(|_| rng.random_range(-3.0..3.0)).collect())
                     .collect();
                 let none = vec![None; d];
-                let near = reference_near_front(&refs(&points), &goals, &none).unwrap();
+                let near = reference_near_front(&refs(&points), &goals, &none, &[]).unwrap();
                 let corner = reference_point(&refs(&points), &goals, &none).unwrap();
                 let near = minimised(&near, &goals);
                 let corner = minimised(&corner, &goals);
@@ -563,14 +589,37 @@ mod tests {
     }
 
     #[test]
+    fn a_front_point_that_leads_by_less_than_the_tolerance_does_not_set_the_samplers_reference() {
+        // Minimised, as noisy ZDT1's posterior means: the first leads the second on the first
+        // objective by 0.02, within its tolerance of 0.05, and is 7 worse on the second; the
+        // nadir is then that of the other three, (1, 1), widened by a tenth of the range.
+        let points = [[0.0, 8.0], [0.02, 1.0], [0.5, 0.3], [1.0, 0.0]];
+        let points: Vec<&[f64]> = points.iter().map(|p| p.as_slice()).collect();
+        let r = reference_near_front(&points, &MIN2, &[None, None], &[0.05, 0.05]).unwrap();
+        assert!(
+            (r[0] - 1.1).abs() < 1e-12 && (r[1] - 1.8).abs() < 1e-12,
+            "{r:?}"
+        );
+        // A lead beyond the tolerance keeps it: the nadir's second value is its 8.
+        let r = reference_near_front(&points, &MIN2, &[None, None], &[0.01, 0.01]).unwrap();
+        assert!((r[1] - 8.8).abs() < 1e-12, "{r:?}");
+        // Without a tolerance, the plain front's nadir.
+        let r = reference_near_front(&points, &MIN2, &[None, None], &[]).unwrap();
+        assert!((r[1] - 8.8).abs() < 1e-12, "{r:?}");
+    }
+
+    #[test]
     fn a_given_reference_wins_over_the_samplers_rule() {
         let points = [[0.0, 1.0], [1.0, 0.0], [4.0, 4.0]];
         let points: Vec<&[f64]> = points.iter().map(|p| p.as_slice()).collect();
-        let r = reference_near_front(&points, &MIN2, &[Some(10.0), None]).unwrap();
+        let r = reference_near_front(&points, &MIN2, &[Some(10.0), None], &[]).unwrap();
         assert!(r[0] == 10.0 && (r[1] - 1.4).abs() < 1e-12, "{r:?}");
-        assert_eq!(reference_near_front(&[], &MIN2, &[Some(0.5), None]), None);
         assert_eq!(
-            reference_near_front(&[], &MIN2, &[Some(0.5), Some(40.0)]),
+            reference_near_front(&[], &MIN2, &[Some(0.5), None], &[]),
+            None
+        );
+        assert_eq!(
+            reference_near_front(&[], &MIN2, &[Some(0.5), Some(40.0)], &[]),
             Some(vec![0.5, 40.0])
         );
     }

@@ -3,8 +3,8 @@
 //! objectives the search maximises the expected hypervolume improvement
 //! ([`HypervolumeImprovement`]) over the front of the models' posterior means at the finished
 //! feasible trials, above a reference point in the models' units (the study's mapped there
-//! where given, else the nadir of that front widened by a tenth of the means' range:
-//! [`pareto::reference_near_front`]), weighted by the probability of feasibility where the
+//! where given, else the nadir of that front, less the trials on it by a lead within their
+//! model's noise, widened by a tenth of the means' range: [`pareto::reference_near_front`]), weighted by the probability of feasibility where the
 //! study has constraints. With four, whose boxes grow as the cube of the front, each
 //! proposal draws fresh weights and minimises their augmented Chebyshev scalarisation of the
 //! objectives as one objective (ParEGO; Knowles, 2006). Neither has a trust region: the front spans the space, and a box
@@ -78,6 +78,7 @@ impl Several {
         self.anchors.resize_with(goals.len(), Anchors::default);
         let mut models = Vec::with_capacity(goals.len());
         let mut maps = Vec::with_capacity(goals.len());
+        let mut noise = Vec::with_capacity(goals.len());
         for (j, &goal) in goals.iter().enumerate() {
             let own = of_objective(history, j);
             let Some(data) = TrainingData::new(encoding, goal, &own) else {
@@ -87,6 +88,7 @@ impl Several {
                 .hyperparameters(encoding, goal, &own, &data)
                 .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
             maps.push(data.output);
+            noise.push(hyper.noise_variance.sqrt());
             models.push(Gp::new(data.x, &data.y, &hyper)?);
         }
         let results = results(history, goals.len());
@@ -122,14 +124,15 @@ impl Several {
         let running = context.running.iter().map(|r| encoding.encode(r)).collect();
         // The reference point in the models' units: a given one mapped there, else the nadir of
         // the front of the means widened by a tenth of the means' range, so that the front the
-        // improvement is measured from and its corner come from the same values.
+        // improvement is measured from and its corner come from the same values; a trial on
+        // that front by a lead within its model's noise does not set the nadir.
         let given: Vec<Option<f64>> = references
             .iter()
             .zip(&maps)
             .map(|(r, map)| r.map(|r| map.model_value(r)))
             .collect();
         let at_results: Vec<&[f64]> = means.iter().map(Vec::as_slice).collect();
-        let reference = pareto::reference_near_front(&at_results, &maximised, &given);
+        let reference = pareto::reference_near_front(&at_results, &maximised, &given, &noise);
         let acquisition = match reference {
             // While no trial is feasible there is no front to improve: feasibility alone.
             Some(reference) if !front.is_empty() => {
