@@ -4,11 +4,12 @@
 //! ([`HypervolumeImprovement`]) over the front of the models' posterior means at the finished
 //! feasible trials, above a reference point in the models' units (the study's mapped there
 //! where given, else the nadir of that front, less the trials on it by a lead within their
-//! model's noise, widened by a tenth of the means' range: [`pareto::reference_near_front`]), weighted by the probability of feasibility where the
-//! study has constraints. With four, whose boxes grow as the cube of the front, each
-//! proposal draws fresh weights and minimises their augmented Chebyshev scalarisation of the
-//! objectives as one objective (ParEGO; Knowles, 2006). Neither has a trust region: the front spans the space, and a box
-//! around one of its trials would search one part of it.
+//! model's noise, widened by a tenth of the means' range: [`pareto::reference_near_front`]),
+//! weighted by the probability of feasibility where the study has constraints. With four,
+//! whose boxes grow as the cube of the front, each proposal draws fresh weights and minimises
+//! their augmented Chebyshev scalarisation of the objectives as one objective (ParEGO;
+//! Knowles, 2006). Neither has a trust region: the front spans the space, and a box around one
+//! of its trials would search one part of it.
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
