@@ -28,7 +28,7 @@ fn minimised(values: &[f64], goals: &[Goal]) -> Vec<f64> {
 /// Whether `a` dominates `b`, both already minimised: no worse on any objective and better
 /// on one. Equal points do not dominate each other.
 fn dominates_minimised(a: &[f64], b: &[f64]) -> bool {
-    a.iter().zip(b).all(|(x, y)| x <= y) && a.iter().zip(b).any(|(x, y)| x < y)
+    clearly_dominates(a, b, &[])
 }
 
 /// Whether `values` is a point of `goals`' space: one finite value per objective.
@@ -204,8 +204,8 @@ pub(crate) fn reference_near_front(
 }
 
 /// Whether `a` betters `b` (both minimised) by more than `tolerance` on some objective and
-/// trails it by at most `tolerance` on every objective (a missing tolerance is 0: plain
-/// dominance, less ties).
+/// trails it by at most `tolerance` on every objective; a missing tolerance is 0, and with
+/// none this is [`dominates_minimised`].
 fn clearly_dominates(a: &[f64], b: &[f64], tolerance: &[f64]) -> bool {
     let within = |j: usize| tolerance.get(j).copied().unwrap_or(0.0);
     (0..a.len()).all(|j| a[j] <= b[j] + within(j)) && (0..a.len()).any(|j| a[j] < b[j] - within(j))
