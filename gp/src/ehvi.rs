@@ -14,18 +14,29 @@
 use super::log_ei::log_h;
 use super::model::Prediction;
 
-/// A box of the non-dominated region, by index into [`Boxes::bounds`] per objective: its
-/// lower bound, and its upper bound (`None`: unbounded).
-type Bounds = Vec<(usize, Option<usize>)>;
+/// One objective's side of a box, by index into [`Boxes::bounds`]: its lower bound, and its
+/// upper bound (`None`: unbounded).
+type Band = (usize, Option<usize>);
+
+/// Above this sum of the boxes' scaled terms, [`Boxes`] sums them as plain numbers: a term
+/// that underflowed is then below 1e-100 of the sum.
+const PLAIN_SUM_FLOOR: f64 = 1e-200;
 
 /// The region not dominated by a set of points and above a reference point, split into
 /// disjoint boxes.
+///
+/// Boxes share their sides: with three objectives a front of `n` points makes `O(n²)` boxes
+/// from `O(n)` distinct sides per objective. Each side's factor is computed once per
+/// evaluation, and the boxes' terms are summed as products of those factors each scaled by
+/// its objective's largest, in log space only when that sum underflows (far from the front).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Boxes {
     /// Per objective, the distinct coordinates the boxes' bounds take.
     bounds: Vec<Vec<f64>>,
-    /// The boxes.
-    boxes: Vec<Bounds>,
+    /// Per objective, the distinct sides the boxes take.
+    bands: Vec<Vec<Band>>,
+    /// The boxes: per objective, an index into that objective's [`Boxes::bands`].
+    boxes: Vec<Vec<usize>>,
 }
 
 impl Boxes {
@@ -48,8 +59,9 @@ impl Boxes {
             &mut Vec::new(),
             &mut raw,
         );
-        // Index the bounds.
-        let bounds: Vec<Vec<f64>> = (0..reference.len())
+        let objectives = reference.len();
+        // Index the bounds, then the sides.
+        let bounds: Vec<Vec<f64>> = (0..objectives)
             .map(|j| {
                 let mut values: Vec<f64> = raw.iter().map(|b: &Vec<(f64, f64)>| b[j].0).collect();
                 values.extend(raw.iter().map(|b| b[j].1).filter(|u| u.is_finite()));
@@ -59,7 +71,7 @@ impl Boxes {
             })
             .collect();
         let index = |j: usize, v: f64| bounds[j].partition_point(|&b| b < v);
-        let boxes = raw
+        let sides: Vec<Vec<Band>> = raw
             .iter()
             .map(|b| {
                 b.iter()
@@ -68,7 +80,32 @@ impl Boxes {
                     .collect()
             })
             .collect();
-        Self { bounds, boxes }
+        let bands: Vec<Vec<Band>> = (0..objectives)
+            .map(|j| {
+                let mut distinct: Vec<Band> = sides.iter().map(|b| b[j]).collect();
+                distinct.sort_unstable();
+                distinct.dedup();
+                distinct
+            })
+            .collect();
+        let boxes = sides
+            .iter()
+            .map(|b| {
+                b.iter()
+                    .enumerate()
+                    .map(|(j, side)| {
+                        bands[j]
+                            .binary_search(side)
+                            .expect("every side is among the distinct sides")
+                    })
+                    .collect()
+            })
+            .collect();
+        Self {
+            bounds,
+            bands,
+            boxes,
+        }
     }
 
     /// How many boxes the region is split into.
@@ -88,7 +125,8 @@ impl Boxes {
             .map(|b| {
                 b.iter()
                     .enumerate()
-                    .map(|(j, &(l, u))| {
+                    .map(|(j, &side)| {
+                        let (l, u) = self.bands[j][side];
                         let upper = u.map_or(y[j], |u| y[j].min(self.bounds[j][u]));
                         (upper - self.bounds[j][l]).max(0.0)
                     })
@@ -100,27 +138,12 @@ impl Boxes {
     /// `log E[improvement]` of a point whose objectives are independent Gaussians of these
     /// `(mean, variance)`.
     pub fn log_expected_improvement(&self, predictions: &[(f64, f64)]) -> f64 {
-        let tails: Vec<Vec<Tail>> = predictions
+        let factors: Vec<Vec<Factor>> = predictions
             .iter()
-            .zip(&self.bounds)
-            .map(|(&(mean, variance), bounds)| {
-                bounds
-                    .iter()
-                    .map(|&a| Tail::new(mean, variance, a))
-                    .collect()
-            })
+            .enumerate()
+            .map(|(j, &(mean, variance))| self.factors(j, mean, variance))
             .collect();
-        let logs: Vec<f64> = self
-            .boxes
-            .iter()
-            .map(|b| {
-                b.iter()
-                    .enumerate()
-                    .map(|(j, &(l, u))| band(&tails[j], l, u).0)
-                    .sum()
-            })
-            .collect();
-        log_sum_exp(&logs).0
+        self.log_sum(&factors, false).0
     }
 
     /// `log E[improvement]` at predictions of the objectives at a point, with the gradient
@@ -129,47 +152,94 @@ impl Boxes {
         &self,
         predictions: &[Prediction],
     ) -> (f64, Vec<f64>) {
-        let tails: Vec<Vec<Tail>> = predictions
+        let factors: Vec<Vec<Factor>> = predictions
             .iter()
-            .zip(&self.bounds)
-            .map(|(p, bounds)| {
-                bounds
-                    .iter()
-                    .map(|&a| Tail::new(p.mean, p.variance, a))
-                    .collect()
-            })
+            .enumerate()
+            .map(|(j, p)| self.factors(j, p.mean, p.variance))
             .collect();
-        let objectives = predictions.len();
-        // Per box: its log, and the derivatives of its log by each objective's mean and
-        // variance.
-        let mut logs = Vec::with_capacity(self.boxes.len());
-        let mut derivatives = Vec::with_capacity(self.boxes.len());
-        for b in &self.boxes {
-            let mut log = 0.0;
-            let mut d = Vec::with_capacity(objectives);
-            for (j, &(l, u)) in b.iter().enumerate() {
-                let (value, by_mean, by_variance) = band(&tails[j], l, u);
-                log += value;
-                d.push((by_mean, by_variance));
-            }
-            logs.push(log);
-            derivatives.push(d);
-        }
-        let (value, shares) = log_sum_exp(&logs);
+        let (value, shares) = self.log_sum(&factors, true);
         let features = predictions.first().map_or(0, |p| p.mean_gradient.len());
         let mut gradient = vec![0.0; features];
-        for (share, d) in shares.iter().zip(&derivatives) {
-            for ((by_mean, by_variance), p) in d.iter().zip(predictions) {
-                for ((out, dm), dv) in gradient
-                    .iter_mut()
-                    .zip(&p.mean_gradient)
-                    .zip(&p.variance_gradient)
-                {
-                    *out += share * (by_mean * dm + by_variance * dv);
-                }
+        for ((factors, shares), p) in factors.iter().zip(&shares).zip(predictions) {
+            // d log Σ = Σ_k share_k Σ_j d log factor_kj, gathered per side.
+            let (by_mean, by_variance) = factors
+                .iter()
+                .zip(shares)
+                .fold((0.0, 0.0), |(m, v), (f, share)| {
+                    (m + share * f.by_mean, v + share * f.by_variance)
+                });
+            for ((out, dm), dv) in gradient
+                .iter_mut()
+                .zip(&p.mean_gradient)
+                .zip(&p.variance_gradient)
+            {
+                *out += by_mean * dm + by_variance * dv;
             }
         }
         (value, gradient)
+    }
+
+    /// Objective `j`'s factor of each of its sides, for a prediction of `(mean, variance)`.
+    fn factors(&self, j: usize, mean: f64, variance: f64) -> Vec<Factor> {
+        let sigma = variance.sqrt();
+        let log_sigma = sigma.ln();
+        let tails: Vec<Tail> = self.bounds[j]
+            .iter()
+            .map(|&a| Tail::new(mean, sigma, log_sigma, a))
+            .collect();
+        self.bands[j]
+            .iter()
+            .map(|&(l, u)| Factor::new(&tails, l, u))
+            .collect()
+    }
+
+    /// `log Σ_k Π_j factor_kj` over the boxes, `factors` per objective and side; with
+    /// `shares`, also per objective and side the share of the sum of the boxes with that side
+    /// (otherwise no shares).
+    fn log_sum(&self, factors: &[Vec<Factor>], shares: bool) -> (f64, Vec<Vec<f64>>) {
+        let mut gathered: Vec<Vec<f64>> = if shares {
+            factors.iter().map(|f| vec![0.0; f.len()]).collect()
+        } else {
+            Vec::new()
+        };
+        let peaks: Vec<f64> = factors
+            .iter()
+            .map(|f| f.iter().map(|f| f.log).fold(f64::NEG_INFINITY, f64::max))
+            .collect();
+        if peaks.contains(&f64::NEG_INFINITY) {
+            return (f64::NEG_INFINITY, gathered);
+        }
+        let scaled: Vec<Vec<f64>> = factors
+            .iter()
+            .zip(&peaks)
+            .map(|(f, peak)| f.iter().map(|f| (f.log - peak).exp()).collect())
+            .collect();
+        let terms: Vec<f64> = self
+            .boxes
+            .iter()
+            .map(|b| b.iter().zip(&scaled).map(|(&side, s)| s[side]).product())
+            .collect();
+        let sum: f64 = terms.iter().sum();
+        let (value, terms) = if sum >= PLAIN_SUM_FLOOR {
+            (peaks.iter().sum::<f64>() + sum.ln(), terms)
+        } else {
+            // Far from the front every box's term underflows: sum their logs.
+            let logs: Vec<f64> = self
+                .boxes
+                .iter()
+                .map(|b| b.iter().zip(factors).map(|(&side, f)| f[side].log).sum())
+                .collect();
+            log_sum_exp(&logs)
+        };
+        if shares {
+            let total: f64 = terms.iter().sum();
+            for (b, term) in self.boxes.iter().zip(&terms) {
+                for (gathered, &side) in gathered.iter_mut().zip(b) {
+                    gathered[side] += term / total;
+                }
+            }
+        }
+        (value, gathered)
     }
 }
 
@@ -221,37 +291,48 @@ struct Tail {
 }
 
 impl Tail {
-    fn new(mean: f64, variance: f64, a: f64) -> Self {
-        let sigma = variance.sqrt();
+    fn new(mean: f64, sigma: f64, log_sigma: f64, a: f64) -> Self {
         let (log_h, cdf_over_h, pdf_over_h) = log_h((mean - a) / sigma);
         // dψ/dμ = Φ, dψ/dσ = φ, dσ/dvar = 1/(2σ); ψ = σh.
         Self {
-            log: log_h + sigma.ln(),
+            log: log_h + log_sigma,
             by_mean: cdf_over_h / sigma,
-            by_variance: pdf_over_h / (2.0 * variance),
+            by_variance: pdf_over_h / (2.0 * sigma * sigma),
         }
     }
 }
 
-/// `log (ψ(l) - ψ(u))`, the log of one objective's factor of a box (`u` `None`: ψ(∞) = 0),
-/// with its derivatives by the mean and the variance.
-fn band(tails: &[Tail], l: usize, u: Option<usize>) -> (f64, f64, f64) {
-    let lower = tails[l];
-    let Some(u) = u else {
-        return (lower.log, lower.by_mean, lower.by_variance);
-    };
-    let upper = tails[u];
-    // ψ(l) - ψ(u) = ψ(l) (1 - e^Δ), Δ = log ψ(u) - log ψ(l) < 0.
-    let delta = (upper.log - lower.log).min(-f64::MIN_POSITIVE);
-    let ratio = delta.exp();
-    let log = lower.log + log1mexp(delta);
-    // d log(ψl - ψu) = (ψl dlogψl - ψu dlogψu) / (ψl - ψu).
-    let combine = |dl: f64, du: f64| (dl - ratio * du) / (1.0 - ratio);
-    (
-        log,
-        combine(lower.by_mean, upper.by_mean),
-        combine(lower.by_variance, upper.by_variance),
-    )
+/// One objective's factor of a box, `ψ(l) - ψ(u)` (`u` unbounded: ψ(∞) = 0), as its log and
+/// the derivatives of its log by the mean and the variance.
+#[derive(Debug, Clone, Copy)]
+struct Factor {
+    log: f64,
+    by_mean: f64,
+    by_variance: f64,
+}
+
+impl Factor {
+    fn new(tails: &[Tail], l: usize, u: Option<usize>) -> Self {
+        let lower = tails[l];
+        let Some(u) = u else {
+            return Self {
+                log: lower.log,
+                by_mean: lower.by_mean,
+                by_variance: lower.by_variance,
+            };
+        };
+        let upper = tails[u];
+        // ψ(l) - ψ(u) = ψ(l) (1 - e^Δ), Δ = log ψ(u) - log ψ(l) < 0.
+        let delta = (upper.log - lower.log).min(-f64::MIN_POSITIVE);
+        let ratio = delta.exp();
+        // d log(ψl - ψu) = (ψl dlogψl - ψu dlogψu) / (ψl - ψu).
+        let combine = |dl: f64, du: f64| (dl - ratio * du) / (1.0 - ratio);
+        Self {
+            log: lower.log + log1mexp(delta),
+            by_mean: combine(lower.by_mean, upper.by_mean),
+            by_variance: combine(lower.by_variance, upper.by_variance),
+        }
+    }
 }
 
 /// `log(1 - e^x)` for `x < 0`, accurate at both ends (Mächler, 2012).

@@ -168,8 +168,13 @@ fn the_gradient_matches_finite_differences_near_and_far() {
             })
             .collect()
     };
-    let boxes = Boxes::new(&front_3d(), &[0.0, 0.0, 0.0]);
-    for shift in [0.0, -4.0, -40.0] {
+    for (boxes, shift) in [
+        (Boxes::new(&front_3d(), &[0.0, 0.0, 0.0]), 0.0),
+        (Boxes::new(&front_3d(), &[0.0, 0.0, 0.0]), -4.0),
+        (Boxes::new(&front_3d(), &[0.0, 0.0, 0.0]), -40.0),
+        (Boxes::new(&sphere_front(), &[-1.1, -1.1, -1.1]), -2.5),
+        (Boxes::new(&sphere_front(), &[-1.1, -1.1, -1.1]), -40.0),
+    ] {
         let x = [0.4, 0.7];
         let value = |x: &[f64]| {
             let p: Vec<(f64, f64)> = at(x, shift).iter().map(|p| (p.mean, p.variance)).collect();
@@ -184,5 +189,70 @@ fn the_gradient_matches_finite_differences_near_and_far() {
                 "shift {shift}, d {d}: {numeric} vs {analytic}"
             );
         }
+    }
+}
+
+/// Forty points on the sphere of radius 1 around the origin in three objectives, each
+/// coordinate negative: a front whose region splits into 861 boxes.
+fn sphere_front() -> Vec<Vec<f64>> {
+    let mut rng = stream(5, 0);
+    (0..40)
+        .map(|_| {
+            let v: Vec<f64> = (0..3).map(|_| normal(&mut rng).abs()).collect();
+            let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+            v.iter().map(|x| -x / norm).collect()
+        })
+        .collect()
+}
+
+/// `log E[improvement]` box by box: each box's log, the sum of its objectives' `log (ψ(l) -
+/// ψ(u))` with `log ψ` from [`log_ei`], then the log of the sum of their exponentials.
+fn box_by_box(boxes: &Boxes, predictions: &[(f64, f64)]) -> f64 {
+    let logs: Vec<f64> = boxes
+        .boxes
+        .iter()
+        .map(|b| {
+            b.iter()
+                .zip(predictions)
+                .enumerate()
+                .map(|(j, (&side, &(mean, variance)))| {
+                    let (l, u) = boxes.bands[j][side];
+                    let lower = log_ei(mean, variance, boxes.bounds[j][l]);
+                    u.map_or(lower, |u| {
+                        let upper = log_ei(mean, variance, boxes.bounds[j][u]);
+                        lower + (-(upper - lower).exp()).ln_1p()
+                    })
+                })
+                .sum()
+        })
+        .collect();
+    let peak = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    peak + logs.iter().map(|l| (l - peak).exp()).sum::<f64>().ln()
+}
+
+#[test]
+fn on_a_front_of_forty_points_it_is_the_sum_of_its_boxes_near_and_far() {
+    let boxes = Boxes::new(&sphere_front(), &[-1.1, -1.1, -1.1]);
+    assert_eq!(boxes.len(), 861);
+    // The last two are far enough that every box's term underflows.
+    for (mean, variance) in [
+        (-0.5, 0.05),
+        (-0.6, 0.3),
+        (-2.0, 0.1),
+        (-30.0, 0.5),
+        (-200.0, 0.5),
+        (-5.0, 1e-3),
+    ] {
+        let predictions = [
+            (mean, variance),
+            (mean + 0.1, variance),
+            (mean, 2.0 * variance),
+        ];
+        let ours = boxes.log_expected_improvement(&predictions);
+        let reference = box_by_box(&boxes, &predictions);
+        assert!(
+            (ours - reference).abs() < 1e-12 * reference.abs().max(1.0),
+            "{mean}, {variance}: {ours} vs {reference}"
+        );
     }
 }
