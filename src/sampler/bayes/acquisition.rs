@@ -163,6 +163,11 @@ struct Fantasy {
 pub(crate) trait Improvement: Sync {
     /// The log improvement at each of `points` (features).
     fn log_many(&self, points: &[&[f64]]) -> Vec<f64>;
+    /// A cheaper estimate of [`Improvement::log_many`], by which a search chooses the
+    /// candidates it scores in full; `None` where there is none.
+    fn screen_many(&self, _points: &[&[f64]]) -> Option<Vec<f64>> {
+        None
+    }
     /// The log improvement at features `x`, and its gradient by them.
     fn log_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>);
 }
@@ -221,11 +226,25 @@ impl<'a> Acquisition<'a> {
     /// The acquisition at each of `points` (features), computed together.
     pub(crate) fn score_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Vec<f64> {
         let points: Vec<&[f64]> = points.iter().map(AsRef::as_ref).collect();
-        let mut scores = self.improvement.log_many(&points);
+        let scores = self.improvement.log_many(&points);
+        self.weighted(&points, scores)
+    }
+
+    /// A cheaper estimate of [`Acquisition::score_many`] at each of `points`, where the
+    /// improvement has one ([`Improvement::screen_many`]).
+    pub(crate) fn screen_many<P: AsRef<[f64]>>(&self, points: &[P]) -> Option<Vec<f64>> {
+        let points: Vec<&[f64]> = points.iter().map(AsRef::as_ref).collect();
+        let scores = self.improvement.screen_many(&points)?;
+        Some(self.weighted(&points, scores))
+    }
+
+    /// `scores`, the log improvement at `points`, plus the log probability that each is
+    /// feasible where the study has constraints.
+    fn weighted(&self, points: &[&[f64]], mut scores: Vec<f64>) -> Vec<f64> {
         if let Some(feasibility) = self.feasibility {
             for (score, log_p) in scores
                 .iter_mut()
-                .zip(feasibility.log_probability_many(&points))
+                .zip(feasibility.log_probability_many(points))
             {
                 *score += log_p;
             }

@@ -21,6 +21,10 @@ use hptune_gp::{Boxes, Gp, GpError};
 /// boxes is scored at every candidate.
 pub(crate) const FANTASIES: usize = 32;
 
+/// The draws a search's screening of its candidates averages over
+/// ([`Improvement::screen_many`]): the first of the [`FANTASIES`], an eighth of the cost.
+const SCREENING_FANTASIES: usize = 4;
+
 /// One draw of the running trials' values of every objective.
 struct Fantasy {
     /// The region the draw's front (the known one and the drawn values) leaves free.
@@ -91,8 +95,10 @@ impl<'a> HypervolumeImprovement<'a> {
     }
 }
 
-impl Improvement for HypervolumeImprovement<'_> {
-    fn log_many(&self, points: &[&[f64]]) -> Vec<f64> {
+impl HypervolumeImprovement<'_> {
+    /// The log improvement at each of `points`, averaged over `fantasies` (some of
+    /// [`HypervolumeImprovement::fantasies`]) when trials run.
+    fn log_many_over(&self, points: &[&[f64]], fantasies: &[Fantasy]) -> Vec<f64> {
         if self.running.is_empty() {
             let predictions: Vec<Vec<(f64, f64)>> =
                 self.models.iter().map(|m| m.predict_many(points)).collect();
@@ -112,8 +118,7 @@ impl Improvement for HypervolumeImprovement<'_> {
             .collect();
         (0..points.len())
             .map(|i| {
-                let logs: Vec<f64> = self
-                    .fantasies
+                let logs: Vec<f64> = fantasies
                     .iter()
                     .map(|f| {
                         let at: Vec<(f64, f64)> = beside
@@ -127,6 +132,18 @@ impl Improvement for HypervolumeImprovement<'_> {
                 log_mean_exp(&logs).0
             })
             .collect()
+    }
+}
+
+impl Improvement for HypervolumeImprovement<'_> {
+    fn log_many(&self, points: &[&[f64]]) -> Vec<f64> {
+        self.log_many_over(points, &self.fantasies)
+    }
+
+    /// With trials running, the mean over the first [`SCREENING_FANTASIES`] draws.
+    fn screen_many(&self, points: &[&[f64]]) -> Option<Vec<f64>> {
+        (self.fantasies.len() > SCREENING_FANTASIES)
+            .then(|| self.log_many_over(points, &self.fantasies[..SCREENING_FANTASIES]))
     }
 
     fn log_with_gradient(&self, x: &[f64]) -> (f64, Vec<f64>) {

@@ -28,6 +28,8 @@ const LOCAL_SPREAD: f64 = 0.05;
 const REFINED: usize = 5;
 /// Candidates scored in one call of [`Acquisition::score_many`], one chunk per task.
 const SCORED_TOGETHER: usize = 256;
+/// Candidates scored in full after a screening ([`Acquisition::screen_many`]), the best by it.
+const SCREENED: usize = 64;
 /// Evaluations of the acquisition per refinement.
 const REFINE_EVALUATIONS: u64 = 30;
 /// Discrete steps at most in one climb ([`climb`]).
@@ -88,9 +90,8 @@ pub(crate) fn maximize(
         sobol_seed,
         GLOBAL_CANDIDATES,
     );
-    let mut scored = score_all(encoding, acquisition, candidates);
-    // Stable, total order: ties keep the order of generation, so the result is repeatable.
-    scored.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let mut scored = screen_all(encoding, acquisition, candidates);
+    best_first(&mut scored);
     scored.truncate(REFINED);
     let refined: Vec<Scored> = scored
         .into_par_iter()
@@ -108,18 +109,65 @@ fn score_all(
     acquisition: &Acquisition<'_>,
     units: Vec<Vec<f64>>,
 ) -> Vec<Scored> {
-    let scores: Vec<f64> = units
+    let scores = chunked(encoding, &units, |features| {
+        Some(acquisition.score_many(features))
+    })
+    .unwrap_or_default();
+    with_scores(units, scores)
+}
+
+/// The unit points `units`, or where the acquisition has a cheaper estimate
+/// ([`Acquisition::screen_many`]) the [`SCREENED`] best of them by it, with their acquisition.
+fn screen_all(
+    encoding: &Encoding<'_>,
+    acquisition: &Acquisition<'_>,
+    units: Vec<Vec<f64>>,
+) -> Vec<Scored> {
+    let Some(screens) = chunked(encoding, &units, |features| {
+        acquisition.screen_many(features)
+    }) else {
+        return score_all(encoding, acquisition, units);
+    };
+    let mut screened = with_scores(units, screens);
+    best_first(&mut screened);
+    screened.truncate(SCREENED);
+    score_all(
+        encoding,
+        acquisition,
+        screened.into_iter().map(|s| s.unit).collect(),
+    )
+}
+
+/// `score` of the features of `units`, in chunks of [`SCORED_TOGETHER`] on every core, in
+/// their order; `None` where `score` has none.
+fn chunked(
+    encoding: &Encoding<'_>,
+    units: &[Vec<f64>],
+    score: impl Fn(&[Vec<f64>]) -> Option<Vec<f64>> + Sync,
+) -> Option<Vec<f64>> {
+    let chunks: Option<Vec<Vec<f64>>> = units
         .par_chunks(SCORED_TOGETHER)
-        .flat_map_iter(|chunk| {
+        .map(|chunk| {
             let features: Vec<Vec<f64>> = chunk.iter().map(|u| encoding.at(u).1).collect();
-            acquisition.score_many(&features)
+            score(&features)
         })
         .collect();
+    chunks.map(|chunks| chunks.concat())
+}
+
+/// `units` paired with `scores`, in order.
+fn with_scores(units: Vec<Vec<f64>>, scores: Vec<f64>) -> Vec<Scored> {
     units
         .into_iter()
         .zip(scores)
         .map(|(unit, score)| Scored { unit, score })
         .collect()
+}
+
+/// Sorts `points` by score, highest first, in a stable, total order: ties keep the order of
+/// generation, so the result is repeatable.
+fn best_first(points: &mut [Scored]) {
+    points.sort_by(|a, b| b.score.total_cmp(&a.score));
 }
 
 /// The point of highest score, the first of equal ones; a NaN score never wins.
