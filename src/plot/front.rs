@@ -139,17 +139,13 @@ impl<'a> Front<'a> {
     /// compare).
     pub(super) fn hypervolume_history(&self) -> Vec<(u64, f64)> {
         let goals = self.goals();
-        let mut front = pareto::RunningFront::new(&goals);
-        let mut volume = 0.0;
+        let mut front = pareto::RunningHypervolume::new(&goals, &self.reference);
         let mut history = Vec::with_capacity(self.outcomes.len());
         for outcome in &self.outcomes {
-            // A trial no better than the front so far leaves it, and its volume, as they are.
-            if outcome.standing != Standing::Infeasible
-                && front.add(outcome.trial.number, &outcome.values)
-            {
-                volume = front.hypervolume(&self.reference);
+            if outcome.standing != Standing::Infeasible {
+                front.add(outcome.trial.number, &outcome.values);
             }
-            history.push((outcome.trial.number, volume));
+            history.push((outcome.trial.number, front.volume()));
         }
         history
     }

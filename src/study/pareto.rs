@@ -148,6 +148,90 @@ impl<'g, T> RunningFront<'g, T> {
     }
 }
 
+/// The hypervolume of a [`RunningFront`] up to a fixed reference point, kept as points are
+/// offered: with two objectives a point that joins adds the area [`area_added`] finds, in
+/// O(f) for a front of f (a study of 10,000 trials all on the front takes 10,000 of them, not
+/// 10,000 sorts of the front); with more the front's volume is measured again.
+pub(crate) struct RunningHypervolume<'g, T> {
+    front: RunningFront<'g, T>,
+    /// As given, in the objectives' own directions.
+    reference: Vec<f64>,
+    volume: f64,
+}
+
+impl<'g, T> RunningHypervolume<'g, T> {
+    /// An empty front of `goals`, its volume measured up to `reference` (as [`hypervolume`]'s:
+    /// one finite value per objective, else the volume stays 0).
+    pub(crate) fn new(goals: &'g [Goal], reference: &[f64]) -> Self {
+        Self {
+            front: RunningFront::new(goals),
+            reference: reference.to_vec(),
+            volume: 0.0,
+        }
+    }
+
+    /// Offers `values`, tagged `tag`, as [`RunningFront::add`]: whether it joined the front.
+    pub(crate) fn add(&mut self, tag: T, values: &[f64]) -> bool {
+        let goals = self.front.goals;
+        let two = goals.len() == 2 && is_point(&self.reference, goals);
+        let added = if two && is_point(values, goals) {
+            area_added(
+                &minimised(values, goals),
+                self.front.on.iter().map(|(_, p)| p.as_slice()),
+                &minimised(&self.reference, goals),
+            )
+        } else {
+            0.0
+        };
+        if !self.front.add(tag, values) {
+            return false;
+        }
+        self.volume = if two {
+            self.volume + added
+        } else {
+            self.front.hypervolume(&self.reference)
+        };
+        true
+    }
+
+    /// The hypervolume of the front so far.
+    pub(crate) fn volume(&self) -> f64 {
+        self.volume
+    }
+}
+
+/// The area `point` adds to what `front` dominates below `reference`, two objectives, all
+/// minimised, no point of `front` dominating `point`: the strip between `point`'s second
+/// value and the front's staircase, from `point`'s first value to where a point of the front
+/// lies below its second value (or to the reference), stepping down at each point of the
+/// front it dominates. O(f + k log k) for a front of f of which it dominates k.
+fn area_added<'p>(point: &[f64], front: impl Iterator<Item = &'p [f64]>, reference: &[f64]) -> f64 {
+    let (x, y) = (point[0], point[1]);
+    if x >= reference[0] || y >= reference[1] {
+        return 0.0;
+    }
+    // The staircase's height at `x`, where the strip ends, and its steps in between.
+    let (mut height, mut end) = (reference[1], reference[0]);
+    let mut steps = Vec::new();
+    for q in front {
+        if q[0] <= x {
+            height = height.min(q[1]);
+        } else if q[1] < y {
+            end = end.min(q[0]);
+        } else {
+            steps.push((q[0], q[1]));
+        }
+    }
+    steps.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut area = 0.0;
+    let mut from = x;
+    for (step, below) in steps.into_iter().take_while(|s| s.0 < end) {
+        area += (step - from) * (height - y).max(0.0);
+        (from, height) = (step, height.min(below));
+    }
+    area + (end - from) * (height - y).max(0.0)
+}
+
 /// The reference point of the hypervolume of `points` under `goals`: each objective's
 /// `given` value where the study gives one, else the worst value among `points` (the
 /// feasible results) widened by 10% of their range on that objective (by 10% of the value's
@@ -457,6 +541,47 @@ mod tests {
             let expected = (m as f64 - 1.0) / (2.0 * m as f64);
             assert!((hv - expected).abs() < 1e-12, "m = {m}: {hv} != {expected}");
         }
+    }
+
+    #[test]
+    fn the_running_hypervolume_is_that_of_the_points_so_far_after_each_one() {
+        // Integer values from a small range, so that points tie, repeat, fall outside the
+        // reference and dominate runs of the front; a NaN now and then.
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for d in [2usize, 3] {
+            let goals = alternating_goals(d);
+            let reference: Vec<f64> = goals
+                .iter()
+                .map(|g| match g {
+                    Goal::Minimize => 8.0,
+                    Goal::Maximize => 1.0,
+                })
+                .collect();
+            for _ in 0..20 {
+                let mut running = RunningHypervolume::new(&goals, &reference);
+                let mut so_far: Vec<Vec<f64>> = Vec::new();
+                for i in 0..60 {
+                    let point: Vec<f64> = (0..d)
+                        .map(|_| match rng.random_range(0..40) {
+                            0 => f64::NAN,
+                            v => f64::from(v % 10),
+                        })
+                        .collect();
+                    running.add(i, &point);
+                    so_far.push(point);
+                    let expected = hypervolume(&refs(&so_far), &goals, &reference);
+                    assert!(
+                        (running.volume() - expected).abs() < 1e-9 * expected.max(1.0),
+                        "d = {d}, after {so_far:?}: {} != {expected}",
+                        running.volume()
+                    );
+                }
+            }
+        }
+        // A reference that is not a point: no volume.
+        let mut running = RunningHypervolume::new(&MIN2, &[1.0, f64::NAN]);
+        assert!(running.add(0, &[0.5, 0.5]));
+        assert_eq!(running.volume(), 0.0);
     }
 
     #[test]
