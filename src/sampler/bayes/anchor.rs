@@ -98,7 +98,7 @@ impl Anchors {
             &encoding.length_sharing(),
             history,
             (&data.x, &data.y),
-            |earlier| TrainingData::new(encoding, goal, earlier).map(|d| (d.x, d.y)),
+            |earlier| TrainingData::new(encoding, goal, data.warping, earlier).map(|d| (d.x, d.y)),
         )
     }
 
@@ -148,6 +148,7 @@ impl Anchors {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampler::bayes::data::Warping;
     use crate::study::space::{Assignment, ParamValue, Space, unit_double};
 
     #[test]
@@ -166,7 +167,9 @@ mod tests {
             })
             .collect();
         let hyperparameters = |anchors: &mut Anchors, n: usize| {
-            let data = TrainingData::new(&encoding, Goal::Minimize, &history[..n]).unwrap();
+            let data =
+                TrainingData::new(&encoding, Goal::Minimize, Warping::AsNeeded, &history[..n])
+                    .unwrap();
             anchors.hyperparameters(&encoding, Goal::Minimize, &history[..n], &data)
         };
         let mut anchors = Anchors::default();

@@ -3,7 +3,7 @@
 //! a trial that stands out by luck, which the best observed value does not.
 
 use super::anchor::Anchors;
-use super::data::TrainingData;
+use super::data::{TrainingData, Warping};
 use super::encoding::Encoding;
 use crate::sampler::Observation;
 use crate::study::Goal;
@@ -28,7 +28,7 @@ pub(crate) fn believed_best(
     history: &[Observation],
 ) -> Result<Option<Believed>, GpError> {
     let encoding = Encoding::new(space);
-    let Some(data) = TrainingData::new(&encoding, goal, history) else {
+    let Some(data) = TrainingData::new(&encoding, goal, Warping::AsNeeded, history) else {
         return Ok(None);
     };
     let hyper = Anchors::default()

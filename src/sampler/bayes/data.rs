@@ -1,5 +1,5 @@
-//! The finished trials as the model sees them: features, standardised and warped values
-//! (larger is better, failed trials at the worst value), the incumbents.
+//! The finished trials as the model sees them: features, standardised values warped where
+//! the model allows it (larger is better, failed trials at the worst value), the incumbents.
 
 use super::design::has_many_parameters;
 use super::encoding::Encoding;
@@ -14,12 +14,24 @@ pub(super) const MAX_MODEL_POINTS: usize = 128;
 /// How many of the best trials are incumbents: the search starts from each of them.
 pub(super) const INCUMBENTS: usize = 3;
 
+/// Whether a model's values may be warped ([`OutputMap`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Warping {
+    /// Where the values call for it: a model of one objective fits skewed values better
+    /// warped, and where its expected improvement is highest does not depend on the units.
+    AsNeeded,
+    /// Never: with several objectives the sampler improves the hypervolume in the models'
+    /// units, which is the study's own (up to one factor for every volume) only where each
+    /// model's values are an affine map of the trials'.
+    Never,
+}
+
 /// The finished trials as the model sees them.
 pub(super) struct TrainingData {
     /// Features.
     pub x: Vec<Vec<f64>>,
-    /// The model's values: standardised and warped, larger is better; failed trials at the
-    /// worst value.
+    /// The model's values: standardised, warped as [`TrainingData::warping`] allows, larger
+    /// is better; failed trials at the worst value.
     pub y: Vec<f64>,
     /// The map from a trial's value to the model's and back.
     pub output: OutputMap,
@@ -32,6 +44,8 @@ pub(super) struct TrainingData {
     /// Every trial's value in history order, larger is better; `None` where it failed or is
     /// infeasible (it improves on nothing).
     pub values: Vec<Option<f64>>,
+    /// Whether the values may be warped, as the data was made.
+    pub warping: Warping,
 }
 
 impl TrainingData {
@@ -39,6 +53,7 @@ impl TrainingData {
     pub(super) fn new(
         encoding: &Encoding<'_>,
         goal: Goal,
+        warping: Warping,
         history: &[Observation],
     ) -> Option<Self> {
         let values: Vec<Option<f64>> = history
@@ -54,8 +69,9 @@ impl TrainingData {
         // With many parameters a warp is for outliers among the values trials gave: the
         // failed trials, all at the worst value, would make a pile that puts every other
         // value far out.
-        let may_warp = !has_many_parameters(encoding.space())
-            || has_outliers(values.iter().flatten().copied().collect());
+        let may_warp = warping == Warping::AsNeeded
+            && (!has_many_parameters(encoding.space())
+                || has_outliers(values.iter().flatten().copied().collect()));
         let output = OutputMap::fitted(goal, &raw, may_warp);
         let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();
         let x: Vec<Vec<f64>> = history.iter().map(|o| encoding.encode(&o.params)).collect();
@@ -92,6 +108,7 @@ impl TrainingData {
             incumbents,
             feasible_incumbents,
             values,
+            warping,
         })
     }
 }
@@ -262,7 +279,7 @@ mod tests {
     }
 
     #[test]
-    fn with_many_parameters_only_values_far_out_are_warped() {
+    fn with_many_parameters_only_values_far_out_are_warped_and_never_with_several_objectives() {
         // The same 60 values, a bowl's (skewed: most trials far from its bottom), in 2 to 12
         // dimensions; then with one diverging trial, and with 80 more trials that failed.
         let history = |dimension: usize, values: &[Option<f64>]| -> Vec<Observation> {
@@ -284,15 +301,23 @@ mod tests {
                 })
                 .collect()
         };
-        let power = |dimension: usize, values: &[Option<f64>]| {
+        let power_with = |dimension: usize, values: &[Option<f64>], warping: Warping| {
             let space = Space::new(
                 (0..dimension)
                     .map(|d| unit_double(&format!("x{d}")))
                     .collect(),
             );
             let encoding = Encoding::new(&space);
-            let data = TrainingData::new(&encoding, Goal::Minimize, &history(dimension, values));
+            let data = TrainingData::new(
+                &encoding,
+                Goal::Minimize,
+                warping,
+                &history(dimension, values),
+            );
             data.unwrap().output.warp().power()
+        };
+        let power = |dimension: usize, values: &[Option<f64>]| {
+            power_with(dimension, values, Warping::AsNeeded)
         };
         let bowl: Vec<Option<f64>> = (0..60).map(|n| Some(f64::from(n).powi(2))).collect();
         assert_ne!(power(2, &bowl), 1.0, "in 2 dimensions the skew is warped");
@@ -311,6 +336,10 @@ mod tests {
         let mut failing = bowl.clone();
         failing.extend([None; 80]);
         assert_eq!(power(12, &failing), 1.0, "failures are not values far out");
+        // The models of several objectives are never warped.
+        for values in [&bowl, &diverged] {
+            assert_eq!(power_with(2, values, Warping::Never), 1.0);
+        }
     }
 
     #[test]
@@ -333,7 +362,8 @@ mod tests {
                 ..Observation::unconstrained()
             })
             .collect();
-        let data = TrainingData::new(&encoding, Goal::Minimize, &history).unwrap();
+        let data =
+            TrainingData::new(&encoding, Goal::Minimize, Warping::AsNeeded, &history).unwrap();
         assert_eq!(
             (data.x.len(), data.y.len()),
             (MAX_MODEL_POINTS, MAX_MODEL_POINTS)

@@ -40,7 +40,7 @@ use crate::study::Goal;
 use crate::study::space::Assignment;
 use acquisition::Acquisition;
 use anchor::Anchors;
-use data::TrainingData;
+use data::{TrainingData, Warping};
 use design::{initial_design_size, searches_whole_cube, sobol_point};
 use encoding::Encoding;
 use feasibility::Feasibility;
@@ -126,7 +126,7 @@ impl BayesSampler {
         encoding: &Encoding<'_>,
         history: &[Observation],
     ) -> Result<Option<Vec<f64>>, GpError> {
-        match TrainingData::new(encoding, context.goal, history) {
+        match TrainingData::new(encoding, context.goal, Warping::AsNeeded, history) {
             Some(data) => self
                 .model_proposal(context, encoding, history, data)
                 .map(Some),

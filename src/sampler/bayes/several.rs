@@ -16,7 +16,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::acquisition::Acquisition;
 use super::anchor::Anchors;
-use super::data::{INCUMBENTS, TrainingData};
+use super::data::{INCUMBENTS, TrainingData, Warping};
 use super::encoding::Encoding;
 use super::feasibility::Feasibility;
 use super::hypervolume_improvement::{FANTASIES, HypervolumeImprovement};
@@ -24,7 +24,7 @@ use super::search::propose;
 use super::trust::Region;
 use crate::sampler::{Observation, ProposalContext};
 use crate::study::{Goal, pareto};
-use hptune_gp::{Gp, GpError, stream};
+use hptune_gp::{Gp, GpError, YeoJohnson, stream};
 
 /// The most objectives whose hypervolume improvement is computed; past it, scalarisations.
 pub(super) const MAX_EXACT: usize = 3;
@@ -63,6 +63,48 @@ fn results(history: &[Observation], objectives: usize) -> Vec<&Observation> {
         .collect()
 }
 
+/// The sampler's reference point in the models' units, from `means` (the posterior means at
+/// the finished feasible trials, maximised, a value per objective), `given` (a reference
+/// value per objective where the study gives one) and `noise` (each model's, the tolerance of
+/// [`pareto::reference_near_front`]). The rule runs where each objective's values are warped
+/// towards symmetry (`symmetric`: Yeo-Johnson, fitted as one objective's model is), so that
+/// its margin, a tenth of the values' range, is not set by a few trials far worse than the
+/// rest; the point is mapped back, an objective whose warp cannot reach it (bounded on one
+/// side) taking the rule's point in the models' own units.
+fn reference_point(
+    means: &[Vec<f64>],
+    symmetric: &[YeoJohnson],
+    given: &[Option<f64>],
+    noise: &[f64],
+) -> Option<Vec<f64>> {
+    let maximised = vec![Goal::Maximize; symmetric.len()];
+    let warped: Vec<Vec<f64>> = means
+        .iter()
+        .map(|m| m.iter().zip(symmetric).map(|(v, w)| w.apply(*v)).collect())
+        .collect();
+    let warped_given: Vec<Option<f64>> = given
+        .iter()
+        .zip(symmetric)
+        .map(|(g, w)| g.map(|g| w.apply(g)))
+        .collect();
+    let at: Vec<&[f64]> = warped.iter().map(Vec::as_slice).collect();
+    let reference = pareto::reference_near_front(&at, &maximised, &warped_given, noise)?;
+    let at: Vec<&[f64]> = means.iter().map(Vec::as_slice).collect();
+    let plain = pareto::reference_near_front(&at, &maximised, given, noise)?;
+    Some(
+        reference
+            .iter()
+            .zip(symmetric)
+            .zip(plain)
+            .map(|((z, w), plain)| {
+                Some(w.inverse(*z))
+                    .filter(|r| r.is_finite())
+                    .unwrap_or(plain)
+            })
+            .collect(),
+    )
+}
+
 impl Several {
     /// The unit point to propose from `history` (the `warm_start` study's trials, then the
     /// study's), with the study's `references` (a given reference point per objective);
@@ -80,9 +122,10 @@ impl Several {
         let mut models = Vec::with_capacity(goals.len());
         let mut maps = Vec::with_capacity(goals.len());
         let mut noise = Vec::with_capacity(goals.len());
+        let mut symmetric = Vec::with_capacity(goals.len());
         for (j, &goal) in goals.iter().enumerate() {
             let own = of_objective(history, j);
-            let Some(data) = TrainingData::new(encoding, goal, &own) else {
+            let Some(data) = TrainingData::new(encoding, goal, Warping::Never, &own) else {
                 return Ok(None);
             };
             let hyper = self.anchors[j]
@@ -90,6 +133,7 @@ impl Several {
                 .ok_or(GpError::NotPositiveDefinite { size: data.x.len() })?;
             maps.push(data.output);
             noise.push(hyper.noise_variance.sqrt());
+            symmetric.push(YeoJohnson::fitted(&data.y));
             models.push(Gp::new(data.x, &data.y, &hyper)?);
         }
         let results = results(history, goals.len());
@@ -124,16 +168,16 @@ impl Several {
         let feasibility = Feasibility::fitted(encoding, context.constraints, history, &center)?;
         let running = context.running.iter().map(|r| encoding.encode(r)).collect();
         // The reference point in the models' units: a given one mapped there, else the nadir of
-        // the front of the means widened by a tenth of the means' range, so that the front the
-        // improvement is measured from and its corner come from the same values; a trial on
-        // that front by a lead within its model's noise does not set the nadir.
+        // the front of the means widened by a tenth of the means' range (warped towards
+        // symmetry: reference_point), so that the front the improvement is measured from and
+        // its corner come from the same values; a trial on that front by a lead within its
+        // model's noise does not set the nadir.
         let given: Vec<Option<f64>> = references
             .iter()
             .zip(&maps)
             .map(|(r, map)| r.map(|r| map.model_value(r)))
             .collect();
-        let at_results: Vec<&[f64]> = means.iter().map(Vec::as_slice).collect();
-        let reference = pareto::reference_near_front(&at_results, &maximised, &given, &noise);
+        let reference = reference_point(&means, &symmetric, &given, &noise);
         let acquisition = match reference {
             // While no trial is feasible there is no front to improve: feasibility alone.
             Some(reference) if !front.is_empty() => {

@@ -4,6 +4,7 @@ use crate::sampler::bayes::BayesSampler;
 use crate::sampler::bayes::tests::context;
 use crate::study::Constraints;
 use crate::study::space::{Assignment, ParamValue, Space, unit_double};
+use hptune_gp::YeoJohnson;
 
 /// A trial at `(a, b)` with these objectives' values.
 fn trial(number: u64, a: f64, b: f64, values: Vec<f64>) -> Observation {
@@ -55,8 +56,9 @@ fn proposals_go_to_the_front_by_hypervolume_and_towards_it_by_scalarisation() {
         let proposal = propose(&goals, &history(count), &[]);
         let b = proposal["b"].as_f64().unwrap();
         // A scalarisation's expected improvement, of one weighting, may still explore (this
-        // one proposes b = 0.31); the hypervolume's goes to the front itself.
-        let limit = if count <= MAX_EXACT { 0.1 } else { 0.5 };
+        // one proposes b = 0.31); the hypervolume's goes to the front or beside it, b² within
+        // a few hundredths of objectives that span about 1 (b = 0.2 with 3 objectives).
+        let limit = if count <= MAX_EXACT { 0.25 } else { 0.5 };
         assert!(b < limit, "{count} objectives: {proposal:?}");
         assert_eq!(
             proposal,
@@ -104,4 +106,58 @@ fn a_scalarisation_is_monotone_and_its_weights_are_fresh_for_each_trial() {
     }
     assert_eq!(values, scalar(30));
     assert_ne!(values, scalar(31));
+}
+
+#[test]
+fn a_few_trials_far_worse_than_the_rest_do_not_set_the_reference_points_margin() {
+    // Model values (maximised, standardised): 30 trials on the front a + b = 1 and two far
+    // behind it on the second objective.
+    let mut values: Vec<Vec<f64>> = (0..30)
+        .map(|i| {
+            let a = f64::from(i) / 29.0;
+            vec![-a, -(1.0 - a)]
+        })
+        .collect();
+    values.extend([vec![-0.5, -40.0], vec![-0.6, -35.0]]);
+    let standardised: Vec<Vec<f64>> = {
+        let columns: Vec<(f64, f64)> = (0..2)
+            .map(|j| {
+                let n = values.len() as f64;
+                let mean = values.iter().map(|v| v[j]).sum::<f64>() / n;
+                let spread = (values.iter().map(|v| (v[j] - mean).powi(2)).sum::<f64>() / n).sqrt();
+                (mean, spread)
+            })
+            .collect();
+        values
+            .iter()
+            .map(|v| {
+                v.iter()
+                    .zip(&columns)
+                    .map(|(x, (m, s))| (x - m) / s)
+                    .collect()
+            })
+            .collect()
+    };
+    let symmetric: Vec<YeoJohnson> = (0..2)
+        .map(|j| YeoJohnson::fitted(&standardised.iter().map(|v| v[j]).collect::<Vec<_>>()))
+        .collect();
+    let none = [None, None];
+    let ours = reference_point(&standardised, &symmetric, &none, &[0.0, 0.0]).unwrap();
+    let at: Vec<&[f64]> = standardised.iter().map(Vec::as_slice).collect();
+    let maximised = [Goal::Maximize, Goal::Maximize];
+    let plain = pareto::reference_near_front(&at, &maximised, &none, &[0.0, 0.0]).unwrap();
+    // The front's nadir on the second objective, and the margins past it.
+    let nadir = standardised[..30]
+        .iter()
+        .map(|v| v[1])
+        .fold(f64::INFINITY, f64::min);
+    let (ours_margin, plain_margin) = (nadir - ours[1], nadir - plain[1]);
+    assert!(
+        ours_margin > 0.0 && ours_margin < plain_margin / 3.0,
+        "margin {ours_margin} against {plain_margin} without the warp"
+    );
+    // A given value stays as given.
+    let given = [Some(-0.5), None];
+    let ours = reference_point(&standardised, &symmetric, &given, &[0.0, 0.0]).unwrap();
+    assert!((ours[0] + 0.5).abs() < 1e-12, "{ours:?}");
 }
