@@ -66,11 +66,11 @@ fn results(history: &[Observation], objectives: usize) -> Vec<&Observation> {
 /// The sampler's reference point in the models' units, from `means` (the posterior means at
 /// the finished feasible trials, maximised, a value per objective), `given` (a reference
 /// value per objective where the study gives one) and `noise` (each model's, the tolerance of
-/// [`pareto::reference_near_front`]). The rule runs where each objective's values are warped
-/// towards symmetry (`symmetric`: Yeo-Johnson, fitted as one objective's model is), so that
-/// its margin, a tenth of the values' range, is not set by a few trials far worse than the
-/// rest; the point is mapped back, an objective whose warp cannot reach it (bounded on one
-/// side) taking the rule's point in the models' own units.
+/// [`pareto::reference_near_front`], taken as it is in the warped units). The rule runs where
+/// each objective's values are warped towards symmetry (`symmetric`: Yeo-Johnson, fitted as
+/// one objective's model is), so that its margin, a tenth of the values' range, is not set by
+/// a few trials far worse than the rest; the point is mapped back, an objective whose warp
+/// cannot reach it (bounded on one side) taking the rule's point in the models' own units.
 fn reference_point(
     means: &[Vec<f64>],
     symmetric: &[YeoJohnson],
