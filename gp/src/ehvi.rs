@@ -220,8 +220,9 @@ impl Boxes {
             .map(|b| b.iter().zip(&scaled).map(|(&side, s)| s[side]).product())
             .collect();
         let sum: f64 = terms.iter().sum();
-        let (value, terms) = if sum >= PLAIN_SUM_FLOOR {
-            (peaks.iter().sum::<f64>() + sum.ln(), terms)
+        // The terms, and their sum.
+        let (value, terms, total) = if sum >= PLAIN_SUM_FLOOR {
+            (peaks.iter().sum::<f64>() + sum.ln(), terms, sum)
         } else {
             // Far from the front every box's term underflows: sum their logs.
             let logs: Vec<f64> = self
@@ -229,10 +230,10 @@ impl Boxes {
                 .iter()
                 .map(|b| b.iter().zip(factors).map(|(&side, f)| f[side].log).sum())
                 .collect();
-            log_sum_exp(&logs)
+            let (value, shares) = log_sum_exp(&logs);
+            (value, shares, 1.0)
         };
         if shares {
-            let total: f64 = terms.iter().sum();
             for (b, term) in self.boxes.iter().zip(&terms) {
                 for (gathered, &side) in gathered.iter_mut().zip(b) {
                     gathered[side] += term / total;

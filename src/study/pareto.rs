@@ -156,6 +156,9 @@ pub(crate) struct RunningHypervolume<'g, T> {
     front: RunningFront<'g, T>,
     /// As given, in the objectives' own directions.
     reference: Vec<f64>,
+    /// With two objectives and a reference that is a point, that reference minimised: the
+    /// volume then grows by [`area_added`].
+    minimised_2d: Option<Vec<f64>>,
     volume: f64,
 }
 
@@ -163,9 +166,11 @@ impl<'g, T> RunningHypervolume<'g, T> {
     /// An empty front of `goals`, its volume measured up to `reference` (as [`hypervolume`]'s:
     /// one finite value per objective, else the volume stays 0).
     pub(crate) fn new(goals: &'g [Goal], reference: &[f64]) -> Self {
+        let two = goals.len() == 2 && is_point(reference, goals);
         Self {
             front: RunningFront::new(goals),
             reference: reference.to_vec(),
+            minimised_2d: two.then(|| minimised(reference, goals)),
             volume: 0.0,
         }
     }
@@ -173,23 +178,20 @@ impl<'g, T> RunningHypervolume<'g, T> {
     /// Offers `values`, tagged `tag`, as [`RunningFront::add`]: whether it joined the front.
     pub(crate) fn add(&mut self, tag: T, values: &[f64]) -> bool {
         let goals = self.front.goals;
-        let two = goals.len() == 2 && is_point(&self.reference, goals);
-        let added = if two && is_point(values, goals) {
-            area_added(
+        let added = match &self.minimised_2d {
+            Some(reference) if is_point(values, goals) => area_added(
                 &minimised(values, goals),
                 self.front.on.iter().map(|(_, p)| p.as_slice()),
-                &minimised(&self.reference, goals),
-            )
-        } else {
-            0.0
+                reference,
+            ),
+            _ => 0.0,
         };
         if !self.front.add(tag, values) {
             return false;
         }
-        self.volume = if two {
-            self.volume + added
-        } else {
-            self.front.hypervolume(&self.reference)
+        self.volume = match self.minimised_2d {
+            Some(_) => self.volume + added,
+            None => self.front.hypervolume(&self.reference),
         };
         true
     }

@@ -1,10 +1,11 @@
 //! Proposals for a study of several objectives. Each objective gets a model of its own, fitted
-//! and warped as one objective's is ([`TrainingData`], [`Anchors`]). With two or three
+//! as one objective's is but never warped ([`TrainingData`], [`Anchors`]). With two or three
 //! objectives the search maximises the expected hypervolume improvement
 //! ([`HypervolumeImprovement`]) over the front of the models' posterior means at the finished
 //! feasible trials, above a reference point in the models' units (the study's mapped there
 //! where given, else the nadir of that front, less the trials on it by a lead within their
-//! model's noise, widened by a tenth of the means' range: [`pareto::reference_near_front`]),
+//! model's noise, widened by a tenth of the means' range, that range taken where each
+//! objective's means are warped towards symmetry: [`reference_point`]),
 //! weighted by the probability of feasibility where the study has constraints. With four,
 //! whose boxes grow as the cube of the front, each proposal draws fresh weights and minimises
 //! their augmented Chebyshev scalarisation of the objectives as one objective (ParEGO;
@@ -89,18 +90,21 @@ fn reference_point(
         .collect();
     let at: Vec<&[f64]> = warped.iter().map(Vec::as_slice).collect();
     let reference = pareto::reference_near_front(&at, &maximised, &warped_given, noise)?;
+    let mapped: Vec<f64> = reference
+        .iter()
+        .zip(symmetric)
+        .map(|(z, w)| w.inverse(*z))
+        .collect();
+    if mapped.iter().all(|r| r.is_finite()) {
+        return Some(mapped);
+    }
     let at: Vec<&[f64]> = means.iter().map(Vec::as_slice).collect();
     let plain = pareto::reference_near_front(&at, &maximised, given, noise)?;
     Some(
-        reference
-            .iter()
-            .zip(symmetric)
+        mapped
+            .into_iter()
             .zip(plain)
-            .map(|((z, w), plain)| {
-                Some(w.inverse(*z))
-                    .filter(|r| r.is_finite())
-                    .unwrap_or(plain)
-            })
+            .map(|(r, plain)| if r.is_finite() { r } else { plain })
             .collect(),
     )
 }
