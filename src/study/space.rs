@@ -357,5 +357,17 @@ pub(crate) fn unit_double(id: &str) -> Parameter {
     }
 }
 
+/// A categorical parameter of `values`, for tests of samplers.
+#[cfg(test)]
+pub(crate) fn categorical(id: &str, values: &[&str]) -> Parameter {
+    Parameter {
+        id: id.into(),
+        domain: Domain::Categorical {
+            values: values.iter().map(|v| v.to_string()).collect(),
+        },
+        condition: None,
+    }
+}
+
 #[cfg(test)]
 mod tests;

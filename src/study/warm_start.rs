@@ -171,7 +171,7 @@ fn type_name(domain: &Domain) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::study::space::{Condition, ParamValue, Parameter, Scale};
+    use crate::study::space::{Condition, ParamValue, Parameter, Scale, categorical};
 
     fn double(id: &str, min: f64, max: f64) -> Parameter {
         Parameter {
@@ -181,16 +181,6 @@ mod tests {
                 max,
                 scale: Scale::Linear,
                 grid_points: None,
-            },
-            condition: None,
-        }
-    }
-
-    fn categorical(id: &str, values: &[&str]) -> Parameter {
-        Parameter {
-            id: id.into(),
-            domain: Domain::Categorical {
-                values: values.iter().map(|v| v.to_string()).collect(),
             },
             condition: None,
         }

@@ -1,7 +1,7 @@
 //! The finished trials as the model sees them: features, standardised values warped where
 //! the model allows it (larger is better, failed trials at the worst value), the incumbents.
 
-use super::design::has_many_parameters;
+use super::design::warps_only_outliers;
 use super::encoding::Encoding;
 use crate::sampler::Observation;
 use crate::study::Goal;
@@ -66,11 +66,11 @@ impl TrainingData {
             .collect();
         let worst = values.iter().flatten().copied().reduce(f64::min)?;
         let raw: Vec<f64> = values.iter().map(|v| v.unwrap_or(worst)).collect();
-        // With many parameters a warp is for outliers among the values trials gave: the
+        // With many parameters ([`warps_only_outliers`]) a warp is for outliers among the values trials gave: the
         // failed trials, all at the worst value, would make a pile that puts every other
         // value far out.
         let may_warp = warping == Warping::AsNeeded
-            && (!has_many_parameters(encoding.space())
+            && (!warps_only_outliers(encoding.space())
                 || has_outliers(values.iter().flatten().copied().collect()));
         let output = OutputMap::fitted(goal, &raw, may_warp);
         let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();
@@ -137,7 +137,7 @@ pub(super) fn moments(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
 /// The map from a trial's value to the model's: larger made better, standardised (mean 0,
 /// variance 1), warped by a Yeo-Johnson transform fitted to the standardised values, and
 /// standardised again. Each step is monotone increasing, so the order of the trials is kept.
-/// With [many parameters](super::design::MANY_PARAMETERS) the warp is fitted only where some value a
+/// With many parameters ([`warps_only_outliers`]) the warp is fitted only where some value a
 /// trial gave is an outlier ([`has_outliers`]); otherwise it is the identity.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct OutputMap {
@@ -217,7 +217,7 @@ pub(super) fn nearest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::study::space::{Assignment, ParamValue, Space, unit_double};
+    use crate::study::space::{Assignment, ParamValue, Space, categorical, unit_double};
 
     /// `n` points on a 2-D grid of 37 × 37 (not repeating for n < 1,369), in a scrambled order.
     fn scattered(n: usize) -> Vec<Vec<f64>> {
@@ -279,10 +279,13 @@ mod tests {
     }
 
     #[test]
-    fn with_many_parameters_only_values_far_out_are_warped_and_never_with_several_objectives() {
+    fn with_many_parameters_or_fewer_with_a_categorical_only_values_far_out_are_warped_and_never_with_several_objectives()
+     {
         // The same 60 values, a bowl's (skewed: most trials far from its bottom), in 2 to 12
         // dimensions; then with one diverging trial, and with 80 more trials that failed.
-        let history = |dimension: usize, values: &[Option<f64>]| -> Vec<Observation> {
+        // Parameters x0..x{D-1}, doubles but for `categoricals` of them (the last), of three
+        // values.
+        let history = |dimension: usize, categoricals: usize, values: &[Option<f64>]| {
             values
                 .iter()
                 .enumerate()
@@ -290,21 +293,25 @@ mod tests {
                     number: n as u64,
                     params: (0..dimension)
                         .map(|d| {
-                            (
-                                format!("x{d}"),
-                                ParamValue::Float((n * (d + 3) % 61) as f64 / 60.0),
-                            )
+                            let value = match d + categoricals >= dimension {
+                                true => ParamValue::Str(["a", "b", "c"][n % 3].to_string()),
+                                false => ParamValue::Float((n * (d + 3) % 61) as f64 / 60.0),
+                            };
+                            (format!("x{d}"), value)
                         })
                         .collect(),
                     value,
                     ..Observation::unconstrained()
                 })
-                .collect()
+                .collect::<Vec<Observation>>()
         };
-        let power_with = |dimension: usize, values: &[Option<f64>], warping: Warping| {
+        let power_of = |dimension: usize, categoricals, values: &[Option<f64>], warping| {
             let space = Space::new(
                 (0..dimension)
-                    .map(|d| unit_double(&format!("x{d}")))
+                    .map(|d| match d + categoricals >= dimension {
+                        true => categorical(&format!("x{d}"), &["a", "b", "c"]),
+                        false => unit_double(&format!("x{d}")),
+                    })
                     .collect(),
             );
             let encoding = Encoding::new(&space);
@@ -312,9 +319,12 @@ mod tests {
                 &encoding,
                 Goal::Minimize,
                 warping,
-                &history(dimension, values),
+                &history(dimension, categoricals, values),
             );
             data.unwrap().output.warp().power()
+        };
+        let power_with = |dimension: usize, values: &[Option<f64>], warping: Warping| {
+            power_of(dimension, 0, values, warping)
         };
         let power = |dimension: usize, values: &[Option<f64>]| {
             power_with(dimension, values, Warping::AsNeeded)
@@ -324,6 +334,11 @@ mod tests {
         assert_ne!(power(9, &bowl), 1.0, "and in 9");
         assert_eq!(power(10, &bowl), 1.0, "from 10 on it is the trend");
         assert_eq!(power(12, &bowl), 1.0);
+        // With a categorical among them, from 8 parameters on.
+        let with_categorical = |dimension| power_of(dimension, 1, &bowl, Warping::AsNeeded);
+        assert_ne!(with_categorical(7), 1.0, "7 with a categorical are warped");
+        assert_eq!(with_categorical(8), 1.0, "8 with a categorical are not");
+        assert_eq!(power_of(9, 3, &bowl, Warping::AsNeeded), 1.0);
         let mut diverged = bowl.clone();
         diverged[40] = Some(1e7);
         assert_ne!(

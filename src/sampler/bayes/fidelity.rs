@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::acquisition::Acquisition;
 use super::anchor::Anchors;
 use super::data::{INCUMBENTS, MAX_MODEL_POINTS, OutputMap, goal_sign, nearest};
-use super::design::has_many_parameters;
+use super::design::warps_only_outliers;
 use super::encoding::Encoding;
 use super::search::propose;
 use super::trust::Region;
@@ -182,7 +182,7 @@ impl CurveData {
         let points = points(rungs, context.goal, history, curves, top);
         let worst = points.iter().filter_map(|p| p.value).reduce(f64::min)?;
         let raw: Vec<f64> = points.iter().map(|p| p.value.unwrap_or(worst)).collect();
-        let may_warp = !has_many_parameters(context.space)
+        let may_warp = !warps_only_outliers(context.space)
             || has_outliers(points.iter().filter_map(|p| p.value).collect());
         let output = OutputMap::fitted(context.goal, &raw, may_warp);
         let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();

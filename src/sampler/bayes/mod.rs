@@ -176,7 +176,8 @@ impl BayesSampler {
         let local = best.is_some() && !searches_whole_cube(dimension);
         let region = match local {
             true => {
-                let side = trust::side(&data.values, design, dimension, context.parallel.max(1));
+                let batch = context.parallel.max(1);
+                let side = trust::side(&data.values, design, dimension, self.budget, batch);
                 Region::around(encoding, incumbent, side)
             }
             false => Region::whole(incumbent.len()),

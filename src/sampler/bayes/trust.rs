@@ -30,10 +30,10 @@ const MARGIN: f64 = 1e-3;
 const MIDDLE_FAILURES: usize = 6;
 
 /// Consecutive failed batches of `batch` trials that halve the side in `dimension`
-/// dimensions: `⌈max(4, D) / batch⌉`, so that about `max(4, D)` trials fail in a row;
-/// `⌈6 / batch⌉` in the middle ([`MIDDLE_FAILURES`]).
-fn failure_tolerance(dimension: usize, batch: usize) -> usize {
-    match is_middle(dimension) {
+/// dimensions with a study's `budget`: `⌈max(4, D) / batch⌉`, so that about `max(4, D)` trials
+/// fail in a row; `⌈6 / batch⌉` in the middle ([`MIDDLE_FAILURES`]).
+fn failure_tolerance(dimension: usize, budget: Option<u64>, batch: usize) -> usize {
+    match is_middle(dimension, budget) {
         true => MIDDLE_FAILURES,
         false => dimension.max(4),
     }
@@ -46,8 +46,15 @@ fn failure_tolerance(dimension: usize, batch: usize) -> usize {
 /// trials `b·batch` to `(b + 1)·batch - 1` make batch `b`, as the controller starts trials
 /// of equal length, and the trials of a batch after the design count as one step. A batch
 /// succeeds when one of its trials beats the best value of the trials before the batch, the
-/// best known when it was proposed.
-pub(crate) fn side(values: &[Option<f64>], design: usize, dimension: usize, batch: usize) -> f64 {
+/// best known when it was proposed. `dimension` and `budget` (the study's trial budget,
+/// `None`: no limit) set how many failures halve the side ([`failure_tolerance`]).
+pub(crate) fn side(
+    values: &[Option<f64>],
+    design: usize,
+    dimension: usize,
+    budget: Option<u64>,
+    batch: usize,
+) -> f64 {
     let batch = batch.max(1);
     let split = design.min(values.len());
     // known[i]: the best of the first i values.
@@ -74,7 +81,7 @@ pub(crate) fn side(values: &[Option<f64>], design: usize, dimension: usize, batc
             side = (2.0 * side).min(MAX);
             successes = 0;
         }
-        if failures == failure_tolerance(dimension, batch) {
+        if failures == failure_tolerance(dimension, budget, batch) {
             side /= 2.0;
             failures = 0;
         }
@@ -145,23 +152,27 @@ mod tests {
     fn improvements_double_the_side_and_failures_halve_it() {
         let design = vec![Some(1.0); 5];
         let with = |tail: &[Option<f64>]| [design.clone(), tail.to_vec()].concat();
-        assert_eq!(side(&design, 5, 2, 1), INITIAL);
+        assert_eq!(side(&design, 5, 2, None, 1), INITIAL);
         let rising: Vec<_> = (2..=4).map(|v| Some(v as f64)).collect();
-        assert_eq!(side(&with(&rising), 5, 2, 1), 2.0 * INITIAL);
+        assert_eq!(side(&with(&rising), 5, 2, None, 1), 2.0 * INITIAL);
         let six: Vec<_> = (2..=7).map(|v| Some(v as f64)).collect();
-        assert_eq!(side(&with(&six), 5, 2, 1), MAX);
+        assert_eq!(side(&with(&six), 5, 2, None, 1), MAX);
         // Four non-improvements (a tiny gain, an equal value, a failure, a worse value).
         let flat = [Some(1.0 + 1e-9), Some(1.0), None, Some(-1.0)];
-        assert_eq!(side(&with(&flat), 5, 2, 1), INITIAL / 2.0);
-        assert_eq!(side(&with(&flat[..3]), 5, 2, 1), INITIAL);
-        // In 6 dimensions it takes 6 failures, in 12 (the middle) 6 too, in 16 sixteen.
-        assert_eq!(side(&with(&flat), 5, 6, 1), INITIAL);
-        assert_eq!(failure_tolerance(12, 1), 6);
-        assert_eq!(failure_tolerance(16, 1), 16);
-        assert_eq!(failure_tolerance(12, 4), 2);
+        assert_eq!(side(&with(&flat), 5, 2, None, 1), INITIAL / 2.0);
+        assert_eq!(side(&with(&flat[..3]), 5, 2, None, 1), INITIAL);
+        // In 6 dimensions it takes 6 failures, in 12 (the middle) 6 too, in 16 sixteen; in 8,
+        // eight, or 6 in a study of fewer than 80 trials (the middle too).
+        assert_eq!(side(&with(&flat), 5, 6, None, 1), INITIAL);
+        assert_eq!(failure_tolerance(12, None, 1), 6);
+        assert_eq!(failure_tolerance(16, None, 1), 16);
+        assert_eq!(failure_tolerance(12, None, 4), 2);
+        assert_eq!(failure_tolerance(8, None, 1), 8);
+        assert_eq!(failure_tolerance(8, Some(80), 1), 8);
+        assert_eq!(failure_tolerance(8, Some(79), 1), 6);
         // An improvement breaks a run of failures.
         let broken = [None, None, None, Some(5.0), None, None, None];
-        assert_eq!(side(&with(&broken), 5, 2, 1), INITIAL);
+        assert_eq!(side(&with(&broken), 5, 2, None, 1), INITIAL);
     }
 
     #[test]
@@ -171,13 +182,13 @@ mod tests {
         for v in [2.0, 3.0, 4.0] {
             values.extend([None, Some(0.0), Some(v), Some(0.5)]);
         }
-        assert_eq!(side(&values, 4, 2, 4), 2.0 * INITIAL);
-        assert_eq!(side(&values, 4, 2, 1), INITIAL);
+        assert_eq!(side(&values, 4, 2, None, 4), 2.0 * INITIAL);
+        assert_eq!(side(&values, 4, 2, None, 1), INITIAL);
         // max(4, 6) = 6 failed trials: two batches of 4 (the second one incomplete).
         let mut failing = vec![Some(1.0); 4];
         failing.extend([None; 5]);
-        assert_eq!(side(&failing, 4, 6, 4), INITIAL / 2.0);
-        assert_eq!(side(&failing[..8], 4, 6, 4), INITIAL);
+        assert_eq!(side(&failing, 4, 6, None, 4), INITIAL / 2.0);
+        assert_eq!(side(&failing[..8], 4, 6, None, 4), INITIAL);
     }
 
     #[test]
@@ -186,9 +197,9 @@ mod tests {
         // In batches of 2, trial 5 was proposed while trial 4 (3.0) was running: its 2.0
         // beats the 1.0 known then, and so on.
         values.extend([Some(3.0), Some(2.0), None, Some(4.0), Some(5.0), None]);
-        assert_eq!(side(&values, 4, 2, 2), 2.0 * INITIAL);
+        assert_eq!(side(&values, 4, 2, None, 2), 2.0 * INITIAL);
         // One at a time, trial 5 knew of the 3.0 and failed.
-        assert_eq!(side(&values, 4, 2, 1), INITIAL);
+        assert_eq!(side(&values, 4, 2, None, 1), INITIAL);
     }
 
     #[test]
@@ -197,9 +208,9 @@ mod tests {
         // each failed batch halves the side in 2 dimensions.
         let mut values = vec![Some(1.0); 5];
         values.extend([None; 3]);
-        assert_eq!(side(&values, 5, 2, 4), INITIAL / 2.0);
+        assert_eq!(side(&values, 5, 2, None, 4), INITIAL / 2.0);
         values.push(None);
-        assert_eq!(side(&values, 5, 2, 4), INITIAL / 4.0);
+        assert_eq!(side(&values, 5, 2, None, 4), INITIAL / 4.0);
     }
 
     #[test]
@@ -207,9 +218,9 @@ mod tests {
         let mut values = vec![Some(0.0); 5];
         // 7 halvings of 4 failures bring 0.8 below MIN; one more failure-run halves again.
         values.extend(std::iter::repeat_n(None, 4 * 7));
-        assert_eq!(side(&values, 5, 2, 1), INITIAL);
+        assert_eq!(side(&values, 5, 2, None, 1), INITIAL);
         values.extend(std::iter::repeat_n(None, 4));
-        assert_eq!(side(&values, 5, 2, 1), INITIAL / 2.0);
+        assert_eq!(side(&values, 5, 2, None, 1), INITIAL / 2.0);
     }
 
     #[test]
