@@ -3,8 +3,9 @@
 //! parallel trials finish in. The size of the space also decides how far the search looks
 //! and how the values are warped: below [`MANY_PARAMETERS`] as in 2-6 dimensions, from
 //! [`WHOLE_CUBE_PARAMETERS`] as in 20-50, and the middle between them by rules of its own
-//! ([`is_middle`]), whose design a study's trial budget may shorten. Parameters are counted
-//! as the space declares them, conditional ones included.
+//! ([`is_middle`]), whose design a study's trial budget may shorten and which a short budget
+//! extends down to 8 parameters. Parameters are counted as the space declares them,
+//! conditional ones included.
 
 use crate::study::space::{Domain, Space};
 
@@ -22,7 +23,8 @@ pub(crate) const MANY_PARAMETERS: usize = 10;
 /// the warp fitted to every value left the mixed space (doubles whose best value a categorical
 /// moves) one categorical from its optimum in most seeds, and without it the runs reach the
 /// optimum; on the numeric functions at 8 the warp still helps Rosenbrock, so they keep it.
-/// Below 8 the warp wins on the mixed space too.
+/// Below 8 it is kept: on the 3-D mixed space the runs without it were level within the
+/// seeds' spread (docs/bayes.md).
 pub(crate) const MANY_PARAMETERS_WITH_CATEGORICALS: usize = 8;
 
 /// From this many parameters on, the expected improvement is maximised over the whole cube,
