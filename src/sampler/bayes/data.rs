@@ -66,9 +66,9 @@ impl TrainingData {
             .collect();
         let worst = values.iter().flatten().copied().reduce(f64::min)?;
         let raw: Vec<f64> = values.iter().map(|v| v.unwrap_or(worst)).collect();
-        // With many parameters ([`warps_only_outliers`]) a warp is for outliers among the values trials gave: the
-        // failed trials, all at the worst value, would make a pile that puts every other
-        // value far out.
+        // With many parameters ([`warps_only_outliers`]) a warp is for outliers among the
+        // values trials gave: the failed trials, all at the worst value, would make a pile
+        // that puts every other value far out.
         let may_warp = warping == Warping::AsNeeded
             && (!warps_only_outliers(encoding.space())
                 || has_outliers(values.iter().flatten().copied().collect()));
@@ -279,10 +279,10 @@ mod tests {
     }
 
     #[test]
-    fn with_many_parameters_or_fewer_with_a_categorical_only_values_far_out_are_warped_and_never_with_several_objectives()
-     {
+    fn only_outliers_are_warped_with_many_parameters_and_none_with_several_objectives() {
         // The same 60 values, a bowl's (skewed: most trials far from its bottom), in 2 to 12
-        // dimensions; then with one diverging trial, and with 80 more trials that failed.
+        // dimensions, also with categoricals (many from 8 then); then with one diverging
+        // trial, and with 80 more trials that failed.
         // Parameters x0..x{D-1}, doubles but for `categoricals` of them (the last), of three
         // values.
         let history = |dimension: usize, categoricals: usize, values: &[Option<f64>]| {

@@ -21,7 +21,7 @@ pub(crate) const MANY_PARAMETERS: usize = 10;
 /// From this many parameters on, a space with a categorical parameter is warped only where
 /// its values have outliers, as with [`MANY_PARAMETERS`]. Measured at 8, 100 trials, 30 seeds:
 /// the warp fitted to every value left the mixed space (doubles whose best value a categorical
-/// moves) one categorical from its optimum in most seeds, and without it the runs reach the
+/// moves) one categorical from its optimum in most seeds, and without it most runs reach the
 /// optimum; on the numeric functions at 8 the warp still helps Rosenbrock, so they keep it.
 /// Below 8 it is kept: on the 3-D mixed space the runs without it were level within the
 /// seeds' spread (docs/bayes.md).
