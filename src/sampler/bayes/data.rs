@@ -323,11 +323,8 @@ mod tests {
             );
             data.unwrap().output.warp().power()
         };
-        let power_with = |dimension: usize, values: &[Option<f64>], warping: Warping| {
-            power_of(dimension, 0, values, warping)
-        };
         let power = |dimension: usize, values: &[Option<f64>]| {
-            power_with(dimension, values, Warping::AsNeeded)
+            power_of(dimension, 0, values, Warping::AsNeeded)
         };
         let bowl: Vec<Option<f64>> = (0..60).map(|n| Some(f64::from(n).powi(2))).collect();
         assert_ne!(power(2, &bowl), 1.0, "in 2 dimensions the skew is warped");
@@ -335,9 +332,16 @@ mod tests {
         assert_eq!(power(10, &bowl), 1.0, "from 10 on it is the trend");
         assert_eq!(power(12, &bowl), 1.0);
         // With a categorical among them, from 8 parameters on.
-        let with_categorical = |dimension| power_of(dimension, 1, &bowl, Warping::AsNeeded);
-        assert_ne!(with_categorical(7), 1.0, "7 with a categorical are warped");
-        assert_eq!(with_categorical(8), 1.0, "8 with a categorical are not");
+        assert_ne!(
+            power_of(7, 1, &bowl, Warping::AsNeeded),
+            1.0,
+            "7 with a categorical are warped"
+        );
+        assert_eq!(
+            power_of(8, 1, &bowl, Warping::AsNeeded),
+            1.0,
+            "8 with a categorical are not"
+        );
         assert_eq!(power_of(9, 3, &bowl, Warping::AsNeeded), 1.0);
         let mut diverged = bowl.clone();
         diverged[40] = Some(1e7);
@@ -353,7 +357,7 @@ mod tests {
         assert_eq!(power(12, &failing), 1.0, "failures are not values far out");
         // The models of several objectives are never warped.
         for values in [&bowl, &diverged] {
-            assert_eq!(power_with(2, values, Warping::Never), 1.0);
+            assert_eq!(power_of(2, 0, values, Warping::Never), 1.0);
         }
     }
 

@@ -67,6 +67,7 @@ pub(crate) fn side(
     let improves = |i: usize| {
         values[i].is_some_and(|v| known[i - i % batch].is_none_or(|b| v > b + MARGIN * b.abs()))
     };
+    let tolerance = failure_tolerance(dimension, budget, batch);
     let (mut side, mut successes, mut failures) = (INITIAL, 0, 0);
     let trials: Vec<usize> = (split..values.len()).collect();
     for chunk in trials.chunk_by(|a, b| a / batch == b / batch) {
@@ -81,7 +82,7 @@ pub(crate) fn side(
             side = (2.0 * side).min(MAX);
             successes = 0;
         }
-        if failures == failure_tolerance(dimension, budget, batch) {
+        if failures == tolerance {
             side /= 2.0;
             failures = 0;
         }
