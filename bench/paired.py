@@ -4,14 +4,18 @@ way (BEFORE), one another (AFTER), run on the same functions, modes and seeds.
 
 `python3 bench/paired.py BEFORE.json AFTER.json [--label-before B] [--label-after A]
 [--sampler S]` prints two Markdown tables: each seed's final regret on both sides and their
-ratio (after / before), then per function and mode the seeds both sides ran, the medians, and
-on how many seeds AFTER is lower and higher. `bayes.py --include` cannot pair such files: it
-keeps one run per (sampler, function, mode, seed). Standard library only.
+ratio (after / before), then per function and mode the seeds both sides ran, the medians, the
+mean over seeds of log10(after) - log10(before) with its standard error (`bayes.paired_log10`:
+negative where AFTER is lower), and on how many seeds AFTER is lower and higher. `bayes.py --include` cannot pair such files: it
+keeps one run per (sampler, function, mode, seed). Standard library only (and bayes.py's
+tables, which need no more).
 """
 
 import argparse
 import json
 import statistics
+
+import bayes
 
 
 def regrets(path, sampler):
@@ -38,15 +42,17 @@ def main():
         for seed in sorted(s for f, m, s in both if (f, m) == (function, mode)):
             x, y = before[(function, mode, seed)], after[(function, mode, seed)]
             print(f"| {function} | {mode} | {seed} | {x:.4g} | {y:.4g} | {y / x:.2f} |")
-    print(f"\n| function | mode | seeds | median, {b} | median, {a} | {a} lower / higher |\n"
-          "|---|---|---|---|---|---|")
+    print(f"\n| function | mode | seeds | median, {b} | median, {a} | {a} against {b}, "
+          f"Δ mean log10 | {a} lower / higher |\n|---|---|---|---|---|---|---|")
     for function, mode in cells:
         pairs = [(before[k], after[k]) for k in both if k[:2] == (function, mode)]
         lower = sum(y < x for x, y in pairs)
         higher = sum(y > x for x, y in pairs)
+        mean, error = bayes.paired_log10([(y, x) for x, y in pairs])
         print(f"| {function} | {mode} | {len(pairs)} | "
               f"{statistics.median(x for x, _ in pairs):.4g} | "
-              f"{statistics.median(y for _, y in pairs):.4g} | {lower} / {higher} |")
+              f"{statistics.median(y for _, y in pairs):.4g} | {mean:+.2f} ± {error:.2f} | "
+              f"{lower} / {higher} |")
 
 
 if __name__ == "__main__":
