@@ -11,10 +11,9 @@
 //!
 //! `HPTUNE_BLAS` chooses: a library's file name or path, or `none` for burn's products; unset,
 //! the usual names of MKL's runtime library and then of OpenBLAS are tried. The library runs
-//! single-threaded (MKL's sequential layer): [`Cblas::sgemm`] splits a product's rows over
+//! single-threaded (MKL's sequential layer): [`Cblas::sgemm_to`] splits a product's rows over
 //! rayon's threads (burn-flex's), so no BLAS thread pool spins beside them.
 
-use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
 use libloading::Library;
@@ -81,7 +80,7 @@ const NO_TRANSPOSE: i32 = 111;
 const TRANSPOSE: i32 = 112;
 
 /// An opened CBLAS library.
-pub struct Cblas {
+pub(crate) struct Cblas {
     sgemm: Sgemm,
     name: String,
     _library: Library,
@@ -91,7 +90,7 @@ pub struct Cblas {
 /// `i * row_stride + j * col_stride`, one of the two strides 1 (a row-major matrix or the
 /// transpose of one, as BLAS reads them).
 #[derive(Debug, Clone, Copy)]
-pub struct Matrix<'a> {
+pub(crate) struct Matrix<'a> {
     /// The elements, from the first one on.
     pub data: &'a [f32],
     /// Number of rows.
@@ -107,7 +106,7 @@ pub struct Matrix<'a> {
 impl<'a> Matrix<'a> {
     /// The matrix, or `None` when BLAS cannot read it (neither stride 1, strides that do not fit
     /// BLAS's 32-bit integers, or elements beyond `data`).
-    pub fn new(
+    pub(crate) fn new(
         data: &'a [f32],
         rows: usize,
         cols: usize,
@@ -152,7 +151,7 @@ impl<'a> Matrix<'a> {
     }
 
     /// The transposed matrix (a view: the strides swapped).
-    pub fn transpose(self) -> Self {
+    pub(crate) fn transpose(self) -> Self {
         Self {
             rows: self.cols,
             cols: self.rows,
@@ -176,7 +175,7 @@ impl<'a> Matrix<'a> {
 impl Cblas {
     /// The library chosen by `HPTUNE_BLAS` (see the module documentation), opened on first use;
     /// `None` when there is none.
-    pub fn get() -> Option<&'static Cblas> {
+    pub(crate) fn get() -> Option<&'static Cblas> {
         static LIBRARY: OnceLock<Option<Cblas>> = OnceLock::new();
         LIBRARY
             .get_or_init(|| {
@@ -284,7 +283,8 @@ impl Cblas {
     ///
     /// # Panics
     /// If the shapes do not match or `output` has the wrong length.
-    pub fn sgemm(&self, a: Matrix, b: Matrix, output: &mut [MaybeUninit<f32>]) {
+    #[cfg(test)]
+    pub(crate) fn sgemm(&self, a: Matrix, b: Matrix, output: &mut [std::mem::MaybeUninit<f32>]) {
         assert_eq!(output.len(), a.rows * b.cols, "sgemm: output size");
         // SAFETY: `output` holds the `a.rows` rows of `b.cols` elements, and is borrowed
         // mutably for the call.
@@ -302,7 +302,14 @@ impl Cblas {
     ///
     /// # Panics
     /// If the inner dimensions differ, `ldc < b.cols`, or `ldc` exceeds an i32.
-    pub unsafe fn sgemm_to(&self, a: Matrix, b: Matrix, output: *mut f32, ldc: usize, split: bool) {
+    pub(crate) unsafe fn sgemm_to(
+        &self,
+        a: Matrix,
+        b: Matrix,
+        output: *mut f32,
+        ldc: usize,
+        split: bool,
+    ) {
         let (m, n, k) = (a.rows, b.cols, a.cols);
         assert_eq!(k, b.rows, "sgemm: inner dimensions differ");
         assert!(
@@ -379,7 +386,7 @@ fn loaded_from(symbol: *const std::ffi::c_void) -> Option<std::path::PathBuf> {
 
 /// An output pointer that the threads of one product share, each writing its own elements.
 #[derive(Clone, Copy)]
-pub struct SharedOutput(pub *mut f32);
+pub(crate) struct SharedOutput(pub *mut f32);
 
 // SAFETY: the products that share it write disjoint elements (see their callers).
 unsafe impl Send for SharedOutput {}
@@ -390,7 +397,7 @@ impl SharedOutput {
     ///
     /// # Safety
     /// It must lie in the same allocation.
-    pub unsafe fn at(self, offset: usize) -> *mut f32 {
+    pub(crate) unsafe fn at(self, offset: usize) -> *mut f32 {
         unsafe { self.0.add(offset) }
     }
 }

@@ -22,7 +22,7 @@ pub struct TextInput {
 }
 
 /// A fine-tuned classifier on a device, with its tokenizer and label names.
-pub struct Classifier<B: FusedOps> {
+pub(crate) struct Classifier<B: FusedOps> {
     model: BertClassifier<B>,
     tokenizer: TextTokenizer,
     labels: LabelMap,
@@ -33,7 +33,7 @@ impl<B: FusedOps> Classifier<B> {
     /// Loads the model of `dir` (a folder written by `--output-dir`) onto `device`; texts are
     /// truncated to `max_seq_len` tokens (at most the model's position limit), special tokens
     /// included.
-    pub fn load(dir: &Path, max_seq_len: usize, device: B::Device) -> Result<Self> {
+    pub(crate) fn load(dir: &Path, max_seq_len: usize, device: B::Device) -> Result<Self> {
         let config = BertConfig::from_file(&dir.join("config.json"))?;
         let labels = saved_labels(dir, &config)?;
         let tokenizer =
@@ -56,12 +56,16 @@ impl<B: FusedOps> Classifier<B> {
     }
 
     /// The class names, by class index.
-    pub fn labels(&self) -> &[String] {
+    pub(crate) fn labels(&self) -> &[String] {
         self.labels.names()
     }
 
     /// The probability of every class for each input, `batch_size` inputs to a forward pass.
-    pub fn probabilities(&self, inputs: &[TextInput], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+    pub(crate) fn probabilities(
+        &self,
+        inputs: &[TextInput],
+        batch_size: usize,
+    ) -> Result<Vec<Vec<f32>>> {
         let encoded: Vec<EncodedExample> = inputs
             .iter()
             .map(|input| {

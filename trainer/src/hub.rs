@@ -23,7 +23,7 @@ const TOKENIZER_FILES: &[&str] = &["tokenizer.json", "vocab.txt"];
 
 /// Finds the checkpoint folder for `--model`: a local folder, or a hub id from the cache,
 /// downloaded into the cache first when it is not there.
-pub fn resolve_model_dir(model: &str) -> Result<PathBuf> {
+pub(crate) fn resolve_model_dir(model: &str) -> Result<PathBuf> {
     let local = PathBuf::from(model);
     if local.is_dir() {
         return Ok(local);

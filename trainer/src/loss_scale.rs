@@ -9,9 +9,9 @@
 //! scale stays near the largest that does not overflow.
 
 /// The scale of the first step (GradScaler's `init_scale`).
-pub const INITIAL_SCALE: f32 = 65536.0;
+pub(crate) const INITIAL_SCALE: f32 = 65536.0;
 /// Steps in a row with finite gradients after which the scale doubles (`growth_interval`).
-pub const GROWTH_INTERVAL: u32 = 2000;
+pub(crate) const GROWTH_INTERVAL: u32 = 2000;
 /// The factor of the scale after `GROWTH_INTERVAL` good steps (`growth_factor`).
 const GROWTH_FACTOR: f32 = 2.0;
 /// The factor of the scale after a step with an infinite or NaN gradient (`backoff_factor`).

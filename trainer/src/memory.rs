@@ -13,7 +13,7 @@ use std::any::Any;
 use crate::error::{Result, TrainerError};
 
 /// The variable in which the controller gives a worker its device-memory cap, in bytes.
-pub const ENV: &str = "HPTUNE_GPU_MEMORY";
+pub(crate) const ENV: &str = "HPTUNE_GPU_MEMORY";
 
 /// Formats bytes for people: `16.00 GiB (17179869184 bytes)`.
 pub(crate) fn describe_bytes(bytes: u64) -> String {
@@ -29,7 +29,7 @@ pub(crate) fn describe_bytes(bytes: u64) -> String {
 
 /// Where a cap came from, for messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CapSource {
+pub(crate) enum CapSource {
     /// The `--gpu-memory` flag.
     Flag,
     /// The `HPTUNE_GPU_MEMORY` variable, set by the controller.
@@ -47,7 +47,7 @@ impl std::fmt::Display for CapSource {
 
 /// A device-memory cap in bytes and where it was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemoryCap {
+pub(crate) struct MemoryCap {
     /// The most bytes the trainer's memory pool may hold.
     pub bytes: u64,
     /// The flag or the variable.
@@ -57,7 +57,7 @@ pub struct MemoryCap {
 impl MemoryCap {
     /// The cap of a run: `--gpu-memory` (already parsed) when given, else `HPTUNE_GPU_MEMORY`
     /// (a bad value of which is an error naming the variable), else none.
-    pub fn resolve(flag: Option<u64>) -> Result<Option<MemoryCap>> {
+    pub(crate) fn resolve(flag: Option<u64>) -> Result<Option<MemoryCap>> {
         if let Some(bytes) = flag {
             return Ok(Some(MemoryCap {
                 bytes,
@@ -84,7 +84,7 @@ impl MemoryCap {
 
 /// The peak memory of a run, by what could be measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PeakMemory {
+pub(crate) enum PeakMemory {
     /// The most the device's memory pool held (GPU backends).
     Device(u64),
     /// The process's peak resident set (the CPU backends, whose tensors are in host memory).
@@ -93,7 +93,7 @@ pub enum PeakMemory {
 
 impl PeakMemory {
     /// The protocol's key and value: `peak_memory_bytes` or `peak_rss_bytes`.
-    pub fn key_value(&self) -> (&'static str, u64) {
+    pub(crate) fn key_value(&self) -> (&'static str, u64) {
         match *self {
             PeakMemory::Device(bytes) => ("peak_memory_bytes", bytes),
             PeakMemory::ProcessRss(bytes) => ("peak_rss_bytes", bytes),
@@ -128,7 +128,7 @@ pub(crate) fn device_reserved(device: &dyn Any) -> Option<u64> {
 
 /// When the memory was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Moment {
+pub(crate) enum Moment {
     /// After this training step (1-based, counted over the run).
     TrainingStep(usize),
     /// After the evaluation of this epoch (1-based).
@@ -147,7 +147,7 @@ impl std::fmt::Display for Moment {
 /// Keeps a run's device memory under its cap and its peak: [`MemoryWatch::check`] after every
 /// training step and evaluation.
 #[derive(Debug, Clone)]
-pub struct MemoryWatch {
+pub(crate) struct MemoryWatch {
     cap: Option<MemoryCap>,
     on_device: bool,
     peak: u64,
@@ -155,7 +155,7 @@ pub struct MemoryWatch {
 
 impl MemoryWatch {
     /// A watch of `device`'s memory with `cap`; on the CPU it logs that the cap does not apply.
-    pub fn new(cap: Option<MemoryCap>, device: &dyn Any) -> Self {
+    pub(crate) fn new(cap: Option<MemoryCap>, device: &dyn Any) -> Self {
         let on_device = device_reserved(device).is_some();
         match cap {
             Some(cap) if on_device => tracing::info!(
@@ -178,7 +178,7 @@ impl MemoryWatch {
     }
 
     /// Reads the device's memory after `moment`; an error when it is over the cap.
-    pub fn check(&mut self, device: &dyn Any, moment: Moment) -> Result<()> {
+    pub(crate) fn check(&mut self, device: &dyn Any, moment: Moment) -> Result<()> {
         match device_reserved(device) {
             Some(reserved) => self.record(reserved, moment),
             None => Ok(()),
@@ -186,7 +186,7 @@ impl MemoryWatch {
     }
 
     /// Records `reserved` bytes held after `moment`: the peak, and the cap's verdict.
-    pub fn record(&mut self, reserved: u64, moment: Moment) -> Result<()> {
+    pub(crate) fn record(&mut self, reserved: u64, moment: Moment) -> Result<()> {
         self.peak = self.peak.max(reserved);
         match self.cap {
             Some(cap) if self.on_device && reserved > cap.bytes => Err(TrainerError::OutOfMemory {
@@ -200,7 +200,7 @@ impl MemoryWatch {
     }
 
     /// The run's peak so far: the device pool's on a GPU, the process's resident set on the CPU.
-    pub fn peak(&self) -> PeakMemory {
+    pub(crate) fn peak(&self) -> PeakMemory {
         if self.on_device {
             PeakMemory::Device(self.peak)
         } else {

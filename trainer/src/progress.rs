@@ -17,7 +17,7 @@ const BAR_EVERY: Duration = Duration::from_secs(1);
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Progress of one epoch.
-pub struct EpochProgress {
+pub(crate) struct EpochProgress {
     bar: Option<ProgressBar>,
     epoch: usize,
     epochs: usize,
@@ -29,7 +29,7 @@ pub struct EpochProgress {
 
 impl EpochProgress {
     /// Starts showing epoch `epoch` of `epochs`, made of `total_batches` batches.
-    pub fn start(epoch: usize, epochs: usize, total_batches: usize) -> Self {
+    pub(crate) fn start(epoch: usize, epochs: usize, total_batches: usize) -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::new(total_batches as u64);
             let style = ProgressStyle::with_template(
@@ -64,7 +64,7 @@ impl EpochProgress {
 
     /// Records a finished batch of `samples` examples; when a report is due, shows the training
     /// loss that `loss` reads (its error, a diverged run say, is returned).
-    pub fn batch_done(
+    pub(crate) fn batch_done(
         &mut self,
         batch: usize,
         samples: usize,
@@ -94,7 +94,7 @@ impl EpochProgress {
     }
 
     /// Ends the epoch's display; returns its training throughput in samples per second.
-    pub fn finish(self) -> f64 {
+    pub(crate) fn finish(self) -> f64 {
         if let Some(bar) = &self.bar {
             bar.finish();
         }

@@ -10,20 +10,20 @@ use crate::memory::PeakMemory;
 use crate::metrics::{EvalMetrics, Metric};
 
 /// Environment variable naming the metrics file (hptune's name).
-pub const METRICS_FILE_ENV: &str = "HPTUNE_METRICS_FILE";
+pub(crate) const METRICS_FILE_ENV: &str = "HPTUNE_METRICS_FILE";
 /// Environment variable naming the metrics file (cloudml-hypertune's name).
-pub const CLOUDML_METRICS_FILE_ENV: &str = "CLOUD_ML_HP_METRIC_FILE";
+pub(crate) const CLOUDML_METRICS_FILE_ENV: &str = "CLOUD_ML_HP_METRIC_FILE";
 /// Environment variable holding the trial's id.
-pub const TRIAL_ID_ENV: &str = "HPTUNE_TRIAL_ID";
+pub(crate) const TRIAL_ID_ENV: &str = "HPTUNE_TRIAL_ID";
 /// The start of the line that says a run resumed from a checkpoint.
-pub const RESUMED_PREFIX: &str = "hptune: resumed";
+pub(crate) const RESUMED_PREFIX: &str = "hptune: resumed";
 /// cloudml-hypertune keeps at most this many lines in the file.
-pub const MAX_FILE_LINES: usize = 100;
+pub(crate) const MAX_FILE_LINES: usize = 100;
 
 /// What a run cost, reported on the final line after its metrics, for studies that trade
 /// quality against size, speed or memory.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RunCosts {
+pub(crate) struct RunCosts {
     /// The model's parameter count (`parameters`).
     pub parameters: usize,
     /// Milliseconds per sample of the last evaluation (`eval_ms_per_sample`).
@@ -46,7 +46,7 @@ impl RunCosts {
 
 /// Sends measurements to the controller.
 #[derive(Debug)]
-pub struct Reporter<W: Write> {
+pub(crate) struct Reporter<W: Write> {
     out: W,
     objective: Metric,
     metrics_file: Option<PathBuf>,
@@ -57,7 +57,7 @@ pub struct Reporter<W: Write> {
 
 impl Reporter<std::io::Stdout> {
     /// A reporter on stdout, with the metrics file and trial id from the environment.
-    pub fn from_env(objective: Metric) -> Self {
+    pub(crate) fn from_env(objective: Metric) -> Self {
         let file = std::env::var_os(METRICS_FILE_ENV)
             .or_else(|| std::env::var_os(CLOUDML_METRICS_FILE_ENV))
             .filter(|v| !v.is_empty())
@@ -69,7 +69,12 @@ impl Reporter<std::io::Stdout> {
 
 impl<W: Write> Reporter<W> {
     /// A reporter writing lines to `out` and, if given, the metrics file.
-    pub fn new(out: W, objective: Metric, metrics_file: Option<PathBuf>, trial: String) -> Self {
+    pub(crate) fn new(
+        out: W,
+        objective: Metric,
+        metrics_file: Option<PathBuf>,
+        trial: String,
+    ) -> Self {
         Reporter {
             out,
             objective,
@@ -81,7 +86,7 @@ impl<W: Write> Reporter<W> {
     }
 
     /// Reports the evaluation after epoch `step` (1-based) as an intermediate measurement.
-    pub fn report_step(&mut self, step: usize, metrics: &EvalMetrics) -> Result<()> {
+    pub(crate) fn report_step(&mut self, step: usize, metrics: &EvalMetrics) -> Result<()> {
         self.last_step = step;
         let line = format_line(Some(step), metrics, self.objective);
         self.emit(&line, step, metrics)
@@ -90,7 +95,11 @@ impl<W: Write> Reporter<W> {
     /// Says that the run resumed from a checkpoint, on a line of its own that reports no
     /// measurement (docs/worker-protocol.md): `hptune: resumed step=E training_step=S`, `E`
     /// the last epoch it had reported (0: none), `S` the optimiser steps it had done.
-    pub fn report_resumed(&mut self, reported_step: usize, training_step: usize) -> Result<()> {
+    pub(crate) fn report_resumed(
+        &mut self,
+        reported_step: usize,
+        training_step: usize,
+    ) -> Result<()> {
         self.last_step = reported_step;
         writeln!(
             self.out,
@@ -101,13 +110,14 @@ impl<W: Write> Reporter<W> {
     }
 
     /// Reports the final values (a line without `step`), the run's costs after the metrics.
-    pub fn report_final(&mut self, metrics: &EvalMetrics, costs: &RunCosts) -> Result<()> {
+    pub(crate) fn report_final(&mut self, metrics: &EvalMetrics, costs: &RunCosts) -> Result<()> {
         let line = format_line(None, metrics, self.objective) + &costs.format();
         self.emit(&line, self.last_step, metrics)
     }
 
     /// The writer, for tests.
-    pub fn into_inner(self) -> W {
+    #[cfg(test)]
+    pub(crate) fn into_inner(self) -> W {
         self.out
     }
 
@@ -137,7 +147,7 @@ impl<W: Write> Reporter<W> {
 
 /// `step=2 loss=0.41 accuracy=0.89 macro_f1=0.88 mcc=0.78`, or without step the final line with
 /// the objective first.
-pub fn format_line(step: Option<usize>, metrics: &EvalMetrics, objective: Metric) -> String {
+pub(crate) fn format_line(step: Option<usize>, metrics: &EvalMetrics, objective: Metric) -> String {
     let mut order = vec![objective];
     order.extend(
         [Metric::Loss, Metric::Accuracy, Metric::MacroF1, Metric::Mcc]

@@ -25,7 +25,7 @@ use crate::resume::{Checkpointing, LastEval, Position, Resumed, RngState};
 
 /// The hyperparameters of a run (Hugging Face's defaults where it has one).
 #[derive(Debug, Clone, PartialEq)]
-pub struct TrainSettings {
+pub(crate) struct TrainSettings {
     /// Peak learning rate.
     pub learning_rate: f64,
     /// Training batch size.
@@ -49,7 +49,7 @@ const BATCHES_AHEAD: usize = 2;
 
 /// A fine-tuned model, its last evaluation and what that evaluation took.
 #[derive(Debug)]
-pub struct Trained<B: Backend> {
+pub(crate) struct Trained<B: Backend> {
     /// The model after the last epoch.
     pub model: BertClassifier<B>,
     /// Its evaluation after the last epoch.
@@ -67,7 +67,7 @@ pub struct Trained<B: Backend> {
 /// which one the run resumes from: then it goes on from that checkpoint's step exactly as the
 /// run that wrote it would have gone on (the same batches, dropout masks and rates).
 #[allow(clippy::too_many_arguments)] // the run's parts, each of a different kind
-pub fn fine_tune<B: TrainBackend, W: Write>(
+pub(crate) fn fine_tune<B: TrainBackend, W: Write>(
     model: BertClassifier<B>,
     train: &[EncodedExample],
     eval: &[EncodedExample],
@@ -268,7 +268,7 @@ impl<B: Backend> PendingLosses<B> {
 }
 
 /// Loss, accuracy, macro-F1 and MCC of `model` on `data`.
-pub fn evaluate<B: FusedOps>(
+pub(crate) fn evaluate<B: FusedOps>(
     model: &BertClassifier<B>,
     data: &[EncodedExample],
     batch_size: usize,
@@ -315,7 +315,7 @@ pub fn evaluate<B: FusedOps>(
 }
 
 /// Class probabilities `[batch][class]` for already encoded texts.
-pub fn predict_probabilities<B: FusedOps>(
+pub(crate) fn predict_probabilities<B: FusedOps>(
     model: &BertClassifier<B>,
     data: &[EncodedExample],
     batch_size: usize,

@@ -28,13 +28,13 @@ pub(crate) use snapshot::{LastEval, Position, RngState};
 use store::Store;
 
 /// Environment variable naming the folder to write checkpoints into (this attempt's).
-pub const CHECKPOINT_DIR_ENV: &str = "HPTUNE_CHECKPOINT_DIR";
+pub(crate) const CHECKPOINT_DIR_ENV: &str = "HPTUNE_CHECKPOINT_DIR";
 /// Environment variable naming a folder of checkpoints to resume from (a previous attempt's).
-pub const RESUME_FROM_ENV: &str = "HPTUNE_RESUME_FROM";
+pub(crate) const RESUME_FROM_ENV: &str = "HPTUNE_RESUME_FROM";
 
 /// Where a run writes its checkpoints, how often, and where it may resume from.
 #[derive(Debug)]
-pub struct Checkpointing {
+pub(crate) struct Checkpointing {
     store: Option<Store>,
     resume_from: Option<PathBuf>,
     every: Option<usize>,
@@ -63,7 +63,7 @@ impl Checkpointing {
     /// removed) at each epoch's end and every `every` steps, resuming from the newest usable
     /// checkpoint of `dir` or `resume_from`; `run` holds the settings a checkpoint must have
     /// been written with. An empty path counts as none.
-    pub fn new(
+    pub(crate) fn new(
         dir: Option<&Path>,
         resume_from: Option<&Path>,
         every: Option<usize>,
@@ -94,7 +94,7 @@ impl Checkpointing {
     }
 
     /// No checkpoints written, none resumed from.
-    pub fn off() -> Self {
+    pub(crate) fn off() -> Self {
         Checkpointing {
             store: None,
             resume_from: None,
