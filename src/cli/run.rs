@@ -143,7 +143,7 @@ fn print_end(summary: &RunSummary) -> ExitCode {
                 printable(last_error.as_deref().unwrap_or("unknown"))
             );
             eprintln!(
-                "fix the worker, raise max_failed_trial_count, and run the same command to continue"
+                "fix what the last error names, raise max_failed_trial_count, and run the same command to continue"
             );
             ExitCode::from(1)
         }

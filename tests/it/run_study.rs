@@ -262,6 +262,16 @@ fn a_failing_worker_fails_its_trial_and_the_study_stops_at_max_failed_trial_coun
     let (out, trials) = failing_study(&scratch, "{MODE: fail}", "");
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("2 trials failed"), "{}", stderr(&out));
+    // The hint names what to do whatever failed: the worker, or hptune's start of the trial
+    // (its model folder, its executor).
+    assert!(
+        stderr(&out).contains(
+            "fix what the last error names, raise max_failed_trial_count, and run the same \
+             command to continue"
+        ),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(states(&trials), ["failed", "failed"]);
     let error = trials[0]["error"].as_str().unwrap();
     assert!(error.contains("exited with code 3"), "{error}");
