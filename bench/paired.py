@@ -25,6 +25,26 @@ def regrets(path, sampler):
             for r in runs if r["sampler"] == sampler}
 
 
+def summary_table(before, after, b="before", a="after"):
+    """Per function and mode, of the seeds both `before` and `after` ({(function, mode, seed):
+    final regret}) ran: their medians, the mean over seeds of log10(after) - log10(before) ±
+    its standard error (`bayes.paired_log10`), and on how many seeds `after` is lower and
+    higher; `b` and `a` label the two sides."""
+    both = [k for k in before if k in after]
+    lines = [f"| function | mode | seeds | median, {b} | median, {a} | {a} against {b}, "
+             f"Δ mean log10 | {a} lower / higher |", "|---|---|---|---|---|---|---|"]
+    for function, mode in dict.fromkeys(k[:2] for k in both):
+        pairs = [(before[k], after[k]) for k in both if k[:2] == (function, mode)]
+        lower = sum(y < x for x, y in pairs)
+        higher = sum(y > x for x, y in pairs)
+        mean, error = bayes.paired_log10([(y, x) for x, y in pairs])
+        lines.append(f"| {function} | {mode} | {len(pairs)} | "
+                     f"{statistics.median(x for x, _ in pairs):.4g} | "
+                     f"{statistics.median(y for _, y in pairs):.4g} | {mean:+.2f} ± {error:.2f} | "
+                     f"{lower} / {higher} |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("before")
@@ -42,18 +62,8 @@ def main():
         for seed in sorted(s for f, m, s in both if (f, m) == (function, mode)):
             x, y = before[(function, mode, seed)], after[(function, mode, seed)]
             print(f"| {function} | {mode} | {seed} | {x:.4g} | {y:.4g} | {y / x:.2f} |")
-    print(f"\n| function | mode | seeds | median, {b} | median, {a} | {a} against {b}, "
-          f"Δ mean log10 | {a} lower / higher |\n|---|---|---|---|---|---|---|")
-    for function, mode in cells:
-        pairs = [(before[k], after[k]) for k in both if k[:2] == (function, mode)]
-        lower = sum(y < x for x, y in pairs)
-        higher = sum(y > x for x, y in pairs)
-        mean, error = bayes.paired_log10([(y, x) for x, y in pairs])
-        print(f"| {function} | {mode} | {len(pairs)} | "
-              f"{statistics.median(x for x, _ in pairs):.4g} | "
-              f"{statistics.median(y for _, y in pairs):.4g} | {mean:+.2f} ± {error:.2f} | "
-              f"{lower} / {higher} |")
-
+    print()
+    print(summary_table(before, after, b, a))
 
 if __name__ == "__main__":
     main()

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import bayes
+import paired
 
 
 def run_once(hptune: str, study: str, folder: Path) -> tuple[float, list[dict], float]:
@@ -146,22 +147,11 @@ def bayes_main(args, binaries: list[str]) -> None:
 
 
 def paired_table(runs: list[dict], baseline: list[dict]) -> str:
-    """Per function and mode: both medians of the final regret, the mean over seeds of
-    log10(run) - log10(baseline) ± its standard error, and the seeds where the run is lower
-    (`bayes.paired_log10`)."""
-    lines = ["| function | mode | median | baseline's median | Δ mean log10 | lower in |",
-             "|---|---|---:|---:|---:|---:|"]
-    cells: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for ours, theirs in zip(runs, baseline):
-        pair = (ours["final_regret"], theirs["final_regret"])
-        cells.setdefault((ours["function"], ours["mode"]), []).append(pair)
-    for (function, mode), pairs in cells.items():
-        mean, error = bayes.paired_log10(pairs)
-        lower = sum(a < b for a, b in pairs)
-        lines.append(f"| {function} | {mode} | {statistics.median(a for a, _ in pairs):.3g} "
-                     f"| {statistics.median(b for _, b in pairs):.3g} "
-                     f"| {mean:+.2f} ± {error:.2f} | {lower} of {len(pairs)} |")
-    return "\n".join(lines)
+    """Per function and mode, `runs` against `baseline` paired by seed
+    (`paired.summary_table`)."""
+    def by_seed(these: list[dict]) -> dict:
+        return {(r["function"], r["mode"], r["seed"]): r["final_regret"] for r in these}
+    return paired.summary_table(by_seed(baseline), by_seed(runs), "baseline", "this binary")
 
 
 def pooled_main(args: list[str]) -> None:
