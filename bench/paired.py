@@ -6,9 +6,9 @@ way (BEFORE), one another (AFTER), run on the same functions, modes and seeds.
 [--sampler S]` prints two Markdown tables: each seed's final regret on both sides and their
 ratio (after / before), then per function and mode the seeds both sides ran, the medians, the
 mean over seeds of log10(after) - log10(before) with its standard error (`bayes.paired_log10`:
-negative where AFTER is lower), and on how many seeds AFTER is lower and higher. `bayes.py --include` cannot pair such files: it
-keeps one run per (sampler, function, mode, seed). Standard library only (and bayes.py's
-tables, which need no more).
+negative where AFTER is lower), and on how many seeds AFTER is lower and higher
+(`summary_table`, which `bench/study_ab.py` prints too). `bayes.py --include` cannot pair such
+files: it keeps one run per (sampler, function, mode, seed). Standard library only.
 """
 
 import argparse
@@ -62,8 +62,8 @@ def main():
         for seed in sorted(s for f, m, s in both if (f, m) == (function, mode)):
             x, y = before[(function, mode, seed)], after[(function, mode, seed)]
             print(f"| {function} | {mode} | {seed} | {x:.4g} | {y:.4g} | {y / x:.2f} |")
-    print()
-    print(summary_table(before, after, b, a))
+    print("\n" + summary_table(before, after, b, a))
+
 
 if __name__ == "__main__":
     main()

@@ -1,16 +1,10 @@
 use super::*;
 use crate::study::space::Scale;
 
-use crate::study::space::unit_double as double;
+use crate::study::space::{categorical, unit_double as double};
 
 fn choice(id: &str) -> Parameter {
-    Parameter {
-        id: id.into(),
-        domain: Domain::Categorical {
-            values: vec!["a".into(), "b".into()],
-        },
-        condition: None,
-    }
+    categorical(id, &["a", "b"])
 }
 
 #[test]

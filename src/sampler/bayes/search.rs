@@ -294,7 +294,7 @@ fn refine(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::study::space::{Domain, ParamValue, Parameter, Space, unit_double};
+    use crate::study::space::{Domain, ParamValue, Parameter, Space, categorical, unit_double};
     use hptune_gp::{Gp, Hyperparameters, stream};
 
     /// A GP of `y` at `x` with these length scales, unit signal variance and `noise`.
@@ -323,13 +323,7 @@ mod tests {
     fn the_climb_changes_categoricals_one_at_a_time_where_gradients_cannot() {
         // Eight switches and a double; the value falls by one for each switch off its
         // target ("on" for the even ones) and is flat in the double.
-        let switch = |i: usize| Parameter {
-            id: format!("s{i}"),
-            domain: Domain::Categorical {
-                values: vec!["on".into(), "off".into()],
-            },
-            condition: None,
-        };
+        let switch = |i: usize| categorical(&format!("s{i}"), &["on", "off"]);
         let mut parameters: Vec<Parameter> = (0..8).map(switch).collect();
         parameters.push(unit_double("x"));
         let space = Space::new(parameters);

@@ -1,6 +1,6 @@
 use super::*;
 use crate::sampler::Observation;
-use crate::study::space::{Condition, Domain, ParamValue, Parameter, Scale, Space};
+use crate::study::space::{Condition, Domain, ParamValue, Parameter, Scale, Space, categorical};
 use crate::study::{Bound, Constraint, Constraints, Goal};
 
 fn double(id: &str) -> Parameter {
@@ -415,20 +415,8 @@ fn mixed_and_conditional_spaces_get_valid_proposals() {
         requires: [("optimizer".to_string(), vec![ParamValue::Str("sgd".into())])].into(),
     });
     let space = Space::new(vec![
-        Parameter {
-            id: "optimizer".into(),
-            domain: Domain::Categorical {
-                values: vec!["adam".into(), "sgd".into()],
-            },
-            condition: None,
-        },
-        Parameter {
-            id: "only".into(),
-            domain: Domain::Categorical {
-                values: vec!["one".into()],
-            },
-            condition: None,
-        },
+        categorical("optimizer", &["adam", "sgd"]),
+        categorical("only", &["one"]),
         Parameter {
             id: "layers".into(),
             domain: Domain::Integer {

@@ -147,7 +147,7 @@ impl Region {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::study::space::{Domain, Parameter, Space};
+    use crate::study::space::{Space, categorical, unit_double};
 
     #[test]
     fn improvements_double_the_side_and_failures_halve_it() {
@@ -226,16 +226,7 @@ mod tests {
 
     #[test]
     fn the_box_is_cut_to_the_cube_and_leaves_categoricals_whole() {
-        let space = Space::new(vec![
-            crate::study::space::unit_double("a"),
-            Parameter {
-                id: "c".into(),
-                domain: Domain::Categorical {
-                    values: vec!["x".into(), "y".into()],
-                },
-                condition: None,
-            },
-        ]);
+        let space = Space::new(vec![unit_double("a"), categorical("c", &["x", "y"])]);
         let encoding = Encoding::new(&space);
         let region = Region::around(&encoding, &[0.9, 0.25], 0.4);
         assert!((region.lower[0] - 0.7).abs() < 1e-12 && region.upper[0] == 1.0);
