@@ -30,7 +30,9 @@ The middle, 8 to 15 parameters at 100 trials (`ackley-D`, `rosenbrock-D`, `stybl
 `rastrigin-D`, `rastrigin-off-D` and `mixed-D` for D = 8, 10, 12, 15; MIDDLE), is not in the
 default set either; it is meant for hptune against Optuna's GPSampler, TPE and CMA-ES and
 Rustuna's TPE and CMA-ES (`rustuna-tpe`, `rustuna-cmaes`: Optuna's Rust port, in-process,
-define-by-run).
+define-by-run). Both CMA-ES start at the box's centre; `optuna-cmaes-random-start`, a control,
+starts Optuna's at a point drawn from the box instead, and `--regret-at 10,30` prints where
+each sampler stands after its first trials.
 
 Functions with many parameters (`ackley-20`, `levy-20`, `ackley-50`, `levy-50`, `mixed-30`,
 200 trials each) are not in the default set; they are meant for hptune against Optuna's
@@ -60,6 +62,7 @@ import argparse
 import json
 import math
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -191,14 +194,15 @@ FUNCTIONS["constr"] = ([("x1", "double", 0.1, 1.0, False), ("x2", "double", 0.0,
                        19 * (2 / 3 - 7 / 18) - 7 * math.log(12 / 7)
                        + 10 / 3 - math.log(1.5) + 0.1 * 9, 100)
 SAMPLERS = ["hptune-bayesian", "hptune-random", "optuna-gp", "optuna-tpe",
-            "optuna-tpe-multivariate", "optuna-cmaes", "optuna-nsga2", "optuna-random",
-            "rustuna-tpe", "rustuna-cmaes", "botorch"]
+            "optuna-tpe-multivariate", "optuna-cmaes", "optuna-cmaes-random-start",
+            "optuna-nsga2", "optuna-random", "rustuna-tpe", "rustuna-cmaes", "botorch"]
 # BoTorch is a reference for the parallel proposals, on request: it takes seconds a proposal.
 # Multivariate TPE and CMA-ES are the references for the functions with many parameters;
 # Rustuna's (Optuna's Rust port) TPE and CMA-ES, with Optuna's, for the middle.
 DEFAULT_SAMPLERS = [s for s in SAMPLERS
                     if s not in ("botorch", "optuna-tpe-multivariate", "optuna-cmaes",
-                                 "optuna-nsga2", "rustuna-tpe", "rustuna-cmaes")]
+                                 "optuna-cmaes-random-start", "optuna-nsga2", "rustuna-tpe",
+                                 "rustuna-cmaes")]
 # The samplers of several objectives: NSGA-II is Optuna's default for them.
 MULTI_SAMPLERS = ["hptune-bayesian", "optuna-gp", "optuna-tpe-multivariate", "optuna-nsga2",
                   "optuna-random"]
@@ -405,6 +409,23 @@ def ask_and_tell(study, function, trials, mode, tell):
     return timings, proposals
 
 
+def random_start(function, seed):
+    """A point of `function`'s numeric parameters drawn uniformly from the box, in each
+    parameter's scale, from `seed`: where `optuna-cmaes-random-start` starts CMA-ES, which
+    otherwise starts at the box's centre (where Ackley's and Rastrigin's optima lie, and
+    where Rosenbrock's values are low)."""
+    rng = random.Random(seed)
+    start = {}
+    for p in FUNCTIONS[function][0]:
+        if p[1] == "categorical":
+            continue
+        low, high = (math.log(p[2]), math.log(p[3])) if p[4] else (p[2], p[3])
+        value = rng.uniform(low, high)
+        value = math.exp(value) if p[4] else value
+        start[p[0]] = round(value) if p[1] == "integer" else value
+    return start
+
+
 def run_optuna(binaries, sampler, function, trials, mode, seed):
     """Optuna through ask/tell, evaluating with the same worker binary as hptune."""
     import optuna
@@ -421,6 +442,9 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
         # Categoricals, which CMA-ES does not model, are drawn at random.
         "optuna-cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed,
                                                              warn_independent_sampling=False),
+        # A control: CMA-ES from a point drawn at random rather than the box's centre.
+        "optuna-cmaes-random-start": lambda: optuna.samplers.CmaEsSampler(
+            x0=random_start(function, seed), seed=seed, warn_independent_sampling=False),
         "optuna-random": lambda: optuna.samplers.RandomSampler(seed=seed),
     }[sampler]
     study = optuna.create_study(direction="minimize", sampler=make())
@@ -750,6 +774,25 @@ def regret_table(runs, samplers):
     return "\n".join(lines)
 
 
+def early_regret_table(runs, samplers, at):
+    """The median over seeds of each cell's regret after the first `n` trials of each run,
+    for each `n` in `at`: where each sampler stands after its start (hptune's design,
+    CMA-ES's first generation) and on the way to the final value."""
+    lines = ["| function | mode | sampler | " + " | ".join(f"after {n}" for n in at) + " |",
+             "|---|---|---|" + "---:|" * len(at)]
+    keys = sorted({cell(r)[1:] for r in runs},
+                  key=lambda k: (list(FUNCTIONS).index(k[0]), list(MODES).index(k[1])))
+    for function, mode in keys:
+        for s in samplers:
+            trajectories = [r["regret"] for r in runs if cell(r) == (s, function, mode)]
+            if not trajectories:
+                continue
+            cells = [f"{statistics.median(t[n - 1] for t in trajectories):.3g}"
+                     if all(len(t) >= n for t in trajectories) else "-" for n in at]
+            lines.append(f"| {function} | {mode} | {s} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def paired_log10(pairs):
     """The mean over `pairs` (a, b) of log10(a) - log10(b), regrets floored at 1e-12, and its
     standard error (NaN with one pair): negative where the first is lower."""
@@ -898,6 +941,9 @@ def main():
                         help="length of the timing runs (Hartmann6, sequential); 0: none")
     parser.add_argument("--timing-samplers", default="hptune-bayesian,optuna-gp")
     parser.add_argument("--timing-at", default="10,50,100,200")
+    parser.add_argument("--regret-at", default="",
+                        help="also print the median regret after these numbers of trials "
+                             "(e.g. 10,30), by sampler")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--include", type=Path, action="append", default=[],
                         help="a results file of an earlier run whose runs join the tables where "
@@ -960,6 +1006,10 @@ def main():
             print("\nhptune against the other sampler of the lowest median, paired by seed "
                   "(mean log10 difference ± standard error; negative: hptune lower):\n")
             print(rivals)
+        if args.regret_at:
+            at = [int(n) for n in args.regret_at.split(",")]
+            print("\nRegret after the first trials, median over seeds:\n")
+            print(early_regret_table(runs, samplers, at))
         if choice := choice_table(runs):
             print("\nNoisy functions, the noise-free regret of hptune's best trial by each way "
                   "of naming it (median over seeds):\n")

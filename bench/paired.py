@@ -3,7 +3,8 @@
 way (BEFORE), one another (AFTER), run on the same functions, modes and seeds.
 
 `python3 bench/paired.py BEFORE.json AFTER.json [--label-before B] [--label-after A]
-[--sampler S]` prints two Markdown tables: each seed's final regret on both sides and their
+[--sampler S] [--sampler-after S2]` (S2: AFTER's runs of another sampler, S's by default, to
+pair two samplers' runs of the same seeds) prints two Markdown tables: each seed's final regret on both sides and their
 ratio (after / before), then per function and mode the seeds both sides ran, the medians, the
 mean over seeds of log10(after) - log10(before) with its standard error (`bayes.paired_log10`:
 negative where AFTER is lower), and on how many seeds AFTER is lower and higher
@@ -52,8 +53,10 @@ def main():
     parser.add_argument("--label-before", default="before")
     parser.add_argument("--label-after", default="after")
     parser.add_argument("--sampler", default="hptune-bayesian")
+    parser.add_argument("--sampler-after", help="AFTER's sampler (default: --sampler)")
     args = parser.parse_args()
-    before, after = regrets(args.before, args.sampler), regrets(args.after, args.sampler)
+    before = regrets(args.before, args.sampler)
+    after = regrets(args.after, args.sampler_after or args.sampler)
     both = [k for k in before if k in after]
     cells = list(dict.fromkeys(k[:2] for k in both))
     b, a = args.label_before, args.label_after
