@@ -412,8 +412,8 @@ def ask_and_tell(study, function, trials, mode, tell):
 def random_start(function, seed):
     """A point of `function`'s numeric parameters drawn uniformly from the box, in each
     parameter's scale, from `seed`: where `optuna-cmaes-random-start` starts CMA-ES, which
-    otherwise starts at the box's centre (where Ackley's and Rastrigin's optima lie, and
-    where Rosenbrock's values are low)."""
+    otherwise starts at the box's centre (Rastrigin's optimum on its usual box, and low on
+    Rosenbrock's)."""
     rng = random.Random(seed)
     start = {}
     for p in FUNCTIONS[function][0]:
@@ -754,12 +754,16 @@ def quartiles(xs):
     return q[1], q[0], q[2]
 
 
+def function_modes(runs):
+    """The (function, mode) cells of `runs`, in the order of FUNCTIONS and MODES."""
+    return sorted({cell(r)[1:] for r in runs},
+                  key=lambda k: (list(FUNCTIONS).index(k[0]), list(MODES).index(k[1])))
+
+
 def regret_table(runs, samplers):
     lines = ["| function | mode | " + " | ".join(samplers) + " |",
              "|---|---|" + "---|" * len(samplers)]
-    keys = sorted({cell(r)[1:] for r in runs},
-                  key=lambda k: (list(FUNCTIONS).index(k[0]), list(MODES).index(k[1])))
-    for function, mode in keys:
+    for function, mode in function_modes(runs):
         cells = []
         for s in samplers:
             xs = [r["final_regret"] for r in runs if cell(r) == (s, function, mode)]
@@ -780,9 +784,7 @@ def early_regret_table(runs, samplers, at):
     CMA-ES's first generation) and on the way to the final value."""
     lines = ["| function | mode | sampler | " + " | ".join(f"after {n}" for n in at) + " |",
              "|---|---|---|" + "---:|" * len(at)]
-    keys = sorted({cell(r)[1:] for r in runs},
-                  key=lambda k: (list(FUNCTIONS).index(k[0]), list(MODES).index(k[1])))
-    for function, mode in keys:
+    for function, mode in function_modes(runs):
         for s in samplers:
             trajectories = [r["regret"] for r in runs if cell(r) == (s, function, mode)]
             if not trajectories:
@@ -888,9 +890,7 @@ def proposal_time_table(runs, samplers):
     after hptune's initial design (`hptune_design`), for every sampler alike."""
     lines = ["| function | mode | " + " | ".join(samplers) + " |",
              "|---|---|" + "---|" * len(samplers)]
-    keys = sorted({cell(r)[1:] for r in runs},
-                  key=lambda k: (list(FUNCTIONS).index(k[0]), list(MODES).index(k[1])))
-    for function, mode in keys:
+    for function, mode in function_modes(runs):
         dimension = len(FUNCTIONS[function][0])
         cells = []
         for s in samplers:
@@ -907,9 +907,7 @@ def late_time_table(runs, samplers):
     of each cell's runs, and GPSampler's over hptune's."""
     lines = ["| function | mode | " + " | ".join(samplers) + " | GPSampler / hptune |",
              "|---|---|" + "---|" * (len(samplers) + 1)]
-    keys = sorted({cell(r)[1:] for r in runs if r["function"] in MULTI},
-                  key=lambda k: (list(FUNCTIONS).index(k[0]), list(MODES).index(k[1])))
-    for function, mode in keys:
+    for function, mode in function_modes(r for r in runs if r["function"] in MULTI):
         medians = {}
         for s in samplers:
             xs = [t for r in runs if cell(r) == (s, function, mode)

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Paired comparison of two `bench/bayes.py` result files of the same sampler: one built one
-way (BEFORE), one another (AFTER), run on the same functions, modes and seeds.
+way (BEFORE), one another (AFTER), run on the same functions, modes and seeds; or of two
+samplers' runs of the same seeds.
 
 `python3 bench/paired.py BEFORE.json AFTER.json [--label-before B] [--label-after A]
-[--sampler S] [--sampler-after S2]` (S2: AFTER's runs of another sampler, S's by default, to
-pair two samplers' runs of the same seeds) prints two Markdown tables: each seed's final regret on both sides and their
-ratio (after / before), then per function and mode the seeds both sides ran, the medians, the
-mean over seeds of log10(after) - log10(before) with its standard error (`bayes.paired_log10`:
-negative where AFTER is lower), and on how many seeds AFTER is lower and higher
-(`summary_table`, which `bench/study_ab.py` prints too). `bayes.py --include` cannot pair such
+[--sampler S] [--sampler-after S2]` (S2: AFTER's sampler, S by default) prints two Markdown
+tables: each seed's final regret on both sides and their ratio (after / before), then per
+function and mode the seeds both sides ran, the medians, the mean over seeds of log10(after)
+- log10(before) with its standard error (`bayes.paired_log10`: negative where AFTER is
+lower), and on how many seeds AFTER is lower and higher (`summary_table`, which
+`bench/study_ab.py` prints too). `bayes.py --include` cannot pair such
 files: it keeps one run per (sampler, function, mode, seed). Standard library only.
 """
 
