@@ -20,11 +20,15 @@ import statistics
 import bayes
 
 
+def by_seed(runs):
+    """{(function, mode, seed): final regret} of `runs` (`bayes.py`'s run records)."""
+    return {(r["function"], bayes.mode_of(r), r["seed"]): r["final_regret"] for r in runs}
+
+
 def regrets(path, sampler):
-    """{(function, mode, seed): final regret} of the runs of `sampler` in the file `path`."""
+    """`by_seed` of the runs of `sampler` in the file `path`."""
     runs = json.loads(open(path).read())["runs"]
-    return {(r["function"], r.get("mode", "sequential"), r["seed"]): r["final_regret"]
-            for r in runs if r["sampler"] == sampler}
+    return by_seed(r for r in runs if r["sampler"] == sampler)
 
 
 def summary_table(before, after, b="before", a="after"):

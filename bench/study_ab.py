@@ -149,9 +149,8 @@ def bayes_main(args, binaries: list[str]) -> None:
 def paired_table(runs: list[dict], baseline: list[dict]) -> str:
     """Per function and mode, `runs` against `baseline` paired by seed
     (`paired.summary_table`)."""
-    def by_seed(these: list[dict]) -> dict:
-        return {(r["function"], r["mode"], r["seed"]): r["final_regret"] for r in these}
-    return paired.summary_table(by_seed(baseline), by_seed(runs), "baseline", "this binary")
+    return paired.summary_table(paired.by_seed(baseline), paired.by_seed(runs), "baseline",
+                                "this binary")
 
 
 def pooled_main(args: list[str]) -> None:
