@@ -44,6 +44,44 @@ fn bayesian_study_improves_on_its_design_with_parallel_trials() {
 }
 
 #[test]
+fn the_first_trial_of_a_bayesian_study_is_the_middle_of_each_ordered_parameter() {
+    // The design starts at the centre of the space, in each parameter's scale: a linear
+    // double at the middle of its bounds, a log-scale one at their geometric mean, an integer
+    // at its middle value; a categorical has no middle and takes the design's value.
+    let scratch = Scratch::new();
+    let study = scratch.study(
+        "study.yaml",
+        r#"
+name: centre
+objective: {metric: loss, goal: minimize}
+parameters:
+  - {id: x, type: double, min: -2.0, max: 6.0}
+  - {id: lr, type: double, min: 1.0e-5, max: 1.0e-1, scale: log}
+  - {id: layers, type: integer, min: 2, max: 6}
+  - {id: act, type: categorical, values: [relu, tanh, gelu]}
+algorithm: bayesian
+max_trial_count: 2
+seed: 3
+trial:
+  command: [{worker}]
+"#,
+    );
+    assert_success(&scratch.hptune(&["run", study.to_str().unwrap()]));
+    let trials = scratch.trials("centre");
+    let first = &trials[0]["params"];
+    assert_eq!(first["x"].as_f64(), Some(2.0), "{first}");
+    let lr = first["lr"].as_f64().unwrap();
+    assert!((lr / 1e-3 - 1.0).abs() < 1e-9, "{first}");
+    assert_eq!(first["layers"].as_i64(), Some(4), "{first}");
+    assert!(["relu", "tanh", "gelu"].contains(&first["act"].as_str().unwrap()));
+    let second = &trials[1]["params"];
+    assert_ne!(
+        second["x"], first["x"],
+        "the second trial is the Sobol sequence's: {second}"
+    );
+}
+
+#[test]
 fn parallel_trials_that_end_in_turn_give_the_same_study_twice() {
     // With `--in-order` the workers end one at a time in number order, each proposal after
     // the first four made beside exactly three running trials: the run does not depend on

@@ -1,12 +1,13 @@
-//! The space-filling start of a study: points of an Owen-scrambled Sobol sequence, seeded by
-//! the study, one per trial number, so that the design fills the cube evenly whatever order
-//! parallel trials finish in. The size of the space also decides how far the search looks
-//! and how the values are warped: below [`MANY_PARAMETERS`] as in 2-6 dimensions, from
-//! [`WHOLE_CUBE_PARAMETERS`] as in 20-50, and the middle between them by rules of its own
-//! ([`is_middle`]), whose design a study's trial budget may shorten and which a short budget
-//! extends down to 8 parameters. Parameters are counted as the space declares them,
+//! The space-filling start of a study: the centre of the space ([`design_point`]), then points of
+//! an Owen-scrambled Sobol sequence, seeded by the study, one per trial number, so that the design
+//! fills the cube evenly whatever order parallel trials finish in. The size of the space also
+//! decides how far the search looks and how the values are warped: below [`MANY_PARAMETERS`] as in
+//! 2-6 dimensions, from [`WHOLE_CUBE_PARAMETERS`] as in 20-50, and the middle between them by rules
+//! of its own ([`is_middle`]), whose design a study's trial budget may shorten and which a short
+//! budget extends down to 8 parameters. Parameters are counted as the space declares them,
 //! conditional ones included.
 
+use super::encoding::Encoding;
 use crate::study::space::{Domain, Space};
 
 /// From this many parameters on, a study affords few trials per parameter and its values
@@ -109,6 +110,26 @@ pub(crate) fn initial_design_size(dimension: usize, budget: Option<u64>) -> u64 
     }
 }
 
+/// The design's point for trial `index` of a study over `encoding`'s space, in unit
+/// coordinates: Sobol point `index` ([`sobol_point`]), but for trial 0 every ordered parameter
+/// at the middle of its range in its scale (a log-scale learning rate at the geometric mean of
+/// its bounds). The centre is the start CMA-ES takes and Vizier's GP bandit seeds a study
+/// with: for an optimum at any point `p`, a point `u` drawn uniformly lies farther from it
+/// than the centre `c` by `D/12` in expected squared distance (`E|u - p|² = |c - p|² + D/12`),
+/// and in many dimensions every point of a design lies near that expectation. A categorical
+/// has no middle: it keeps the Sobol point's value.
+pub(crate) fn design_point(index: u64, encoding: &Encoding<'_>, seed: u64) -> Vec<f64> {
+    let mut unit = sobol_point(index, encoding.space().dimension(), seed);
+    if index == 0 {
+        for (parameter, u) in unit.iter_mut().enumerate() {
+            if encoding.is_ordered(parameter) {
+                *u = 0.5;
+            }
+        }
+    }
+    unit
+}
+
 /// Dimensions of one scrambled Sobol sequence; further dimensions reuse them with another
 /// seed.
 const SOBOL_DIMENSIONS: usize = 256;
@@ -129,6 +150,22 @@ pub(crate) fn sobol_point(index: u64, dimension: usize, seed: u64) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_design_point_is_the_centre_of_the_ordered_parameters_and_the_rest_sobols() {
+        use crate::study::space::{categorical, unit_double};
+        let space = Space::new(vec![
+            unit_double("x"),
+            categorical("c", &["a", "b", "c"]),
+            unit_double("y"),
+        ]);
+        let encoding = Encoding::new(&space);
+        let sobol = sobol_point(0, 3, 7);
+        assert_eq!(design_point(0, &encoding, 7), vec![0.5, sobol[1], 0.5]);
+        for index in 1..20 {
+            assert_eq!(design_point(index, &encoding, 7), sobol_point(index, 3, 7));
+        }
+    }
 
     #[test]
     fn design_size_grows_with_dimension_within_bounds_outside_the_middle() {

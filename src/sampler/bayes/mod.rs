@@ -42,7 +42,7 @@ use crate::study::space::Assignment;
 use acquisition::Acquisition;
 use anchor::Anchors;
 use data::{TrainingData, Warping};
-use design::{initial_design_size, searches_whole_cube, sobol_point};
+use design::{design_point, initial_design_size, searches_whole_cube};
 use encoding::Encoding;
 use feasibility::Feasibility;
 use fidelity::{Curves, Rungs};
@@ -105,7 +105,7 @@ impl BayesSampler {
 
     /// The design's point for trial `number`.
     fn design(&self, context: &ProposalContext<'_>) -> Assignment {
-        let unit = sobol_point(context.number, context.space.dimension(), self.seed);
+        let unit = design_point(context.number, &Encoding::new(context.space), self.seed);
         context.space.from_unit(&unit)
     }
 

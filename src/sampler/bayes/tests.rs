@@ -254,8 +254,8 @@ fn with_no_feasible_trial_yet_the_proposal_goes_where_feasibility_is_likely() {
 #[test]
 fn a_warm_start_skips_the_design_and_proposes_from_the_other_studys_trials() {
     let space = square();
-    // Eight trials of another study: the design and three model proposals, the bottom
-    // not yet reached.
+    // Eight trials of another study: the design and three model proposals, one near the
+    // bottom.
     let prior = run(&space, 7, 8, bowl);
     let constraints = Constraints::default();
     let context = |prior| ProposalContext {
@@ -278,9 +278,11 @@ fn a_warm_start_skips_the_design_and_proposes_from_the_other_studys_trials() {
         .iter()
         .filter_map(|o| o.value)
         .fold(f64::MAX, f64::min);
+    // The warm start's first trial is the model's, near the bottom the other study found
+    // (within 0.02 of it), where the cold start's (the centre of the square, 0.08) is not.
     let (warm, cold) = (bowl(&warm).unwrap(), bowl(&cold).unwrap());
     assert!(
-        warm < best && warm < cold,
+        warm < best + 0.02 && warm < cold / 4.0,
         "warm {warm}, best before {best}, cold {cold}"
     );
 }
