@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""Paired comparison of two `bench/bayes.py` result files of the same sampler: one built one
-way (BEFORE), one another (AFTER), run on the same functions, modes and seeds; or of two
-samplers' runs of the same seeds.
+"""Paired comparison of two `bench/bayes.py` result files of the same sampler: one built one way
+(BEFORE), one another (AFTER), run on the same functions, modes and seeds; or of two samplers'
+runs of the same seeds.
 
-`python3 bench/paired.py BEFORE.json AFTER.json [--label-before B] [--label-after A]
-[--sampler S] [--sampler-after S2]` (S2: AFTER's sampler, S by default) prints two Markdown
-tables: each seed's final regret on both sides and their ratio (after / before), then per
-function and mode the seeds both sides ran, the medians, the mean over seeds of log10(after)
-- log10(before) with its standard error (`bayes.paired_log10`: negative where AFTER is
-lower), and on how many seeds AFTER is lower and higher (`summary_table`, which
-`bench/study_ab.py` prints too). `bayes.py --include` cannot pair such
-files: it keeps one run per (sampler, function, mode, seed). Standard library only.
+`python3 bench/paired.py BEFORE.json AFTER.json [--label-before B] [--label-after A] [--sampler
+S] [--sampler-after S2]` (S2: AFTER's sampler, S by default) prints two Markdown tables: each
+seed's final regret on both sides and their ratio (after / before; none where before found the
+optimum), then per function and mode the seeds both sides ran, the medians, the mean over seeds
+of log10(after) - log10(before) with its standard error (`bayes.paired_log10`: negative where
+AFTER is lower), and on how many seeds AFTER is lower and higher (`summary_table`, which
+`bench/study_ab.py` prints too). `bayes.py --include` cannot pair such files: it keeps one run
+per (sampler, function, mode, seed). Standard library only.
 """
 
 import argparse
@@ -69,7 +69,8 @@ def main():
     for function, mode in cells:
         for seed in sorted(s for f, m, s in both if (f, m) == (function, mode)):
             x, y = before[(function, mode, seed)], after[(function, mode, seed)]
-            print(f"| {function} | {mode} | {seed} | {x:.4g} | {y:.4g} | {y / x:.2f} |")
+            ratio = f"{y / x:.2f}" if x > 0 else "-"
+            print(f"| {function} | {mode} | {seed} | {x:.4g} | {y:.4g} | {ratio} |")
     print("\n" + summary_table(before, after, b, a))
 
 
