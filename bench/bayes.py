@@ -944,9 +944,9 @@ def main():
     ensure_venv()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--functions",
-                        default=",".join(f for f in FUNCTIONS if f not in MANY_PARAMETERS
-                                         and f not in MULTI and f not in MIDDLE
-                                         and f not in CENTRED))
+                        help="comma-separated (default: every function but those of many "
+                             "parameters, several objectives, the middle and CENTRED); given, "
+                             "--include files add runs of these functions only")
     parser.add_argument("--samplers", default=",".join(DEFAULT_SAMPLERS),
                         help=f"of {', '.join(SAMPLERS)}")
     parser.add_argument("--modes", default=",".join(MODES))
@@ -967,14 +967,20 @@ def main():
                              "this run and earlier --include files have none of the same "
                              "sampler, function, mode and seed (e.g. Optuna's, which do not "
                              "change with hptune, or runs of other seeds)")
+    parser.add_argument("--include-samplers",
+                        help="comma-separated: --include files add runs of these samplers "
+                             "only (default: of every sampler)")
     args = parser.parse_args()
+    functions = (args.functions or ",".join(
+        f for f in FUNCTIONS if f not in MANY_PARAMETERS and f not in MULTI
+        and f not in MIDDLE and f not in CENTRED)).split(",")
     samplers = args.samplers.split(",") if args.samplers else []
     for name in samplers + args.timing_samplers.split(","):
         if name and name not in SAMPLERS:
             parser.error(f"unknown sampler {name!r}: the samplers are {', '.join(SAMPLERS)}")
     timed = args.timing_trials and args.timing_samplers.split(",") or []
     binaries = build(any(name.startswith("hptune") for name in samplers + timed),
-                     timed or any(f not in MULTI for f in args.functions.split(",")))
+                     timed or any(f not in MULTI for f in functions))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = args.out or RESULTS / time.strftime("bayes-%Y%m%d-%H%M%S.json")
     runs, timing_runs = [], []
@@ -982,7 +988,7 @@ def main():
     def save():
         out.write_text(json.dumps({"argv": sys.argv, "runs": runs, "timing_runs": timing_runs}))
 
-    for function in args.functions.split(","):
+    for function in functions:
         trials = args.trials or FUNCTIONS[function][2]
         for mode in args.modes.split(","):
             for sampler in samplers:
@@ -1003,16 +1009,24 @@ def main():
             timing_runs.append(r)
             print(f"timing {sampler}: {r['wall_seconds']:.1f} s", file=sys.stderr, flush=True)
             save()
+
+    def joins(run):
+        # Whether an included run is of the functions, samplers and trial count asked for.
+        return ((not args.functions or run["function"] in functions)
+                and (not args.include_samplers
+                     or run["sampler"] in args.include_samplers.split(","))
+                and (not args.trials or run["trials"] == args.trials))
+
     for path in args.include:
         # An earlier run adds the runs (sampler, function, mode, seed) and the timing rows
         # that this run and the files before it lack.
         earlier = json.loads(path.read_text())
         have = {(*cell(r), r["seed"]) for r in runs}
         timed = {r["sampler"] for r in timing_runs}
-        runs += [r for r in earlier["runs"] if (*cell(r), r["seed"]) not in have]
+        runs += [r for r in earlier["runs"]
+                 if (*cell(r), r["seed"]) not in have and joins(r)]
         timing_runs += [r for r in earlier["timing_runs"] if r["sampler"] not in timed]
-        samplers += sorted({r["sampler"] for r in earlier["runs"]} - set(samplers),
-                           key=SAMPLERS.index)
+        samplers += sorted({r["sampler"] for r in runs} - set(samplers), key=SAMPLERS.index)
     # The JSON holds every run in the tables, those of the included files too.
     save()
     print(f"\nCommand: {' '.join(sys.argv)}\n")
