@@ -455,6 +455,8 @@ def run_optuna(binaries, sampler, function, trials, mode, seed):
         "constraints_func": lambda t: [t.user_attrs["constraint"] - bound]}
     make = {
         "optuna-gp": lambda: optuna.samplers.GPSampler(seed=seed, **constrained),
+        # Optuna's default TPE: since Optuna 5.0 multivariate with one objective, so its runs
+        # there are those of optuna-tpe-multivariate (but for `constraints_func`).
         "optuna-tpe": lambda: optuna.samplers.TPESampler(seed=seed, **constrained),
         "optuna-tpe-multivariate": lambda: optuna.samplers.TPESampler(seed=seed,
                                                                       multivariate=True),
