@@ -1012,11 +1012,12 @@ def main():
             print(f"timing {sampler}: {r['wall_seconds']:.1f} s", file=sys.stderr, flush=True)
             save()
 
+    included_samplers = set(args.include_samplers.split(",")) if args.include_samplers else None
+
     def joins(run):
         # Whether an included run is of the functions, samplers and trial count asked for.
         return ((not args.functions or run["function"] in functions)
-                and (not args.include_samplers
-                     or run["sampler"] in args.include_samplers.split(","))
+                and (included_samplers is None or run["sampler"] in included_samplers)
                 and (not args.trials or run["trials"] == args.trials))
 
     for path in args.include:
@@ -1028,7 +1029,7 @@ def main():
         runs += [r for r in earlier["runs"]
                  if (*cell(r), r["seed"]) not in have and joins(r)]
         timing_runs += [r for r in earlier["timing_runs"] if r["sampler"] not in timed]
-        samplers += sorted({r["sampler"] for r in runs} - set(samplers), key=SAMPLERS.index)
+    samplers += sorted({r["sampler"] for r in runs} - set(samplers), key=SAMPLERS.index)
     # The JSON holds every run in the tables, those of the included files too.
     save()
     print(f"\nCommand: {' '.join(sys.argv)}\n")
