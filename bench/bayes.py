@@ -362,9 +362,10 @@ def run_hptune(binaries, sampler, function, trials, mode, seed):
 
 def hptune_design(dimension, trials):
     """The size of hptune's initial design for `dimension` parameters in a study of `trials`
-    (src/sampler/bayes/design.rs): 2D + 1 trials, 5 to 20, but with 10 to 15 parameters 13
-    or a fifth of the trials where that is fewer (at least 5)."""
-    if 10 <= dimension <= 15:
+    (src/sampler/bayes/design.rs): 2D + 1 trials, 5 to 20, but in the middle (10 to 15
+    parameters, or 8 and 9 with fewer than 10 trials per parameter) 13 or a fifth of the
+    trials where that is fewer (at least 5)."""
+    if 10 <= dimension <= 15 or (8 <= dimension <= 9 and trials < 10 * dimension):
         return max(5, min(13, trials // 5))
     return min(20, max(5, 2 * dimension + 1))
 
