@@ -26,6 +26,7 @@ pub use tell::{Report, Teller, Told, tell};
 use crate::controller::ControllerError;
 use crate::spec::{self, SpecError};
 use crate::storage::{Storage, StorageError, StudyRecord};
+use crate::study::Study;
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +59,12 @@ pub enum OpsError {
 /// Whether `path` names a study file rather than a study.
 fn is_study_file(path: &Path) -> bool {
     path.is_file() && path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+}
+
+/// The study file `record` was last run with, as stored.
+fn stored_study(record: &StudyRecord) -> Result<Study, OpsError> {
+    let stored = format!("the study file of '{}' as last run", record.name);
+    Ok(spec::parse(Path::new(&stored), &record.spec)?)
 }
 
 /// The study named `name`, or the study of the study file `name`; an unknown one is bad

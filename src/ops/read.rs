@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use super::{OpsError, find_study};
+use super::{OpsError, find_study, stored_study};
 use crate::controller::is_remote;
 use crate::sampler::bayes::believed_best;
 use crate::storage::{
@@ -188,12 +188,14 @@ pub async fn best(url: &StorageUrl, study: &str, by: BestBy) -> Result<Chosen, O
         BestBy::Observed => (best_trial(&trials, record.goal), None),
         BestBy::Model => {
             let history: Vec<_> = trials.iter().filter_map(TrialRecord::observation).collect();
-            let believed = believed_best(&record.space()?, record.goal, &history).map_err(|e| {
-                OpsError::Failed(format!(
-                    "the model of study '{}' cannot be fitted: {e}",
-                    record.name
-                ))
-            })?;
+            let budget = stored_study(&record)?.budget.max_trial_count;
+            let believed =
+                believed_best(&record.space()?, budget, record.goal, &history).map_err(|e| {
+                    OpsError::Failed(format!(
+                        "the model of study '{}' cannot be fitted: {e}",
+                        record.name
+                    ))
+                })?;
             match believed {
                 Some(b) => (trials.iter().find(|t| t.number == b.number), Some(b.value)),
                 None => (None, None),

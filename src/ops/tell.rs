@@ -2,12 +2,9 @@
 //! of a worker's: a final result ends the trial, an intermediate one renews the lease and
 //! goes to the study's early-stopping rule.
 
-use std::path::Path;
-
-use super::{OpsError, find_study};
+use super::{OpsError, find_study, stored_study};
 use crate::controller::{ClientVerdict, client_end, early_stop, reclaim_expired_leases};
 use crate::protocol::Measurement;
-use crate::spec;
 use crate::storage::{Storage, StorageError, StorageUrl, StudyRecord, TrialEnd, TrialRecord, now};
 use crate::study::Study;
 
@@ -73,8 +70,7 @@ impl Teller {
     /// input.
     pub async fn find(storage: &Storage, study: &str) -> Result<Self, OpsError> {
         let record = find_study(storage, study).await?;
-        let stored = format!("the study file of '{}' as last run", record.name);
-        let spec = spec::parse(Path::new(&stored), &record.spec)?;
+        let spec = stored_study(&record)?;
         Ok(Self { record, spec })
     }
 

@@ -167,9 +167,8 @@ mod tests {
             })
             .collect();
         let hyperparameters = |anchors: &mut Anchors, n: usize| {
-            let data =
-                TrainingData::new(&encoding, Goal::Minimize, Warping::AsNeeded, &history[..n])
-                    .unwrap();
+            let data = TrainingData::new(&encoding, Goal::Minimize, Warping::Fitted, &history[..n])
+                .unwrap();
             anchors.hyperparameters(&encoding, Goal::Minimize, &history[..n], &data)
         };
         let mut anchors = Anchors::default();

@@ -21,14 +21,17 @@ pub(crate) struct Believed {
 }
 
 /// The succeeded feasible trial of `history` (finished trials) whose posterior mean is best
-/// for `goal`; `None` when none succeeded feasibly.
+/// for `goal`, in the model the sampler fits for a study over `space` with a trial budget of
+/// `budget` (`None`: no limit); `None` when none succeeded feasibly.
 pub(crate) fn believed_best(
     space: &Space,
+    budget: Option<u64>,
     goal: Goal,
     history: &[Observation],
 ) -> Result<Option<Believed>, GpError> {
     let encoding = Encoding::new(space);
-    let Some(data) = TrainingData::new(&encoding, goal, Warping::AsNeeded, history) else {
+    let warping = Warping::of(space, budget);
+    let Some(data) = TrainingData::new(&encoding, goal, warping, history) else {
         return Ok(None);
     };
     let hyper = Anchors::default()
@@ -83,7 +86,7 @@ mod tests {
             .min_by(|a, b| a.value.unwrap().total_cmp(&b.value.unwrap()))
             .unwrap();
         assert_eq!(observed.number, 5, "the lucky trial is the best observed");
-        let believed = believed_best(&space, Goal::Minimize, &history)
+        let believed = believed_best(&space, None, Goal::Minimize, &history)
             .unwrap()
             .unwrap();
         assert!(
@@ -106,14 +109,14 @@ mod tests {
         let history: Vec<Observation> = (0..8u32)
             .map(|n| at(u64::from(n), f64::from(n) / 7.0, n < 6))
             .collect();
-        let believed = believed_best(&space, Goal::Maximize, &history)
+        let believed = believed_best(&space, None, Goal::Maximize, &history)
             .unwrap()
             .unwrap();
         assert_eq!(believed.number, 5);
         let mut none_feasible = history;
         none_feasible.iter_mut().for_each(|o| o.feasible = false);
         assert_eq!(
-            believed_best(&space, Goal::Maximize, &none_feasible),
+            believed_best(&space, None, Goal::Maximize, &none_feasible),
             Ok(None)
         );
     }
@@ -127,6 +130,9 @@ mod tests {
             value: None,
             ..Observation::unconstrained()
         };
-        assert_eq!(believed_best(&space, Goal::Maximize, &[failed]), Ok(None));
+        assert_eq!(
+            believed_best(&space, None, Goal::Maximize, &[failed]),
+            Ok(None)
+        );
     }
 }

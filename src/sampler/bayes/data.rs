@@ -1,10 +1,11 @@
 //! The finished trials as the model sees them: features, standardised values warped where
 //! the model allows it (larger is better, failed trials at the worst value), the incumbents.
 
-use super::design::warps_only_outliers;
+use super::design::{HEAVY_TAIL_POWER, warps_only_heavy_tails, warps_only_outliers};
 use super::encoding::Encoding;
 use crate::sampler::Observation;
 use crate::study::Goal;
+use crate::study::space::Space;
 use hptune_gp::{YeoJohnson, has_outliers};
 
 /// The most finished trials the model is fitted on: past it, the ones nearest the best point
@@ -14,16 +15,37 @@ pub(super) const MAX_MODEL_POINTS: usize = 128;
 /// How many of the best trials are incumbents: the search starts from each of them.
 pub(super) const INCUMBENTS: usize = 3;
 
-/// Whether a model's values may be warped ([`OutputMap`]).
+/// Which of a model's values are warped ([`OutputMap`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Warping {
-    /// Where the values call for it: a model of one objective fits skewed values better
-    /// warped, and where its expected improvement is highest does not depend on the units.
-    AsNeeded,
+    /// Wherever the fitted warp is not the identity: a model of one objective fits skewed
+    /// values better warped, and where its expected improvement is highest does not depend on
+    /// the units.
+    Fitted,
+    /// Only a heavy tail: where some values are outliers ([`has_outliers`]) or the fitted
+    /// power is at least [`HEAVY_TAIL_POWER`]; with 8 or 9 numeric parameters and a long
+    /// budget ([`warps_only_heavy_tails`]).
+    HeavyTails,
+    /// Only where some values are outliers: with many parameters ([`warps_only_outliers`]).
+    Outliers,
     /// Never: with several objectives the sampler improves the hypervolume in the models'
     /// units, which is the study's own (up to one factor for every volume) only where each
     /// model's values are an affine map of the trials'.
     Never,
+}
+
+impl Warping {
+    /// The warping of the model of one objective of a study over `space` with a trial
+    /// budget of `budget` (`None`: no limit).
+    pub(super) fn of(space: &Space, budget: Option<u64>) -> Self {
+        if warps_only_outliers(space) {
+            Self::Outliers
+        } else if warps_only_heavy_tails(space, budget) {
+            Self::HeavyTails
+        } else {
+            Self::Fitted
+        }
+    }
 }
 
 /// The finished trials as the model sees them.
@@ -66,13 +88,18 @@ impl TrainingData {
             .collect();
         let worst = values.iter().flatten().copied().reduce(f64::min)?;
         let raw: Vec<f64> = values.iter().map(|v| v.unwrap_or(worst)).collect();
-        // With many parameters ([`warps_only_outliers`]) a warp is for outliers among the
-        // values trials gave: the failed trials, all at the worst value, would make a pile
-        // that puts every other value far out.
-        let may_warp = warping == Warping::AsNeeded
-            && (!warps_only_outliers(encoding.space())
-                || has_outliers(values.iter().flatten().copied().collect()));
-        let output = OutputMap::fitted(goal, &raw, may_warp);
+        // Outliers are among the values trials gave: the failed trials, all at the worst
+        // value, would make a pile that puts every other value far out.
+        let outliers = || has_outliers(values.iter().flatten().copied().collect());
+        let output = match warping {
+            Warping::Fitted => OutputMap::fitted(goal, &raw, true),
+            Warping::HeavyTails if outliers() => OutputMap::fitted(goal, &raw, true),
+            Warping::HeavyTails => Some(OutputMap::fitted(goal, &raw, true))
+                .filter(|map| map.warp().power() >= HEAVY_TAIL_POWER)
+                .unwrap_or_else(|| OutputMap::fitted(goal, &raw, false)),
+            Warping::Outliers => OutputMap::fitted(goal, &raw, outliers()),
+            Warping::Never => OutputMap::fitted(goal, &raw, false),
+        };
         let y: Vec<f64> = raw.iter().map(|&v| output.warped(v)).collect();
         let x: Vec<Vec<f64>> = history.iter().map(|o| encoding.encode(&o.params)).collect();
 
@@ -279,7 +306,8 @@ mod tests {
     }
 
     #[test]
-    fn only_outliers_are_warped_with_many_parameters_and_none_with_several_objectives() {
+    fn the_warp_narrows_with_the_parameters_to_heavy_tails_then_outliers_and_none_with_several_objectives()
+     {
         // The same 60 values, a bowl's (skewed: most trials far from its bottom), in 2 to 12
         // dimensions, also with categoricals (many from 8 then); then with one diverging
         // trial, and with 80 more trials that failed.
@@ -305,7 +333,12 @@ mod tests {
                 })
                 .collect::<Vec<Observation>>()
         };
-        let power_of = |dimension: usize, categoricals, values: &[Option<f64>], warping| {
+        // The fitted power of the model of `values` over `dimension` parameters, `categoricals`
+        // of them categorical, warped as `warping` says for that space.
+        let power_of = |dimension: usize,
+                        categoricals,
+                        values: &[Option<f64>],
+                        warping: fn(&Space) -> Warping| {
             let space = Space::new(
                 (0..dimension)
                     .map(|d| match d + categoricals >= dimension {
@@ -318,38 +351,63 @@ mod tests {
             let data = TrainingData::new(
                 &encoding,
                 Goal::Minimize,
-                warping,
+                warping(&space),
                 &history(dimension, categoricals, values),
             );
             data.unwrap().output.warp().power()
         };
-        let power = |dimension: usize, values: &[Option<f64>]| {
-            power_of(dimension, 0, values, Warping::AsNeeded)
-        };
+        // One objective without a trial budget, with a short one (50 trials), several.
+        let long: fn(&Space) -> Warping = |space| Warping::of(space, None);
+        let short: fn(&Space) -> Warping = |space| Warping::of(space, Some(50));
+        let several: fn(&Space) -> Warping = |_| Warping::Never;
+        let power = |dimension: usize, values: &[Option<f64>]| power_of(dimension, 0, values, long);
         let bowl: Vec<Option<f64>> = (0..60).map(|n| Some(f64::from(n).powi(2))).collect();
         assert_ne!(power(2, &bowl), 1.0, "in 2 dimensions the skew is warped");
-        assert_ne!(power(9, &bowl), 1.0, "and in 9");
+        assert_ne!(power(7, &bowl), 1.0, "and in 7");
+        assert_ne!(
+            power_of(9, 0, &bowl, short),
+            1.0,
+            "and in 8-9 with a short budget (the middle)"
+        );
+        assert_eq!(
+            power(8, &bowl),
+            1.0,
+            "with a long one, in 8-9 the mild skew is the trend"
+        );
+        assert_eq!(power(9, &bowl), 1.0);
         assert_eq!(power(10, &bowl), 1.0, "from 10 on it is the trend");
         assert_eq!(power(12, &bowl), 1.0);
+        // A heavy tail without outliers, values growing exponentially away from the best:
+        // warped in 8-9 with a long budget, not from 10.
+        let heavy: Vec<Option<f64>> = (0..60).map(|n| Some((f64::from(n) / 9.0).exp())).collect();
+        assert!(!has_outliers(heavy.iter().flatten().copied().collect()));
+        assert!(
+            power(8, &heavy) >= HEAVY_TAIL_POWER,
+            "a heavy tail is warped at 8"
+        );
+        assert_eq!(power(10, &heavy), 1.0, "and from 10 only outliers are");
         // With a categorical among them, from 8 parameters on.
         assert_ne!(
-            power_of(7, 1, &bowl, Warping::AsNeeded),
+            power_of(7, 1, &bowl, long),
             1.0,
             "7 with a categorical are warped"
         );
         assert_eq!(
-            power_of(8, 1, &bowl, Warping::AsNeeded),
+            power_of(8, 1, &bowl, long),
             1.0,
             "8 with a categorical are not"
         );
-        assert_eq!(power_of(9, 3, &bowl, Warping::AsNeeded), 1.0);
+        assert_eq!(power_of(8, 1, &heavy, long), 1.0, "nor is their heavy tail");
+        assert_eq!(power_of(9, 3, &bowl, long), 1.0);
         let mut diverged = bowl.clone();
         diverged[40] = Some(1e7);
-        assert_ne!(
-            power(12, &diverged),
-            1.0,
-            "a diverging run is warped in any dimension"
-        );
+        for dimension in [8, 12] {
+            assert_ne!(
+                power(dimension, &diverged),
+                1.0,
+                "a diverging run is warped in any dimension"
+            );
+        }
         // Failed trials count at the worst value, more than half of them at one value: they
         // do not make the others outliers.
         let mut failing = bowl.clone();
@@ -357,7 +415,7 @@ mod tests {
         assert_eq!(power(12, &failing), 1.0, "failures are not values far out");
         // The models of several objectives are never warped.
         for values in [&bowl, &diverged] {
-            assert_eq!(power_of(2, 0, values, Warping::Never), 1.0);
+            assert_eq!(power_of(2, 0, values, several), 1.0);
         }
     }
 
@@ -381,8 +439,7 @@ mod tests {
                 ..Observation::unconstrained()
             })
             .collect();
-        let data =
-            TrainingData::new(&encoding, Goal::Minimize, Warping::AsNeeded, &history).unwrap();
+        let data = TrainingData::new(&encoding, Goal::Minimize, Warping::Fitted, &history).unwrap();
         assert_eq!(
             (data.x.len(), data.y.len()),
             (MAX_MODEL_POINTS, MAX_MODEL_POINTS)

@@ -14,9 +14,10 @@
 //! probability of feasibility ([`feasibility`]), and a region that has converged is left for
 //! the whole space. The values are warped by a power transform fitted to them, so that a few
 //! huge ones do not flatten the model. With [many parameters](design::warps_only_outliers)
-//! (10, or 8 of which one is categorical) only values far out are warped, and from
-//! [16](design::WHOLE_CUBE_PARAMETERS) the search spans the whole space; between them, with
-//! 10 to 15, or 8 and 9 in a study of fewer than 10 trials per parameter ([the
+//! (10, or 8 of which one is categorical) only values far out are warped, with 8 or 9 in a
+//! study of 10 trials per parameter or more [only a heavy tail](design::warps_only_heavy_tails),
+//! and from [16](design::WHOLE_CUBE_PARAMETERS) the search spans the whole space; between
+//! them, with 10 to 15, or 8 and 9 in a study of fewer than 10 trials per parameter ([the
 //! middle](design::is_middle)), the design is smaller (a fifth of the study's trial budget at
 //! most) and the trust region turns local sooner. The same model names the trial it believes
 //! best ([`believed_best`]). See `docs/bayes.md`.
@@ -127,7 +128,12 @@ impl BayesSampler {
         encoding: &Encoding<'_>,
         history: &[Observation],
     ) -> Result<Option<Vec<f64>>, GpError> {
-        match TrainingData::new(encoding, context.goal, Warping::AsNeeded, history) {
+        match TrainingData::new(
+            encoding,
+            context.goal,
+            Warping::of(context.space, self.budget),
+            history,
+        ) {
             Some(data) => self
                 .model_proposal(context, encoding, history, data)
                 .map(Some),
