@@ -360,62 +360,135 @@ mod tests {
         let long: fn(&Space) -> Warping = |space| Warping::of(space, None);
         let short: fn(&Space) -> Warping = |space| Warping::of(space, Some(50));
         let several: fn(&Space) -> Warping = |_| Warping::Never;
-        let power = |dimension: usize, values: &[Option<f64>]| power_of(dimension, 0, values, long);
         let bowl: Vec<Option<f64>> = (0..60).map(|n| Some(f64::from(n).powi(2))).collect();
-        assert_ne!(power(2, &bowl), 1.0, "in 2 dimensions the skew is warped");
-        assert_ne!(power(7, &bowl), 1.0, "and in 7");
-        assert_ne!(
-            power_of(9, 0, &bowl, short),
-            1.0,
-            "and in 8-9 with a short budget (the middle)"
-        );
-        assert_eq!(
-            power(8, &bowl),
-            1.0,
-            "with a long one, in 8-9 the mild skew is the trend"
-        );
-        assert_eq!(power(9, &bowl), 1.0);
-        assert_eq!(power(10, &bowl), 1.0, "from 10 on it is the trend");
-        assert_eq!(power(12, &bowl), 1.0);
-        // A heavy tail without outliers, values growing exponentially away from the best:
-        // warped in 8-9 with a long budget, not from 10.
+        // A heavy tail without outliers: values growing exponentially away from the best.
         let heavy: Vec<Option<f64>> = (0..60).map(|n| Some((f64::from(n) / 9.0).exp())).collect();
         assert!(!has_outliers(heavy.iter().flatten().copied().collect()));
-        assert!(
-            power(8, &heavy) >= HEAVY_TAIL_POWER,
-            "a heavy tail is warped at 8"
-        );
-        assert_eq!(power(10, &heavy), 1.0, "and from 10 only outliers are");
-        // With a categorical among them, from 8 parameters on.
-        assert_ne!(
-            power_of(7, 1, &bowl, long),
-            1.0,
-            "7 with a categorical are warped"
-        );
-        assert_eq!(
-            power_of(8, 1, &bowl, long),
-            1.0,
-            "8 with a categorical are not"
-        );
-        assert_eq!(power_of(8, 1, &heavy, long), 1.0, "nor is their heavy tail");
-        assert_eq!(power_of(9, 3, &bowl, long), 1.0);
+        assert!(power_of(8, 0, &heavy, long) >= HEAVY_TAIL_POWER);
         let mut diverged = bowl.clone();
         diverged[40] = Some(1e7);
-        for dimension in [8, 12] {
-            assert_ne!(
-                power(dimension, &diverged),
-                1.0,
-                "a diverging run is warped in any dimension"
-            );
-        }
         // Failed trials count at the worst value, more than half of them at one value: they
         // do not make the others outliers.
         let mut failing = bowl.clone();
         failing.extend([None; 80]);
-        assert_eq!(power(12, &failing), 1.0, "failures are not values far out");
-        // The models of several objectives are never warped.
-        for values in [&bowl, &diverged] {
-            assert_eq!(power_of(2, 0, values, several), 1.0);
+        type Case<'a> = (
+            usize,
+            usize,
+            &'a [Option<f64>],
+            fn(&Space) -> Warping,
+            bool,
+            &'a str,
+        );
+        let cases: [Case; 17] = [
+            (
+                2,
+                0,
+                &bowl,
+                long,
+                true,
+                "in 2 dimensions the skew is warped",
+            ),
+            (7, 0, &bowl, long, true, "and in 7"),
+            (
+                9,
+                0,
+                &bowl,
+                short,
+                true,
+                "and in 8-9 with a short budget (the middle)",
+            ),
+            (
+                8,
+                0,
+                &bowl,
+                long,
+                false,
+                "with a long one, in 8-9 a mild skew is the trend",
+            ),
+            (
+                9,
+                0,
+                &bowl,
+                long,
+                false,
+                "with a long one, in 8-9 a mild skew is the trend",
+            ),
+            (10, 0, &bowl, long, false, "from 10 on it is the trend"),
+            (12, 0, &bowl, long, false, "from 10 on it is the trend"),
+            (
+                8,
+                0,
+                &heavy,
+                long,
+                true,
+                "a heavy tail is warped in 8-9 with a long budget",
+            ),
+            (10, 0, &heavy, long, false, "from 10 only outliers are"),
+            (7, 1, &bowl, long, true, "7 with a categorical are warped"),
+            (
+                8,
+                1,
+                &bowl,
+                long,
+                false,
+                "from 8 with a categorical, only outliers",
+            ),
+            (
+                8,
+                1,
+                &heavy,
+                long,
+                false,
+                "from 8 with a categorical, only outliers",
+            ),
+            (
+                9,
+                3,
+                &bowl,
+                long,
+                false,
+                "from 8 with a categorical, only outliers",
+            ),
+            (
+                8,
+                0,
+                &diverged,
+                long,
+                true,
+                "a diverging run is warped in any dimension",
+            ),
+            (
+                12,
+                0,
+                &diverged,
+                long,
+                true,
+                "a diverging run is warped in any dimension",
+            ),
+            (
+                12,
+                0,
+                &failing,
+                long,
+                false,
+                "failures are not values far out",
+            ),
+            (
+                2,
+                0,
+                &diverged,
+                several,
+                false,
+                "the models of several objectives never are",
+            ),
+        ];
+        for (dimension, categoricals, values, warping, warped, what) in cases {
+            let power = power_of(dimension, categoricals, values, warping);
+            assert_eq!(
+                power != 1.0,
+                warped,
+                "{what}: {dimension} parameters, {categoricals} categorical, power {power}"
+            );
         }
     }
 
