@@ -93,10 +93,13 @@ impl TrainingData {
         let outliers = || has_outliers(values.iter().flatten().copied().collect());
         let output = match warping {
             Warping::Fitted => OutputMap::fitted(goal, &raw, true),
-            Warping::HeavyTails if outliers() => OutputMap::fitted(goal, &raw, true),
-            Warping::HeavyTails => Some(OutputMap::fitted(goal, &raw, true))
-                .filter(|map| map.warp().power() >= HEAVY_TAIL_POWER)
-                .unwrap_or_else(|| OutputMap::fitted(goal, &raw, false)),
+            Warping::HeavyTails => {
+                let warped = OutputMap::fitted(goal, &raw, true);
+                match outliers() || warped.warp().power() >= HEAVY_TAIL_POWER {
+                    true => warped,
+                    false => OutputMap::fitted(goal, &raw, false),
+                }
+            }
             Warping::Outliers => OutputMap::fitted(goal, &raw, outliers()),
             Warping::Never => OutputMap::fitted(goal, &raw, false),
         };
@@ -306,8 +309,7 @@ mod tests {
     }
 
     #[test]
-    fn the_warp_narrows_with_the_parameters_to_heavy_tails_then_outliers_and_none_with_several_objectives()
-     {
+    fn the_warp_narrows_to_heavy_tails_then_outliers_and_is_off_with_several_objectives() {
         // The same 60 values, a bowl's (skewed: most trials far from its bottom), in 2 to 12
         // dimensions, also with categoricals (many from 8 then); then with one diverging
         // trial, and with 80 more trials that failed.
