@@ -27,12 +27,12 @@ Markdown tables:
   the largest of them (`--timing-trials`, Hartmann6, sequential, one seed).
 
 The middle, 8 to 15 parameters at 100 trials (`ackley-D`, `rosenbrock-D`, `styblinski-tang-D`,
-`rastrigin-D`, `rastrigin-off-D` and `mixed-D` for D = 8, 10, 12, 15, and 9, where the rules
-of 8 parameters meet those of 10; MIDDLE), is not in the default set either; it is meant for
-hptune against Optuna's GPSampler, TPE and CMA-ES and Rustuna's TPE and CMA-ES
-(`rustuna-tpe`, `rustuna-cmaes`: Optuna's Rust port, in-process, define-by-run). Both CMA-ES start at the box's centre; `optuna-cmaes-random-start`, a control,
-starts Optuna's at a point drawn from the box instead, and `--regret-at 10,30` prints where
-each sampler stands after its first trials.
+`rastrigin-D`, `rastrigin-off-D` and `mixed-D` for D = 8, 10, 12, 15, and 9, where the rules of
+8 parameters meet those of 10; MIDDLE), is not in the default set either; it is meant for
+hptune against Optuna's GPSampler, TPE and CMA-ES and Rustuna's TPE and CMA-ES (`rustuna-tpe`,
+`rustuna-cmaes`: Optuna's Rust port, in-process, define-by-run). Both CMA-ES start at the box's
+centre; `optuna-cmaes-random-start`, a control, starts Optuna's at a point drawn from the box
+instead, and `--regret-at 10,30` prints where each sampler stands after its first trials.
 
 The first trial of hptune's design is the centre of the box, so a function whose optimum lies
 at the centre or next to it is solved, or nearly, by that trial, and its cells measure that
