@@ -2,6 +2,8 @@
 
 use std::borrow::Cow;
 
+use hptune::study::space::written;
+
 /// `text` with its control characters (C0, DEL, C1: a terminal's escape sequences, line
 /// breaks, tabs) written as Rust escapes (`\u{1b}`), so that what workers and study files
 /// hold is shown to people, never obeyed by their terminal. Tables and log lines are for
@@ -68,14 +70,14 @@ fn pad(cell: &str, width: usize, right: bool) -> String {
     }
 }
 
-/// A number for people: six significant digits, no trailing zeros (`0.000123457`, `41.5`).
-/// JSON, CSV and flags keep every digit.
+/// A number for people: six significant digits, no trailing zeros, [`written`] in exponent
+/// form far from 1 (`0.000123457`, `41.5`, `9.87654e-7`). JSON, CSV and flags keep every digit.
 pub fn short(value: f64) -> String {
     if !value.is_finite() || value == 0.0 {
         return value.to_string();
     }
     let rounded: f64 = format!("{value:.5e}").parse().unwrap_or(value);
-    rounded.to_string()
+    written(rounded)
 }
 
 /// Comma-separated values; a cell with a comma, quote or line break is quoted.
@@ -146,6 +148,13 @@ mod tests {
         assert_eq!(short(-3.429563427826141), "-3.42956");
         assert_eq!(short(1.2345678e-5), "0.0000123457");
         assert_eq!(short(16.0), "16");
+        // Far from 1 the digits are kept and the zeros are not: a value near the bound of a
+        // log-scale range would otherwise fill a table's row.
+        assert_eq!(short(1.0e-6), "0.000001");
+        assert_eq!(short(9.87654321e-7), "9.87654e-7");
+        assert_eq!(short(1.0e-300), "1e-300");
+        assert_eq!(short(-2.5e20), "-2.5e20");
+        assert_eq!(short(1.0e15), "1000000000000000");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::Checker;
 use super::raw::{RawParameter, Scalar};
-use crate::study::space::{Condition, Domain, MAX_GRID_POINTS, Parameter, Scale, Space};
+use crate::study::space::{Condition, Domain, MAX_GRID_POINTS, Parameter, Scale, Space, written};
 
 impl Checker<'_> {
     /// Checks the `parameters` list; the space when every parameter is right.
@@ -223,8 +223,8 @@ impl Checker<'_> {
                 format!("{field}.values[{}]", i + 1),
                 format!(
                     "discrete values must increase: {} comes after {}",
-                    values[i + 1],
-                    values[i]
+                    written(values[i + 1]),
+                    written(values[i])
                 ),
             );
             return None;
@@ -235,7 +235,7 @@ impl Checker<'_> {
                 format!(
                     "{} scale needs values > 0, got {}",
                     scale_name(scale),
-                    values[0]
+                    written(values[0])
                 ),
             );
             return None;

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
+use crate::study::space::written;
+
 /// A YAML scalar of a `values` list or a `when` clause.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
@@ -78,7 +80,7 @@ impl std::fmt::Display for Number {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Number::Int(i) => write!(f, "{i}"),
-            Number::Float(x) => write!(f, "{x}"),
+            Number::Float(x) => f.write_str(&written(*x)),
         }
     }
 }

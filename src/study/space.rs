@@ -134,6 +134,18 @@ impl fmt::Display for ParamValue {
     }
 }
 
+/// A number as hptune writes it for people: the shortest digits that read back as `value`,
+/// in exponent form where the plain form would be mostly zeros (below 1e-6 and from 1e16 in
+/// magnitude: `1e-300`, not 300 zeros). A worker's flags keep the plain form
+/// ([`ParamValue`]'s `Display`), which every parser of decimals reads.
+pub fn written(value: f64) -> String {
+    let magnitude = value.abs();
+    match magnitude != 0.0 && magnitude.is_finite() && !(1e-6..1e16).contains(&magnitude) {
+        true => format!("{value:e}"),
+        false => value.to_string(),
+    }
+}
+
 /// The parameters of one trial, by id; inactive parameters are absent.
 pub type Assignment = BTreeMap<String, ParamValue>;
 

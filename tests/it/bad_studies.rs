@@ -136,6 +136,11 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
             "parameters[2].max: max must be > min, got min 0.1 and max 0.05",
         ),
         (
+            "min above max, far below 1",
+            edit("min: 0.001", "min: 1e-300").replace("max: 0.1\n", "max: 1e-301\n"),
+            "parameters[0].max: max must be > min, got min 1e-300 and max 1e-301",
+        ),
+        (
             "missing max",
             edit("    max: 0.1\n", ""),
             "parameters[0]: a double parameter needs `max`",
@@ -536,7 +541,7 @@ fn cases() -> Vec<(&'static str, String, &'static str)> {
                 "type: discrete\n    values: [8, 16, 32]",
                 "type: integer\n    min: -1e30\n    max: 4",
             ),
-            "parameters[3].min: must be an integer from -9223372036854775808 to 9223372036854775807, got -1000000000000000000000000000000",
+            "parameters[3].min: must be an integer from -9223372036854775808 to 9223372036854775807, got -1e30",
         ),
         (
             "an integer maximum above i64",

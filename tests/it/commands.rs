@@ -150,6 +150,10 @@ fn a_trial_by_hand_is_checked_against_the_space_and_recorded() {
             "parameter 'x': 5 is not a number in [-2, 2]",
         ),
         (
+            vec!["--param", "x=1e300", "--param", "opt=adam"],
+            "parameter 'x': 1e300 is not a number in [-2, 2]",
+        ),
+        (
             vec!["--param", "x=0", "--param", "opt=sgd"],
             "parameter 'momentum' is missing",
         ),

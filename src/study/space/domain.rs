@@ -1,7 +1,7 @@
 //! The unit map of one parameter: a value to its coordinate in `[0, 1]` and back, through
 //! its scale; its neighbours for the search; its values checked and read from text.
 
-use super::{Domain, ParamValue, Scale, join};
+use super::{Domain, ParamValue, Scale, join, written};
 
 impl Scale {
     /// Maps `x ∈ [min, max]` to `[0, 1]`.
@@ -144,7 +144,12 @@ impl Domain {
         match (self, value) {
             (Domain::Double { min, max, .. }, v) => match v.as_f64() {
                 Some(x) if x.is_finite() && x >= *min && x <= *max => Ok(()),
-                _ => Err(format!("{value} is not a number in [{min}, {max}]")),
+                _ => Err(format!(
+                    "{} is not a number in [{}, {}]",
+                    shown(value),
+                    written(*min),
+                    written(*max)
+                )),
             },
             (Domain::Integer { min, max, .. }, ParamValue::Int(i)) if i >= min && i <= max => {
                 Ok(())
@@ -158,8 +163,9 @@ impl Domain {
                 Ok(())
             }
             (Domain::Discrete { values, .. }, _) => Err(format!(
-                "{value} is not one of {}",
-                join(values.iter().map(|v| v.to_string()))
+                "{} is not one of {}",
+                shown(value),
+                join(values.iter().map(|v| written(*v)))
             )),
             (Domain::Categorical { values }, ParamValue::Str(s)) if values.contains(s) => Ok(()),
             (Domain::Categorical { values }, _) => Err(format!(
@@ -192,4 +198,12 @@ impl Domain {
 /// The span that integers map through, so that each integer gets an equal share of `[0, 1]`.
 fn integer_span(min: i64, max: i64) -> (f64, f64) {
     (min as f64 - 0.5, max as f64 + 0.5)
+}
+
+/// A value as an error shows it: a number [`written`] for people.
+fn shown(value: &ParamValue) -> String {
+    match value {
+        ParamValue::Float(x) => written(*x),
+        other => other.to_string(),
+    }
 }

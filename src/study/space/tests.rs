@@ -256,6 +256,19 @@ fn check_reports_missing_inactive_and_out_of_range_values() {
 }
 
 #[test]
+fn an_out_of_range_value_is_written_with_its_digits_not_its_zeros() {
+    let space = Space::new(vec![param("decay", double(1e-12, 1e-2, Scale::Log))]);
+    let err = space
+        .parse_assignment(&[("decay".to_string(), "1e-300".to_string())])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("1e-300 is not a number in [1e-12, 0.01]"),
+        "{err}"
+    );
+}
+
+#[test]
 fn point_keys_are_equal_when_the_points_are_the_same() {
     let point = |values: &[(&str, ParamValue)]| -> Assignment {
         values
