@@ -71,7 +71,8 @@ fn pad(cell: &str, width: usize, right: bool) -> String {
 }
 
 /// A number for people: six significant digits, no trailing zeros, [`written`] in exponent
-/// form far from 1 (`0.000123457`, `41.5`, `9.87654e-7`). JSON, CSV and flags keep every digit.
+/// form far from 1 (`0.000123457`, `41.5`, `9.87654e-7`). JSON, CSV and flags keep every
+/// digit.
 pub fn short(value: f64) -> String {
     if !value.is_finite() || value == 0.0 {
         return value.to_string();

@@ -154,9 +154,10 @@ impl Domain {
             (Domain::Integer { min, max, .. }, ParamValue::Int(i)) if i >= min && i <= max => {
                 Ok(())
             }
-            (Domain::Integer { min, max, .. }, _) => {
-                Err(format!("{value} is not an integer in [{min}, {max}]"))
-            }
+            (Domain::Integer { min, max, .. }, _) => Err(format!(
+                "{} is not an integer in [{min}, {max}]",
+                shown(value)
+            )),
             (Domain::Discrete { values, .. }, v)
                 if v.as_f64().is_some_and(|x| values.contains(&x)) =>
             {
@@ -169,7 +170,8 @@ impl Domain {
             )),
             (Domain::Categorical { values }, ParamValue::Str(s)) if values.contains(s) => Ok(()),
             (Domain::Categorical { values }, _) => Err(format!(
-                "'{value}' is not one of {}",
+                "'{}' is not one of {}",
+                shown(value),
                 join(values.iter().cloned())
             )),
         }

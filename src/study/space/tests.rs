@@ -266,6 +266,12 @@ fn an_out_of_range_value_is_written_with_its_digits_not_its_zeros() {
         err.contains("1e-300 is not a number in [1e-12, 0.01]"),
         "{err}"
     );
+    // A number given where an integer or a categorical belongs, as a client's JSON can.
+    let layers = integers("layers", 4).domain;
+    assert_eq!(
+        layers.check(&ParamValue::Float(1e300)).unwrap_err(),
+        "1e300 is not an integer in [1, 4]"
+    );
 }
 
 #[test]
