@@ -188,9 +188,10 @@ pub async fn best(url: &StorageUrl, study: &str, by: BestBy) -> Result<Chosen, O
         BestBy::Observed => (best_trial(&trials, record.goal), None),
         BestBy::Model => {
             let history: Vec<_> = trials.iter().filter_map(TrialRecord::observation).collect();
-            let budget = stored_study(&record)?.budget.max_trial_count;
+            let study = stored_study(&record)?;
+            let budget = study.budget.max_trial_count;
             let believed =
-                believed_best(&record.space()?, budget, record.goal, &history).map_err(|e| {
+                believed_best(&study.space, budget, record.goal, &history).map_err(|e| {
                     OpsError::Failed(format!(
                         "the model of study '{}' cannot be fitted: {e}",
                         record.name
